@@ -1,0 +1,2 @@
+//! The `eddy` binary.
+fn main() {}

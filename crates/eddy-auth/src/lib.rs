@@ -1,0 +1,1 @@
+//! Users, passwords, permissions, tokens, sessions, RSA identity and API keys.

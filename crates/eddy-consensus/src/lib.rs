@@ -1,0 +1,1 @@
+//! Replication and cluster membership for eddy.

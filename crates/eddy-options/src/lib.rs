@@ -1,0 +1,1 @@
+//! The option catalogs (topic, stream, user) of the stream protocol and their options block.

@@ -1,0 +1,1 @@
+//! eddy's server: listeners, TLS, sessions, dispatch, HTTP health and metrics.

@@ -1,0 +1,1 @@
+//! Segmented checksummed logs, partitions, the event store, metadata and recovery.

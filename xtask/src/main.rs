@@ -1,0 +1,2 @@
+//! `cargo xtask`: eddy's developer tasks.
+fn main() {}
