@@ -1,2 +1,2 @@
-//! `cargo xtask`: eddy's developer tasks.
+//! `cargo xtask`: eddy's developer tasks. Filled in by the foundation work.
 fn main() {}
