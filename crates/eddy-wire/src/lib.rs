@@ -1,1 +1,10 @@
-//! Sans-IO framing of eddy's two wire protocols (Iggy 256-byte headers, Celeriant 17-byte headers).
+//! Sans-IO framing of eddy's two wire protocols.
+//!
+//! - [`stream`]: the Apache Iggy binary protocol (256-byte headers, XXH3 checksums).
+//! - [`event`]: the Celeriant protocol (17-byte header, zstd with the cluster dictionary).
+//!
+//! Architecture invariant: no I/O, no async runtime; every length is checked against a named
+//! limit before anything is allocated, and no input makes a decoder panic.
+
+pub mod event;
+pub mod stream;

@@ -1,0 +1,2 @@
+// Filled by the event protocol work.
+fn main() {}

@@ -1,0 +1,2 @@
+// Filled by the stream protocol work.
+fn main() {}

@@ -1,0 +1,1 @@
+//! Event protocol (Celeriant) part of this crate.

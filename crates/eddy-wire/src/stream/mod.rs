@@ -1,0 +1,1 @@
+//! Stream protocol (Iggy) part of this crate.
