@@ -1,2 +1,4 @@
-//! The `eddy` binary.
-fn main() {}
+//! The `eddy` binary: see [`eddy_cli`].
+fn main() -> std::process::ExitCode {
+    eddy_cli::main()
+}

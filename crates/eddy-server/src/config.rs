@@ -1,0 +1,321 @@
+//! The server's configuration: one struct, one name per option.
+//!
+//! Every option has the same name in all three places it can be set: the flag `--data-dir`, the
+//! environment variable `EDDY_DATA_DIR` and the TOML key `data_dir`. Precedence, highest first:
+//! flags, environment, config file, built-in defaults. The binary (`bins/eddy`) does the layering;
+//! this module owns the names, the defaults and the validation.
+
+use std::net::IpAddr;
+use std::path::PathBuf;
+
+use serde::{Deserialize, Serialize};
+
+/// Default data directory, relative to the working directory.
+pub const DEFAULT_DATA_DIR: &str = "./eddy-data";
+/// Default bind address: loopback, so a fresh server is never exposed by accident.
+pub const DEFAULT_HOST: &str = "127.0.0.1";
+/// Default port of the stream (Iggy) protocol, as Iggy clients expect.
+pub const DEFAULT_STREAM_PORT: u16 = 8090;
+/// Default port of the event (Celeriant) protocol.
+pub const DEFAULT_CLIENT_PORT: u16 = 10_000;
+/// Default node-to-node replication port.
+pub const DEFAULT_REPLICATION_PORT: u16 = 10_001;
+/// Default port of the HTTP admin listener (`/health`, `/metrics`).
+pub const DEFAULT_HTTP_PORT: u16 = 10_002;
+/// Default root user name, as Iggy clients expect.
+pub const DEFAULT_ROOT_USERNAME: &str = "iggy";
+/// Default root password, as Iggy clients expect. A warning is logged while it is in use.
+pub const DEFAULT_ROOT_PASSWORD: &str = "iggy";
+/// Default cap on a client frame body on the event port (both declared lengths), 16 MiB.
+pub const DEFAULT_MAX_REQUEST_SIZE: u32 = 16 * 1024 * 1024;
+/// Default zstd level for stored events and compressed responses.
+pub const DEFAULT_WAL_COMPRESSION_LEVEL: i32 = 3;
+/// Default bound on the graceful drain at shutdown.
+pub const DEFAULT_DRAIN_TIMEOUT_MS: u64 = 10_000;
+/// Default cap on concurrent connections per protocol listener.
+pub const DEFAULT_MAX_CONNECTIONS: u32 = 16_384;
+
+/// TLS on the two client ports.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, Default)]
+#[serde(rename_all = "lowercase")]
+pub enum TlsMode {
+    /// Plaintext only.
+    #[default]
+    Disabled,
+    /// TLS 1.3 only; plaintext connections are refused.
+    Strict,
+}
+
+/// Client certificate policy when TLS is on.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, Default)]
+#[serde(rename_all = "lowercase")]
+pub enum TlsClientAuth {
+    /// mTLS: a client certificate signed by the CA is required.
+    #[default]
+    Require,
+    /// A client certificate is verified when presented.
+    Optional,
+    /// No client certificates.
+    None,
+}
+
+/// Log output format.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, Default)]
+#[serde(rename_all = "lowercase")]
+pub enum LogFormat {
+    /// Human-readable lines.
+    #[default]
+    Text,
+    /// One JSON object per line.
+    Json,
+}
+
+/// The whole server configuration. Field names are the TOML keys; flags and environment
+/// variables are derived from them (`data_dir` -> `--data-dir`, `EDDY_DATA_DIR`).
+#[derive(Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct ServerConfig {
+    /// Data directory, created if missing and locked while the server runs.
+    pub data_dir: PathBuf,
+    /// Address every listener binds.
+    pub host: IpAddr,
+    /// Stream (Iggy) protocol port.
+    pub stream_port: u16,
+    /// Event (Celeriant) protocol port.
+    pub client_port: u16,
+    /// Replication port.
+    pub replication_port: u16,
+    /// HTTP admin port (`/health`, `/metrics`).
+    pub http_port: u16,
+    /// Root user name, bootstrapped on first start.
+    pub root_username: String,
+    /// Root password, bootstrapped on first start. Never logged.
+    pub root_password: String,
+    /// Cap on event-protocol request bodies (both declared lengths).
+    pub max_request_size: u32,
+    /// The first frame on the event port must be Identify.
+    pub require_client_identity: bool,
+    /// TLS on the client ports.
+    pub tls_mode: TlsMode,
+    /// Client certificate policy under TLS.
+    pub tls_client_auth: TlsClientAuth,
+    /// Allow API keys or required identity without TLS.
+    pub insecure_allow_plaintext_auth: bool,
+    /// zstd level for stored events and compressed responses (1..=22).
+    pub wal_compression_level: i32,
+    /// Log level filter (`trace`, `debug`, `info`, `warn`, `error`, or a `RUST_LOG`-style directive).
+    pub log_level: String,
+    /// Log format.
+    pub log_format: LogFormat,
+    /// Bound on the graceful drain at shutdown, in milliseconds.
+    pub drain_timeout_ms: u64,
+    /// Cap on concurrent connections per protocol listener.
+    pub max_connections: u32,
+}
+
+impl Default for ServerConfig {
+    fn default() -> Self {
+        Self {
+            data_dir: PathBuf::from(DEFAULT_DATA_DIR),
+            host: IpAddr::from([127, 0, 0, 1]),
+            stream_port: DEFAULT_STREAM_PORT,
+            client_port: DEFAULT_CLIENT_PORT,
+            replication_port: DEFAULT_REPLICATION_PORT,
+            http_port: DEFAULT_HTTP_PORT,
+            root_username: DEFAULT_ROOT_USERNAME.to_owned(),
+            root_password: DEFAULT_ROOT_PASSWORD.to_owned(),
+            max_request_size: DEFAULT_MAX_REQUEST_SIZE,
+            require_client_identity: false,
+            tls_mode: TlsMode::Disabled,
+            tls_client_auth: TlsClientAuth::Require,
+            insecure_allow_plaintext_auth: false,
+            wal_compression_level: DEFAULT_WAL_COMPRESSION_LEVEL,
+            log_level: "info".to_owned(),
+            log_format: LogFormat::Text,
+            drain_timeout_ms: DEFAULT_DRAIN_TIMEOUT_MS,
+            max_connections: DEFAULT_MAX_CONNECTIONS,
+        }
+    }
+}
+
+impl std::fmt::Debug for ServerConfig {
+    // Hand-written so the root password can never reach a log line.
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("ServerConfig")
+            .field("data_dir", &self.data_dir)
+            .field("host", &self.host)
+            .field("stream_port", &self.stream_port)
+            .field("client_port", &self.client_port)
+            .field("replication_port", &self.replication_port)
+            .field("http_port", &self.http_port)
+            .field("root_username", &self.root_username)
+            .field("root_password", &"<redacted>")
+            .field("max_request_size", &self.max_request_size)
+            .field("require_client_identity", &self.require_client_identity)
+            .field("tls_mode", &self.tls_mode)
+            .field("tls_client_auth", &self.tls_client_auth)
+            .field(
+                "insecure_allow_plaintext_auth",
+                &self.insecure_allow_plaintext_auth,
+            )
+            .field("wal_compression_level", &self.wal_compression_level)
+            .field("log_level", &self.log_level)
+            .field("log_format", &self.log_format)
+            .field("drain_timeout_ms", &self.drain_timeout_ms)
+            .field("max_connections", &self.max_connections)
+            .finish()
+    }
+}
+
+/// A configuration value that cannot be used.
+#[derive(Debug, thiserror::Error, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum ConfigError {
+    /// A value is out of its allowed range.
+    #[error("invalid value for {key}: {reason}")]
+    Invalid {
+        /// The option's TOML key.
+        key: &'static str,
+        /// What is wrong with it.
+        reason: String,
+    },
+}
+
+/// Smallest accepted `max_request_size`: a fixed-size event frame (1024 bytes) must always fit.
+pub const MIN_MAX_REQUEST_SIZE: u32 = 1024;
+/// Largest accepted `max_request_size` (1 GiB): beyond that a single frame could exhaust memory.
+pub const MAX_MAX_REQUEST_SIZE: u32 = 1 << 30;
+
+impl ServerConfig {
+    /// Checks every cross-field and range rule. Called once at start-up, before anything is opened.
+    pub fn validate(&self) -> Result<(), ConfigError> {
+        let invalid = |key, reason: String| Err(ConfigError::Invalid { key, reason });
+        if self.data_dir.as_os_str().is_empty() {
+            return invalid("data_dir", "must not be empty".into());
+        }
+        if !(MIN_MAX_REQUEST_SIZE..=MAX_MAX_REQUEST_SIZE).contains(&self.max_request_size) {
+            return invalid(
+                "max_request_size",
+                format!(
+                    "{} is outside {MIN_MAX_REQUEST_SIZE}..={MAX_MAX_REQUEST_SIZE}",
+                    self.max_request_size
+                ),
+            );
+        }
+        if !(1..=22).contains(&self.wal_compression_level) {
+            return invalid(
+                "wal_compression_level",
+                format!("{} is outside 1..=22", self.wal_compression_level),
+            );
+        }
+        if self.root_username.is_empty() {
+            return invalid("root_username", "must not be empty".into());
+        }
+        if self.root_password.is_empty() {
+            return invalid("root_password", "must not be empty".into());
+        }
+        if self.max_connections == 0 {
+            return invalid("max_connections", "must be at least 1".into());
+        }
+        let ports = [
+            ("stream_port", self.stream_port),
+            ("client_port", self.client_port),
+            ("replication_port", self.replication_port),
+            ("http_port", self.http_port),
+        ];
+        for (i, (a, pa)) in ports.iter().enumerate() {
+            for (b, pb) in &ports[i + 1..] {
+                if *pa != 0 && pa == pb {
+                    return invalid(a, format!("port {pa} is also used by {b}"));
+                }
+            }
+        }
+        if self.tls_mode == TlsMode::Disabled
+            && self.require_client_identity
+            && !self.insecure_allow_plaintext_auth
+        {
+            return invalid(
+                "require_client_identity",
+                "needs tls_mode = strict (or insecure_allow_plaintext_auth = true): without TLS a \
+                 captured signed nonce replays for up to 2 minutes"
+                    .into(),
+            );
+        }
+        Ok(())
+    }
+
+    /// True while the root password is the published default.
+    pub fn uses_default_root_password(&self) -> bool {
+        self.root_password == DEFAULT_ROOT_PASSWORD
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn defaults_are_valid_and_documented_values() {
+        let c = ServerConfig::default();
+        c.validate().unwrap();
+        assert_eq!(c.stream_port, 8090);
+        assert_eq!(c.client_port, 10_000);
+        assert_eq!(c.replication_port, 10_001);
+        assert_eq!(c.http_port, 10_002);
+        assert_eq!(c.data_dir, PathBuf::from("./eddy-data"));
+        assert_eq!(c.max_request_size, 16 * 1024 * 1024);
+        assert!(c.uses_default_root_password());
+    }
+
+    #[test]
+    fn file_with_unknown_key_is_refused() {
+        let err = toml::from_str::<ServerConfig>("data_dirr = \"x\"").unwrap_err();
+        assert!(err.to_string().contains("data_dirr"), "{err}");
+    }
+
+    #[test]
+    fn partial_file_keeps_defaults() {
+        let c: ServerConfig = toml::from_str("stream_port = 9000\ntls_mode = \"strict\"").unwrap();
+        assert_eq!(c.stream_port, 9000);
+        assert_eq!(c.tls_mode, TlsMode::Strict);
+        assert_eq!(c.client_port, DEFAULT_CLIENT_PORT);
+    }
+
+    #[test]
+    fn range_and_cross_field_rules() {
+        let mut c = ServerConfig {
+            wal_compression_level: 0,
+            ..ServerConfig::default()
+        };
+        assert!(matches!(
+            c.validate(),
+            Err(ConfigError::Invalid {
+                key: "wal_compression_level",
+                ..
+            })
+        ));
+        c.wal_compression_level = 3;
+        c.client_port = c.stream_port;
+        assert!(matches!(
+            c.validate(),
+            Err(ConfigError::Invalid {
+                key: "stream_port",
+                ..
+            })
+        ));
+        c.client_port = DEFAULT_CLIENT_PORT;
+        c.require_client_identity = true;
+        assert!(c.validate().is_err());
+        c.insecure_allow_plaintext_auth = true;
+        c.validate().unwrap();
+    }
+
+    #[test]
+    fn debug_never_prints_the_password() {
+        let c = ServerConfig {
+            root_password: "hunter2-secret".into(),
+            ..ServerConfig::default()
+        };
+        assert!(!format!("{c:?}").contains("hunter2"));
+    }
+}

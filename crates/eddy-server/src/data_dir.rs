@@ -1,0 +1,160 @@
+//! The data directory: creation, the exclusive lock, and every path under it.
+//!
+//! Layout (all paths derived here, as `PathBuf`):
+//!
+//! ```text
+//! <data_dir>/
+//!   eddy.lock        exclusive advisory lock held for the server's lifetime; holds the owner's pid
+//!   streams/         partition logs (eddy-storage)
+//!   events/          event store shards (eddy-storage)
+//!   metadata/        metadata log and snapshots (eddy-storage)
+//!   dictionary.zstd_dict   optional custom zstd dictionary for the event protocol
+//!   api_keys.toml    optional API keys for the event protocol
+//! ```
+
+use std::fs::{File, OpenOptions};
+use std::io::{self, Write};
+use std::path::{Path, PathBuf};
+
+/// Name of the lock file inside the data directory.
+pub const LOCK_FILE: &str = "eddy.lock";
+
+/// Why the data directory cannot be used.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum DataDirError {
+    /// The directory could not be created or is not writable.
+    #[error("data dir {path} is not usable")]
+    Unusable {
+        /// The data directory.
+        path: PathBuf,
+        /// The underlying I/O error.
+        #[source]
+        source: io::Error,
+    },
+    /// Another process holds the lock.
+    #[error("data dir {path} is locked by another eddy process{}", owner.map(|p| format!(" (pid {p})")).unwrap_or_default())]
+    Locked {
+        /// The data directory.
+        path: PathBuf,
+        /// The pid recorded by the lock holder, when readable.
+        owner: Option<u32>,
+    },
+}
+
+/// A data directory held exclusively by this process. The lock is released on drop.
+#[derive(Debug)]
+pub struct DataDir {
+    root: PathBuf,
+    // Held open for the lock's lifetime; the OS releases the lock when it is closed.
+    _lock: File,
+}
+
+impl DataDir {
+    /// Creates `root` if missing and takes its exclusive lock, failing at once if another process
+    /// holds it.
+    pub fn open(root: &Path) -> Result<Self, DataDirError> {
+        let unusable = |source| DataDirError::Unusable {
+            path: root.to_path_buf(),
+            source,
+        };
+        std::fs::create_dir_all(root).map_err(unusable)?;
+        let lock_path = root.join(LOCK_FILE);
+        let mut lock = OpenOptions::new()
+            .read(true)
+            .write(true)
+            .create(true)
+            .truncate(false)
+            .open(&lock_path)
+            .map_err(unusable)?;
+        match lock.try_lock() {
+            Ok(()) => {}
+            Err(std::fs::TryLockError::WouldBlock) => {
+                let owner = std::fs::read_to_string(&lock_path)
+                    .ok()
+                    .and_then(|s| s.trim().parse().ok());
+                return Err(DataDirError::Locked {
+                    path: root.to_path_buf(),
+                    owner,
+                });
+            }
+            Err(std::fs::TryLockError::Error(e)) => return Err(unusable(e)),
+        }
+        // Record our pid for the error message a second server prints. Best effort is not
+        // enough here: a failing write means the directory is not writable, which we report.
+        lock.set_len(0).map_err(unusable)?;
+        writeln!(lock, "{}", std::process::id()).map_err(unusable)?;
+        lock.sync_data().map_err(unusable)?;
+        // Probe writability of the directory itself (the lock file may pre-exist read-write
+        // in a directory that no longer accepts new files).
+        let probe = root.join(".write-probe");
+        File::create(&probe)
+            .and_then(|f| f.sync_all())
+            .and_then(|()| std::fs::remove_file(&probe))
+            .map_err(unusable)?;
+        Ok(Self {
+            root: root.to_path_buf(),
+            _lock: lock,
+        })
+    }
+
+    /// The data directory itself.
+    pub fn root(&self) -> &Path {
+        &self.root
+    }
+
+    /// Partition logs of the stream protocol.
+    pub fn streams_dir(&self) -> PathBuf {
+        self.root.join("streams")
+    }
+
+    /// Event store shards.
+    pub fn events_dir(&self) -> PathBuf {
+        self.root.join("events")
+    }
+
+    /// Metadata log and snapshots.
+    pub fn metadata_dir(&self) -> PathBuf {
+        self.root.join("metadata")
+    }
+
+    /// Optional custom zstd dictionary of the event protocol.
+    pub fn dictionary_file(&self) -> PathBuf {
+        self.root.join("dictionary.zstd_dict")
+    }
+
+    /// Optional API keys of the event protocol.
+    pub fn api_keys_file(&self) -> PathBuf {
+        self.root.join("api_keys.toml")
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn second_open_is_refused_and_names_the_dir() {
+        let tmp = tempfile::tempdir().unwrap();
+        let dir = tmp.path().join("data");
+        let first = DataDir::open(&dir).unwrap();
+        let err = DataDir::open(&dir).unwrap_err();
+        let msg = err.to_string();
+        assert!(msg.contains(&dir.display().to_string()), "{msg}");
+        assert!(
+            msg.contains(&format!("pid {}", std::process::id())),
+            "{msg}"
+        );
+        drop(first);
+        DataDir::open(&dir).unwrap();
+    }
+
+    #[test]
+    fn unusable_path_is_an_error_not_a_panic() {
+        let tmp = tempfile::tempdir().unwrap();
+        let file = tmp.path().join("plain-file");
+        std::fs::write(&file, b"x").unwrap();
+        let err = DataDir::open(&file.join("sub")).unwrap_err();
+        assert!(matches!(err, DataDirError::Unusable { .. }), "{err}");
+    }
+}

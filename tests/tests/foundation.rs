@@ -1,0 +1,285 @@
+//! The foundation, as a user sees it: the real `eddy serve` process, real sockets, temp dirs.
+
+use std::io::{Read, Write};
+use std::net::TcpStream;
+use std::time::{Duration, Instant};
+
+use eddy_tests::{http_get, server_bin, spawn, Eddy, Options};
+
+fn s(v: &str) -> String {
+    v.to_owned()
+}
+
+#[test]
+fn health_and_metrics_over_http() {
+    let eddy = Eddy::start(server_bin!());
+    let (status, body) = http_get(eddy.addrs().http, "/health").unwrap();
+    assert_eq!((status, body.as_str()), (200, "ok\n"));
+
+    // An open stream connection shows in the per-protocol gauge.
+    let conn = TcpStream::connect(eddy.addrs().stream).unwrap();
+    let deadline = Instant::now() + Duration::from_secs(5);
+    loop {
+        let (status, metrics) = http_get(eddy.addrs().http, "/metrics").unwrap();
+        assert_eq!(status, 200);
+        assert!(metrics.contains("eddy_build_info{version=\""), "{metrics}");
+        assert!(metrics.contains("eddy_uptime_seconds "), "{metrics}");
+        assert!(
+            metrics.contains("# TYPE eddy_requests_total counter"),
+            "{metrics}"
+        );
+        if metrics.contains("eddy_open_connections{protocol=\"stream\"} 1") {
+            break;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "gauge never showed the connection:\n{metrics}"
+        );
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    drop(conn);
+    assert_eq!(http_get(eddy.addrs().http, "/nope").unwrap().0, 404);
+}
+
+#[test]
+fn listens_on_all_four_ports_and_closes_unknown_bytes_cleanly() {
+    let eddy = Eddy::start(server_bin!());
+    let a = eddy.addrs();
+    for addr in [a.stream, a.client, a.replication, a.http] {
+        TcpStream::connect_timeout(&addr, Duration::from_secs(5)).unwrap();
+    }
+    // Garbage on a protocol port closes that connection only; the server keeps serving.
+    for addr in [a.stream, a.client, a.replication] {
+        let mut c = TcpStream::connect(addr).unwrap();
+        c.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
+        c.write_all(b"\xde\xad\xbe\xef not a frame").unwrap();
+        let mut buf = [0u8; 16];
+        let n = c.read(&mut buf).unwrap_or(0);
+        assert_eq!(n, 0, "server answered garbage on {addr}");
+    }
+    assert_eq!(http_get(a.http, "/health").unwrap().0, 200);
+}
+
+#[test]
+fn second_server_on_the_same_data_dir_exits_at_once_naming_the_dir() {
+    let eddy = Eddy::start(server_bin!());
+    let dir = eddy.data_dir().display().to_string();
+    let started = Instant::now();
+    let (mut child, log) = spawn(
+        std::path::Path::new(server_bin!()),
+        &[
+            s("--data-dir"),
+            dir.clone(),
+            s("--stream-port"),
+            s("0"),
+            s("--client-port"),
+            s("0"),
+            s("--replication-port"),
+            s("0"),
+            s("--http-port"),
+            s("0"),
+        ],
+        &[],
+    );
+    let status = child.wait().unwrap();
+    assert!(!status.success());
+    assert!(started.elapsed() < Duration::from_secs(10));
+    let err = log
+        .wait_for(Duration::from_secs(5), |l| l.starts_with("eddy: error:"))
+        .expect("an error line");
+    assert!(err.contains(&dir) && err.contains("locked"), "{err}");
+    // The first server is unaffected.
+    assert_eq!(http_get(eddy.addrs().http, "/health").unwrap().0, 200);
+}
+
+#[test]
+fn port_in_use_is_one_clear_line_and_nonzero() {
+    let taken = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let port = taken.local_addr().unwrap().port().to_string();
+    let tmp = tempfile::tempdir().unwrap();
+    let (mut child, log) = spawn(
+        std::path::Path::new(server_bin!()),
+        &[
+            s("--data-dir"),
+            tmp.path().display().to_string(),
+            s("--stream-port"),
+            port.clone(),
+            s("--client-port"),
+            s("0"),
+            s("--replication-port"),
+            s("0"),
+            s("--http-port"),
+            s("0"),
+        ],
+        &[],
+    );
+    let status = child.wait().unwrap();
+    assert_eq!(status.code(), Some(1));
+    let errors: Vec<String> = log
+        .lines()
+        .into_iter()
+        .filter(|l| l.starts_with("eddy: error:"))
+        .collect();
+    assert_eq!(errors.len(), 1, "{errors:?}");
+    assert!(
+        errors[0].contains(&port) && errors[0].contains("in use"),
+        "{}",
+        errors[0]
+    );
+    assert!(!log
+        .lines()
+        .iter()
+        .any(|l| l.contains("panicked") || l.contains("backtrace")));
+}
+
+#[test]
+fn unwritable_data_dir_and_bad_config_exit_with_one_line() {
+    let tmp = tempfile::tempdir().unwrap();
+    let file = tmp.path().join("a-file");
+    std::fs::write(&file, b"x").unwrap();
+    let bad_dir = file.join("data");
+    let (mut child, log) = spawn(
+        std::path::Path::new(server_bin!()),
+        &[s("--data-dir"), bad_dir.display().to_string()],
+        &[],
+    );
+    assert_eq!(child.wait().unwrap().code(), Some(1));
+    let err = log
+        .wait_for(Duration::from_secs(5), |l| l.starts_with("eddy: error:"))
+        .unwrap();
+    assert!(err.contains(&bad_dir.display().to_string()), "{err}");
+
+    let cfg = tmp.path().join("eddy.toml");
+    std::fs::write(&cfg, "max_request_size = 5\n").unwrap();
+    let (mut child, log) = spawn(
+        std::path::Path::new(server_bin!()),
+        &[s("--config"), cfg.display().to_string()],
+        &[],
+    );
+    assert_eq!(child.wait().unwrap().code(), Some(78));
+    let err = log
+        .wait_for(Duration::from_secs(5), |l| l.starts_with("eddy: error:"))
+        .unwrap();
+    assert!(err.contains("max_request_size"), "{err}");
+
+    // A bad environment value is refused by the argument parser (usage error, exit 2).
+    let (mut child, _log) = spawn(
+        std::path::Path::new(server_bin!()),
+        &[],
+        &[(s("EDDY_STREAM_PORT"), s("not-a-port"))],
+    );
+    assert_eq!(child.wait().unwrap().code(), Some(2));
+}
+
+#[test]
+fn flags_beat_env_beat_file_beat_defaults() {
+    let tmp = tempfile::tempdir().unwrap();
+    let cfg = tmp.path().join("eddy.toml");
+    std::fs::write(
+        &cfg,
+        "max_connections = 11\nwal_compression_level = 5\ndrain_timeout_ms = 1234\n",
+    )
+    .unwrap();
+    let eddy = Eddy::start_with(
+        server_bin!(),
+        Options {
+            args: vec![
+                s("--config"),
+                cfg.display().to_string(),
+                s("--max-connections"),
+                s("33"),
+            ],
+            env: vec![
+                (s("EDDY_MAX_CONNECTIONS"), s("22")),
+                (s("EDDY_WAL_COMPRESSION_LEVEL"), s("6")),
+            ],
+            ..Options::default()
+        },
+    );
+    let line = eddy
+        .log()
+        .wait_for(Duration::from_secs(5), |l| l.contains("starting eddy"))
+        .unwrap();
+    let v: serde_json::Value = serde_json::from_str(&line).unwrap();
+    let config = v["config"].as_str().unwrap();
+    assert!(config.contains("max_connections: 33"), "{config}");
+    assert!(config.contains("wal_compression_level: 6"), "{config}");
+    assert!(config.contains("drain_timeout_ms: 1234"), "{config}");
+    assert!(config.contains("max_request_size: 16777216"), "{config}");
+    assert!(!line.contains("\"iggy\"") || config.contains("root_password: \"<redacted>\""));
+}
+
+#[test]
+fn sigterm_drains_and_exits_zero_then_the_lock_is_free() {
+    let mut eddy = Eddy::start_with(
+        server_bin!(),
+        Options {
+            args: vec![s("--drain-timeout-ms"), s("2000")],
+            ..Options::default()
+        },
+    );
+    // An idle client connection must not hold shutdown past the drain timeout.
+    let _idle = TcpStream::connect(eddy.addrs().client).unwrap();
+    let started = Instant::now();
+    let status = eddy.stop(Duration::from_secs(10));
+    assert!(status.success(), "{status}");
+    assert!(
+        started.elapsed() < Duration::from_secs(5),
+        "{:?}",
+        started.elapsed()
+    );
+    // Restarting on the same dir works: the lock was released.
+    eddy.restart();
+    assert_eq!(http_get(eddy.addrs().http, "/health").unwrap().0, 200);
+    eddy.signal(libc::SIGINT);
+    assert!(eddy.wait_exit(Duration::from_secs(10)).unwrap().success());
+}
+
+#[test]
+fn help_lists_every_option_with_default_and_env() {
+    let out = std::process::Command::new(server_bin!())
+        .args(["serve", "--help"])
+        .output()
+        .unwrap();
+    assert!(out.status.success());
+    let help = String::from_utf8(out.stdout).unwrap();
+    for (flag, env, default) in [
+        ("--data-dir", "EDDY_DATA_DIR", "./eddy-data"),
+        ("--host", "EDDY_HOST", "127.0.0.1"),
+        ("--stream-port", "EDDY_STREAM_PORT", "8090"),
+        ("--client-port", "EDDY_CLIENT_PORT", "10000"),
+        ("--replication-port", "EDDY_REPLICATION_PORT", "10001"),
+        ("--http-port", "EDDY_HTTP_PORT", "10002"),
+        ("--max-request-size", "EDDY_MAX_REQUEST_SIZE", "16777216"),
+        (
+            "--require-client-identity",
+            "EDDY_REQUIRE_CLIENT_IDENTITY",
+            "false",
+        ),
+        ("--tls-mode", "EDDY_TLS_MODE", "disabled"),
+        ("--tls-client-auth", "EDDY_TLS_CLIENT_AUTH", "require"),
+        (
+            "--insecure-allow-plaintext-auth",
+            "EDDY_INSECURE_ALLOW_PLAINTEXT_AUTH",
+            "false",
+        ),
+        ("--wal-compression-level", "EDDY_WAL_COMPRESSION_LEVEL", "3"),
+        ("--log-format", "EDDY_LOG_FORMAT", "text"),
+        ("--root-username", "EDDY_ROOT_USERNAME", "iggy"),
+    ] {
+        let at = help.find(flag).unwrap_or_else(|| panic!("{flag} missing"));
+        let section = &help[at..];
+        let end = section[2..].find("\n  -").map_or(section.len(), |e| e + 2);
+        let section = &section[..end];
+        assert!(section.contains(env), "{flag}: {section}");
+        assert!(
+            section.contains(&format!("[default: {default}]")),
+            "{flag}: {section}"
+        );
+    }
+    let top = std::process::Command::new(server_bin!())
+        .arg("--help")
+        .output()
+        .unwrap();
+    assert!(String::from_utf8(top.stdout).unwrap().contains("serve"));
+}
