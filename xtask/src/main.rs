@@ -1,2 +1,152 @@
-//! `cargo xtask`: eddy's developer tasks. Filled in by the foundation work.
-fn main() {}
+//! `cargo xtask`: eddy's developer tasks (the alias lives in `.cargo/config.toml`).
+//!
+//! - `cargo xtask ci`: exactly what CI checks (`.ci/run` calls the same steps).
+//! - `cargo xtask fuzz TARGET SECONDS`: one cargo-fuzz target for a fixed time.
+//! - `cargo xtask fuzz-all SECONDS`: every fuzz target, SECONDS each.
+//! - `cargo xtask bench [ARGS...]`: the criterion benches of every crate (release profile).
+//! - `cargo xtask soak SECONDS`: the long crash-and-recover soaks (SIGKILL loops).
+//! - `cargo xtask train-dict`: train the event protocol's default zstd dictionary.
+
+use std::path::{Path, PathBuf};
+use std::process::Command;
+
+use anyhow::{bail, Context, Result};
+
+fn main() -> Result<()> {
+    let args: Vec<String> = std::env::args().skip(1).collect();
+    let Some((task, rest)) = args.split_first() else {
+        print_help();
+        return Ok(());
+    };
+    match task.as_str() {
+        "ci" => ci(),
+        "fuzz" => match rest {
+            [target, seconds] => fuzz(target, seconds.parse().context("SECONDS")?),
+            _ => bail!("usage: cargo xtask fuzz TARGET SECONDS"),
+        },
+        "fuzz-all" => match rest {
+            [seconds] => {
+                let seconds = seconds.parse().context("SECONDS")?;
+                for target in fuzz_targets()? {
+                    fuzz(&target, seconds)?;
+                }
+                Ok(())
+            }
+            _ => bail!("usage: cargo xtask fuzz-all SECONDS"),
+        },
+        "bench" => bench(rest),
+        "soak" => match rest {
+            [seconds] => soak(seconds.parse().context("SECONDS")?),
+            _ => bail!("usage: cargo xtask soak SECONDS"),
+        },
+        "train-dict" => bail!("train-dict is not available in this build"),
+        "help" | "--help" | "-h" => {
+            print_help();
+            Ok(())
+        }
+        other => bail!("unknown task {other:?}; try `cargo xtask help`"),
+    }
+}
+
+fn print_help() {
+    eprintln!(
+        "cargo xtask TASK\n\n\
+         ci                      fmt, clippy (pedantic, warnings denied), tests, docs: what CI runs\n\
+         fuzz TARGET SECONDS     run one fuzz target (cargo-fuzz) for SECONDS\n\
+         fuzz-all SECONDS        run every fuzz target for SECONDS each\n\
+         bench [ARGS...]         criterion benches of every crate; ARGS go to criterion\n\
+         soak SECONDS            crash-and-recover soaks (SIGKILL loops) for SECONDS\n\
+         train-dict              train the default zstd dictionary of the event protocol"
+    );
+}
+
+fn root() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR"))
+        .parent()
+        .expect("xtask lives one level below the workspace root")
+        .to_path_buf()
+}
+
+fn cargo() -> Command {
+    let mut cmd = Command::new(std::env::var_os("CARGO").unwrap_or_else(|| "cargo".into()));
+    cmd.current_dir(root());
+    cmd
+}
+
+fn run(mut cmd: Command) -> Result<()> {
+    eprintln!("xtask: running {cmd:?}");
+    let status = cmd.status().with_context(|| format!("spawning {cmd:?}"))?;
+    if !status.success() {
+        bail!("{cmd:?} failed with {status}");
+    }
+    Ok(())
+}
+
+/// Exactly what CI checks: `.ci/run` is the single definition, so the two cannot drift.
+fn ci() -> Result<()> {
+    let mut cmd = Command::new(root().join(".ci").join("run"));
+    cmd.current_dir(root());
+    run(cmd)
+}
+
+fn fuzz_targets() -> Result<Vec<String>> {
+    let dir = root().join("fuzz").join("fuzz_targets");
+    let mut targets = Vec::new();
+    for entry in std::fs::read_dir(&dir).with_context(|| format!("reading {}", dir.display()))? {
+        let path = entry?.path();
+        if path.extension().is_some_and(|e| e == "rs") {
+            if let Some(stem) = path.file_stem().and_then(|s| s.to_str()) {
+                targets.push(stem.to_owned());
+            }
+        }
+    }
+    targets.sort();
+    Ok(targets)
+}
+
+/// Runs one cargo-fuzz target for `seconds`. cargo-fuzz needs unstable compiler flags; on a
+/// stable toolchain we opt in with RUSTC_BOOTSTRAP for this build only, and use no sanitizer
+/// (coverage-guided fuzzing still works; the decoders are safe Rust).
+fn fuzz(target: &str, seconds: u64) -> Result<()> {
+    if Command::new("cargo-fuzz")
+        .arg("--version")
+        .output()
+        .is_err()
+    {
+        bail!("cargo-fuzz is not installed: cargo install cargo-fuzz");
+    }
+    let corpus = root().join("fuzz").join("corpus").join(target);
+    std::fs::create_dir_all(&corpus)?;
+    let mut cmd = cargo();
+    cmd.current_dir(root().join("fuzz"))
+        .env("RUSTC_BOOTSTRAP", "1")
+        .args(["fuzz", "run", "--sanitizer", "none", target])
+        .arg(&corpus)
+        .arg("--")
+        .arg(format!("-max_total_time={seconds}"));
+    run(cmd)
+}
+
+fn bench(args: &[String]) -> Result<()> {
+    let mut cmd = cargo();
+    cmd.args(["bench", "--workspace"]);
+    if !args.is_empty() {
+        cmd.arg("--").args(args);
+    }
+    run(cmd)
+}
+
+/// The long versions of the SIGKILL crash tests; `cargo test` runs each for a few seconds.
+fn soak(seconds: u64) -> Result<()> {
+    let mut cmd = cargo();
+    cmd.args([
+        "test",
+        "--release",
+        "--workspace",
+        "--",
+        "--include-ignored",
+        "soak",
+    ])
+    .env("EDDY_SOAK_SECONDS", seconds.to_string());
+    run(cmd)
+}

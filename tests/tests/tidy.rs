@@ -1,0 +1,180 @@
+//! Repository hygiene, checked as ordinary tests so plain `cargo test` catches drift.
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::path::{Path, PathBuf};
+
+fn root() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR"))
+        .parent()
+        .unwrap()
+        .to_path_buf()
+}
+
+fn metadata() -> serde_json::Value {
+    let out = std::process::Command::new(env!("CARGO"))
+        .args(["metadata", "--format-version", "1"])
+        .current_dir(root())
+        .output()
+        .expect("cargo metadata");
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    serde_json::from_slice(&out.stdout).unwrap()
+}
+
+/// Normal (non-dev, non-build) dependency closure of a workspace package, by crate name.
+fn closure(meta: &serde_json::Value, package: &str) -> BTreeSet<String> {
+    let packages: BTreeMap<&str, &serde_json::Value> = meta["packages"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|p| (p["id"].as_str().unwrap(), p))
+        .collect();
+    let nodes: BTreeMap<&str, &serde_json::Value> = meta["resolve"]["nodes"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|n| (n["id"].as_str().unwrap(), n))
+        .collect();
+    let start = packages
+        .values()
+        .find(|p| p["name"] == package && p["source"].is_null())
+        .unwrap_or_else(|| panic!("{package} not in the workspace"))["id"]
+        .as_str()
+        .unwrap();
+    let mut seen = BTreeSet::new();
+    let mut stack = vec![start];
+    let mut names = BTreeSet::new();
+    while let Some(id) = stack.pop() {
+        if !seen.insert(id) {
+            continue;
+        }
+        for dep in nodes[id]["deps"].as_array().unwrap() {
+            let normal = dep["dep_kinds"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .any(|k| k["kind"].is_null());
+            if normal {
+                let dep_id = dep["pkg"].as_str().unwrap();
+                names.insert(packages[dep_id]["name"].as_str().unwrap().to_owned());
+                stack.push(dep_id);
+            }
+        }
+    }
+    names
+}
+
+#[test]
+fn lower_layers_never_depend_on_a_runtime_or_transport() {
+    let meta = metadata();
+    let forbidden = [
+        "tokio",
+        "tokio-util",
+        "mio",
+        "rustls",
+        "tokio-rustls",
+        "hyper",
+        "async-std",
+    ];
+    for package in [
+        "eddy-wire",
+        "eddy-codec",
+        "eddy-options",
+        "eddy-auth",
+        "eddy-storage",
+        "eddy-consensus",
+    ] {
+        let deps = closure(&meta, package);
+        for f in forbidden {
+            assert!(!deps.contains(f), "{package} depends on {f}: {deps:?}");
+        }
+    }
+}
+
+#[test]
+fn dependencies_point_down() {
+    let meta = metadata();
+    // Each layer may only depend on the layers listed (directly or not).
+    let allowed: &[(&str, &[&str])] = &[
+        ("eddy-wire", &[]),
+        ("eddy-options", &[]),
+        ("eddy-codec", &["eddy-wire", "eddy-options"]),
+        ("eddy-auth", &["eddy-wire", "eddy-options", "eddy-codec"]),
+        ("eddy-storage", &["eddy-wire", "eddy-options", "eddy-codec"]),
+        (
+            "eddy-consensus",
+            &["eddy-wire", "eddy-options", "eddy-codec", "eddy-storage"],
+        ),
+    ];
+    for (package, ok) in allowed {
+        let ours: Vec<String> = closure(&meta, package)
+            .into_iter()
+            .filter(|d| d.starts_with("eddy-"))
+            .collect();
+        for d in &ours {
+            assert!(ok.contains(&d.as_str()), "{package} must not depend on {d}");
+        }
+    }
+}
+
+#[test]
+fn every_crate_uses_the_workspace_lint_policy() {
+    let meta = metadata();
+    for p in meta["packages"].as_array().unwrap() {
+        if !p["source"].is_null() {
+            continue;
+        }
+        let manifest = std::fs::read_to_string(p["manifest_path"].as_str().unwrap()).unwrap();
+        let normalized: String = manifest.split_whitespace().collect::<Vec<_>>().join(" ");
+        assert!(
+            normalized.contains("[lints] workspace = true"),
+            "{} does not use the workspace lints",
+            p["name"]
+        );
+    }
+}
+
+#[test]
+fn readme_has_exactly_two_setup_commands_and_ci_runs_the_test_one() {
+    let readme = std::fs::read_to_string(root().join("README.md")).unwrap();
+    let setup = readme
+        .split("## Set up")
+        .nth(1)
+        .expect("a '## Set up' section")
+        .split("\n## ")
+        .next()
+        .unwrap();
+    let commands: Vec<&str> = setup
+        .lines()
+        .map(str::trim)
+        .filter(|l| l.starts_with("cargo "))
+        .collect();
+    assert_eq!(
+        commands,
+        [
+            "cargo run --release -p eddy -- serve",
+            "cargo test --workspace"
+        ],
+        "the README's set-up section must hold exactly the two commands"
+    );
+    let ci = std::fs::read_to_string(root().join(".ci/run")).unwrap();
+    assert!(
+        ci.lines().any(|l| l.trim() == "cargo test --workspace"),
+        ".ci/run must run the README's test command"
+    );
+}
+
+#[test]
+fn architecture_doc_names_every_crate() {
+    let doc = std::fs::read_to_string(root().join("docs/ARCHITECTURE.md")).unwrap();
+    for c in std::fs::read_dir(root().join("crates")).unwrap() {
+        let name = c.unwrap().file_name().into_string().unwrap();
+        assert!(
+            doc.contains(&format!("`{name}`")),
+            "docs/ARCHITECTURE.md does not mention `{name}`"
+        );
+    }
+}
