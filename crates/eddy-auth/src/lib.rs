@@ -1,1 +1,29 @@
 //! Users, passwords, permissions, tokens, sessions, RSA identity and API keys.
+//!
+//! Pure logic over data it is handed: no I/O, no runtime. The server loads users and tokens from
+//! storage (they are durable metadata), hands them here to check credentials and permissions, and
+//! maps the typed refusals to each protocol's error codes at its edge.
+//!
+//! Invariants:
+//! - plaintext passwords and tokens are never stored and never appear in `Debug` output;
+//! - every comparison of a secret (or of a hash of one) is constant-time ([`secret::ct_eq`]);
+//! - the event protocol's nonce window and signature checks run in the spec's order (nonce first).
+
+pub mod api_keys;
+pub mod identity;
+pub mod password;
+pub mod secret;
+pub mod token;
+
+/// Failures of this crate's operations that are not a plain refusal.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum AuthError {
+    /// Hashing a password failed (argon2 refused its input).
+    #[error("cannot hash password")]
+    PasswordHash {
+        /// The hasher's error.
+        #[source]
+        source: argon2::password_hash::Error,
+    },
+}
