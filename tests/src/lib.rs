@@ -5,6 +5,8 @@
 //! learns the bound addresses from the server's JSON `listening` log event, so tests never race
 //! for ports.
 
+pub mod pki;
+
 use std::collections::VecDeque;
 use std::io::{BufRead, BufReader, Read, Write};
 use std::net::{SocketAddr, TcpStream};

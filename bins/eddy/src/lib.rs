@@ -119,6 +119,18 @@ pub struct ServeArgs {
     #[arg(long, env = "EDDY_INSECURE_ALLOW_PLAINTEXT_AUTH", default_value_t = false, num_args = 0..=1, default_missing_value = "true")]
     pub insecure_allow_plaintext_auth: bool,
 
+    /// PEM certificate chain the client ports present under --tls-mode strict.
+    #[arg(long, env = "EDDY_TLS_CERT", value_name = "FILE")]
+    pub tls_cert: Option<PathBuf>,
+
+    /// PEM private key of --tls-cert (PKCS#8, PKCS#1 or SEC1).
+    #[arg(long, env = "EDDY_TLS_KEY", value_name = "FILE")]
+    pub tls_key: Option<PathBuf>,
+
+    /// PEM CA bundle client certificates must chain to (needed unless --tls-client-auth none).
+    #[arg(long, env = "EDDY_TLS_CA_CERT", value_name = "FILE")]
+    pub tls_ca_cert: Option<PathBuf>,
+
     /// zstd level (1-22) for stored events and compressed responses.
     #[arg(long, env = "EDDY_WAL_COMPRESSION_LEVEL", default_value_t = cfg::DEFAULT_WAL_COMPRESSION_LEVEL)]
     pub wal_compression_level: i32,
@@ -380,7 +392,14 @@ mod tests {
 
     #[test]
     fn every_config_key_has_a_flag_and_env_of_the_same_name() {
-        let keys: Vec<String> = toml::Table::try_from(ServerConfig::default())
+        // Optional keys are only serialized when set, so set them all.
+        let full = ServerConfig {
+            tls_cert: Some("c".into()),
+            tls_key: Some("k".into()),
+            tls_ca_cert: Some("ca".into()),
+            ..ServerConfig::default()
+        };
+        let keys: Vec<String> = toml::Table::try_from(full)
             .unwrap()
             .keys()
             .cloned()

@@ -101,6 +101,12 @@ pub struct ServerConfig {
     pub tls_client_auth: TlsClientAuth,
     /// Allow API keys or required identity without TLS.
     pub insecure_allow_plaintext_auth: bool,
+    /// PEM certificate chain the client ports present (TLS strict).
+    pub tls_cert: Option<PathBuf>,
+    /// PEM private key of `tls_cert` (PKCS#8, PKCS#1 or SEC1).
+    pub tls_key: Option<PathBuf>,
+    /// PEM CA bundle that client certificates must chain to (mTLS).
+    pub tls_ca_cert: Option<PathBuf>,
     /// zstd level for stored events and compressed responses (1..=22).
     pub wal_compression_level: i32,
     /// Log level filter (`trace`, `debug`, `info`, `warn`, `error`, or a `RUST_LOG`-style directive).
@@ -129,6 +135,9 @@ impl Default for ServerConfig {
             tls_mode: TlsMode::Disabled,
             tls_client_auth: TlsClientAuth::Require,
             insecure_allow_plaintext_auth: false,
+            tls_cert: None,
+            tls_key: None,
+            tls_ca_cert: None,
             wal_compression_level: DEFAULT_WAL_COMPRESSION_LEVEL,
             log_level: "info".to_owned(),
             log_format: LogFormat::Text,
@@ -158,6 +167,9 @@ impl std::fmt::Debug for ServerConfig {
                 "insecure_allow_plaintext_auth",
                 &self.insecure_allow_plaintext_auth,
             )
+            .field("tls_cert", &self.tls_cert)
+            .field("tls_key", &self.tls_key)
+            .field("tls_ca_cert", &self.tls_ca_cert)
             .field("wal_compression_level", &self.wal_compression_level)
             .field("log_level", &self.log_level)
             .field("log_format", &self.log_format)
@@ -228,6 +240,21 @@ impl ServerConfig {
                 if *pa != 0 && pa == pb {
                     return invalid(a, format!("port {pa} is also used by {b}"));
                 }
+            }
+        }
+        if self.tls_mode == TlsMode::Strict {
+            if self.tls_cert.is_none() {
+                return invalid("tls_cert", "tls_mode = strict needs a certificate".into());
+            }
+            if self.tls_key.is_none() {
+                return invalid("tls_key", "tls_mode = strict needs a private key".into());
+            }
+            if self.tls_client_auth != TlsClientAuth::None && self.tls_ca_cert.is_none() {
+                return invalid(
+                    "tls_ca_cert",
+                    "tls_client_auth = require or optional needs a CA bundle (or set tls_client_auth = none)"
+                        .into(),
+                );
             }
         }
         if self.tls_mode == TlsMode::Disabled
@@ -307,6 +334,25 @@ mod tests {
         c.require_client_identity = true;
         assert!(c.validate().is_err());
         c.insecure_allow_plaintext_auth = true;
+        c.validate().unwrap();
+        c.tls_mode = TlsMode::Strict;
+        assert!(matches!(
+            c.validate(),
+            Err(ConfigError::Invalid {
+                key: "tls_cert",
+                ..
+            })
+        ));
+        c.tls_cert = Some("cert.pem".into());
+        c.tls_key = Some("key.pem".into());
+        assert!(matches!(
+            c.validate(),
+            Err(ConfigError::Invalid {
+                key: "tls_ca_cert",
+                ..
+            })
+        ));
+        c.tls_client_auth = TlsClientAuth::None;
         c.validate().unwrap();
     }
 

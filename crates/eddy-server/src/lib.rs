@@ -13,20 +13,37 @@ pub mod http;
 pub mod listener;
 pub mod metrics;
 pub mod stream;
+pub mod tls;
 
 use std::future::Future;
 use std::net::SocketAddr;
 use std::sync::Arc;
 use std::time::Duration;
 
+use eddy_auth::api_keys::{ApiKeys, ApiKeysFileError};
 use tokio::net::TcpListener;
 use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 
+use config::TlsMode;
 pub use config::{ConfigError, ServerConfig};
 use data_dir::{DataDir, DataDirError};
 use http::{Health, HealthState};
+use listener::ListenerSpec;
 use metrics::{Metrics, Protocol};
+pub use tls::TlsError;
+
+/// State every connection can reach: configuration, metrics, auth material and (as the protocol
+/// layers land) storage handles. Owned in one place, shared by `Arc`.
+#[derive(Debug)]
+pub struct Shared {
+    /// The validated configuration.
+    pub config: ServerConfig,
+    /// The metrics registry.
+    pub metrics: Arc<Metrics>,
+    /// Event-protocol API keys, when `api_keys.toml` exists in the data directory.
+    pub api_keys: Option<ApiKeys>,
+}
 
 /// Why the server could not start or stopped abnormally.
 #[derive(Debug, thiserror::Error)]
@@ -38,6 +55,36 @@ pub enum ServerError {
     /// The data directory is unusable or locked.
     #[error(transparent)]
     DataDir(#[from] DataDirError),
+    /// TLS is configured but cannot be built.
+    #[error(transparent)]
+    Tls(#[from] TlsError),
+    /// `api_keys.toml` cannot be read or parsed.
+    #[error("cannot load API keys from {path}")]
+    ApiKeys {
+        /// The file.
+        path: std::path::PathBuf,
+        /// The cause.
+        #[source]
+        source: ApiKeysFileError,
+    },
+    /// `api_keys.toml` cannot be read.
+    #[error("cannot read {path}")]
+    ApiKeysRead {
+        /// The file.
+        path: std::path::PathBuf,
+        /// The cause.
+        #[source]
+        source: std::io::Error,
+    },
+    /// API keys are configured but TLS is off and plaintext auth was not allowed.
+    #[error(
+        "{path} enables API keys but tls_mode is disabled: keys would cross the network in the clear \
+         (enable TLS or pass --insecure-allow-plaintext-auth)"
+    )]
+    ApiKeysWithoutTls {
+        /// The API keys file.
+        path: std::path::PathBuf,
+    },
     /// A listener could not bind its address.
     #[error("cannot listen on {addr} ({listener} port)")]
     Bind {
@@ -54,7 +101,13 @@ pub enum ServerError {
 impl ServerError {
     /// True for errors a user fixes by changing configuration (exit code 78, `EX_CONFIG`).
     pub fn is_config(&self) -> bool {
-        matches!(self, ServerError::Config(_))
+        matches!(
+            self,
+            ServerError::Config(_)
+                | ServerError::Tls(_)
+                | ServerError::ApiKeys { .. }
+                | ServerError::ApiKeysWithoutTls { .. }
+        )
     }
 }
 
@@ -76,16 +129,41 @@ pub struct BoundAddrs {
 /// [`run`]: Server::run
 #[derive(Debug)]
 pub struct Server {
-    config: ServerConfig,
+    shared: Arc<Shared>,
     data_dir: DataDir,
+    tls: Option<tls::Tls>,
     stream: TcpListener,
     client: TcpListener,
     replication: TcpListener,
     addrs: BoundAddrs,
     health: HealthState,
-    metrics: Arc<Metrics>,
     http_stop: CancellationToken,
     tracker: TaskTracker,
+}
+
+/// Loads `api_keys.toml` when present, enforcing the rule that keys need TLS (or the explicit
+/// insecure opt-in).
+fn load_api_keys(
+    config: &ServerConfig,
+    data_dir: &DataDir,
+) -> Result<Option<ApiKeys>, ServerError> {
+    let path = data_dir.api_keys_file();
+    let text = match std::fs::read_to_string(&path) {
+        Ok(text) => text,
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(None),
+        Err(source) => return Err(ServerError::ApiKeysRead { path, source }),
+    };
+    let keys = ApiKeys::parse(&text).map_err(|source| ServerError::ApiKeys {
+        path: path.clone(),
+        source,
+    })?;
+    if config.tls_mode == TlsMode::Disabled {
+        if !config.insecure_allow_plaintext_auth {
+            return Err(ServerError::ApiKeysWithoutTls { path });
+        }
+        tracing::warn!(path = %path.display(), "API keys are enabled without TLS (--insecure-allow-plaintext-auth)");
+    }
+    Ok(Some(keys))
 }
 
 async fn bind(listener: &'static str, addr: SocketAddr) -> Result<TcpListener, ServerError> {
@@ -116,6 +194,13 @@ impl Server {
     pub async fn bind(config: ServerConfig) -> Result<Self, ServerError> {
         config.validate()?;
         let data_dir = DataDir::open(&config.data_dir)?;
+        let api_keys = load_api_keys(&config, &data_dir)?;
+        let tls = tls::acceptor(&config)?;
+        if config.require_client_identity && config.tls_mode == TlsMode::Disabled {
+            tracing::warn!(
+                "client identity is required without TLS (--insecure-allow-plaintext-auth)"
+            );
+        }
         if config.uses_default_root_password() {
             tracing::warn!(
                 "the root password is the published default; set EDDY_ROOT_PASSWORD before exposing this server"
@@ -150,15 +235,20 @@ impl Server {
             replication: local_addr("replication", &replication, replication_addr)?,
             http: http_local,
         };
-        Ok(Self {
+        let shared = Arc::new(Shared {
             config,
+            metrics,
+            api_keys,
+        });
+        Ok(Self {
+            shared,
             data_dir,
+            tls,
             stream,
             client,
             replication,
             addrs,
             health,
-            metrics,
             http_stop,
             tracker,
         })
@@ -171,7 +261,7 @@ impl Server {
 
     /// The metrics registry.
     pub fn metrics(&self) -> &Arc<Metrics> {
-        &self.metrics
+        &self.shared.metrics
     }
 
     /// Serves until `shutdown` completes, then drains and stops.
@@ -180,44 +270,47 @@ impl Server {
     /// `drain_timeout_ms`), flush and sync storage, release the data directory lock.
     pub async fn run(self, shutdown: impl Future<Output = ()>) -> Result<(), ServerError> {
         let Server {
-            config,
+            shared,
             data_dir,
+            tls,
             stream,
             client,
             replication,
             addrs,
             health,
-            metrics,
             http_stop,
             tracker,
         } = self;
+        let config = &shared.config;
         let stop = CancellationToken::new();
         let conns = TaskTracker::new();
-        let max = config.max_connections;
         let loops = TaskTracker::new();
+        let spec = |protocol, tls: &Option<tls::Tls>| ListenerSpec {
+            protocol,
+            max_connections: config.max_connections,
+            tls: tls.clone(),
+        };
         loops.spawn(listener::accept_loop(
             stream,
-            Protocol::Stream,
-            max,
-            Arc::clone(&metrics),
+            spec(Protocol::Stream, &tls),
+            Arc::clone(&shared),
             stop.clone(),
             conns.clone(),
             stream::serve_connection,
         ));
         loops.spawn(listener::accept_loop(
             client,
-            Protocol::Event,
-            max,
-            Arc::clone(&metrics),
+            spec(Protocol::Event, &tls),
+            Arc::clone(&shared),
             stop.clone(),
             conns.clone(),
             event::serve_connection,
         ));
+        // Replication is not served yet; it never takes client TLS settings.
         loops.spawn(listener::accept_loop(
             replication,
-            Protocol::Replication,
-            max,
-            Arc::clone(&metrics),
+            spec(Protocol::Replication, &None),
+            Arc::clone(&shared),
             stop.clone(),
             conns.clone(),
             listener::close_on_first_bytes,

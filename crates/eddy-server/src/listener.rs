@@ -6,17 +6,23 @@
 //! connections) instead of accepting and dropping them.
 
 use std::future::Future;
+use std::io;
 use std::net::SocketAddr;
+use std::pin::Pin;
 use std::sync::Arc;
+use std::task::{Context, Poll};
 use std::time::Duration;
 
+use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
 use tokio::net::{TcpListener, TcpStream};
 use tokio::sync::Semaphore;
+use tokio_rustls::server::TlsStream;
 use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 use tracing::Instrument;
 
 use crate::metrics::{Metrics, Protocol};
+use crate::Shared;
 
 /// What a connection handler is given besides its socket.
 #[derive(Debug, Clone)]
@@ -25,21 +31,114 @@ pub struct ConnectionContext {
     pub peer: SocketAddr,
     /// Fires when the server starts draining: finish the request in flight, then close.
     pub drain: CancellationToken,
+    /// State shared by every connection (config, metrics, storage, auth).
+    pub shared: Arc<Shared>,
+}
+
+/// An accepted client connection, plaintext or TLS.
+#[derive(Debug)]
+pub enum Conn {
+    /// Plain TCP.
+    Plain(TcpStream),
+    /// TLS 1.3 over TCP.
+    Tls(Box<TlsStream<TcpStream>>),
+}
+
+impl Conn {
+    /// True for TLS connections.
+    pub fn is_tls(&self) -> bool {
+        matches!(self, Conn::Tls(_))
+    }
+}
+
+impl AsyncRead for Conn {
+    fn poll_read(
+        self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        buf: &mut ReadBuf<'_>,
+    ) -> Poll<io::Result<()>> {
+        match self.get_mut() {
+            Conn::Plain(s) => Pin::new(s).poll_read(cx, buf),
+            Conn::Tls(s) => Pin::new(s.as_mut()).poll_read(cx, buf),
+        }
+    }
+}
+
+impl AsyncWrite for Conn {
+    fn poll_write(
+        self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        buf: &[u8],
+    ) -> Poll<io::Result<usize>> {
+        match self.get_mut() {
+            Conn::Plain(s) => Pin::new(s).poll_write(cx, buf),
+            Conn::Tls(s) => Pin::new(s.as_mut()).poll_write(cx, buf),
+        }
+    }
+
+    fn poll_write_vectored(
+        self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        bufs: &[io::IoSlice<'_>],
+    ) -> Poll<io::Result<usize>> {
+        match self.get_mut() {
+            Conn::Plain(s) => Pin::new(s).poll_write_vectored(cx, bufs),
+            Conn::Tls(s) => Pin::new(s.as_mut()).poll_write_vectored(cx, bufs),
+        }
+    }
+
+    fn is_write_vectored(&self) -> bool {
+        match self {
+            Conn::Plain(s) => s.is_write_vectored(),
+            Conn::Tls(s) => s.is_write_vectored(),
+        }
+    }
+
+    fn poll_flush(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+        match self.get_mut() {
+            Conn::Plain(s) => Pin::new(s).poll_flush(cx),
+            Conn::Tls(s) => Pin::new(s.as_mut()).poll_flush(cx),
+        }
+    }
+
+    fn poll_shutdown(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+        match self.get_mut() {
+            Conn::Plain(s) => Pin::new(s).poll_shutdown(cx),
+            Conn::Tls(s) => Pin::new(s.as_mut()).poll_shutdown(cx),
+        }
+    }
+}
+
+/// One protocol listener's settings.
+#[derive(Debug, Clone)]
+pub struct ListenerSpec {
+    /// Which protocol (metrics label, log span).
+    pub protocol: Protocol,
+    /// Concurrent connection cap.
+    pub max_connections: u32,
+    /// TLS acceptor when the port is TLS-only.
+    pub tls: Option<crate::tls::Tls>,
 }
 
 /// Accepts connections until `stop` fires, running `handler` for each on `tracker`.
 pub async fn accept_loop<H, F>(
     listener: TcpListener,
-    protocol: Protocol,
-    max_connections: u32,
-    metrics: Arc<Metrics>,
+    spec: ListenerSpec,
+    shared: Arc<Shared>,
     stop: CancellationToken,
     tracker: TaskTracker,
     handler: H,
 ) where
-    H: Fn(TcpStream, ConnectionContext) -> F + Send + Sync + 'static,
+    H: Fn(Conn, ConnectionContext) -> F + Send + Sync + 'static,
     F: Future<Output = ()> + Send + 'static,
 {
+    let ListenerSpec {
+        protocol,
+        max_connections,
+        tls,
+    } = spec;
+    let metrics: Arc<Metrics> = Arc::clone(&shared.metrics);
+    let handler = Arc::new(handler);
     let limit = Arc::new(Semaphore::new(max_connections as usize));
     loop {
         let permit = tokio::select! {
@@ -69,13 +168,38 @@ pub async fn accept_loop<H, F>(
         let ctx = ConnectionContext {
             peer,
             drain: stop.child_token(),
+            shared: Arc::clone(&shared),
         };
         let span = tracing::debug_span!("connection", protocol = protocol.label(), %peer);
-        let fut = handler(socket, ctx);
+        let handler = Arc::clone(&handler);
+        let tls = tls.clone();
         tracker.spawn(
             async move {
                 tracing::debug!("connection opened");
-                fut.await;
+                let conn = match tls {
+                    None => Some(Conn::Plain(socket)),
+                    Some(crate::tls::Tls(acceptor)) => {
+                        match tokio::time::timeout(
+                            crate::tls::HANDSHAKE_TIMEOUT,
+                            acceptor.accept(socket),
+                        )
+                        .await
+                        {
+                            Ok(Ok(stream)) => Some(Conn::Tls(Box::new(stream))),
+                            Ok(Err(e)) => {
+                                tracing::debug!(error = %e, "TLS handshake failed");
+                                None
+                            }
+                            Err(_) => {
+                                tracing::debug!("TLS handshake timed out");
+                                None
+                            }
+                        }
+                    }
+                };
+                if let Some(conn) = conn {
+                    handler(conn, ctx).await;
+                }
                 tracing::debug!("connection closed");
                 drop(guard);
                 drop(permit);
@@ -87,7 +211,7 @@ pub async fn accept_loop<H, F>(
 
 /// Waits for the peer's first bytes (or its close, or the drain) and closes the connection.
 /// Used by ports whose protocol this build does not serve.
-pub async fn close_on_first_bytes(mut socket: TcpStream, ctx: ConnectionContext) {
+pub async fn close_on_first_bytes(mut socket: Conn, ctx: ConnectionContext) {
     use tokio::io::AsyncReadExt;
     let mut buf = [0u8; 256];
     tokio::select! {

@@ -1,12 +1,10 @@
 //! The stream (Iggy) protocol port.
 
-use tokio::net::TcpStream;
-
-use crate::listener::ConnectionContext;
+use crate::listener::{Conn, ConnectionContext};
 
 /// Serves one stream-protocol connection.
 ///
 /// The command catalog is not served yet: a connection that sends bytes is closed cleanly.
-pub async fn serve_connection(socket: TcpStream, ctx: ConnectionContext) {
+pub async fn serve_connection(socket: Conn, ctx: ConnectionContext) {
     crate::listener::close_on_first_bytes(socket, ctx).await;
 }
