@@ -225,9 +225,25 @@ impl StorageBackend for FsBackend {
 // In-memory files with crash simulation and fault injection.
 
 /// In-memory files that can simulate a crash and inject faults. Cheap to clone (shared state).
-#[derive(Debug, Clone, Default)]
+///
+/// A clone belongs to the "process" that made it: after [`MemBackend::crash`], the
+/// [`StorageBackend`] methods of clones made before the crash fail (as would the system calls
+/// of a killed process), so a writer thread of the dead store cannot touch the recovered
+/// files. Open the store again with a fresh clone. The test helpers ([`MemBackend::crash`],
+/// [`MemBackend::read_file`], ...) work on any clone.
+#[derive(Debug, Default)]
 pub struct MemBackend {
     shared: Arc<MemShared>,
+    epoch: u64,
+}
+
+impl Clone for MemBackend {
+    fn clone(&self) -> Self {
+        MemBackend {
+            shared: Arc::clone(&self.shared),
+            epoch: self.shared.epoch.load(Ordering::Acquire),
+        }
+    }
 }
 
 #[derive(Debug, Default)]
@@ -473,6 +489,14 @@ impl MemBackend {
         })
     }
 
+    fn alive(&self) -> io::Result<()> {
+        if self.shared.epoch.load(Ordering::Acquire) == self.epoch {
+            Ok(())
+        } else {
+            Err(crashed())
+        }
+    }
+
     fn parent_exists(tree: &MemTree, path: &Path) -> bool {
         match path.parent() {
             None => true,
@@ -488,6 +512,7 @@ fn not_found() -> io::Error {
 
 impl StorageBackend for MemBackend {
     fn open(&self, path: &Path, mode: OpenMode) -> io::Result<Arc<dyn StorageFile>> {
+        self.alive()?;
         let mut tree = lock(&self.shared.tree);
         if !Self::parent_exists(&tree, path) {
             return Err(not_found());
@@ -510,6 +535,7 @@ impl StorageBackend for MemBackend {
     }
 
     fn list(&self, dir: &Path) -> io::Result<Vec<DirEntry>> {
+        self.alive()?;
         let tree = lock(&self.shared.tree);
         let is_root = dir.as_os_str().is_empty();
         if !is_root && !tree.dirs.contains(dir) {
@@ -540,6 +566,7 @@ impl StorageBackend for MemBackend {
     }
 
     fn create_dir_all(&self, dir: &Path) -> io::Result<()> {
+        self.alive()?;
         let mut tree = lock(&self.shared.tree);
         let mut current = PathBuf::new();
         for component in dir.components() {
@@ -553,11 +580,13 @@ impl StorageBackend for MemBackend {
     }
 
     fn remove_file(&self, path: &Path) -> io::Result<()> {
+        self.alive()?;
         let mut tree = lock(&self.shared.tree);
         tree.files.remove(path).map(|_| ()).ok_or_else(not_found)
     }
 
     fn remove_dir_all(&self, dir: &Path) -> io::Result<()> {
+        self.alive()?;
         let mut tree = lock(&self.shared.tree);
         if !tree.dirs.contains(dir) {
             return Err(not_found());
@@ -568,6 +597,7 @@ impl StorageBackend for MemBackend {
     }
 
     fn rename(&self, from: &Path, to: &Path) -> io::Result<()> {
+        self.alive()?;
         let mut tree = lock(&self.shared.tree);
         if !Self::parent_exists(&tree, to) {
             return Err(not_found());
@@ -578,6 +608,7 @@ impl StorageBackend for MemBackend {
     }
 
     fn sync_dir(&self, dir: &Path) -> io::Result<()> {
+        self.alive()?;
         let tree = lock(&self.shared.tree);
         if dir.as_os_str().is_empty() || tree.dirs.contains(dir) {
             Ok(())
@@ -693,6 +724,11 @@ mod tests {
         f.append(&[b"volatile"]).unwrap();
         backend.crash();
         assert!(f.append(&[b"x"]).is_err(), "old handle must be dead");
+        assert!(
+            backend.list(Path::new("")).is_err(),
+            "old backend clone must be dead"
+        );
+        let backend = backend.clone();
         let g = backend.open(Path::new("f"), OpenMode::Existing).unwrap();
         assert_eq!(g.len().unwrap(), 7);
     }
@@ -706,7 +742,10 @@ mod tests {
             f.sync().unwrap();
             f.append(&[b"defghijk"]).unwrap();
             backend.crash_with(|_, tail| tail[..keep].to_vec());
-            let g = backend.open(Path::new("f"), OpenMode::Existing).unwrap();
+            let g = backend
+                .clone()
+                .open(Path::new("f"), OpenMode::Existing)
+                .unwrap();
             assert_eq!(g.len().unwrap(), 3 + keep as u64);
         }
     }

@@ -6,6 +6,7 @@ pub mod error;
 pub mod file;
 pub mod format;
 pub mod log;
+pub mod partition;
 pub mod pool;
 
 pub use cache::Cache;
@@ -15,5 +16,10 @@ pub use file::{DirEntry, FsBackend, MemBackend, OpenMode, StorageBackend, Storag
 pub use log::{
     AckGate, Assigned, Durability, Log, LogBounds, LogConfig, OpenOptions, RecordMeta,
     RecoveryReport, SegmentSummary, StoredRecord, VerifyOnOpen,
+};
+pub use partition::{
+    AppendTicket, Appended, Partition, PartitionAddr, PartitionConfig, PartitionOpen,
+    PartitionStats, PollStrategy, Polled, RetentionPolicy, Stamp, StampWith, StampableBatch,
+    StoredBatch,
 };
 pub use pool::{CommitPool, CommitStatsSnapshot};

@@ -337,6 +337,8 @@ struct ActiveSegment {
     len: u64,
     synced_len: u64,
     last_index_pos: Option<u64>,
+    /// Entries of the in-memory index already in the index file.
+    index_written: usize,
     has_records: bool,
 }
 
@@ -1192,6 +1194,7 @@ impl Log {
             len: last.state.len,
             synced_len: last.state.len,
             last_index_pos: last.index.last().map(|e| e.position),
+            index_written: last.index.len(),
             has_records: last.state.end > last.state.base,
         };
         let next_seq = last.state.end;
@@ -1541,14 +1544,12 @@ impl Job for LogInner {
         self.room.notify_all();
 
         let mut group = Group::new();
-        let mut refused: Option<Arc<io::Error>> = None;
+        // Set once a write failed in this turn: every later item of the turn is refused with it.
+        let mut refused: Option<StorageErrorKind> =
+            writer.failed.clone().map(StorageErrorKind::Failed);
         for item in items {
-            if let Some(err) = writer.failed.clone() {
-                item.fail(&|| self.failed_error(&err));
-                continue;
-            }
-            if let Some(err) = refused.clone() {
-                item.fail(&|| self.no_space_error(&err));
+            if let Some(kind) = &refused {
+                item.fail(&|| self.error_for(kind));
                 continue;
             }
             match item {
@@ -1558,74 +1559,59 @@ impl Job for LogInner {
                     if needs_roll && len_after_group >= self.config.segment_size {
                         let outcome = self
                             .commit_group(&mut writer, &mut group)
-                            .and_then(|()| self.roll(&mut writer));
-                        if let Err(failure) = outcome {
-                            refused = self.handle_failure(&mut writer, failure);
-                            let err = refused.clone().or_else(|| writer.failed.clone());
-                            if let Some(err) = err {
-                                let is_fatal = writer.failed.is_some();
-                                record.done.complete(Err(if is_fatal {
-                                    self.failed_error(&err)
-                                } else {
-                                    self.no_space_error(&err)
-                                }));
+                            .and_then(|()| self.roll(&mut writer).map_err(|f| (f, Vec::new())));
+                        if let Err((failure, records)) = outcome {
+                            let kind = self.handle_failure(&mut writer, failure);
+                            for r in records.into_iter().chain(std::iter::once(record)) {
+                                r.done.complete(Err(self.error_for(&kind)));
                             }
+                            refused = Some(kind);
                             continue;
                         }
                     }
                     Self::push_record(&writer, &mut group, record);
                 }
                 Item::Flush(done) => {
+                    self.write_pending_index(&mut writer);
                     let outcome = self
                         .commit_group(&mut writer, &mut group)
-                        .and_then(|()| self.sync_active(&mut writer));
+                        .and_then(|()| self.sync_active(&mut writer).map_err(|f| (f, Vec::new())));
                     match outcome {
                         Ok(()) => done.complete(Ok(())),
-                        Err(failure) => {
-                            refused = self.handle_failure(&mut writer, failure);
-                            self.fail_with_current(&writer, refused.as_ref(), done);
+                        Err((failure, records)) => {
+                            let kind = self.handle_failure(&mut writer, failure);
+                            for r in records {
+                                r.done.complete(Err(self.error_for(&kind)));
+                            }
+                            done.complete(Err(self.error_for(&kind)));
+                            refused = Some(kind);
                         }
                     }
                 }
                 Item::Purge { base, done } => {
-                    let outcome = self
-                        .commit_group(&mut writer, &mut group)
-                        .and_then(|()| self.purge_now(&mut writer, base));
+                    let outcome = self.commit_group(&mut writer, &mut group).and_then(|()| {
+                        self.purge_now(&mut writer, base)
+                            .map_err(|f| (f, Vec::new()))
+                    });
                     match outcome {
                         Ok(()) => done.complete(Ok(())),
-                        Err(failure) => {
-                            refused = self.handle_failure(&mut writer, failure);
-                            self.fail_with_current(&writer, refused.as_ref(), done);
+                        Err((failure, records)) => {
+                            let kind = self.handle_failure(&mut writer, failure);
+                            for r in records {
+                                r.done.complete(Err(self.error_for(&kind)));
+                            }
+                            done.complete(Err(self.error_for(&kind)));
+                            refused = Some(kind);
                         }
                     }
                 }
             }
         }
-        if let Err(failure) = self.commit_group(&mut writer, &mut group) {
-            refused = self.handle_failure(&mut writer, failure);
-        }
-        if refused.is_some() || writer.failed.is_some() {
-            // Appends queued behind a refused group carry sequence numbers that will not exist:
-            // refuse them too and rewind admission to what was really written.
-            let err = writer.failed.clone().or(refused.clone());
-            let fatal = writer.failed.is_some();
-            let mut adm = lock(&self.admission);
-            let drained: Vec<Item> = adm.queue.drain(..).collect();
-            adm.queued_bytes = 0;
-            adm.next_seq = writer.next_seq;
-            adm.last_ts = writer.last_ts;
-            if fatal {
-                adm.failed.clone_from(&writer.failed);
-            }
-            drop(adm);
-            self.room.notify_all();
-            if let Some(err) = err {
-                for item in drained {
-                    if fatal {
-                        item.fail(&|| self.failed_error(&err));
-                    } else {
-                        item.fail(&|| self.no_space_error(&err));
-                    }
+        if refused.is_none() {
+            if let Err((failure, records)) = self.commit_group(&mut writer, &mut group) {
+                let kind = self.handle_failure(&mut writer, failure);
+                for r in records {
+                    r.done.complete(Err(self.error_for(&kind)));
                 }
             }
         }
@@ -1638,6 +1624,13 @@ impl Job for LogInner {
             true
         }
     }
+}
+
+/// The two ways a write can be refused, with the shared cause.
+#[derive(Clone)]
+enum StorageErrorKind {
+    NoSpace(Arc<io::Error>),
+    Failed(Arc<io::Error>),
 }
 
 impl LogInner {
@@ -1655,43 +1648,45 @@ impl LogInner {
         }
     }
 
-    fn fail_with_current(
-        &self,
-        writer: &Writer,
-        refused: Option<&Arc<io::Error>>,
-        done: Completer<()>,
-    ) {
-        if let Some(err) = &writer.failed {
-            done.complete(Err(self.failed_error(err)));
-        } else if let Some(err) = refused {
-            done.complete(Err(self.no_space_error(err)));
-        } else {
-            done.complete(Err(StorageError::Shutdown));
+    fn error_for(&self, kind: &StorageErrorKind) -> StorageError {
+        match kind {
+            StorageErrorKind::NoSpace(err) => self.no_space_error(err),
+            StorageErrorKind::Failed(err) => self.failed_error(err),
         }
     }
 
-    /// Records a failure; returns the no-space error when the log stays usable.
-    fn handle_failure(&self, writer: &mut Writer, failure: WriteFailure) -> Option<Arc<io::Error>> {
-        match failure {
-            WriteFailure::NoSpace(err) => Some(err),
+    /// Reacts to a failed write, **before** any waiter is told about it (so nobody can learn of
+    /// the failure and still slip an append in with a stale sequence number): appends queued
+    /// behind the failure carry sequence numbers that will never exist, so they are refused and
+    /// admission rewinds to what was really written. A fatal failure also fail-stops the log.
+    fn handle_failure(&self, writer: &mut Writer, failure: WriteFailure) -> StorageErrorKind {
+        let kind = match failure {
+            WriteFailure::NoSpace(err) => StorageErrorKind::NoSpace(err),
             WriteFailure::Fatal(err) => {
-                self.mark_failed(writer, &err);
-                None
+                if writer.failed.is_none() {
+                    tracing::error!(dir = %self.dir.display(), error = %err, "log fail-stopped");
+                    writer.failed = Some(Arc::clone(&err));
+                }
+                StorageErrorKind::Failed(err)
             }
+        };
+        let drained: Vec<Item> = {
+            let mut adm = lock(&self.admission);
+            if let StorageErrorKind::Failed(err) = &kind {
+                if adm.failed.is_none() {
+                    adm.failed = Some(Arc::clone(err));
+                }
+            }
+            adm.next_seq = writer.next_seq;
+            adm.last_ts = writer.last_ts;
+            adm.queued_bytes = 0;
+            adm.queue.drain(..).collect()
+        };
+        self.room.notify_all();
+        for item in drained {
+            item.fail(&|| self.error_for(&kind));
         }
-    }
-
-    /// Fail-stop: from now on every append is refused. Done before any waiter learns of the
-    /// failure, so nobody can observe the error and still get an append in.
-    fn mark_failed(&self, writer: &mut Writer, err: &Arc<io::Error>) {
-        if writer.failed.is_none() {
-            tracing::error!(dir = %self.dir.display(), error = %err, "log fail-stopped");
-            writer.failed = Some(Arc::clone(err));
-        }
-        let mut adm = lock(&self.admission);
-        if adm.failed.is_none() {
-            adm.failed = Some(Arc::clone(err));
-        }
+        kind
     }
 
     fn push_record(writer: &Writer, group: &mut Group, mut record: PendingRecord) {
@@ -1715,7 +1710,14 @@ impl LogInner {
     }
 
     /// Writes the group, syncs (per durability), publishes and acknowledges it.
-    fn commit_group(&self, writer: &mut Writer, group: &mut Group) -> Result<(), WriteFailure> {
+    ///
+    /// On failure the records not yet acknowledged are handed back, for the caller to refuse
+    /// after [`LogInner::handle_failure`].
+    fn commit_group(
+        &self,
+        writer: &mut Writer,
+        group: &mut Group,
+    ) -> Result<(), (WriteFailure, Vec<PendingRecord>)> {
         if group.records.is_empty() {
             return Ok(());
         }
@@ -1737,16 +1739,7 @@ impl LogInner {
                 Ok(()) => WriteFailure::Fatal(Arc::clone(&err)),
                 Err(e2) => WriteFailure::Fatal(Arc::new(e2)),
             };
-            if let WriteFailure::Fatal(err) = &failure {
-                self.mark_failed(writer, err);
-            }
-            for record in group.records {
-                record.done.complete(Err(match &failure {
-                    WriteFailure::NoSpace(err) => self.no_space_error(err),
-                    WriteFailure::Fatal(err) => self.failed_error(err),
-                }));
-            }
-            return Err(failure);
+            return Err((failure, group.records));
         }
         drop(parts);
         writer.active.len += group.bytes;
@@ -1770,12 +1763,7 @@ impl LogInner {
         let ack_before_sync = !matches!(self.config.durability, Durability::Fsync);
         if sync_now && !ack_before_sync {
             if let Err(failure) = self.sync_active(writer) {
-                let (WriteFailure::Fatal(err) | WriteFailure::NoSpace(err)) = &failure;
-                self.mark_failed(writer, err);
-                for record in group.records {
-                    record.done.complete(Err(self.failed_error(err)));
-                }
-                return Err(failure);
+                return Err((failure, group.records));
             }
         }
         let end_seq = group
@@ -1784,12 +1772,7 @@ impl LogInner {
             .map_or(writer.next_seq, |r| r.header.end_seq());
         if let Some(gate) = &self.gate {
             if let Err(e) = gate.before_ack(end_seq) {
-                let err = Arc::new(e);
-                self.mark_failed(writer, &err);
-                for record in group.records {
-                    record.done.complete(Err(self.failed_error(&err)));
-                }
-                return Err(WriteFailure::Fatal(err));
+                return Err((WriteFailure::Fatal(Arc::new(e)), group.records));
             }
         }
 
@@ -1810,9 +1793,7 @@ impl LogInner {
                 writer.active.last_index_pos = Some(*position);
             }
         }
-        if !new_entries.is_empty() {
-            self.append_index_entries(writer, &new_entries);
-        }
+        let index_grew = !new_entries.is_empty();
 
         // Publish, then acknowledge.
         let first_ts = group.records.first().map(|r| r.header.timestamp);
@@ -1837,6 +1818,9 @@ impl LogInner {
             seg.max_ts = last_ts.or(seg.max_ts);
             view.active_index.extend(new_entries);
         }
+        if index_grew || writer.active.index_written < self.view_index_len() {
+            self.write_pending_index(writer);
+        }
         for record in group.records {
             let meta = RecordMeta {
                 seq: record.header.seq,
@@ -1848,21 +1832,41 @@ impl LogInner {
             record.done.complete(Ok(meta));
         }
         if sync_now && ack_before_sync {
-            self.sync_active(writer)?;
+            self.sync_active(writer).map_err(|f| (f, Vec::new()))?;
         }
         Ok(())
     }
 
-    fn append_index_entries(&self, writer: &mut Writer, entries: &[IndexEntry]) {
-        let Some(index) = &writer.active.index_file else {
+    fn view_index_len(&self) -> usize {
+        lock(&self.view).active_index.len()
+    }
+
+    /// Appends the active segment's index entries not yet in its file. On failure (a full
+    /// disk) the partial entry is cut off and the entries are retried with the next group; the
+    /// index is derived data, so a file that cannot be repaired is abandoned and rebuilt at the
+    /// next open.
+    fn write_pending_index(&self, writer: &mut Writer) {
+        let Some(index) = writer.active.index_file.clone() else {
             return;
         };
-        let bytes: Vec<u8> = entries.iter().flat_map(IndexEntry::encode).collect();
-        if let Err(e) = index.append(&[&bytes]) {
-            // The index is derived data: stop maintaining the file, keep the in-memory entries,
-            // and let the next open rebuild it.
-            tracing::warn!(dir = %self.dir.display(), error = %e, "index append failed; it will be rebuilt at next open");
-            writer.active.index_file = None;
+        let pending: Vec<IndexEntry> =
+            lock(&self.view).active_index[writer.active.index_written..].to_vec();
+        if pending.is_empty() {
+            return;
+        }
+        let bytes: Vec<u8> = pending.iter().flat_map(IndexEntry::encode).collect();
+        match index.append(&[&bytes]) {
+            Ok(()) => writer.active.index_written += pending.len(),
+            Err(e) => {
+                let keep =
+                    (INDEX_HEADER_LEN + writer.active.index_written * INDEX_ENTRY_LEN) as u64;
+                if let Err(e2) = index.truncate(keep) {
+                    tracing::warn!(dir = %self.dir.display(), error = %e2, "index repair failed; it will be rebuilt at next open");
+                    writer.active.index_file = None;
+                } else {
+                    tracing::warn!(dir = %self.dir.display(), error = %e, "index append failed; retrying with the next write");
+                }
+            }
         }
     }
 
@@ -1887,6 +1891,7 @@ impl LogInner {
     fn roll(&self, writer: &mut Writer) -> Result<(), WriteFailure> {
         // Invariant 3: the old segment is durable before its successor exists.
         self.sync_active(writer)?;
+        self.write_pending_index(writer);
         let base = writer.next_seq;
         let (file, index_file) = match create_segment(&*self.backend, &self.dir, base) {
             Ok(pair) => pair,
@@ -1902,6 +1907,7 @@ impl LogInner {
                 len: SEGMENT_HEADER_LEN as u64,
                 synced_len: SEGMENT_HEADER_LEN as u64,
                 last_index_pos: None,
+                index_written: 0,
                 has_records: false,
             },
         );
@@ -1971,6 +1977,7 @@ impl LogInner {
             len: SEGMENT_HEADER_LEN as u64,
             synced_len: SEGMENT_HEADER_LEN as u64,
             last_index_pos: None,
+            index_written: 0,
             has_records: false,
         };
         writer.next_seq = base;

@@ -28,7 +28,7 @@ impl Harness {
 
     fn open_with(&self, options: OpenOptions) -> Result<(Log, RecoveryReport)> {
         Log::open(
-            Arc::clone(&self.backend),
+            Arc::new(self.mem.clone()),
             "log",
             self.config,
             &self.pool,
