@@ -6,6 +6,7 @@ pub mod error;
 pub mod file;
 pub mod format;
 pub mod log;
+pub mod metadata;
 pub mod partition;
 pub mod pool;
 
