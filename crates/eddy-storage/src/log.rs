@@ -287,12 +287,20 @@ pub struct RecoveryReport {
     pub removed: Vec<PathBuf>,
 }
 
-/// Called by the writer before it acknowledges records: gives an upper layer the chance to make
-/// something durable first (the partition persists its offset frontier here).
-pub trait AckGate: Send + Sync + fmt::Debug {
-    /// `end_seq` is the sequence number after the last record about to be acknowledged. An error
-    /// fail-stops the log.
+/// Called by the writer around acknowledgements, so an upper layer can act in log order on
+/// the writer thread: the partition persists its offset frontier in `before_ack`; the metadata
+/// store hands durable operations to its applier there and forgets refused ones in
+/// `on_refused`.
+pub trait CommitHook: Send + Sync + fmt::Debug {
+    /// Records up to (not including) `end_seq` are durable (written, for background durability)
+    /// and about to be acknowledged. An error fail-stops the log.
     fn before_ack(&self, end_seq: u64) -> io::Result<()>;
+
+    /// Every queued record from `next_seq` on was refused with `error()`. Called under the
+    /// log's admission lock (so no append can slip in between): do not append from here.
+    fn on_refused(&self, next_seq: u64, error: &dyn Fn() -> StorageError) {
+        let _ = (next_seq, error);
+    }
 }
 
 // ------------------------------------------------------------------------------------------------
@@ -320,6 +328,8 @@ impl Item {
 }
 
 struct Admission {
+    /// Incremented whenever queued appends are refused (see [`Assigned::epoch`]).
+    epoch: u64,
     next_seq: u64,
     last_ts: u64,
     queue: VecDeque<Item>,
@@ -406,7 +416,7 @@ pub(crate) struct LogInner {
     config: LogConfig,
     cache: Arc<Cache>,
     pool: Arc<PoolShared>,
-    gate: Option<Arc<dyn AckGate>>,
+    hook: Option<Arc<dyn CommitHook>>,
     admission: Mutex<Admission>,
     room: Condvar,
     writer: Mutex<Writer>,
@@ -448,8 +458,8 @@ pub struct OpenOptions {
     /// The next sequence number must be at least this (an offset frontier persisted by an upper
     /// layer). If recovery ends lower, a new segment is started at this sequence number.
     pub min_next_seq: u64,
-    /// Called before acknowledgements (see [`AckGate`]).
-    pub gate: Option<Arc<dyn AckGate>>,
+    /// Called around acknowledgements (see [`CommitHook`]).
+    pub hook: Option<Arc<dyn CommitHook>>,
 }
 
 // ------------------------------------------------------------------------------------------------
@@ -1210,8 +1220,9 @@ impl Log {
             config,
             cache,
             pool,
-            gate: options.gate,
+            hook: options.hook,
             admission: Mutex::new(Admission {
+                epoch: 0,
                 next_seq,
                 last_ts: max_ts_all,
                 queue: VecDeque::new(),
@@ -1268,6 +1279,9 @@ pub struct Assigned {
     pub seq: u64,
     /// The record's timestamp: `max(now, previous timestamp)`.
     pub timestamp: u64,
+    /// The log's refusal epoch: it changes whenever queued appends were refused (a full disk),
+    /// which tells a caller that validated against speculative state to start over.
+    pub epoch: u64,
 }
 
 impl Log {
@@ -1302,6 +1316,7 @@ impl Log {
             let assigned = Assigned {
                 seq: adm.next_seq,
                 timestamp: now.max(adm.last_ts),
+                epoch: adm.epoch,
             };
             build(assigned).map(|payload| (assigned, payload))
         })
@@ -1312,13 +1327,19 @@ impl Log {
     /// number and `timestamp` must not be below the last one.
     pub fn append_assigned(
         &self,
-        assigned: Assigned,
+        seq: u64,
+        timestamp: u64,
         count: u32,
         tag: u32,
         payload: Bytes,
     ) -> Result<Completion<RecordMeta>> {
         let dir = self.inner.dir.clone();
         self.enqueue(count, tag, move |adm| {
+            let assigned = Assigned {
+                seq,
+                timestamp,
+                epoch: adm.epoch,
+            };
             if assigned.seq != adm.next_seq {
                 return Err(StorageError::OutOfOrder {
                     path: dir,
@@ -1335,6 +1356,11 @@ impl Log {
             }
             Ok((assigned, payload))
         })
+    }
+
+    /// The refusal epoch (see [`Assigned::epoch`]).
+    pub fn current_epoch(&self) -> u64 {
+        lock(&self.inner.admission).epoch
     }
 
     /// The next sequence number an append would get right now (including queued appends).
@@ -1680,6 +1706,10 @@ impl LogInner {
             adm.next_seq = writer.next_seq;
             adm.last_ts = writer.last_ts;
             adm.queued_bytes = 0;
+            adm.epoch += 1;
+            if let Some(hook) = &self.hook {
+                hook.on_refused(writer.next_seq, &|| self.error_for(&kind));
+            }
             adm.queue.drain(..).collect()
         };
         self.room.notify_all();
@@ -1770,8 +1800,8 @@ impl LogInner {
             .records
             .last()
             .map_or(writer.next_seq, |r| r.header.end_seq());
-        if let Some(gate) = &self.gate {
-            if let Err(e) = gate.before_ack(end_seq) {
+        if let Some(hook) = &self.hook {
+            if let Err(e) = hook.before_ack(end_seq) {
                 return Err((WriteFailure::Fatal(Arc::new(e)), group.records));
             }
         }

@@ -47,7 +47,7 @@ use crate::error::{Corruption, IoOp, Result, StorageError};
 use crate::file::{OpenMode, StorageBackend};
 use crate::format::FORMAT_VERSION;
 use crate::log::{
-    AckGate, Assigned, Durability, Log, LogConfig, OpenOptions, RecordMeta, RecoveryReport,
+    Assigned, CommitHook, Durability, Log, LogConfig, OpenOptions, RecordMeta, RecoveryReport,
     SegmentSummary, StoredRecord,
 };
 use crate::pool::PoolShared;
@@ -401,7 +401,7 @@ impl StateFile {
     }
 }
 
-impl AckGate for StateFile {
+impl CommitHook for StateFile {
     fn before_ack(&self, end_seq: u64) -> io::Result<()> {
         if end_seq <= self.persisted.load(Ordering::Acquire) {
             return Ok(());
@@ -557,9 +557,9 @@ impl Partition {
             }
             Some(_) => {}
         }
-        let gate: Option<Arc<dyn AckGate>> = match config.log.durability {
+        let hook: Option<Arc<dyn CommitHook>> = match config.log.durability {
             Durability::Fsync => None,
-            Durability::Background { .. } => Some(Arc::clone(&state) as Arc<dyn AckGate>),
+            Durability::Background { .. } => Some(Arc::clone(&state) as Arc<dyn CommitHook>),
         };
         let (log, report) = Log::open_shared(
             backend,
@@ -570,7 +570,7 @@ impl Partition {
             OpenOptions {
                 initial_seq: 0,
                 min_next_seq: frontier,
-                gate,
+                hook,
             },
         )?;
         Ok((
@@ -640,15 +640,9 @@ impl Partition {
         bytes: Bytes,
     ) -> Result<AppendTicket> {
         let _guard = self.admission();
-        let inner = self.log.append_assigned(
-            Assigned {
-                seq: base_offset,
-                timestamp,
-            },
-            message_count,
-            0,
-            bytes,
-        )?;
+        let inner = self
+            .log
+            .append_assigned(base_offset, timestamp, message_count, 0, bytes)?;
         Ok(AppendTicket { inner, base_offset })
     }
 

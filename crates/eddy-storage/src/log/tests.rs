@@ -635,46 +635,20 @@ fn append_assigned_checks_order() {
     let h = Harness::new(small());
     let (log, _) = h.open().unwrap();
     let ok = log
-        .append_assigned(
-            Assigned {
-                seq: 0,
-                timestamp: 5,
-            },
-            3,
-            9,
-            Bytes::from_static(b"abc"),
-        )
+        .append_assigned(0, 5, 3, 9, Bytes::from_static(b"abc"))
         .unwrap()
         .wait()
         .unwrap();
     assert_eq!((ok.seq, ok.count, ok.tag, ok.timestamp), (0, 3, 9, 5));
     assert!(matches!(
-        log.append_assigned(
-            Assigned {
-                seq: 5,
-                timestamp: 5
-            },
-            1,
-            0,
-            Bytes::new()
-        ),
+        log.append_assigned(5, 5, 1, 0, Bytes::new()),
         Err(StorageError::OutOfOrder {
             expected: 3,
             found: 5,
             ..
         })
     ));
-    assert!(log
-        .append_assigned(
-            Assigned {
-                seq: 3,
-                timestamp: 4
-            },
-            1,
-            0,
-            Bytes::new()
-        )
-        .is_err());
+    assert!(log.append_assigned(3, 4, 1, 0, Bytes::new()).is_err());
     assert!(log.append_with(0, 0, 0, |_| Ok(Bytes::new())).is_err());
 }
 
