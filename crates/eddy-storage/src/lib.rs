@@ -11,7 +11,7 @@
 //!
 //! # Layers
 //!
-//! * [`file`]: the small file trait ([`StorageFile`]: `read_at`, `append`, `len`, `truncate`,
+//! * [`file`](mod@file): the small file trait ([`StorageFile`]: `read_at`, `append`, `len`, `truncate`,
 //!   `sync`) and its backends: [`FsBackend`] (real files) and [`MemBackend`] (in memory, with
 //!   crash simulation and fault injection for tests).
 //! * [`log`]: the one log machinery ([`Log`]): segments, records, sparse indexes, group commit,

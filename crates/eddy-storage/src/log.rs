@@ -10,7 +10,7 @@
 //!
 //! [`Log::append_with`] assigns the next sequence number and a non-decreasing timestamp under
 //! the log's admission lock, lets the caller build (stamp) the payload with them, and queues the
-//! record. The log's writer (one turn at a time on the [`CommitPool`](crate::CommitPool))
+//! record. The log's writer (one turn at a time on the [`CommitPool`])
 //! drains the queue, writes every pending record in one vectored append, issues **one**
 //! `fdatasync`, publishes the records to readers and completes every acknowledgement. With
 //! [`Durability::Background`] the writer acknowledges after the write and syncs when the
