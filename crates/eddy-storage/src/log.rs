@@ -79,7 +79,8 @@ pub const DEFAULT_SEGMENT_SIZE: u64 = 1024 * 1024 * 1024;
 pub const DEFAULT_INDEX_INTERVAL: u64 = 64 * 1024;
 /// Default bound on the bytes one group commit writes (a larger record is written alone).
 pub const DEFAULT_MAX_GROUP_BYTES: u64 = 16 * 1024 * 1024;
-/// Appends block while this many payload bytes are queued on one log (back-pressure).
+/// Appends block while this many record bytes (headers included) are queued on one log
+/// (back-pressure).
 pub const MAX_QUEUED_BYTES: u64 = 256 * 1024 * 1024;
 /// Read size used by recovery scans and torn-tail searches.
 const SCAN_CHUNK: u64 = 1024 * 1024;
@@ -1418,12 +1419,12 @@ impl Log {
             timestamp: assigned.timestamp,
             synced_len: 0, // set by the writer
             tag,
-            payload_crc: crc32c::crc32c(&payload),
+            payload_crc: 0, // computed by the writer, outside the admission lock
         };
         let (done, completion) = completion();
         adm.next_seq = header.end_seq();
         adm.last_ts = assigned.timestamp;
-        adm.queued_bytes += u64::from(len);
+        adm.queued_bytes += header.record_len();
         adm.queue.push_back(Item::Append(PendingRecord {
             header,
             payload,
@@ -1557,7 +1558,7 @@ impl Job for LogInner {
                 bytes += size;
                 let item = adm.queue.pop_front().expect("front exists");
                 if let Item::Append(r) = &item {
-                    adm.queued_bytes -= u64::from(r.header.payload_len);
+                    adm.queued_bytes -= r.header.record_len();
                 }
                 taken.push(item);
             }
@@ -1732,6 +1733,7 @@ impl LogInner {
         );
         let position = writer.active.len + group.bytes;
         record.header.synced_len = writer.active.synced_len;
+        record.header.payload_crc = crc32c::crc32c(&record.payload);
         debug_assert!(record.header.synced_len <= position);
         group.headers.push(record.header.encode());
         group.positions.push(position);
