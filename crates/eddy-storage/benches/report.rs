@@ -397,7 +397,9 @@ fn rss_report() {
 
 fn rss_child(dir: &Path) {
     let before = rss_kib();
+    let start = Instant::now();
     let store = open_store(dir, StoreConfig::default());
+    let recovered_in = start.elapsed();
     let after_open = rss_kib();
     let mut segments = 0;
     for p in 0..PARTITIONS {
@@ -416,10 +418,12 @@ fn rss_child(dir: &Path) {
     }
     let after_polls = rss_kib();
     out(&format!(
-        "RSS: {} MiB at start, {} MiB after recovering {PARTITIONS} partitions ({segments} segments), \
-         {} MiB after polling through all of them (goal < 256 MiB at 10 GB)",
+        "RSS: {} MiB at start, {} MiB after recovering {PARTITIONS} partitions ({segments} segments, \
+         full verification in {:.1} s), {} MiB after polling through all of them \
+         (goal < 256 MiB at 10 GB)",
         before / 1024,
         after_open / 1024,
+        recovered_in.as_secs_f64(),
         after_polls / 1024
     ));
     store.close().expect("close");
