@@ -445,7 +445,7 @@ mod tests {
         for len in 0..bytes.len() {
             match decode_request_frame(&bytes[..len], LIMITS).unwrap() {
                 Decoded::NeedMore { needed } if len < HEADER_LEN => {
-                    assert_eq!(needed, HEADER_LEN - len)
+                    assert_eq!(needed, HEADER_LEN - len);
                 }
                 Decoded::NeedMore { needed } => assert_eq!(needed, bytes.len() - len),
                 Decoded::Frame(_) => panic!("frame from a {len}-byte prefix"),
