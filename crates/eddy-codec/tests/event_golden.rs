@@ -5,12 +5,14 @@ use std::collections::BTreeMap;
 
 use bytes::Bytes;
 use eddy_codec::event::{
-    decode_request, decode_response, encode_request, encode_response, AccessLevel, AggregateDetailsRequest,
-    AggregateEventBatch, AggregateKey, ErrorResponse, Event, EventBody, EventRequest, EventResponse, IdentifyResponse,
-    ReadResponse, ServerError, SingleAggregateWrite, WatchResponse, WriteRequest,
+    decode_request, decode_response, encode_request, encode_response, AccessLevel,
+    AggregateDetailsRequest, AggregateEventBatch, AggregateKey, ErrorResponse, Event, EventBody,
+    EventRequest, EventResponse, IdentifyResponse, ReadResponse, ServerError, SingleAggregateWrite,
+    WatchResponse, WriteRequest,
 };
 use eddy_wire::event::{
-    decode_request_frame, decode_response_frame, Decoded, FrameLimits, ProtocolVersion, DEFAULT_MAX_RESPONSE_LEN,
+    decode_request_frame, decode_response_frame, Decoded, FrameLimits, ProtocolVersion,
+    DEFAULT_MAX_RESPONSE_LEN,
 };
 
 /// Parses the spec's hex notation: space-separated bytes, `00x15` meaning fifteen `00`s.
@@ -81,18 +83,14 @@ fn aggregate_details_request_both_encodings() {
         correlation_id: Some(1),
         aggregate_key: AggregateKey::new(1, 2, 3),
     });
-    let v2 = hex(
-        "02 00 00 00  01 00 00 00  41 00 00 00  41 00 00 00  00
-         01  01 00x15  01 00x15  02 00x15  03 00x15",
-    );
+    let v2 = hex("02 00 00 00  01 00 00 00  41 00 00 00  41 00 00 00  00
+         01  01 00x15  01 00x15  02 00x15  03 00x15");
     assert_eq!(v2.len(), 82);
     assert_eq!(request_frame(&request, ProtocolVersion::V2), v2);
     assert_eq!(decode_request_bytes(&v2), request);
 
-    let v3 = hex(
-        "03 00 00 00  01 00 00 00  4a 00 00 00  4a 00 00 00  00
-         92  c4 10 00x15 01  93  c4 10 00x15 01  c4 10 00x15 02  c4 10 00x15 03",
-    );
+    let v3 = hex("03 00 00 00  01 00 00 00  4a 00 00 00  4a 00 00 00  00
+         92  c4 10 00x15 01  93  c4 10 00x15 01  c4 10 00x15 02  c4 10 00x15 03");
     assert_eq!(v3.len(), 91);
     assert_eq!(request_frame(&request, ProtocolVersion::V3), v3);
     assert_eq!(decode_request_bytes(&v3), request);
@@ -120,8 +118,7 @@ fn example_a() -> EventRequest {
 #[test]
 fn example_a_write_request_v2() {
     let mut frame = hex("02 00 00 00 03 00 00 00 a6 00 00 00 a6 00 00 00 00");
-    let body = hex(
-        "01 02 00x15
+    let body = hex("01 02 00x15
          42 00x15
          00
          01 00 00 00 00 00 00 00
@@ -137,8 +134,7 @@ fn example_a_write_request_v2() {
          00
          01
          01 00 00 00 00 00 00 00 00
-         01",
-    );
+         01");
     assert_eq!(body.len(), 166);
     frame.extend_from_slice(&body);
     assert_eq!(request_frame(&example_a(), ProtocolVersion::V2), frame);
@@ -148,8 +144,7 @@ fn example_a_write_request_v2() {
 #[test]
 fn example_a_write_request_v3() {
     let mut frame = hex("03 00 00 00 03 00 00 00 7c 00 00 00 7c 00 00 00 00");
-    let body = hex(
-        "94
+    let body = hex("94
          c4 10 00x15 02
          c4 10 00x15 42
          c0
@@ -165,8 +160,7 @@ fn example_a_write_request_v3() {
          c0
          c3
          00
-         c3",
-    );
+         c3");
     assert_eq!(body.len(), 124);
     frame.extend_from_slice(&body);
     assert_eq!(request_frame(&example_a(), ProtocolVersion::V3), frame);
@@ -188,17 +182,26 @@ fn example_b_error_response_2003() {
     v2.extend_from_slice(message);
     assert_eq!(v2.len(), 81);
     assert_eq!(error.to_body(ProtocolVersion::V2), v2);
-    assert_eq!(ErrorResponse::decode_body(ProtocolVersion::V2, &v2).unwrap(), error);
+    assert_eq!(
+        ErrorResponse::decode_body(ProtocolVersion::V2, &v2).unwrap(),
+        error
+    );
 
     let mut v3 = hex("93  c4 10 00x15 02  cd 07 d3  d9 34");
     v3.extend_from_slice(message);
     assert_eq!(v3.len(), 76);
     assert_eq!(error.to_body(ProtocolVersion::V3), v3);
-    assert_eq!(ErrorResponse::decode_body(ProtocolVersion::V3, &v3).unwrap(), error);
+    assert_eq!(
+        ErrorResponse::decode_body(ProtocolVersion::V3, &v3).unwrap(),
+        error
+    );
 
     // As a whole frame: response type 7, fixed, uncompressed.
     let frame = response_frame(&EventResponse::Error(error.clone()), ProtocolVersion::V3);
-    assert_eq!(frame[..17], hex("03 00 00 00 07 00 00 00 4c 00 00 00 4c 00 00 00 00")[..]);
+    assert_eq!(
+        frame[..17],
+        hex("03 00 00 00 07 00 00 00 4c 00 00 00 4c 00 00 00 00")[..]
+    );
     assert_eq!(decode_response_bytes(&frame), EventResponse::Error(error));
 }
 
@@ -216,8 +219,14 @@ fn example_c(access_level: AccessLevel) -> IdentifyResponse {
 fn example_c_identify_response_access_level() {
     let v2_rw = hex("00  01 34 12 00x14  01 00 00 00 00  01 02 00x7 61 62  01 02 00x7 01 c8");
     let v2_ro = hex("00  01 34 12 00x14  01 01 00 00 00  01 02 00x7 61 62  01 02 00x7 01 c8");
-    assert_eq!(example_c(AccessLevel::ReadWrite).to_body(ProtocolVersion::V2), v2_rw);
-    assert_eq!(example_c(AccessLevel::ReadOnly).to_body(ProtocolVersion::V2), v2_ro);
+    assert_eq!(
+        example_c(AccessLevel::ReadWrite).to_body(ProtocolVersion::V2),
+        v2_rw
+    );
+    assert_eq!(
+        example_c(AccessLevel::ReadOnly).to_body(ProtocolVersion::V2),
+        v2_ro
+    );
     assert_eq!(
         IdentifyResponse::decode_body(ProtocolVersion::V2, &v2_rw).unwrap(),
         example_c(AccessLevel::ReadWrite)
@@ -240,7 +249,10 @@ fn example_c_identify_response_access_level() {
     );
     // Ours (the spec's recommendation): the last field as bin.
     let ours = hex("95 c0 c4 10 00x14 12 34 01 a2 61 62 c4 02 01 c8");
-    assert_eq!(example_c(AccessLevel::ReadWrite).to_body(ProtocolVersion::V3), ours);
+    assert_eq!(
+        example_c(AccessLevel::ReadWrite).to_body(ProtocolVersion::V3),
+        ours
+    );
     assert_eq!(
         IdentifyResponse::decode_body(ProtocolVersion::V3, &ours).unwrap(),
         example_c(AccessLevel::ReadWrite)
@@ -278,5 +290,8 @@ fn example_e_read_response_v3() {
             .as_str(),
     );
     assert_eq!(response.to_body(ProtocolVersion::V3), body);
-    assert_eq!(ReadResponse::decode_body(ProtocolVersion::V3, &body).unwrap(), response);
+    assert_eq!(
+        ReadResponse::decode_body(ProtocolVersion::V3, &body).unwrap(),
+        response
+    );
 }
