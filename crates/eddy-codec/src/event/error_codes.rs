@@ -210,6 +210,19 @@ error_codes! {
     ServerBusy = 11000, "SERVER_BUSY", KeepOpen;
 }
 
+impl ErrorCode {
+    /// An `ErrorResponse` with this code and a hand-built context, for the rare case where
+    /// a [`ServerError`] variant does not fit (prefer the typed variants: they carry the key
+    /// spellings clients parse). The JSON is shortened to fit like every other message.
+    pub fn response(self, correlation_id: Option<u128>, context: &JsonObject) -> ErrorResponse {
+        ErrorResponse {
+            correlation_id,
+            error_code: self.code(),
+            error_message: context.render(MAX_ERROR_MESSAGE_LEN),
+        }
+    }
+}
+
 /// Why an API key was refused (10006); each reason has upstream's sentence.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub enum InvalidKeyReason {
@@ -923,6 +936,24 @@ mod tests {
             assert_eq!(response.correlation_id, Some(42));
             assert_eq!(response.error_code, code);
         }
+    }
+
+    #[test]
+    fn hand_built_contexts_use_the_same_rules() {
+        let response = ErrorCode::WriteFsyncError.response(
+            Some(3),
+            &JsonObject::new()
+                .uint("divergent_wal_seq", 9)
+                .uint("barrier", 4),
+        );
+        assert_eq!(response.error_code, 2008);
+        assert_eq!(
+            response.error_message,
+            r#"{"divergent_wal_seq":9,"barrier":4}"#
+        );
+        let long = ErrorCode::ReadFetchDatablocks
+            .response(None, &JsonObject::new().str("detail", "z".repeat(5000)));
+        assert!(long.error_message.len() <= MAX_ERROR_MESSAGE_LEN);
     }
 
     #[test]
