@@ -91,7 +91,7 @@ impl Compression {
 pub struct EventHeader {
     /// Body encoding.
     pub version: ProtocolVersion,
-    /// Request or response type id (not yet checked against a table: see [`super::frame`]).
+    /// Request or response type id (not yet checked against a table: see [`super::decode_request_frame`]).
     pub message_type: u32,
     /// Body bytes on the wire.
     pub compressed_length: u32,
