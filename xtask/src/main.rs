@@ -7,6 +7,8 @@
 //! - `cargo xtask soak SECONDS`: the long crash-and-recover soaks (SIGKILL loops).
 //! - `cargo xtask train-dict`: train the event protocol's default zstd dictionary.
 
+mod train_dict;
+
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
@@ -39,7 +41,7 @@ fn main() -> Result<()> {
             [seconds] => soak(seconds.parse().context("SECONDS")?),
             _ => bail!("usage: cargo xtask soak SECONDS"),
         },
-        "train-dict" => bail!("train-dict is not available in this build"),
+        "train-dict" => train_dict::run(rest),
         "help" | "--help" | "-h" => {
             print_help();
             Ok(())
@@ -56,7 +58,8 @@ fn print_help() {
          fuzz-all SECONDS        run every fuzz target for SECONDS each\n\
          bench [ARGS...]         criterion benches of every crate; ARGS go to criterion\n\
          soak SECONDS            crash-and-recover soaks (SIGKILL loops) for SECONDS\n\
-         train-dict              train the default zstd dictionary of the event protocol"
+         train-dict [--check]    train the default zstd dictionary of the event protocol\n\
+                                 (--check: retrain and compare with the committed one)"
     );
 }
 

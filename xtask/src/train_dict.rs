@@ -50,10 +50,14 @@ fn parse(args: &[String]) -> anyhow::Result<Options> {
         match arg.as_str() {
             "--out" => options.out = PathBuf::from(value("--out")?),
             "--samples" => options.samples = value("--samples")?.parse().context("--samples")?,
-            "--max-size" => options.max_size = value("--max-size")?.parse().context("--max-size")?,
+            "--max-size" => {
+                options.max_size = value("--max-size")?.parse().context("--max-size")?
+            }
             "--seed" => options.seed = value("--seed")?.parse().context("--seed")?,
             "--check" => options.check = true,
-            other => bail!("unknown option {other:?} (expected --out, --samples, --max-size, --seed, --check)"),
+            other => bail!(
+                "unknown option {other:?} (expected --out, --samples, --max-size, --seed, --check)"
+            ),
         }
     }
     if !(1..=MAX_SAMPLES).contains(&options.samples) {
@@ -68,11 +72,15 @@ fn parse(args: &[String]) -> anyhow::Result<Options> {
 /// Entry point of `cargo xtask train-dict ARGS`.
 pub fn run(args: &[String]) -> anyhow::Result<()> {
     let options = parse(args)?;
-    let samples: Vec<Vec<u8>> = SampleEvents::new(options.seed).take(options.samples).collect();
+    let samples: Vec<Vec<u8>> = SampleEvents::new(options.seed)
+        .take(options.samples)
+        .collect();
     let corpus_len: usize = samples.iter().map(Vec::len).sum();
-    let dict = zstd::dict::from_samples(&samples, options.max_size).context("zstd dictionary training failed")?;
+    let dict = zstd::dict::from_samples(&samples, options.max_size)
+        .context("zstd dictionary training failed")?;
     // Refuse to write anything the server would refuse to load.
-    let loaded = Dictionary::from_bytes(dict.clone(), DEFAULT_COMPRESSION_LEVEL).context("trained dictionary does not load")?;
+    let loaded = Dictionary::from_bytes(dict.clone(), DEFAULT_COMPRESSION_LEVEL)
+        .context("trained dictionary does not load")?;
     let mut stdout = std::io::stdout().lock();
     writeln!(
         stdout,
@@ -82,7 +90,8 @@ pub fn run(args: &[String]) -> anyhow::Result<()> {
         loaded.sha256_hex()
     )?;
     if options.check {
-        let existing = std::fs::read(&options.out).with_context(|| format!("reading {}", options.out.display()))?;
+        let existing = std::fs::read(&options.out)
+            .with_context(|| format!("reading {}", options.out.display()))?;
         if existing != dict {
             bail!(
                 "{} (sha256 {}) differs from a fresh training run",
@@ -94,9 +103,11 @@ pub fn run(args: &[String]) -> anyhow::Result<()> {
         return Ok(());
     }
     if let Some(parent) = options.out.parent() {
-        std::fs::create_dir_all(parent).with_context(|| format!("creating {}", parent.display()))?;
+        std::fs::create_dir_all(parent)
+            .with_context(|| format!("creating {}", parent.display()))?;
     }
-    std::fs::write(&options.out, &dict).with_context(|| format!("writing {}", options.out.display()))?;
+    std::fs::write(&options.out, &dict)
+        .with_context(|| format!("writing {}", options.out.display()))?;
     writeln!(stdout, "wrote {}", options.out.display())?;
     Ok(())
 }
