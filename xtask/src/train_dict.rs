@@ -51,7 +51,7 @@ fn parse(args: &[String]) -> anyhow::Result<Options> {
             "--out" => options.out = PathBuf::from(value("--out")?),
             "--samples" => options.samples = value("--samples")?.parse().context("--samples")?,
             "--max-size" => {
-                options.max_size = value("--max-size")?.parse().context("--max-size")?
+                options.max_size = value("--max-size")?.parse().context("--max-size")?;
             }
             "--seed" => options.seed = value("--seed")?.parse().context("--seed")?,
             "--check" => options.check = true,
