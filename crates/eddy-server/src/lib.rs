@@ -206,7 +206,7 @@ impl Server {
                 "the root password is the published default; set EDDY_ROOT_PASSWORD before exposing this server"
             );
         }
-        let metrics = Metrics::new(&[], &[]);
+        let metrics = Metrics::new(stream::METRIC_NAMES, event::METRIC_NAMES);
         let health = HealthState::default();
         let tracker = TaskTracker::new();
         let http_stop = CancellationToken::new();

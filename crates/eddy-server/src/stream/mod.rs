@@ -2,6 +2,10 @@
 
 use crate::listener::{Conn, ConnectionContext};
 
+/// Stream-protocol command names, in the order `Metrics::record_request` indexes them. Registered at start-up so
+/// every series exists from the first scrape.
+pub const METRIC_NAMES: &[&str] = &[];
+
 /// Serves one stream-protocol connection.
 ///
 /// The command catalog is not served yet: a connection that sends bytes is closed cleanly.
