@@ -73,6 +73,22 @@ impl Log {
         log
     }
 
+    /// Waits until the stream closes (the process exited and its stderr is drained), up to
+    /// `timeout`, and returns every line.
+    pub fn wait_closed(&self, timeout: Duration) -> Vec<String> {
+        let deadline = Instant::now() + timeout;
+        let (lock, cv) = &*self.0;
+        let mut state = lock.lock().unwrap();
+        while !state.closed {
+            let now = Instant::now();
+            if now >= deadline {
+                break;
+            }
+            state = cv.wait_timeout(state, deadline - now).unwrap().0;
+        }
+        state.lines.iter().cloned().collect()
+    }
+
     /// Every line so far.
     pub fn lines(&self) -> Vec<String> {
         self.0 .0.lock().unwrap().lines.iter().cloned().collect()

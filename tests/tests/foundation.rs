@@ -115,9 +115,10 @@ fn port_in_use_is_one_clear_line_and_nonzero() {
     );
     let status = child.wait().unwrap();
     assert_eq!(status.code(), Some(1));
-    let errors: Vec<String> = log
-        .lines()
-        .into_iter()
+    let lines = log.wait_closed(Duration::from_secs(10));
+    let errors: Vec<String> = lines
+        .iter()
+        .cloned()
         .filter(|l| l.starts_with("eddy: error:"))
         .collect();
     assert_eq!(errors.len(), 1, "{errors:?}");
