@@ -18,12 +18,14 @@ use crate::stream::error::BatchError;
 pub struct StoredBatch {
     bytes: Bytes,
     header: BatchHeader,
+    first_delta: u32,
 }
 
 impl StoredBatch {
     /// Wraps a stored batch after checking its layout: header, `batch_length` equal to the
-    /// bytes, frames tiling exactly `message_count` with `offset_delta == index`. Checksums are
-    /// not re-verified here (see [`StoredBatch::verify`]).
+    /// bytes, frames tiling exactly `message_count` with consecutive `offset_delta`s. A batch
+    /// as admitted starts at delta 0; a sliced record keeps the deltas of its frames. Checksums
+    /// are not re-verified here (see [`StoredBatch::verify`]).
     pub fn parse(bytes: Bytes) -> Result<Self, BatchError> {
         let header = BatchHeader::decode(&bytes)?;
         if header.batch_length != bytes.len() as u64 {
@@ -33,9 +35,12 @@ impl StoredBatch {
             });
         }
         let mut found = 0u32;
+        let mut first_delta = 0u32;
         for step in FrameWalk::new(&bytes[BATCH_HEADER_SIZE..]) {
             let (_, frame) = step?;
-            if frame.offset_delta != found {
+            if found == 0 {
+                first_delta = frame.offset_delta;
+            } else if Some(frame.offset_delta) != first_delta.checked_add(found) {
                 return Err(BatchError::OffsetDelta {
                     index: found,
                     offset_delta: frame.offset_delta,
@@ -49,7 +54,11 @@ impl StoredBatch {
                 found,
             });
         }
-        Ok(Self { bytes, header })
+        Ok(Self {
+            bytes,
+            header,
+            first_delta,
+        })
     }
 
     /// Re-verifies every frame checksum and the batch checksum (for recovery scans).
@@ -88,14 +97,22 @@ impl StoredBatch {
         &self.bytes
     }
 
-    /// Offset of the first message.
+    /// The header's `base_offset` (offsets are `base_offset + offset_delta`).
     pub fn base_offset(&self) -> u64 {
         self.header.base_offset
     }
 
+    /// Offset of the first message (`base_offset` for a batch as admitted).
+    pub fn first_offset(&self) -> u64 {
+        self.header
+            .base_offset
+            .saturating_add(u64::from(self.first_delta))
+    }
+
     /// Offset of the last message.
     pub fn last_offset(&self) -> u64 {
-        self.header.base_offset + u64::from(self.header.message_count) - 1
+        self.first_offset()
+            .saturating_add(u64::from(self.header.message_count) - 1)
     }
 
     /// Number of messages.
@@ -131,12 +148,12 @@ impl StoredBatch {
     /// poll record. Errors if the range does not intersect the batch or `max_count` is 0.
     pub fn slice(&self, start: u64, max_count: u32) -> Result<PollRecord, BatchError> {
         let end = start.saturating_add(u64::from(max_count));
-        let first = start.max(self.base_offset());
-        let last_exclusive = end.min(self.last_offset() + 1);
+        let first = start.max(self.first_offset());
+        let last_exclusive = end.min(self.last_offset().saturating_add(1));
         if first >= last_exclusive {
             return Err(BatchError::OutOfRange { start, end });
         }
-        let skip = (first - self.base_offset()) as u32;
+        let skip = (first - self.first_offset()) as u32;
         let take = (last_exclusive - first) as u32;
         if skip == 0 && take == self.header.message_count {
             return Ok(self.record());
