@@ -345,7 +345,7 @@ proptest! {
         check(&Maybe(Some(details)))?;
         check(&ToEnd(clients))?;
         let stats = get_stats::Stats {
-            process_id: n[0] as u32, cpu_usage: F32(n[1] as f32), total_cpu_usage: F32(1.0),
+            process_id: n[0] as u32, cpu_usage: F32(f32::from(n[1] as u16)), total_cpu_usage: F32(1.0),
             memory_usage: n[0], total_memory: n[1], available_memory: n[2], run_time: n[3],
             start_time: n[4], read_bytes: n[5], written_bytes: 1, messages_size_bytes: 2,
             streams_count: 3, topics_count: 4, partitions_count: 5, segments_count: 6,
