@@ -359,7 +359,6 @@ impl Field for eddy_options::OptionsBlock {
         self.encode_prefixed(out);
     }
     fn take(reader: &mut Reader<'_>, name: &'static str) -> Result<Self, CodecError> {
-        let offset = reader.position();
         let len = reader.u32(name)? as usize;
         if len > eddy_options::MAX_OPTIONS_BYTES {
             return Err(CodecError::LimitExceeded {
@@ -369,10 +368,7 @@ impl Field for eddy_options::OptionsBlock {
             });
         }
         let bytes = reader.bytes(len, name)?;
-        eddy_options::OptionsBlock::from_slice(bytes).map_err(|source| {
-            let _ = offset;
-            CodecError::Options { source }
-        })
+        Ok(eddy_options::OptionsBlock::from_slice(bytes)?)
     }
 }
 

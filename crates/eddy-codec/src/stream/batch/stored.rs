@@ -161,27 +161,27 @@ impl StoredBatch {
         let frames = &self.bytes[BATCH_HEADER_SIZE..];
         let mut range_start = frames.len();
         let mut range_end = frames.len();
-        let mut header = self.header;
-        header.message_count = take;
-        let mut checksums = Vec::with_capacity(take as usize);
         for (index, step) in FrameWalk::new(frames).enumerate() {
             let (at, frame) = step?;
             let index = index as u32;
             if index == skip {
                 range_start = at;
             }
-            if index >= skip && index < skip + take {
-                let mut raw = [0u8; 8];
-                raw.copy_from_slice(&frames[at..at + 8]);
-                checksums.push(u64::from_le_bytes(raw));
-            }
             if index + 1 == skip + take {
                 range_end = at + frame.frame_len();
                 break;
             }
         }
+        let mut header = self.header;
+        header.message_count = take;
         header.batch_length = (BATCH_HEADER_SIZE + range_end - range_start) as u64;
-        header.batch_checksum = header.checksum_over(checksums);
+        let selected = &frames[range_start..range_end];
+        let mut hasher = header.checksum_hasher();
+        for step in FrameWalk::new(selected) {
+            let (at, _) = step?;
+            hasher.update(&selected[at..at + 8]);
+        }
+        header.batch_checksum = hasher.digest();
         Ok(PollRecord {
             header: Bytes::copy_from_slice(&header.encode()),
             frames: self

@@ -13,6 +13,10 @@ use crate::stream::permissions::FlaggedPermissions;
 pub const USER_STATUS_ACTIVE: u8 = 1;
 /// User status byte: inactive.
 pub const USER_STATUS_INACTIVE: u8 = 2;
+/// Username lengths the server accepts (`InvalidUsername` otherwise).
+pub const USERNAME_LEN: std::ops::RangeInclusive<usize> = 3..=50;
+/// Password lengths the server accepts (`InvalidPassword` otherwise).
+pub const PASSWORD_LEN: std::ops::RangeInclusive<usize> = 3..=100;
 
 wire_struct! {
     /// Request body of `CREATE_USER`.
