@@ -1,0 +1,36 @@
+//! `DELETE_TOPIC` (code 303, operation 134): reply `00 00 00 00`.
+
+use crate::stream::codec::wire_struct;
+use crate::stream::commands::Empty;
+use crate::stream::identifier::Identifier;
+
+wire_struct! {
+    /// Request body of `DELETE_TOPIC`.
+    #[derive(Debug, Clone, PartialEq, Eq)]
+    pub struct DeleteTopic {
+        /// Stream, by id or name.
+        pub stream_id: Identifier,
+        /// Topic, by id or name.
+        pub topic_id: Identifier,
+    }
+}
+
+crate::stream::commands::command!(DeleteTopic, DeleteTopic, Empty);
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::stream::commands::testing::*;
+
+    #[test]
+    fn request_round_trips() {
+        round_trip_strict(&DeleteTopic {
+            stream_id: Identifier::numeric(1),
+            topic_id: Identifier::numeric(1),
+        });
+        round_trip_strict(&DeleteTopic {
+            stream_id: Identifier::named("orders").unwrap(),
+            topic_id: Identifier::named("orders").unwrap(),
+        });
+    }
+}
