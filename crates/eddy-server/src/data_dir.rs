@@ -5,9 +5,9 @@
 //! ```text
 //! <data_dir>/
 //!   eddy.lock        exclusive advisory lock held for the server's lifetime; holds the owner's pid
-//!   streams/         partition logs (eddy-storage)
+//!   streams/         the stream store (eddy-storage `Store`): metadata/ (log and snapshots of
+//!                    streams, topics, users, tokens, groups, offsets) and partitions/
 //!   events/          event store shards (eddy-storage)
-//!   metadata/        metadata log and snapshots (eddy-storage)
 //!   dictionary.zstd_dict   optional custom zstd dictionary for the event protocol
 //!   api_keys.toml    optional API keys for the event protocol
 //! ```
@@ -103,7 +103,7 @@ impl DataDir {
         &self.root
     }
 
-    /// Partition logs of the stream protocol.
+    /// The stream store: its metadata log and the partition logs.
     pub fn streams_dir(&self) -> PathBuf {
         self.root.join("streams")
     }
@@ -111,11 +111,6 @@ impl DataDir {
     /// Event store shards.
     pub fn events_dir(&self) -> PathBuf {
         self.root.join("events")
-    }
-
-    /// Metadata log and snapshots.
-    pub fn metadata_dir(&self) -> PathBuf {
-        self.root.join("metadata")
     }
 
     /// Optional custom zstd dictionary of the event protocol.
