@@ -47,6 +47,8 @@ pub struct Shared {
     /// The stream protocol's store: metadata (streams, topics, users, tokens, groups, offsets)
     /// and partitions, under `<data_dir>/streams`.
     pub store: Arc<Store>,
+    /// The event protocol: dictionary, shard layout, limits.
+    pub events: event::EventService,
 }
 
 /// How often retention and the background flush of `enforce_fsync = false` topics run.
@@ -92,6 +94,9 @@ pub enum ServerError {
         /// The API keys file.
         path: std::path::PathBuf,
     },
+    /// The event protocol could not be set up (its dictionary).
+    #[error(transparent)]
+    Events(#[from] event::EventSetupError),
     /// Storage could not be opened or recovered (corruption is named with file and offset).
     #[error("cannot open the store in {path}")]
     Storage {
@@ -123,6 +128,7 @@ impl ServerError {
                 | ServerError::Tls(_)
                 | ServerError::ApiKeys { .. }
                 | ServerError::ApiKeysWithoutTls { .. }
+                | ServerError::Events(event::EventSetupError::DictionaryInvalid { .. })
         )
     }
 }
@@ -332,6 +338,9 @@ impl Server {
         ));
 
         let store = open_store(&data_dir).await?;
+        let dictionary =
+            event::load_dictionary(&data_dir.dictionary_file(), config.wal_compression_level)?;
+        let events = event::EventService::new(&config, dictionary);
 
         let stream_addr = at(config.stream_port);
         let stream = bind("stream", stream_addr).await?;
@@ -352,6 +361,7 @@ impl Server {
             metrics,
             api_keys,
             store,
+            events,
         });
         Ok(Self {
             shared,

@@ -1,14 +1,204 @@
-//! The event (Celeriant) protocol port.
+//! The event (Celeriant) protocol port: connection lifecycle, the Identify handshake, the
+//! cluster dictionary, routing, and dispatch of every client-port request.
+//!
+//! # One connection
+//!
+//! ```text
+//!  accept ─► (TLS) ─► first frame ─┬─ Identify ──► verify ──ok──► IdentifyResponse (16), dict ✓
+//!                                  │                  └─err─► ErrorResponse (10001/2/5/6), close
+//!                                  ├─ other, --require-client-identity ─► 10004, close
+//!                                  └─ other ─► request loop
+//!  request loop: read one frame (deadline: client_connection_timeout_ms) ─► decode
+//!      ─► route (9001/9002) ─► mutation checks (10003, 10007) ─► execute ─► one response
+//!      Watch: empty WatchResponse at once, then pushes only; any inbound byte ends it.
+//! ```
+//!
+//! Invariants:
+//! - one request at a time: a response is written before the next frame is read;
+//! - every response except Watch pushes echoes the request's `correlation_id` (errors too);
+//! - a frame that cannot be parsed (version, type, size caps, compression, body) is never
+//!   answered: the connection closes, and only that connection;
+//! - the protocol version is pinned by the first frame and every response uses it;
+//! - responses are compressed only after a successful Identify, only Read/Watch/List bodies
+//!   of at least 1024 bytes; fixed-size responses always fit 1007 bytes (error messages are
+//!   truncated by the codec).
 
+mod codecs;
+mod conn;
+pub mod identify;
+pub mod routing;
+
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::time::Duration;
+
+use eddy_wire::event::{Dictionary, DictionaryError, FrameLimits, RequestType};
+
+use crate::config::ServerConfig;
 use crate::listener::{Conn, ConnectionContext};
+pub use codecs::CodecPool;
+use routing::Placement;
 
-/// Event-protocol request type names, in the order `Metrics::record_request` indexes them. Registered at start-up so
-/// every series exists from the first scrape.
-pub const METRIC_NAMES: &[&str] = &[];
+/// Event-protocol request type names, in the order `Metrics::record_request` indexes them
+/// ([`metric_index`]). Registered at start-up so every series exists from the first scrape.
+pub const METRIC_NAMES: &[&str] = &[
+    "aggregate_details",
+    "read",
+    "write",
+    "trim_start",
+    "delete",
+    "watch",
+    "list_orgs",
+    "list_aggregate_types",
+    "list_aggregates",
+    "register_schema",
+    "identify",
+];
 
-/// Serves one event-protocol connection.
-///
-/// The message catalogue is not served yet: a connection that sends bytes is closed cleanly.
+/// The index of a request type in [`METRIC_NAMES`].
+pub fn metric_index(kind: RequestType) -> usize {
+    match kind {
+        RequestType::AggregateDetails => 0,
+        RequestType::Read => 1,
+        RequestType::Write => 2,
+        RequestType::TrimStart => 3,
+        RequestType::Delete => 4,
+        RequestType::Watch => 5,
+        RequestType::ListOrgs => 6,
+        RequestType::ListAggregateTypes => 7,
+        RequestType::ListAggregates => 8,
+        RequestType::RegisterSchema => 9,
+        RequestType::Identify => 10,
+    }
+}
+
+/// Why the event protocol could not be set up (a start-up error).
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum EventSetupError {
+    /// The dictionary file cannot be read or written.
+    #[error("cannot access the zstd dictionary {path}")]
+    DictionaryIo {
+        /// The file.
+        path: PathBuf,
+        /// The cause.
+        #[source]
+        source: std::io::Error,
+    },
+    /// The dictionary file holds no usable zstd dictionary.
+    #[error("{path} is not a usable zstd dictionary")]
+    DictionaryInvalid {
+        /// The file.
+        path: PathBuf,
+        /// The cause.
+        #[source]
+        source: DictionaryError,
+    },
+}
+
+/// Loads the cluster dictionary from `path`; on first boot (no file) writes the built-in one
+/// there first, so the dictionary a data directory was created with never changes under it.
+pub fn load_dictionary(path: &Path, level: i32) -> Result<Dictionary, EventSetupError> {
+    let io = |source| EventSetupError::DictionaryIo {
+        path: path.to_path_buf(),
+        source,
+    };
+    let bytes = match std::fs::read(path) {
+        Ok(bytes) => bytes,
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
+            let bytes = eddy_wire::event::BUILTIN_DICTIONARY_BYTES.to_vec();
+            let tmp = path.with_extension("zstd_dict.tmp");
+            std::fs::write(&tmp, &bytes).map_err(io)?;
+            std::fs::File::open(&tmp)
+                .and_then(|f| f.sync_all())
+                .map_err(io)?;
+            std::fs::rename(&tmp, path).map_err(io)?;
+            tracing::info!(path = %path.display(), "wrote the built-in zstd dictionary");
+            bytes
+        }
+        Err(e) => return Err(io(e)),
+    };
+    Dictionary::from_bytes(bytes, level).map_err(|source| EventSetupError::DictionaryInvalid {
+        path: path.to_path_buf(),
+        source,
+    })
+}
+
+/// Shard count when none is configured and no store exists yet: the CPU count.
+pub fn default_num_shards() -> u32 {
+    std::thread::available_parallelism().map_or(1, |n| u32::try_from(n.get()).unwrap_or(1))
+}
+
+/// Event-protocol state shared by every connection of the client port.
+#[derive(Debug)]
+pub struct EventService {
+    codecs: CodecPool,
+    placement: Placement,
+    request_limits: FrameLimits,
+    max_response_size: u64,
+    timeout: Duration,
+}
+
+impl EventService {
+    /// Sets the protocol up for `config` with the loaded dictionary.
+    pub fn new(config: &ServerConfig, dictionary: Dictionary) -> Self {
+        let num_shards = config.num_shards.unwrap_or_else(default_num_shards);
+        Self {
+            codecs: CodecPool::new(Arc::new(dictionary)),
+            placement: Placement::new(
+                num_shards,
+                config.routing_rule,
+                config.reserve_coordinator_shard,
+            ),
+            request_limits: FrameLimits::new(u64::from(config.max_request_size)),
+            max_response_size: u64::from(config.max_response_size),
+            timeout: Duration::from_millis(config.client_connection_timeout_ms),
+        }
+    }
+
+    /// The cluster dictionary.
+    pub fn dictionary(&self) -> &Arc<Dictionary> {
+        self.codecs.dictionary()
+    }
+
+    /// The shard layout.
+    pub fn placement(&self) -> &Placement {
+        &self.placement
+    }
+}
+
+/// Serves one event-protocol connection until the client leaves, a frame cannot be parsed,
+/// the idle deadline passes, an error that closes is sent, or the server drains.
 pub async fn serve_connection(socket: Conn, ctx: ConnectionContext) {
-    crate::listener::close_on_first_bytes(socket, ctx).await;
+    conn::Connection::new(socket, ctx).run().await;
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn metric_names_cover_every_request_type_once() {
+        assert_eq!(METRIC_NAMES.len(), RequestType::ALL.len());
+        let mut seen: Vec<usize> = RequestType::ALL.iter().map(|t| metric_index(*t)).collect();
+        seen.sort_unstable();
+        seen.dedup();
+        assert_eq!(seen.len(), METRIC_NAMES.len());
+    }
+
+    #[test]
+    fn first_boot_writes_the_builtin_dictionary_then_keeps_it() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("dictionary.zstd_dict");
+        let d = load_dictionary(&path, 3).unwrap();
+        assert_eq!(d.bytes(), eddy_wire::event::BUILTIN_DICTIONARY_BYTES);
+        assert_eq!(std::fs::read(&path).unwrap(), d.bytes());
+        let again = load_dictionary(&path, 3).unwrap();
+        assert_eq!(again.sha256_hex(), d.sha256_hex());
+        std::fs::write(&path, b"not a dictionary").unwrap();
+        assert!(matches!(
+            load_dictionary(&path, 3),
+            Err(EventSetupError::DictionaryInvalid { .. })
+        ));
+    }
 }
