@@ -89,8 +89,6 @@ const MIN_READ_CHUNK: u64 = 64 * 1024;
 /// Largest read the read path issues at once (a larger record is read alone).
 const MAX_READ_CHUNK: u64 = 16 * 1024 * 1024;
 
-static NEXT_LOG_ID: AtomicU64 = AtomicU64::new(1);
-
 /// When an append is acknowledged.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Durability {
@@ -301,6 +299,14 @@ pub trait CommitHook: Send + Sync + fmt::Debug {
     /// log's admission lock (so no append can slip in between): do not append from here.
     fn on_refused(&self, next_seq: u64, error: &dyn Fn() -> StorageError) {
         let _ = (next_seq, error);
+    }
+
+    /// Records up to (not including) `end_seq` are durable **and** visible to [`Log::read`];
+    /// their acknowledgements follow. Called on the writer thread, in log order, without the
+    /// admission lock: the event store moves its per-aggregate state from speculative to
+    /// committed here, so state never points at a record readers cannot see yet.
+    fn after_publish(&self, end_seq: u64) {
+        let _ = end_seq;
     }
 }
 
@@ -1215,7 +1221,7 @@ impl Log {
         segments.push_back(last.state);
 
         let inner = Arc::new(LogInner {
-            id: NEXT_LOG_ID.fetch_add(1, Ordering::Relaxed),
+            id: crate::cache::next_owner_id(),
             dir,
             backend,
             config,
@@ -1852,6 +1858,9 @@ impl LogInner {
         }
         if index_grew || writer.active.index_written < self.view_index_len() {
             self.write_pending_index(writer);
+        }
+        if let Some(hook) = &self.hook {
+            hook.after_publish(end_seq);
         }
         for record in group.records {
             let meta = RecordMeta {
