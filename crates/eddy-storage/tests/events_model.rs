@@ -104,6 +104,9 @@ fn op() -> impl Strategy<Value = Op> {
     ]
 }
 
+/// (version, client id, events with their `event_seq`) as reads must return them.
+type ModelBatch = (u64, u128, Vec<(u64, NewEvent)>);
+
 #[derive(Debug, Clone, PartialEq)]
 struct MBatch {
     client: u128,
@@ -149,7 +152,7 @@ fn route(keys: &[usize]) -> Result<(), EventError> {
 fn make_event(seq: u64, ty: u64, len: usize) -> NewEvent {
     NewEvent {
         client_seq: seq,
-        event_id: (seq % 2 == 0).then_some(u128::from(seq) * 3),
+        event_id: seq.is_multiple_of(2).then_some(u128::from(seq) * 3),
         event_timestamp: seq * 10,
         event_type_major: ty,
         event_type_minor: seq % 3,
@@ -344,7 +347,9 @@ fn check_all(store: &EventStore, model: &Model) {
         }
         assert!(cursor.is_none(), "listing did not end");
         let expected: Vec<AggregateKey> = (0..KEYS.len())
-            .filter(|i| shard_of(*i) as u64 == shard && model.aggs.get(i).is_some_and(|a| a.exists))
+            .filter(|i| {
+                u64::from(shard_of(*i)) == shard && model.aggs.get(i).is_some_and(|a| a.exists)
+            })
             .map(|i| KEYS[i])
             .collect();
         assert_eq!(listed.keys().copied().collect::<Vec<_>>(), expected);
@@ -525,7 +530,7 @@ fn run(ops: Vec<Op>) {
                 }
                 let wanted_types: Option<Vec<u64>> = types.filter(|t| !t.is_empty());
                 let upper = to.unwrap_or(u64::MAX).min(a.version);
-                let want: Vec<(u64, u128, Vec<(u64, NewEvent)>)> = a
+                let want: Vec<ModelBatch> = a
                     .batches
                     .range(from..)
                     .filter(|(v, _)| **v <= upper && **v >= a.floor)
@@ -544,7 +549,7 @@ fn run(ops: Vec<Op>) {
                         (!events.is_empty()).then_some((*v, b.client, events))
                     })
                     .collect();
-                let got: Vec<(u64, u128, Vec<(u64, NewEvent)>)> = got
+                let got: Vec<ModelBatch> = got
                     .into_iter()
                     .map(|b| {
                         (
