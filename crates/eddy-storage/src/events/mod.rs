@@ -156,6 +156,8 @@
 //! 6. Refusals (any [`EventError`]) write nothing.
 
 pub mod error;
+#[doc(hidden)]
+pub mod fuzzing;
 pub mod index;
 pub(crate) mod record;
 mod shard;

@@ -883,7 +883,9 @@ fn batch_matches(q: &ReadQuery, record: &EventRecord, ts: u64, part: &WritePart)
         min.is_none_or(|m| hi >= m) && max.is_none_or(|m| lo <= m)
     };
     let e = &part.events;
-    let last_seq = part.first_event_seq + u64::from(e.count) - 1;
+    let last_seq = part
+        .first_event_seq
+        .saturating_add(u64::from(e.count).saturating_sub(1));
     q.exclude_client_id != Some(record.client_id)
         && q.include_client_id.is_none_or(|c| c == record.client_id)
         && (q.exclude_user_id.is_none() || record.user_id != q.exclude_user_id)

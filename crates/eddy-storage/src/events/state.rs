@@ -398,11 +398,15 @@ pub(crate) fn derive_update<E>(
                 let mut s = before.unwrap_or_default();
                 let (expected_version, expected_seq) = match (before, p.recreate) {
                     (None, Recreate::No) => (1, 1),
-                    (Some(b), Recreate::No) if !b.deleted => (b.version + 1, b.max_event_seq + 1),
+                    (Some(b), Recreate::No) if !b.deleted => (
+                        b.version.saturating_add(1),
+                        b.max_event_seq.saturating_add(1),
+                    ),
                     (Some(b), Recreate::Fresh) if b.deleted && b.allow_recreate => (1, 1),
-                    (Some(b), Recreate::Continue) if b.deleted && b.allow_recreate => {
-                        (b.version + 1, b.max_event_seq + 1)
-                    }
+                    (Some(b), Recreate::Continue) if b.deleted && b.allow_recreate => (
+                        b.version.saturating_add(1),
+                        b.max_event_seq.saturating_add(1),
+                    ),
                     _ => {
                         return Err(corrupt(Corruption::BadHeaderField(
                             "write disagrees with aggregate state",
@@ -434,12 +438,15 @@ pub(crate) fn derive_update<E>(
                 s.allow_recreate = false;
                 s.allow_continuation = false;
                 s.version = p.version;
-                s.max_event_seq = p.first_event_seq + u64::from(p.events.count) - 1;
-                s.batch_count += 1;
+                s.max_event_seq = p
+                    .first_event_seq
+                    .checked_add(u64::from(p.events.count) - 1)
+                    .ok_or_else(|| corrupt(Corruption::BadHeaderField("event_seq")))?;
+                s.batch_count = s.batch_count.saturating_add(1);
                 s.min_event_ts = s.min_event_ts.min(p.events.min_event_timestamp);
                 s.max_event_ts = s.max_event_ts.max(p.events.max_event_timestamp);
-                s.compressed += p.events.stored.len() as u64;
-                s.uncompressed += u64::from(p.events.raw_len);
+                s.compressed = s.compressed.saturating_add(p.events.stored.len() as u64);
+                s.uncompressed = s.uncompressed.saturating_add(u64::from(p.events.raw_len));
                 touch(&mut s);
                 up.aggs.push((p.key, s));
                 up.versions.push((p.key, p.version));
