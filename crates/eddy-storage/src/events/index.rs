@@ -976,6 +976,17 @@ impl Index {
         Ok(true)
     }
 
+    /// Freezes the active memtable (if it holds anything), so the next flush writes it.
+    pub(crate) fn freeze(&self) {
+        let mut view = self.write_guard();
+        if !view.active.is_empty() {
+            let map = std::mem::take(&mut view.active);
+            view.active_bytes = 0;
+            let end_seq = view.applied;
+            view.frozen.push(Arc::new(Frozen { map, end_seq }));
+        }
+    }
+
     /// Flushes everything frozen (used at open and close).
     pub(crate) fn flush_all(&self) -> Result<()> {
         while self.flush_one()? {}

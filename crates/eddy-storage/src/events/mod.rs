@@ -968,8 +968,8 @@ impl EventStore {
         }
     }
 
-    /// Waits for queued requests, flushes frozen index memtables, stops the index thread and
-    /// refuses further writes.
+    /// Waits for queued requests, refuses further writes, stops the index thread and writes
+    /// the index memtables out (so the next open has nothing to replay).
     pub fn close(&self) -> Result<()> {
         let mut first_error = None;
         for s in &self.shards {
@@ -979,6 +979,8 @@ impl EventStore {
         }
         self.stop_flusher();
         for s in &self.shards {
+            // Everything is committed now: write it all, so the next open replays nothing.
+            s.index.freeze();
             if let Err(e) = s.index.flush_all() {
                 first_error.get_or_insert(e);
             }
