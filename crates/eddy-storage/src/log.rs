@@ -2277,6 +2277,64 @@ impl Log {
         Ok(false)
     }
 
+    /// Reads the one visible record containing sequence number `seq` with small reads (a
+    /// header at a time from the nearest index entry), for point lookups such as the event
+    /// store's: [`Log::read`] reads ahead in large chunks, which suits scans. `None` when no
+    /// visible record contains `seq`.
+    pub fn read_record(&self, seq: u64) -> Result<Option<StoredRecord>> {
+        let Some(target) = self.targets_from(seq).into_iter().next() else {
+            return Ok(None);
+        };
+        if seq < target.base {
+            return Ok(None);
+        }
+        let (file, mut pos) = if let Some((file, pos)) = &target.active {
+            (Arc::clone(file), *pos)
+        } else {
+            let sealed = self.sealed(target.base)?;
+            let pos = index_lower_bound(&sealed.index, seq);
+            (Arc::clone(&sealed.file), pos)
+        };
+        let path = || self.inner.dir.join(segment_file_name(target.base));
+        while pos + RECORD_HEADER_LEN as u64 <= target.len {
+            let raw = read_exact(&*file, pos, RECORD_HEADER_LEN as u64)
+                .map_err(|e| StorageError::io(IoOp::Read, path(), e))?;
+            let header = RecordHeader::decode(&raw, pos)
+                .map_err(|kind| StorageError::corrupt(path(), pos, kind))?;
+            if header.seq > seq {
+                return Ok(None);
+            }
+            if seq < header.end_seq() {
+                if pos + header.record_len() > target.len {
+                    return Err(StorageError::corrupt(path(), pos, Corruption::Truncated));
+                }
+                let payload = read_exact(
+                    &*file,
+                    pos + RECORD_HEADER_LEN as u64,
+                    u64::from(header.payload_len),
+                )
+                .map_err(|e| StorageError::io(IoOp::Read, path(), e))?;
+                if self.inner.config.verify_on_read {
+                    header
+                        .verify_payload(&payload)
+                        .map_err(|kind| StorageError::corrupt(path(), pos, kind))?;
+                }
+                return Ok(Some(StoredRecord {
+                    meta: RecordMeta {
+                        seq: header.seq,
+                        count: header.count,
+                        timestamp: header.timestamp,
+                        tag: header.tag,
+                        len: header.payload_len,
+                    },
+                    payload,
+                }));
+            }
+            pos += header.record_len();
+        }
+        Ok(None)
+    }
+
     /// The first sequence number whose record's timestamp is at or after `timestamp`, or `None`
     /// when every retained record is older.
     pub fn seq_at_timestamp(&self, timestamp: u64) -> Result<Option<u64>> {

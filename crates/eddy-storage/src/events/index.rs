@@ -44,7 +44,7 @@ use crate::cache::{next_owner_id, Cache};
 use crate::error::{Corruption, IoOp, Result, StorageError};
 use crate::file::{OpenMode, StorageBackend, StorageFile};
 
-use super::state::{is_point_key, MAX_KEY_LEN};
+use super::state::{bloom_key, is_point_key, KIND_VERSION, MAX_KEY_LEN, VERSION_PREFIX_LEN};
 
 /// Target size of a run's data block.
 pub const BLOCK_TARGET: usize = 8 * 1024;
@@ -286,6 +286,15 @@ impl Run {
         limit: usize,
         out: &mut Vec<(Vec<u8>, Bytes)>,
     ) -> Result<()> {
+        // A scan within one aggregate's versions skips a run whose bloom rules it out.
+        if start.first() == Some(&KIND_VERSION)
+            && start.len() >= VERSION_PREFIX_LEN
+            && end.len() >= VERSION_PREFIX_LEN
+            && start[..VERSION_PREFIX_LEN] == end[..VERSION_PREFIX_LEN]
+            && !self.bloom.may_contain(&start[..VERSION_PREFIX_LEN])
+        {
+            return Ok(());
+        }
         let mut i = self.block_for(start).unwrap_or(0);
         let mut taken = 0;
         while i < self.blocks.len() && taken < limit {
@@ -484,8 +493,8 @@ impl RunWriter {
         self.block.extend_from_slice(value);
         self.prev.clear();
         self.prev.extend_from_slice(key);
-        if is_point_key(key) {
-            self.bloom.insert(key);
+        if let Some(b) = bloom_key(key) {
+            self.bloom.insert(b);
         }
         self.entries += 1;
         Ok(())
@@ -665,8 +674,13 @@ pub(crate) struct Index {
     cache: Arc<Cache>,
     budget: u64,
     view: RwLock<View>,
-    /// Serializes flushes and merges (the manifest's writers).
-    maintenance: Mutex<()>,
+    /// Serializes flushes.
+    flushing: Mutex<()>,
+    /// Serializes merges.
+    merging: Mutex<()>,
+    /// Held while the manifest is rewritten and the view's run list changes with it (flushes
+    /// and merges run concurrently; only this step is exclusive).
+    manifest_lock: Mutex<()>,
     next_id: AtomicU64,
     drained: Condvar,
     drained_lock: Mutex<()>,
@@ -785,7 +799,9 @@ impl Index {
                 checkpoint,
                 ..View::default()
             }),
-            maintenance: Mutex::new(()),
+            flushing: Mutex::new(()),
+            merging: Mutex::new(()),
+            manifest_lock: Mutex::new(()),
             next_id: AtomicU64::new(next_id),
             drained: Condvar::new(),
             drained_lock: Mutex::new(()),
@@ -804,7 +820,9 @@ impl Index {
 
     /// Drops every entry and run (used when the log turns out shorter than the checkpoint).
     pub(crate) fn reset(&self) -> Result<()> {
-        let _m = lock(&self.maintenance);
+        let _f = lock(&self.flushing);
+        let _g = lock(&self.merging);
+        let _m = lock(&self.manifest_lock);
         self.write_manifest(&[], 0)?;
         let old = {
             let mut view = self.write_guard();
@@ -943,25 +961,25 @@ impl Index {
         Ok(merged.into_iter().take(limit).collect())
     }
 
-    /// Writes the oldest frozen memtable as a run, then merges runs per the policy. Returns
-    /// false when nothing was waiting.
+    /// Writes the oldest frozen memtable as a run. Returns false when nothing was waiting.
     pub(crate) fn flush_one(&self) -> Result<bool> {
-        let _m = lock(&self.maintenance);
+        let _f = lock(&self.flushing);
         let Some(frozen) = self.read_guard().frozen.first().cloned() else {
             return Ok(false);
         };
         let id = self.next_id.fetch_add(1, Ordering::Relaxed);
-        let points = frozen.map.keys().filter(|k| is_point_key(k)).count() as u64;
+        let points = frozen.map.keys().filter(|k| bloom_key(k).is_some()).count() as u64;
         let mut w = RunWriter::create(&*self.backend, &self.dir, id, points)?;
         for (k, v) in &frozen.map {
             w.add(k, v)?;
         }
         w.finish(&*self.backend, &self.dir)?;
         let run = Arc::new(Run::open(&*self.backend, &self.dir, id)?);
-        let mut ids: Vec<u64> = self.read_guard().runs.iter().map(|r| r.id).collect();
-        ids.push(id);
-        self.write_manifest(&ids, frozen.end_seq)?;
         {
+            let _m = lock(&self.manifest_lock);
+            let mut ids: Vec<u64> = self.read_guard().runs.iter().map(|r| r.id).collect();
+            ids.push(id);
+            self.write_manifest(&ids, frozen.end_seq)?;
             let mut view = self.write_guard();
             assert!(
                 Arc::ptr_eq(&view.frozen[0], &frozen),
@@ -972,7 +990,6 @@ impl Index {
             view.checkpoint = frozen.end_seq;
         }
         self.drained.notify_all();
-        self.merge_runs()?;
         Ok(true)
     }
 
@@ -987,26 +1004,29 @@ impl Index {
         }
     }
 
-    /// Flushes everything frozen (used at open and close).
-    pub(crate) fn flush_all(&self) -> Result<()> {
+    /// Flushes everything frozen (the background flusher; merges are the merger's job).
+    pub(crate) fn flush_pending(&self) -> Result<()> {
         while self.flush_one()? {}
         Ok(())
     }
 
+    /// Flushes everything frozen and merges (used at open and close, in the foreground).
+    pub(crate) fn flush_all(&self) -> Result<()> {
+        self.flush_pending()?;
+        self.merge_runs()
+    }
+
     /// Merges the newest run into its older neighbour while it is at least half its size.
-    fn merge_runs(&self) -> Result<()> {
+    pub(crate) fn merge_runs(&self) -> Result<()> {
+        let _g = lock(&self.merging);
         loop {
-            let (older, newer, checkpoint) = {
+            let (older, newer) = {
                 let view = self.read_guard();
                 let n = view.runs.len();
                 if n < 2 || view.runs[n - 1].bytes * 2 < view.runs[n - 2].bytes {
                     return Ok(());
                 }
-                (
-                    Arc::clone(&view.runs[n - 2]),
-                    Arc::clone(&view.runs[n - 1]),
-                    view.checkpoint,
-                )
+                (Arc::clone(&view.runs[n - 2]), Arc::clone(&view.runs[n - 1]))
             };
             let id = self.next_id.fetch_add(1, Ordering::Relaxed);
             let points = older.bloom.words.len() as u64 * 32 / BLOOM_BITS_PER_KEY
@@ -1055,18 +1075,27 @@ impl Index {
             }
             writer.finish(&*self.backend, &self.dir)?;
             let merged = Arc::new(Run::open(&*self.backend, &self.dir, id)?);
-            let mut ids: Vec<u64> = self.read_guard().runs.iter().map(|r| r.id).collect();
-            let n = ids.len();
-            ids.truncate(n - 2);
-            ids.push(id);
-            self.write_manifest(&ids, checkpoint)?;
             {
-                let mut view = self.write_guard();
-                let n = view.runs.len();
-                view.runs.truncate(n - 2);
-                view.runs.push(merged);
+                // Flushes may have appended runs meanwhile; the inputs are still adjacent
+                // (only merges remove runs, and they are serialized).
+                let _m = lock(&self.manifest_lock);
+                let mut runs = self.read_guard().runs.clone();
+                let at = runs
+                    .iter()
+                    .position(|r| Arc::ptr_eq(r, &older))
+                    .expect("merge inputs stay in the run list");
+                assert!(
+                    Arc::ptr_eq(&runs[at + 1], &newer),
+                    "merge inputs are adjacent"
+                );
+                runs.splice(at..at + 2, [Arc::clone(&merged)]);
+                let ids: Vec<u64> = runs.iter().map(|r| r.id).collect();
+                let checkpoint = self.read_guard().checkpoint;
+                self.write_manifest(&ids, checkpoint)?;
+                self.write_guard().runs = runs;
             }
             for old in [older, newer] {
+                self.cache.remove_log(old.cache_id);
                 if let Err(e) = self.backend.remove_file(&old.path) {
                     tracing::warn!(path = %old.path.display(), error = %e, "removing a merged index run failed");
                 }

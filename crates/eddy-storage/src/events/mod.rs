@@ -207,6 +207,9 @@ use state::{
 pub const DEFAULT_READ_MAX_BATCHES: usize = 1000;
 /// Default stored bytes per read page (well under the protocol's response caps).
 pub const DEFAULT_READ_MAX_BYTES: u64 = 4 * 1024 * 1024;
+/// Default sparse index interval of a shard log: denser than a partition's, because reads
+/// fetch single records by sequence number (see [`Log::read_record`](crate::Log::read_record)).
+pub const DEFAULT_EVENT_INDEX_INTERVAL: u64 = 4096;
 /// Largest shard count.
 pub const MAX_SHARDS: u32 = 1024;
 /// Default items per list page (`--list-page-size`).
@@ -255,7 +258,7 @@ impl Default for EventStoreConfig {
             reserve_coordinator_shard: false,
             pool_threads: 2,
             segment_size: 256 * 1024 * 1024,
-            index_interval: crate::log::DEFAULT_INDEX_INTERVAL,
+            index_interval: DEFAULT_EVENT_INDEX_INTERVAL,
             verify_on_open: VerifyOnOpen::Full,
             compression_level: 3,
             dictionary: None,
@@ -320,25 +323,51 @@ impl FlushSignal for Flusher {
     }
 }
 
-fn run_flusher(flusher: &Flusher, indexes: &[Arc<Index>]) {
-    loop {
-        let shard = {
-            let mut q = flusher.queue.lock().unwrap_or_else(PoisonError::into_inner);
-            loop {
-                if let Some(s) = q.shards.pop_front() {
-                    break s;
-                }
-                if q.stop {
-                    return;
-                }
-                q = flusher.wake.wait(q).unwrap_or_else(PoisonError::into_inner);
+impl Flusher {
+    /// The next shard to work on; `None` once stopped and drained.
+    fn next(&self) -> Option<u32> {
+        let mut q = self.queue.lock().unwrap_or_else(PoisonError::into_inner);
+        loop {
+            if let Some(s) = q.shards.pop_front() {
+                return Some(s);
             }
-        };
+            if q.stop {
+                return None;
+            }
+            q = self.wake.wait(q).unwrap_or_else(PoisonError::into_inner);
+        }
+    }
+
+    fn stop(&self) {
+        self.queue
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .stop = true;
+        self.wake.notify_all();
+    }
+}
+
+/// Writes frozen memtables as runs, then hands the shard to the merger. Flushes never wait
+/// for merges, so writers (which wait only when two memtables are already frozen) do not
+/// stall behind a large merge.
+fn run_flusher(flusher: &Flusher, merger: &Flusher, indexes: &[Arc<Index>]) {
+    while let Some(shard) = flusher.next() {
         if let Some(index) = indexes.get(shard as usize) {
-            if let Err(e) = index.flush_all() {
+            match index.flush_pending() {
+                Ok(()) => merger.flush_needed(shard),
                 // The frozen memtable stays in memory (and the log still holds its records);
                 // the next signal retries.
-                tracing::error!(shard, error = %e, "flushing the event index failed");
+                Err(e) => tracing::error!(shard, error = %e, "flushing the event index failed"),
+            }
+        }
+    }
+}
+
+fn run_merger(merger: &Flusher, indexes: &[Arc<Index>]) {
+    while let Some(shard) = merger.next() {
+        if let Some(index) = indexes.get(shard as usize) {
+            if let Err(e) = index.merge_runs() {
+                tracing::error!(shard, error = %e, "merging event index runs failed");
             }
         }
     }
@@ -440,7 +469,8 @@ pub struct EventStore {
     cache: Arc<Cache>,
     codec: Arc<EventCodec>,
     flusher: Arc<Flusher>,
-    flusher_thread: Mutex<Option<JoinHandle<()>>>,
+    merger: Arc<Flusher>,
+    threads: Mutex<Vec<JoinHandle<()>>>,
     // Dropped last: finishes every queued group commit, then joins the writer threads.
     pool: CommitPool,
 }
@@ -600,11 +630,27 @@ impl EventStore {
             shards.push(shard);
         }
         let indexes: Vec<Arc<Index>> = shards.iter().map(|s| Arc::clone(&s.index)).collect();
-        let thread_flusher = Arc::clone(&flusher);
-        let handle = std::thread::Builder::new()
-            .name("eddy-events-index".into())
-            .spawn(move || run_flusher(&thread_flusher, &indexes))
-            .map_err(|e| StorageError::io(IoOp::Open, root.join("index"), e))?;
+        let merger = Arc::new(Flusher::default());
+        let mut threads = Vec::new();
+        {
+            let (flusher, merger, indexes) =
+                (Arc::clone(&flusher), Arc::clone(&merger), indexes.clone());
+            threads.push(
+                std::thread::Builder::new()
+                    .name("eddy-events-flush".into())
+                    .spawn(move || run_flusher(&flusher, &merger, &indexes))
+                    .map_err(|e| StorageError::io(IoOp::Open, root.join("index"), e))?,
+            );
+        }
+        {
+            let merger = Arc::clone(&merger);
+            threads.push(
+                std::thread::Builder::new()
+                    .name("eddy-events-merge".into())
+                    .spawn(move || run_merger(&merger, &indexes))
+                    .map_err(|e| StorageError::io(IoOp::Open, root.join("index"), e))?,
+            );
+        }
         Ok((
             EventStore {
                 backend,
@@ -613,7 +659,8 @@ impl EventStore {
                 cache,
                 codec,
                 flusher,
-                flusher_thread: Mutex::new(Some(handle)),
+                merger,
+                threads: Mutex::new(threads),
                 pool,
             },
             recovery,
@@ -989,19 +1036,16 @@ impl EventStore {
     }
 
     fn stop_flusher(&self) {
-        self.flusher
-            .queue
+        self.flusher.stop();
+        self.merger.stop();
+        let threads: Vec<JoinHandle<()>> = self
+            .threads
             .lock()
             .unwrap_or_else(PoisonError::into_inner)
-            .stop = true;
-        self.flusher.wake.notify_all();
-        let handle = self
-            .flusher_thread
-            .lock()
-            .unwrap_or_else(PoisonError::into_inner)
-            .take();
-        if let Some(h) = handle {
-            let _ = h.join();
+            .drain(..)
+            .collect();
+        for t in threads {
+            let _ = t.join();
         }
     }
 }

@@ -709,8 +709,7 @@ impl Shard {
 
     /// Reads the record at `seq` and decodes it; also returns its timestamp.
     pub(crate) fn record_at(&self, seq: u64) -> Result<(EventRecord, u64)> {
-        let records = self.log.read(seq, 1, u64::MAX)?;
-        let Some(r) = records.into_iter().find(|r| r.meta.seq == seq) else {
+        let Some(r) = self.log.read_record(seq)?.filter(|r| r.meta.seq == seq) else {
             return Err(StorageError::corrupt(
                 self.log.dir().to_path_buf(),
                 seq,

@@ -109,6 +109,21 @@ pub(crate) fn is_point_key(key: &[u8]) -> bool {
     matches!(key.first(), Some(&(KIND_AGG | KIND_MARK | KIND_SCHEMA)))
 }
 
+/// Bytes of a version key naming its aggregate (kind + 48 id bytes).
+pub(crate) const VERSION_PREFIX_LEN: usize = 49;
+
+/// What a key contributes to a run's bloom filter: point keys themselves, version keys their
+/// aggregate prefix (so a version scan skips runs without that aggregate), others nothing.
+pub(crate) fn bloom_key(key: &[u8]) -> Option<&[u8]> {
+    if is_point_key(key) {
+        Some(key)
+    } else if key.first() == Some(&KIND_VERSION) && key.len() >= VERSION_PREFIX_LEN {
+        Some(&key[..VERSION_PREFIX_LEN])
+    } else {
+        None
+    }
+}
+
 fn be_u64(b: &[u8]) -> u64 {
     let mut a = [0u8; 8];
     a.copy_from_slice(&b[..8]);
