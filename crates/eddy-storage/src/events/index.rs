@@ -34,7 +34,7 @@ use std::collections::BTreeMap;
 use std::io;
 use std::ops::Bound;
 use std::path::{Path, PathBuf};
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Condvar, Mutex, MutexGuard, PoisonError, RwLock};
 
 use bytes::Bytes;
@@ -682,6 +682,9 @@ pub(crate) struct Index {
     /// and merges run concurrently; only this step is exclusive).
     manifest_lock: Mutex<()>,
     next_id: AtomicU64,
+    /// A background flusher serves this index: appliers may wait for it (back-pressure).
+    /// Cleared at shutdown, so a commit finishing after the flusher stopped never waits.
+    served: AtomicBool,
     drained: Condvar,
     drained_lock: Mutex<()>,
 }
@@ -803,6 +806,7 @@ impl Index {
             merging: Mutex::new(()),
             manifest_lock: Mutex::new(()),
             next_id: AtomicU64::new(next_id),
+            served: AtomicBool::new(false),
             drained: Condvar::new(),
             drained_lock: Mutex::new(()),
         };
@@ -862,12 +866,19 @@ impl Index {
             .map_err(|e| StorageError::io(IoOp::SyncDir, &self.dir, e))
     }
 
+    /// Whether a background flusher serves this index (see [`Index::apply`]).
+    pub(crate) fn set_served(&self, served: bool) {
+        self.served.store(served, Ordering::SeqCst);
+        self.drained.notify_all();
+    }
+
     /// Applies the entries of committed records up to (not including) `end_seq`. Returns true
-    /// when a frozen memtable waits for its flush. Waits while too many do (back-pressure).
+    /// when a frozen memtable waits for its flush. With `wait`, and while a flusher serves the
+    /// index, waits as long as too many memtables are frozen (back-pressure).
     pub(crate) fn apply(&self, entries: Vec<(Vec<u8>, Vec<u8>)>, end_seq: u64, wait: bool) -> bool {
         let mut view = self.write_guard();
         if wait {
-            while view.frozen.len() >= MAX_FROZEN {
+            while view.frozen.len() >= MAX_FROZEN && self.served.load(Ordering::SeqCst) {
                 drop(view);
                 let g = lock(&self.drained_lock);
                 let _ = self

@@ -631,6 +631,9 @@ impl EventStore {
         }
         let indexes: Vec<Arc<Index>> = shards.iter().map(|s| Arc::clone(&s.index)).collect();
         let merger = Arc::new(Flusher::default());
+        for index in &indexes {
+            index.set_served(true);
+        }
         let mut threads = Vec::new();
         {
             let (flusher, merger, indexes) =
@@ -1036,6 +1039,9 @@ impl EventStore {
     }
 
     fn stop_flusher(&self) {
+        for s in &self.shards {
+            s.index.set_served(false);
+        }
         self.flusher.stop();
         self.merger.stop();
         let threads: Vec<JoinHandle<()>> = self
