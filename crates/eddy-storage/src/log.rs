@@ -86,6 +86,8 @@ pub const MAX_QUEUED_BYTES: u64 = 256 * 1024 * 1024;
 const SCAN_CHUNK: u64 = 1024 * 1024;
 /// Smallest read issued by the read path.
 const MIN_READ_CHUNK: u64 = 64 * 1024;
+/// Read size of [`Log::read_record`]'s walk from an index entry.
+const POINT_READ_CHUNK: u64 = 8 * 1024;
 /// Largest read the read path issues at once (a larger record is read alone).
 const MAX_READ_CHUNK: u64 = 16 * 1024 * 1024;
 
@@ -2277,8 +2279,8 @@ impl Log {
         Ok(false)
     }
 
-    /// Reads the one visible record containing sequence number `seq` with small reads (a
-    /// header at a time from the nearest index entry), for point lookups such as the event
+    /// Reads the one visible record containing sequence number `seq` with small reads (8 KiB
+    /// at a time from the nearest index entry), for point lookups such as the event
     /// store's: [`Log::read`] reads ahead in large chunks, which suits scans. `None` when no
     /// visible record contains `seq`.
     pub fn read_record(&self, seq: u64) -> Result<Option<StoredRecord>> {
@@ -2296,10 +2298,21 @@ impl Log {
             (Arc::clone(&sealed.file), pos)
         };
         let path = || self.inner.dir.join(segment_file_name(target.base));
+        // One small read usually covers the walk from the index entry to the record.
+        let mut chunk = Bytes::new();
+        let mut chunk_pos = pos;
         while pos + RECORD_HEADER_LEN as u64 <= target.len {
-            let raw = read_exact(&*file, pos, RECORD_HEADER_LEN as u64)
-                .map_err(|e| StorageError::io(IoOp::Read, path(), e))?;
-            let header = RecordHeader::decode(&raw, pos)
+            let in_chunk = |at: u64, len: u64, chunk: &Bytes, chunk_pos: u64| {
+                at >= chunk_pos && at + len <= chunk_pos + chunk.len() as u64
+            };
+            if !in_chunk(pos, RECORD_HEADER_LEN as u64, &chunk, chunk_pos) {
+                let len = (target.len - pos).min(POINT_READ_CHUNK);
+                chunk = read_exact(&*file, pos, len)
+                    .map_err(|e| StorageError::io(IoOp::Read, path(), e))?;
+                chunk_pos = pos;
+            }
+            let off = usize::try_from(pos - chunk_pos).unwrap_or(usize::MAX);
+            let header = RecordHeader::decode(&chunk[off..off + RECORD_HEADER_LEN], pos)
                 .map_err(|kind| StorageError::corrupt(path(), pos, kind))?;
             if header.seq > seq {
                 return Ok(None);
@@ -2308,12 +2321,14 @@ impl Log {
                 if pos + header.record_len() > target.len {
                     return Err(StorageError::corrupt(path(), pos, Corruption::Truncated));
                 }
-                let payload = read_exact(
-                    &*file,
-                    pos + RECORD_HEADER_LEN as u64,
-                    u64::from(header.payload_len),
-                )
-                .map_err(|e| StorageError::io(IoOp::Read, path(), e))?;
+                let start = pos + RECORD_HEADER_LEN as u64;
+                let payload = if in_chunk(start, u64::from(header.payload_len), &chunk, chunk_pos) {
+                    let from = off + RECORD_HEADER_LEN;
+                    chunk.slice(from..from + header.payload_len as usize)
+                } else {
+                    read_exact(&*file, start, u64::from(header.payload_len))
+                        .map_err(|e| StorageError::io(IoOp::Read, path(), e))?
+                };
                 if self.inner.config.verify_on_read {
                     header
                         .verify_payload(&payload)

@@ -195,12 +195,16 @@ pub(crate) struct Run {
 /// Decoded index entries.
 type Entries = Vec<(Vec<u8>, Bytes)>;
 
-/// Parses a block's entries.
-fn parse_block(block: &[u8]) -> std::result::Result<Vec<(Vec<u8>, Bytes)>, Corruption> {
-    let block = Bytes::copy_from_slice(block);
-    let mut out = Vec::new();
+/// Walks a block's entries in order, rebuilding each key in one reused buffer, and calls
+/// `visit(key, value range)` until it returns false. Verifies the entry bounds and that keys
+/// strictly increase.
+fn walk_block(
+    block: &[u8],
+    mut visit: impl FnMut(&[u8], std::ops::Range<usize>) -> bool,
+) -> std::result::Result<(), Corruption> {
     let mut pos = 0usize;
-    let mut prev: Vec<u8> = Vec::new();
+    let mut key: Vec<u8> = Vec::with_capacity(MAX_KEY_LEN);
+    let mut first = true;
     while pos < block.len() {
         if block.len() - pos < 6 {
             return Err(Corruption::Truncated);
@@ -209,23 +213,37 @@ fn parse_block(block: &[u8]) -> std::result::Result<Vec<(Vec<u8>, Bytes)>, Corru
         let suffix = block[pos + 1] as usize;
         let vlen = le_u32(&block[pos + 2..]) as usize;
         pos += 6;
-        if shared > prev.len() || shared + suffix > MAX_KEY_LEN || vlen > MAX_VALUE_LEN {
+        if shared > key.len() || shared + suffix > MAX_KEY_LEN || vlen > MAX_VALUE_LEN {
             return Err(Corruption::BadHeaderField("index entry"));
         }
         if block.len() - pos < suffix + vlen {
             return Err(Corruption::Truncated);
         }
-        let mut key = prev[..shared].to_vec();
-        key.extend_from_slice(&block[pos..pos + suffix]);
-        pos += suffix;
-        let value = block.slice(pos..pos + vlen);
-        pos += vlen;
-        if key <= prev && !out.is_empty() {
+        let tail = &block[pos..pos + suffix];
+        // Same first `shared` bytes: the new key is larger iff its tail is.
+        if !first && tail <= &key[shared..] {
             return Err(Corruption::BadHeaderField("index keys out of order"));
         }
-        prev.clone_from(&key);
-        out.push((key, value));
+        first = false;
+        key.truncate(shared);
+        key.extend_from_slice(tail);
+        pos += suffix;
+        let value = pos..pos + vlen;
+        pos += vlen;
+        if !visit(&key, value) {
+            return Ok(());
+        }
     }
+    Ok(())
+}
+
+/// Parses a block's entries (values are slices of `block`).
+fn parse_block(block: &Bytes) -> std::result::Result<Entries, Corruption> {
+    let mut out = Vec::new();
+    walk_block(block, |k, v| {
+        out.push((k.to_vec(), block.slice(v)));
+        true
+    })?;
     Ok(out)
 }
 
@@ -234,27 +252,33 @@ impl Run {
         StorageError::corrupt(self.path.clone(), offset, kind)
     }
 
-    /// Reads and verifies block `i` (through the cache when `cached`).
-    fn block(&self, cache: &Cache, i: usize, cached: bool) -> Result<Vec<(Vec<u8>, Bytes)>> {
+    /// Reads and verifies block `i`'s bytes (through the cache when `cached`).
+    fn raw_block(&self, cache: &Cache, i: usize, cached: bool) -> Result<Bytes> {
         let meta = &self.blocks[i];
         let key = (self.cache_id, meta.offset);
-        let raw = if let Some(raw) = cached.then(|| cache.get_block(key)).flatten() {
-            raw
-        } else {
-            let mut buf = vec![0u8; 8 + meta.len as usize];
-            self.file
-                .read_at(meta.offset, &mut buf)
-                .map_err(|e| StorageError::io(IoOp::Read, &self.path, e))?;
-            if le_u32(&buf) != meta.len || crc32c::crc32c(&buf[8..]) != le_u32(&buf[4..]) {
-                return Err(self.corrupt(meta.offset, Corruption::PayloadChecksum));
+        if cached {
+            if let Some(raw) = cache.get_block(key) {
+                return Ok(raw);
             }
-            let raw = Bytes::from(buf).slice(8..);
-            if cached {
-                cache.insert_block(key, raw.clone());
-            }
-            raw
-        };
-        parse_block(&raw).map_err(|k| self.corrupt(meta.offset, k))
+        }
+        let mut buf = vec![0u8; 8 + meta.len as usize];
+        self.file
+            .read_at(meta.offset, &mut buf)
+            .map_err(|e| StorageError::io(IoOp::Read, &self.path, e))?;
+        if le_u32(&buf) != meta.len || crc32c::crc32c(&buf[8..]) != le_u32(&buf[4..]) {
+            return Err(self.corrupt(meta.offset, Corruption::PayloadChecksum));
+        }
+        let raw = Bytes::from(buf).slice(8..);
+        if cached {
+            cache.insert_block(key, raw.clone());
+        }
+        Ok(raw)
+    }
+
+    /// Reads, verifies and parses block `i`.
+    fn block(&self, cache: &Cache, i: usize, cached: bool) -> Result<Entries> {
+        let raw = self.raw_block(cache, i, cached)?;
+        parse_block(&raw).map_err(|k| self.corrupt(self.blocks[i].offset, k))
     }
 
     /// The block that may hold `key` (the last whose first key is at or below it).
@@ -270,11 +294,18 @@ impl Run {
         let Some(i) = self.block_for(key) else {
             return Ok(None);
         };
-        Ok(self
-            .block(cache, i, true)?
-            .into_iter()
-            .find(|(k, _)| k.as_slice() == key)
-            .map(|(_, v)| v))
+        let raw = self.raw_block(cache, i, true)?;
+        let mut found = None;
+        walk_block(&raw, |k, v| match k.cmp(key) {
+            std::cmp::Ordering::Less => true,
+            std::cmp::Ordering::Equal => {
+                found = Some(raw.slice(v));
+                false
+            }
+            std::cmp::Ordering::Greater => false,
+        })
+        .map_err(|kind| self.corrupt(self.blocks[i].offset, kind))?;
+        Ok(found)
     }
 
     /// Up to `limit` entries in `[start, end)`.
