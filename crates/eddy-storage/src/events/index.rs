@@ -332,15 +332,23 @@ impl Run {
             if &*self.blocks[i].first_key >= end {
                 break;
             }
-            for (k, v) in self.block(cache, i, true)? {
-                if k.as_slice() < start {
-                    continue;
+            let raw = self.raw_block(cache, i, true)?;
+            let mut done = false;
+            walk_block(&raw, |k, v| {
+                if k < start {
+                    return true;
                 }
-                if k.as_slice() >= end || taken >= limit {
-                    return Ok(());
+                if k >= end || taken >= limit {
+                    done = true;
+                    return false;
                 }
-                out.push((k, v));
+                out.push((k.to_vec(), raw.slice(v)));
                 taken += 1;
+                true
+            })
+            .map_err(|kind| self.corrupt(self.blocks[i].offset, kind))?;
+            if done {
+                return Ok(());
             }
             i += 1;
         }
