@@ -6,11 +6,15 @@
 //!   it as an immutable sorted **run** file, then records the run and the *checkpoint* (the log
 //!   sequence number up to which runs hold everything) in the `MANIFEST`.
 //! * Runs are merged newest-wins by a binary-counter policy (a run is merged into its older
-//!   neighbour once it is at least half its size), so a shard has `O(log n)` runs.
+//!   neighbour once it is at least half its size), so a shard has `O(log n)` runs. Merges run
+//!   on their own thread: a flush never waits for a merge, and appliers (the commit path)
+//!   wait only when two memtables are already frozen (back-pressure, bounded memory).
 //! * Each run keeps in memory only its sparse block index (first key of every 8 KiB block)
-//!   and a split-block bloom filter over its point keys (aggregates, client marks, schemas):
-//!   a lookup of an aggregate that was never written touches no disk. Data blocks are read on
-//!   demand, verified, and kept in the shared byte-budgeted [`Cache`].
+//!   and a split-block bloom filter (~10 bits per key) over its point keys (aggregates, client
+//!   marks, schemas) and the aggregate prefix of its version keys: a lookup of an aggregate
+//!   or a client that never wrote touches no disk, and a version scan reads only runs that
+//!   hold that aggregate. Data blocks are read on demand, verified (CRC-32C), and kept in the
+//!   shared byte-budgeted [`Cache`].
 //!
 //! Files in an index directory:
 //!

@@ -14,14 +14,14 @@
 //!   or not at all. A write naming aggregates of different shards is refused
 //!   ([`EventError::CrossShard`], wire 9001), as the protocol requires: the docs tell users to
 //!   pick ids on one shard, and refusing keeps atomicity trivially true without a coordinator.
-//! * Every shard log is group-committed on one shared [`CommitPool`](crate::CommitPool): all
+//! * Every shard log is group-committed on one shared [`CommitPool`]: all
 //!   concurrent writes to a shard share one `fdatasync`. A request is acknowledged only after
 //!   its record is durable **and** visible: the index is updated after the log publishes the
 //!   record, and completions resolve after that ([`CommitHook::after_publish`](crate::CommitHook)).
 //! * Per-aggregate state (version, floor, deleted flags, event sequence, client marks, the log
 //!   position of every batch, list statistics) lives in a per-shard on-disk index (a small
 //!   LSM tree derived from the log, see [`index`]) behind the shared byte-budgeted
-//!   [`Cache`](crate::Cache). Memory does not grow with the number of aggregates: a memtable
+//!   [`Cache`]. Memory does not grow with the number of aggregates: a memtable
 //!   of bounded bytes, plus per run a block index and a bloom filter (~10 bits per key) so a
 //!   write to a new aggregate touches no disk.
 //! * Validation (existence, OCC, then idempotency) runs against the *write-ahead* state: a
