@@ -86,10 +86,10 @@ pub const MAX_QUEUED_BYTES: u64 = 256 * 1024 * 1024;
 const SCAN_CHUNK: u64 = 1024 * 1024;
 /// Smallest read issued by the read path.
 const MIN_READ_CHUNK: u64 = 64 * 1024;
+/// Read size of [`Log::read_record`]'s walk from an index entry.
+const POINT_READ_CHUNK: u64 = 8 * 1024;
 /// Largest read the read path issues at once (a larger record is read alone).
 const MAX_READ_CHUNK: u64 = 16 * 1024 * 1024;
-
-static NEXT_LOG_ID: AtomicU64 = AtomicU64::new(1);
 
 /// When an append is acknowledged.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -301,6 +301,14 @@ pub trait CommitHook: Send + Sync + fmt::Debug {
     /// log's admission lock (so no append can slip in between): do not append from here.
     fn on_refused(&self, next_seq: u64, error: &dyn Fn() -> StorageError) {
         let _ = (next_seq, error);
+    }
+
+    /// Records up to (not including) `end_seq` are durable **and** visible to [`Log::read`];
+    /// their acknowledgements follow. Called on the writer thread, in log order, without the
+    /// admission lock: the event store moves its per-aggregate state from speculative to
+    /// committed here, so state never points at a record readers cannot see yet.
+    fn after_publish(&self, end_seq: u64) {
+        let _ = end_seq;
     }
 }
 
@@ -1215,7 +1223,7 @@ impl Log {
         segments.push_back(last.state);
 
         let inner = Arc::new(LogInner {
-            id: NEXT_LOG_ID.fetch_add(1, Ordering::Relaxed),
+            id: crate::cache::next_owner_id(),
             dir,
             backend,
             config,
@@ -1853,6 +1861,9 @@ impl LogInner {
         if index_grew || writer.active.index_written < self.view_index_len() {
             self.write_pending_index(writer);
         }
+        if let Some(hook) = &self.hook {
+            hook.after_publish(end_seq);
+        }
         for record in group.records {
             let meta = RecordMeta {
                 seq: record.header.seq,
@@ -2266,6 +2277,77 @@ impl Log {
             }
         }
         Ok(false)
+    }
+
+    /// Reads the one visible record containing sequence number `seq` with small reads (8 KiB
+    /// at a time from the nearest index entry), for point lookups such as the event
+    /// store's: [`Log::read`] reads ahead in large chunks, which suits scans. `None` when no
+    /// visible record contains `seq`.
+    pub fn read_record(&self, seq: u64) -> Result<Option<StoredRecord>> {
+        let Some(target) = self.targets_from(seq).into_iter().next() else {
+            return Ok(None);
+        };
+        if seq < target.base {
+            return Ok(None);
+        }
+        let (file, mut pos) = if let Some((file, pos)) = &target.active {
+            (Arc::clone(file), *pos)
+        } else {
+            let sealed = self.sealed(target.base)?;
+            let pos = index_lower_bound(&sealed.index, seq);
+            (Arc::clone(&sealed.file), pos)
+        };
+        let path = || self.inner.dir.join(segment_file_name(target.base));
+        // One small read usually covers the walk from the index entry to the record.
+        let mut chunk = Bytes::new();
+        let mut chunk_pos = pos;
+        while pos + RECORD_HEADER_LEN as u64 <= target.len {
+            let in_chunk = |at: u64, len: u64, chunk: &Bytes, chunk_pos: u64| {
+                at >= chunk_pos && at + len <= chunk_pos + chunk.len() as u64
+            };
+            if !in_chunk(pos, RECORD_HEADER_LEN as u64, &chunk, chunk_pos) {
+                let len = (target.len - pos).min(POINT_READ_CHUNK);
+                chunk = read_exact(&*file, pos, len)
+                    .map_err(|e| StorageError::io(IoOp::Read, path(), e))?;
+                chunk_pos = pos;
+            }
+            let off = usize::try_from(pos - chunk_pos).unwrap_or(usize::MAX);
+            let header = RecordHeader::decode(&chunk[off..off + RECORD_HEADER_LEN], pos)
+                .map_err(|kind| StorageError::corrupt(path(), pos, kind))?;
+            if header.seq > seq {
+                return Ok(None);
+            }
+            if seq < header.end_seq() {
+                if pos + header.record_len() > target.len {
+                    return Err(StorageError::corrupt(path(), pos, Corruption::Truncated));
+                }
+                let start = pos + RECORD_HEADER_LEN as u64;
+                let payload = if in_chunk(start, u64::from(header.payload_len), &chunk, chunk_pos) {
+                    let from = off + RECORD_HEADER_LEN;
+                    chunk.slice(from..from + header.payload_len as usize)
+                } else {
+                    read_exact(&*file, start, u64::from(header.payload_len))
+                        .map_err(|e| StorageError::io(IoOp::Read, path(), e))?
+                };
+                if self.inner.config.verify_on_read {
+                    header
+                        .verify_payload(&payload)
+                        .map_err(|kind| StorageError::corrupt(path(), pos, kind))?;
+                }
+                return Ok(Some(StoredRecord {
+                    meta: RecordMeta {
+                        seq: header.seq,
+                        count: header.count,
+                        timestamp: header.timestamp,
+                        tag: header.tag,
+                        len: header.payload_len,
+                    },
+                    payload,
+                }));
+            }
+            pos += header.record_len();
+        }
+        Ok(None)
     }
 
     /// The first sequence number whose record's timestamp is at or after `timestamp`, or `None`

@@ -746,3 +746,22 @@ fn close_refuses_further_appends() {
         Err(StorageError::Shutdown)
     ));
 }
+
+#[test]
+fn read_record_finds_every_record_in_sealed_and_active_segments() {
+    let h = Harness::new(small());
+    let (log, _) = h.open().unwrap();
+    let metas = append_n(&log, 40, 60);
+    assert!(log.segments().len() > 2, "several segments");
+    for m in &metas {
+        for seq in [m.seq, m.seq + 1] {
+            let r = log.read_record(seq).unwrap().expect("visible record");
+            assert_eq!(r.meta, *m);
+            assert_eq!(r.payload, payload(m.seq, 60));
+        }
+    }
+    assert!(log
+        .read_record(metas.last().unwrap().end_seq())
+        .unwrap()
+        .is_none());
+}
