@@ -2,18 +2,20 @@
 //! connection-level checks, dispatch and responses.
 
 use std::sync::Arc;
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
 use bytes::{Buf as _, BytesMut};
 use eddy_codec::event::{
     decode_request, encode_response, AfterError, ErrorResponse, EventRequest, EventResponse,
-    ServerError,
+    ServerError, WatchRequest, WatchResponse,
 };
+use eddy_storage::{EventError, StorageError};
 use eddy_wire::event::{Compression, Decoded, ProtocolVersion, RequestFrameDecoder, RequestType};
 use tokio::io::{AsyncReadExt as _, AsyncWriteExt as _};
 
 use super::identify::{self, Identity};
 use super::routing::Route;
+use super::{exec, watch};
 use super::{metric_index, EventService};
 use crate::listener::{Conn, ConnectionContext};
 use crate::metrics::Protocol;
@@ -47,6 +49,9 @@ pub enum ConnectionEnd {
     /// Socket failure.
     #[error("socket error")]
     Io(#[source] std::io::Error),
+    /// A watch subscriber fell too far behind and was dropped.
+    #[error("watch subscriber fell behind")]
+    WatchOverflow,
     /// An error response whose code closes the connection was sent.
     #[error("closed after error {code}")]
     AfterError {
@@ -169,7 +174,13 @@ impl Connection {
                 debug_assert!(false, "identify routed after the first frame");
                 return Err(ConnectionEnd::Closed);
             }
-            Ok(Route::Shard(shard)) => self.execute(shard, &request)?,
+            Ok(Route::Shard(shard)) => match request {
+                EventRequest::Watch(w) => return self.watch(version, w, shard, started).await,
+                other => match exec::execute(&self.shared.events, shard, other).await {
+                    Ok(response) => Reply::Response(response),
+                    Err(e) => Reply::Error(e),
+                },
+            },
         };
         self.finish(kind, version, correlation_id, reply, started)
             .await
@@ -191,12 +202,98 @@ impl Connection {
         Ok(route)
     }
 
-    /// Executes a routed, admitted request.
-    fn execute(&mut self, shard: u32, request: &EventRequest) -> Result<Reply, ConnectionEnd> {
-        // The event store is not wired yet: end the connection without an answer, as for a
-        // request this build does not serve.
-        tracing::debug!(peer = %self.ctx.peer, shard, request = ?request.request_type(), "not served yet");
-        Err(ConnectionEnd::Closed)
+    /// Turns the connection into a watch push stream (§4.8): latency cap (8001), subscriber
+    /// cap (8005), the immediate empty acknowledgement, then pushes of committed changes,
+    /// heartbeats, and the end at the first inbound byte.
+    async fn watch(
+        &mut self,
+        version: ProtocolVersion,
+        request: WatchRequest,
+        shard: u32,
+        started: Instant,
+    ) -> Result<(), ConnectionEnd> {
+        let kind = RequestType::Watch;
+        let cid = request.correlation_id;
+        let svc = Arc::clone(&self.shared.events);
+        let max_ms = svc.max_requested_latency_ms;
+        let latency = match request.requested_latency_ms {
+            Some(requested_ms) if requested_ms > max_ms => {
+                let e = ServerError::WatchLatencyTooHigh {
+                    requested_ms,
+                    max_ms,
+                };
+                return self
+                    .finish(kind, version, cid, Reply::Error(e), started)
+                    .await;
+            }
+            other => other.map(Duration::from_millis),
+        };
+        let (sink, mut rx) = watch::channel();
+        let id = match svc.store.subscribe(shard, watch::filter(&request), sink) {
+            Ok(id) => id,
+            Err(e) => {
+                let e = match e {
+                    StorageError::Event(EventError::TooManySubscribers { active, max }) => {
+                        ServerError::WatchTooManySubscribers {
+                            active_subscribers: active as u64,
+                            max_subscribers: max as u64,
+                        }
+                    }
+                    other => ServerError::WatchReadOther {
+                        detail: other.to_string(),
+                    },
+                };
+                return self
+                    .finish(kind, version, cid, Reply::Error(e), started)
+                    .await;
+            }
+        };
+        let _subscription = watch::Subscription {
+            store: Arc::clone(&svc.store),
+            id,
+        };
+        let ack = Reply::Response(EventResponse::Watch(WatchResponse::default()));
+        self.finish(kind, version, cid, ack, started).await?;
+        if !self.buf.is_empty() {
+            // The client sent more after its watch: that ends it.
+            return Ok(());
+        }
+        let mut pending = watch::Pending::default();
+        let mut last_frame = tokio::time::Instant::now();
+        let mut byte = [0u8; 1];
+        loop {
+            let flush_at = match latency {
+                Some(l) if !pending.is_empty() => last_frame + l,
+                _ => last_frame + watch::HEARTBEAT,
+            };
+            tokio::select! {
+                () = self.ctx.drain.cancelled() => return Err(ConnectionEnd::Draining),
+                read = self.io.read(&mut byte) => {
+                    // Data, FIN or an error: the subscriber is gone.
+                    return match read {
+                        Ok(_) => Ok(()),
+                        Err(e) => Err(ConnectionEnd::Io(e)),
+                    };
+                }
+                events = rx.recv() => {
+                    let Some(events) = events else {
+                        // Dropped by the store: too far behind.
+                        return Err(ConnectionEnd::WatchOverflow);
+                    };
+                    pending.add(&events);
+                    if latency.is_some() {
+                        continue;
+                    }
+                }
+                () = tokio::time::sleep_until(flush_at) => {}
+            }
+            let push = WatchResponse {
+                events: pending.take(),
+            };
+            self.send(version, &EventResponse::Watch(push), kind)
+                .await?;
+            last_frame = tokio::time::Instant::now();
+        }
     }
 
     /// Sends the reply, records metrics, and applies the error's connection policy.

@@ -25,16 +25,22 @@
 
 mod codecs;
 mod conn;
+mod exec;
 pub mod identify;
 pub mod routing;
+pub mod schema;
+mod watch;
 
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::Duration;
 
+use eddy_storage::{
+    EventError, EventStore, EventStoreConfig, EventStoreRecovery, FsBackend, StorageError,
+};
 use eddy_wire::event::{Dictionary, DictionaryError, FrameLimits, RequestType};
 
-use crate::config::ServerConfig;
+use crate::config::{RoutingRule, ServerConfig};
 use crate::listener::{Conn, ConnectionContext};
 pub use codecs::CodecPool;
 use routing::Placement;
@@ -129,6 +135,48 @@ pub fn default_num_shards() -> u32 {
     std::thread::available_parallelism().map_or(1, |n| u32::try_from(n.get()).unwrap_or(1))
 }
 
+/// Opens (or creates) the event store under `<data_dir>/events`, with the cluster
+/// dictionary. With `num_shards` unset, an existing store keeps its shard count and a new one
+/// gets one shard per CPU; a configured count must match the stored one.
+pub fn open_store(
+    config: &ServerConfig,
+    data_root: &Path,
+    dictionary: &[u8],
+) -> Result<(EventStore, EventStoreRecovery), StorageError> {
+    let backend = Arc::new(
+        FsBackend::new(data_root).map_err(|source| StorageError::Io {
+            op: eddy_storage::IoOp::Open,
+            path: data_root.to_path_buf(),
+            source,
+        })?,
+    );
+    let store_config = |num_shards| EventStoreConfig {
+        num_shards,
+        routing_rule: match config.routing_rule {
+            RoutingRule::AggregateId => eddy_storage::RoutingRule::AggregateId,
+            RoutingRule::OrgId => eddy_storage::RoutingRule::OrgId,
+            RoutingRule::AggregateTypeId => eddy_storage::RoutingRule::AggregateTypeId,
+        },
+        reserve_coordinator_shard: config.reserve_coordinator_shard,
+        compression_level: config.wal_compression_level,
+        dictionary: Some(bytes::Bytes::copy_from_slice(dictionary)),
+        max_subscribers_per_shard: config.max_watch_subscribers as usize,
+        ..EventStoreConfig::default()
+    };
+    let asked = config.num_shards.unwrap_or_else(default_num_shards);
+    match EventStore::open(Arc::clone(&backend) as _, store_config(asked)) {
+        Err(StorageError::Event(EventError::ImmutableConfig {
+            field: "num_shards",
+            stored,
+            ..
+        })) if config.num_shards.is_none() => {
+            let stored = u32::try_from(stored).unwrap_or(u32::MAX);
+            EventStore::open(backend, store_config(stored))
+        }
+        other => other,
+    }
+}
+
 /// Event-protocol state shared by every connection of the client port.
 #[derive(Debug)]
 pub struct EventService {
@@ -137,23 +185,44 @@ pub struct EventService {
     request_limits: FrameLimits,
     max_response_size: u64,
     timeout: Duration,
+    store: Arc<EventStore>,
+    schemas: schema::Schemas,
+    list_page: usize,
+    read_page_bytes: u64,
+    max_schema_size: usize,
+    max_requested_latency_ms: u64,
 }
 
 impl EventService {
-    /// Sets the protocol up for `config` with the loaded dictionary.
-    pub fn new(config: &ServerConfig, dictionary: Dictionary) -> Self {
-        let num_shards = config.num_shards.unwrap_or_else(default_num_shards);
+    /// Sets the protocol up for `config` over an opened store and its dictionary.
+    pub fn new(config: &ServerConfig, dictionary: Dictionary, store: Arc<EventStore>) -> Self {
+        let sc = store.config();
+        let placement = Placement::new(
+            store.num_shards(),
+            config.routing_rule,
+            sc.reserve_coordinator_shard,
+        );
         Self {
             codecs: CodecPool::new(Arc::new(dictionary)),
-            placement: Placement::new(
-                num_shards,
-                config.routing_rule,
-                config.reserve_coordinator_shard,
-            ),
+            placement,
             request_limits: FrameLimits::new(u64::from(config.max_request_size)),
             max_response_size: u64::from(config.max_response_size),
             timeout: Duration::from_millis(config.client_connection_timeout_ms),
+            store,
+            schemas: schema::Schemas::new(),
+            list_page: config.list_page_size as usize,
+            // Encoded batches cost a little more than stored ones; a quarter of the response
+            // cap leaves ample room, and the store's own page bound applies on top.
+            read_page_bytes: (u64::from(config.max_response_size) / 4)
+                .clamp(1, eddy_storage::events::DEFAULT_READ_MAX_BYTES),
+            max_schema_size: config.max_schema_size_bytes as usize,
+            max_requested_latency_ms: config.max_requested_latency_ms,
         }
+    }
+
+    /// The event store.
+    pub fn store(&self) -> &Arc<EventStore> {
+        &self.store
     }
 
     /// The cluster dictionary.
