@@ -6,6 +6,8 @@
 //! - `cargo xtask bench [ARGS...]`: the criterion benches of every crate (release profile).
 //! - `cargo xtask soak SECONDS`: the long crash-and-recover soaks (SIGKILL loops).
 //! - `cargo xtask train-dict`: train the event protocol's default zstd dictionary.
+//! - `cargo xtask event-load [ARGS...]`: the event-protocol load sweep against a release build,
+//!   with the PostgreSQL OCC-append comparison (`tests/src/bin/eddy_event_load.rs`).
 
 mod train_dict;
 
@@ -42,6 +44,7 @@ fn main() -> Result<()> {
             _ => bail!("usage: cargo xtask soak SECONDS"),
         },
         "train-dict" => train_dict::run(rest),
+        "event-load" => event_load(rest),
         "help" | "--help" | "-h" => {
             print_help();
             Ok(())
@@ -59,7 +62,10 @@ fn print_help() {
          bench [ARGS...]         criterion benches of every crate; ARGS go to criterion\n\
          soak SECONDS            crash-and-recover soaks (SIGKILL loops) for SECONDS\n\
          train-dict [--check]    train the default zstd dictionary of the event protocol\n\
-                                 (--check: retrain and compare with the committed one)"
+                                 (--check: retrain and compare with the committed one)\n\
+         event-load [ARGS...]    event-protocol load sweep (100, 1000, 4000 pinned connections,\n\
+                                 plain and OCC) on a release build, and the same OCC append on\n\
+                                 PostgreSQL; ARGS go to eddy_event_load (default: --pg)"
     );
 }
 
@@ -135,6 +141,22 @@ fn bench(args: &[String]) -> Result<()> {
     cmd.args(["bench", "--workspace"]);
     if !args.is_empty() {
         cmd.arg("--").args(args);
+    }
+    run(cmd)
+}
+
+/// Builds the server and the load tool in release, then runs the sweep.
+fn event_load(args: &[String]) -> Result<()> {
+    let mut build = cargo();
+    build.args(["build", "--release", "-p", "eddy-tests", "--bins"]);
+    run(build)?;
+    let release = root().join("target").join("release");
+    let mut cmd = Command::new(release.join("eddy_event_load"));
+    cmd.arg("--server").arg(release.join("eddy-test-server"));
+    if args.is_empty() {
+        cmd.arg("--pg");
+    } else {
+        cmd.args(args);
     }
     run(cmd)
 }
