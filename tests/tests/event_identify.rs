@@ -81,6 +81,9 @@ async fn rsa_identity_gives_the_derived_id_and_mismatched_writes_are_refused() {
         let e = c.write(one_write(other, 1)).await.unwrap_err();
         assert_auth(&e, |k| matches!(k, AuthError::Mismatch));
     }
+    // The verified id itself may write.
+    let ack = c.write(one_write(expected, 1)).await.unwrap();
+    assert_eq!(ack.max_aggregate_version, Some(1));
     // Same key, same id on a new connection.
     let mut again = client(&eddy).await;
     let id2 = again
@@ -174,9 +177,16 @@ async fn api_keys_levels_refusals_and_required_identity() {
     eddy.restart();
     let key = |k: &[u8; 32]| ClientIdentityConfig::from_api_key(B64.encode(k));
 
-    // Read-write key.
+    // Read-write key: writes are served.
     let mut c = client(&eddy).await;
     assert_eq!(c.identify(&key(&rw)).await.unwrap(), None);
+    assert_eq!(
+        c.write(one_write(9, 1))
+            .await
+            .unwrap()
+            .max_aggregate_version,
+        Some(1)
+    );
 
     // Read-only key: mutations get 10007 and the connection stays open.
     let mut c = client(&eddy).await;

@@ -783,3 +783,52 @@ async fn compression_both_ways_and_v3_over_a_raw_socket() {
     assert_eq!(frame.compression, 0);
     assert!(matches!(resp, ClientResponse::Read(_)));
 }
+
+#[tokio::test]
+async fn a_byte_from_a_watcher_ends_its_watch() {
+    let eddy = start(&["--num-shards", "1"]);
+    let watch = ClientRequest::Watch(WatchRequest {
+        correlation_id: Some(4),
+        requested_latency_ms: None,
+        shard_id: Some(0),
+        orgs: None,
+        aggregate_types: None,
+        aggregates: None,
+        operation_types: None,
+    });
+    for version in [2, 3] {
+        let mut raw = Raw::connect(&eddy).await;
+        raw.send_request(&watch, version).await;
+        let (frame, resp) = raw.recv_response(None).await;
+        assert_eq!((frame.version, frame.message_type), (version, 8));
+        match resp {
+            ClientResponse::Watch(w) => assert!(w.events.is_empty(), "the acknowledgement"),
+            other => panic!("{other:?}"),
+        }
+        tokio::io::AsyncWriteExt::write_all(&mut raw.s, &[0])
+            .await
+            .unwrap();
+        raw.expect_closed().await;
+    }
+    // Routing errors on a watch keep the connection, so the client may ask again.
+    let mut raw = Raw::connect(&eddy).await;
+    raw.send_request(
+        &ClientRequest::Watch(WatchRequest {
+            correlation_id: Some(5),
+            requested_latency_ms: None,
+            shard_id: None,
+            orgs: None,
+            aggregate_types: None,
+            aggregates: None,
+            operation_types: None,
+        }),
+        2,
+    )
+    .await;
+    let (_, resp) = raw.recv_response(None).await;
+    assert_eq!(resp.correlation_id(), Some(5));
+    assert_eq!(event_support::error_of(&resp).0, 9002);
+    raw.send_request(&watch, 2).await;
+    let (frame, _) = raw.recv_response(None).await;
+    assert_eq!(frame.message_type, 8);
+}

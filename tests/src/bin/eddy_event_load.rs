@@ -350,9 +350,19 @@ fn pg_bin() -> Result<PathBuf, String> {
     find().ok_or_else(|| "PostgreSQL binaries not found after install".into())
 }
 
+/// Runs a PostgreSQL tool as the `postgres` user. `setpriv` (not `runuser`/`su`, which go
+/// through PAM and reset the open-file limit to 1024) keeps this process's limits, which
+/// pgbench needs for thousands of clients.
 fn as_postgres(bin: &Path, tool: &str) -> Command {
-    let mut c = Command::new("runuser");
-    c.args(["-u", "postgres", "--"]).arg(bin.join(tool));
+    let mut c = Command::new("setpriv");
+    c.args([
+        "--reuid=postgres",
+        "--regid=postgres",
+        "--init-groups",
+        "--",
+    ])
+    .arg(bin.join(tool));
+    c.env("HOME", "/tmp");
     c
 }
 

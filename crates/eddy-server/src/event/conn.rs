@@ -49,6 +49,9 @@ pub enum ConnectionEnd {
     /// Socket failure.
     #[error("socket error")]
     Io(#[source] std::io::Error),
+    /// The watcher sent a byte or closed: the push stream ends with the connection.
+    #[error("watch ended by the client")]
+    WatchEnded,
     /// A watch subscriber fell too far behind and was dropped.
     #[error("watch subscriber fell behind")]
     WatchOverflow,
@@ -107,7 +110,7 @@ impl Connection {
     /// Serves until the connection ends; the reason is logged at debug level.
     pub(super) async fn run(mut self) {
         match self.serve().await {
-            Ok(()) | Err(ConnectionEnd::Closed) => {}
+            Ok(()) | Err(ConnectionEnd::Closed | ConnectionEnd::WatchEnded) => {}
             Err(end) => tracing::debug!(error = %end, "event connection ended"),
         }
         let _ = self.io.shutdown().await;
@@ -204,7 +207,8 @@ impl Connection {
 
     /// Turns the connection into a watch push stream (§4.8): latency cap (8001), subscriber
     /// cap (8005), the immediate empty acknowledgement, then pushes of committed changes,
-    /// heartbeats, and the end at the first inbound byte.
+    /// heartbeats, and the end at the first inbound byte. Never returns `Ok`: an accepted
+    /// watch (or a refused one, whose codes close) ends the connection.
     async fn watch(
         &mut self,
         version: ProtocolVersion,
@@ -256,7 +260,7 @@ impl Connection {
         self.finish(kind, version, cid, ack, started).await?;
         if !self.buf.is_empty() {
             // The client sent more after its watch: that ends it.
-            return Ok(());
+            return Err(ConnectionEnd::WatchEnded);
         }
         let mut pending = watch::Pending::default();
         let mut last_frame = tokio::time::Instant::now();
@@ -269,11 +273,12 @@ impl Connection {
             tokio::select! {
                 () = self.ctx.drain.cancelled() => return Err(ConnectionEnd::Draining),
                 read = self.io.read(&mut byte) => {
-                    // Data, FIN or an error: the subscriber is gone.
-                    return match read {
-                        Ok(_) => Ok(()),
-                        Err(e) => Err(ConnectionEnd::Io(e)),
-                    };
+                    // Data, FIN or an error: the subscriber is gone, and so is the connection
+                    // (a watch never returns to the request loop).
+                    return Err(match read {
+                        Ok(_) => ConnectionEnd::WatchEnded,
+                        Err(e) => ConnectionEnd::Io(e),
+                    });
                 }
                 events = rx.recv() => {
                     let Some(events) = events else {
