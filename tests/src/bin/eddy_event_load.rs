@@ -14,7 +14,8 @@
 //! per write.
 //!
 //! Usage: `eddy_event_load --server PATH [--connections 100,1000,4000] [--seconds 10]
-//! [--occ] [--plain] [--pg]` (`cargo xtask event-load` builds in release and runs it).
+//! [--occ] [--plain] [--pg] [--pg-only]` (`cargo xtask event-load` builds in release and runs
+//! it).
 
 use std::collections::HashMap;
 use std::fmt::Write as _;
@@ -41,6 +42,7 @@ struct Args {
     seconds: u64,
     variants: Vec<bool>,
     pg: bool,
+    eddy: bool,
 }
 
 fn parse_args() -> Result<Args, String> {
@@ -50,6 +52,7 @@ fn parse_args() -> Result<Args, String> {
         seconds: 10,
         variants: Vec::new(),
         pg: false,
+        eddy: true,
     };
     let mut it = std::env::args().skip(1);
     while let Some(a) = it.next() {
@@ -68,6 +71,10 @@ fn parse_args() -> Result<Args, String> {
             "--occ" => args.variants.push(true),
             "--plain" => args.variants.push(false),
             "--pg" => args.pg = true,
+            "--pg-only" => {
+                args.pg = true;
+                args.eddy = false;
+            }
             other => return Err(format!("unknown argument {other}")),
         }
     }
@@ -353,6 +360,11 @@ fn pg_bin() -> Result<PathBuf, String> {
 /// Runs a PostgreSQL tool as the `postgres` user. `setpriv` (not `runuser`/`su`, which go
 /// through PAM and reset the open-file limit to 1024) keeps this process's limits, which
 /// pgbench needs for thousands of clients.
+/// Seconds pgbench may spend opening its connections before the measured window.
+fn connect_allowance(connections: usize) -> u64 {
+    5 + connections as u64 / 100
+}
+
 fn as_postgres(bin: &Path, tool: &str) -> Command {
     let mut c = Command::new("setpriv");
     c.args([
@@ -453,7 +465,9 @@ impl Pg {
                 "-j",
                 "2",
                 "-T",
-                &(seconds + WARMUP.as_secs()).to_string(),
+                // pgbench's clock includes connecting, one backend process per client: allow
+                // for it, and measure a window of `seconds` after the warm-up (below).
+                &(seconds + WARMUP.as_secs() + connect_allowance(connections)).to_string(),
                 "-l",
                 "--log-prefix",
                 "tx",
@@ -482,10 +496,11 @@ impl Pg {
                 }
             }
         }
-        // Drop the warm-up, as for eddy.
+        // Drop the warm-up, as for eddy, and keep a window of `seconds`.
         let from = first_epoch.saturating_add(WARMUP.as_micros() as u64);
+        let until = from.saturating_add(seconds * 1_000_000);
         for (at, lat) in rows {
-            if at >= from {
+            if (from..until).contains(&at) {
                 latencies.push(u32::try_from(lat).unwrap_or(u32::MAX));
             }
         }
@@ -530,7 +545,7 @@ fn main() {
         }
     };
     let mut reports = Vec::new();
-    for &n in &args.connections {
+    for &n in args.connections.iter().filter(|_| args.eddy) {
         for &occ in &args.variants {
             eprintln!(
                 "eddy: {n} connections, {}",
