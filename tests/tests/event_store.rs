@@ -832,3 +832,44 @@ async fn a_byte_from_a_watcher_ends_its_watch() {
     let (frame, _) = raw.recv_response(None).await;
     assert_eq!(frame.message_type, 8);
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sigterm_drains_open_watches_and_idle_connections() {
+    let mut eddy = start(&["--num-shards", "1"]);
+    let watcher = WatchConnection::connect(
+        &addr(&eddy),
+        WatchRequest {
+            correlation_id: None,
+            requested_latency_ms: None,
+            shard_id: Some(0),
+            orgs: None,
+            aggregate_types: None,
+            aggregates: None,
+            operation_types: None,
+        },
+        WatchOptions {
+            timeout: Some(ANSWER),
+            ..WatchOptions::default()
+        },
+    )
+    .await
+    .unwrap();
+    let mut idle = client(&eddy).await;
+    idle.write_events(AggregateKey::new(1, 1, 1), vec![event(1, &json!({}), 1)], 1)
+        .await
+        .unwrap();
+    let started = std::time::Instant::now();
+    let status = tokio::task::spawn_blocking(move || {
+        let status = eddy.stop(Duration::from_secs(20));
+        (status, eddy)
+    })
+    .await
+    .unwrap();
+    assert!(status.0.success(), "{:?}", status.0);
+    assert!(
+        started.elapsed() < Duration::from_secs(8),
+        "watchers and idle connections must not hold the drain: {:?}",
+        started.elapsed()
+    );
+    drop((watcher, idle));
+}
