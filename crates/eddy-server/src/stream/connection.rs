@@ -222,7 +222,11 @@ async fn run(
                 (vec![Bytes::copy_from_slice(&eviction.encode())], false)
             }
             Err(e) => {
-                tracing::debug!(error = %e, code = e.code().code(), "request refused");
+                if e.is_server_fault() {
+                    tracing::warn!(error = %e, code = e.code().code(), "request failed");
+                } else {
+                    tracing::debug!(error = %e, code = e.code().code(), "request refused");
+                }
                 (status_reply(&header, e.code()), false)
             }
         };

@@ -221,6 +221,18 @@ impl From<Denied> for StreamError {
 }
 
 impl StreamError {
+    /// True when the server, not the request, is at fault (storage failures, hashing): logged
+    /// as warnings rather than as routine refusals.
+    pub fn is_server_fault(&self) -> bool {
+        match self {
+            StreamError::Storage(
+                StorageError::Metadata(_) | StorageError::PartitionNotFound { .. },
+            ) => false,
+            StreamError::Storage(_) | StreamError::Auth(_) => true,
+            _ => false,
+        }
+    }
+
     /// The wire code for this failure.
     pub fn code(&self) -> ErrorCode {
         match self {

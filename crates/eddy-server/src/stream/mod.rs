@@ -200,14 +200,17 @@ impl StreamState {
         }
     }
 
-    /// Forgets memberships of groups the metadata no longer has (after deletes).
+    /// Forgets memberships of groups, and `Balanced` cursors of topics, that the metadata no
+    /// longer has (after deletes).
     pub(crate) fn prune_groups(&self) {
         let mut groups = self.groups();
+        let mut cursors = lock(&self.balanced);
         self.read(|meta| {
             groups.retain(|k| {
                 meta.topic(k.stream_id, k.topic_id)
                     .is_some_and(|t| t.groups.contains_key(&k.group_id))
             });
+            cursors.retain(|(stream, topic), _| meta.topic(*stream, *topic).is_some());
         });
     }
 
