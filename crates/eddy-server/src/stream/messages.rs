@@ -388,3 +388,55 @@ pub(crate) async fn delete_offset(
         .await?;
     Ok(Outcome::empty())
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use eddy_codec::stream::{build_batch, Message, StoredBatch};
+
+    fn received_batch() -> Bytes {
+        let batch = build_batch(&[
+            Message::new(1, 1_000, &b"first"[..]),
+            Message::new(2, 1_010, &b"second"[..]),
+        ])
+        .unwrap();
+        // As the connection reads it: a frame split off a read buffer, the frame header dropped.
+        let mut read = BytesMut::with_capacity(1024);
+        read.extend_from_slice(&[0u8; 40]);
+        read.extend_from_slice(&batch);
+        let frame = read.split_to(read.len()).freeze();
+        drop(read);
+        frame.slice(40..)
+    }
+
+    const STAMP: Stamp = Stamp {
+        partition_id: 3,
+        base_offset: 70,
+        base_timestamp: 9_000,
+    };
+
+    #[test]
+    fn stamping_rewrites_an_unshared_batch_in_place() {
+        let body = received_batch();
+        let at = body.as_ptr();
+        let stored = Stampable(admit(body, 2).unwrap()).stamp(&STAMP);
+        assert_eq!(stored.as_ptr(), at, "no copy");
+        let parsed = StoredBatch::parse(stored).unwrap();
+        parsed.verify().unwrap();
+        assert_eq!(parsed.base_offset(), 70);
+        assert_eq!(parsed.header().partition_id, 3);
+        assert_eq!(parsed.base_timestamp(), 9_000);
+    }
+
+    #[test]
+    fn stamping_a_shared_batch_copies_it() {
+        let body = received_batch();
+        let kept = body.clone();
+        let stored = Stampable(admit(body, 2).unwrap()).stamp(&STAMP);
+        assert_ne!(stored.as_ptr(), kept.as_ptr());
+        let parsed = StoredBatch::parse(stored).unwrap();
+        parsed.verify().unwrap();
+        assert_eq!(parsed.base_offset(), 70);
+        assert_eq!(&kept[256..], &parsed.bytes()[256..], "frames unchanged");
+    }
+}
