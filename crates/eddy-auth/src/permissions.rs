@@ -343,6 +343,122 @@ mod tests {
         assert!(authorize(&caller, CommandCode::GetTopic, &at(1, 2)).is_err());
     }
 
+    mod props {
+        use super::*;
+        use proptest::prelude::*;
+
+        fn flags() -> impl Strategy<Value = [bool; 10]> {
+            proptest::array::uniform10(any::<bool>())
+        }
+
+        fn permissions() -> impl Strategy<Value = Permissions> {
+            (
+                flags(),
+                proptest::collection::vec(
+                    (
+                        0u32..3,
+                        flags(),
+                        proptest::collection::vec((0u32..3, flags()), 0..3),
+                    ),
+                    0..3,
+                ),
+            )
+                .prop_map(|(g, streams)| {
+                    let mut p = Permissions::default();
+                    p.global = GlobalPermissions {
+                        manage_servers: g[0],
+                        read_servers: g[1],
+                        manage_users: g[2],
+                        read_users: g[3],
+                        manage_streams: g[4],
+                        read_streams: g[5],
+                        manage_topics: g[6],
+                        read_topics: g[7],
+                        poll_messages: g[8],
+                        send_messages: g[9],
+                    };
+                    for (id, f, topics) in streams {
+                        let s = p.streams.entry(id).or_default();
+                        s.manage_stream = f[0];
+                        s.read_stream = f[1];
+                        s.manage_topics = f[2];
+                        s.read_topics = f[3];
+                        s.poll_messages = f[4];
+                        s.send_messages = f[5];
+                        for (tid, tf) in topics {
+                            let t = s.topics.entry(tid).or_default();
+                            t.manage_topic = tf[0];
+                            t.read_topic = tf[1];
+                            t.poll_messages = tf[2];
+                            t.send_messages = tf[3];
+                        }
+                    }
+                    p
+                })
+        }
+
+        fn union(a: &Permissions, b: &Permissions) -> Permissions {
+            let mut out = a.clone();
+            let (g, h) = (&mut out.global, &b.global);
+            g.manage_servers |= h.manage_servers;
+            g.read_servers |= h.read_servers;
+            g.manage_users |= h.manage_users;
+            g.read_users |= h.read_users;
+            g.manage_streams |= h.manage_streams;
+            g.read_streams |= h.read_streams;
+            g.manage_topics |= h.manage_topics;
+            g.read_topics |= h.read_topics;
+            g.poll_messages |= h.poll_messages;
+            g.send_messages |= h.send_messages;
+            for (id, sb) in &b.streams {
+                let s = out.streams.entry(*id).or_default();
+                s.manage_stream |= sb.manage_stream;
+                s.read_stream |= sb.read_stream;
+                s.manage_topics |= sb.manage_topics;
+                s.read_topics |= sb.read_topics;
+                s.poll_messages |= sb.poll_messages;
+                s.send_messages |= sb.send_messages;
+                for (tid, tb) in &sb.topics {
+                    let t = s.topics.entry(*tid).or_default();
+                    t.manage_topic |= tb.manage_topic;
+                    t.read_topic |= tb.read_topic;
+                    t.poll_messages |= tb.poll_messages;
+                    t.send_messages |= tb.send_messages;
+                }
+            }
+            out
+        }
+
+        proptest! {
+            /// More permissions never turn an allowed request into a denied one, and root is
+            /// allowed whatever it holds.
+            #[test]
+            fn grants_are_monotonic(
+                a in permissions(),
+                b in permissions(),
+                stream in proptest::option::of(0u32..3),
+                topic in proptest::option::of(0u32..3),
+                user in proptest::option::of(0u32..3),
+                caller in 1u32..3,
+            ) {
+                let on = Resource { stream_id: stream, topic_id: topic.filter(|_| stream.is_some()), user_id: user };
+                let more = union(&a, &b);
+                for spec in &COMMANDS {
+                    let narrow = Caller { user_id: caller, permissions: Some(&a) };
+                    let wide = Caller { user_id: caller, permissions: Some(&more) };
+                    if authorize(&narrow, spec.code, &on).is_ok() {
+                        prop_assert!(authorize(&wide, spec.code, &on).is_ok(), "{}", spec.name);
+                    }
+                    let root = Caller { user_id: ROOT_USER_ID, permissions: Some(&a) };
+                    prop_assert_eq!(
+                        authorize(&root, spec.code, &on).is_ok(),
+                        spec.permission != RequiredPermission::Rejected
+                    );
+                }
+            }
+        }
+    }
+
     #[test]
     fn wider_grants_imply_narrower_reads() {
         let mut p = Permissions::default();

@@ -314,6 +314,69 @@ mod tests {
         assert_eq!(c.assignment(KEY, 3).unwrap().generation, generation + 1);
     }
 
+    mod props {
+        use super::*;
+        use proptest::prelude::*;
+
+        #[derive(Debug, Clone)]
+        enum Step {
+            Join(ClientId),
+            Leave(ClientId),
+            Partitions(u32),
+        }
+
+        fn step() -> impl Strategy<Value = Step> {
+            prop_oneof![
+                (1u32..6).prop_map(Step::Join),
+                (1u32..6).prop_map(Step::Leave),
+                (0u32..9).prop_map(Step::Partitions),
+            ]
+        }
+
+        proptest! {
+            /// Whatever the sequence of joins, leaves and partition changes: every partition has
+            /// exactly one owner while there are members, shares differ by at most one, and the
+            /// generation only goes up.
+            #[test]
+            fn assignment_invariants(steps in proptest::collection::vec(step(), 1..40)) {
+                let mut c = Coordinator::default();
+                let mut partitions: Vec<u32> = (0..4).collect();
+                let mut generation = 0;
+                for step in steps {
+                    match step {
+                        Step::Join(client) => {
+                            c.join(KEY, client, &partitions);
+                        }
+                        Step::Leave(client) => {
+                            let _ = c.leave(KEY, client, &partitions);
+                        }
+                        Step::Partitions(n) => {
+                            partitions = (0..n).collect();
+                            c.repartition(KEY.stream_id, KEY.topic_id, &partitions);
+                        }
+                    }
+                    let members = c.members(KEY);
+                    if members.is_empty() {
+                        continue;
+                    }
+                    let mut owned: Vec<u32> =
+                        members.iter().flat_map(|m| m.partitions.clone()).collect();
+                    owned.sort_unstable();
+                    prop_assert_eq!(&owned, &partitions);
+                    let sizes: Vec<usize> = members.iter().map(|m| m.partitions.len()).collect();
+                    let (min, max) = (sizes.iter().min().copied(), sizes.iter().max().copied());
+                    prop_assert!(max.unwrap_or(0) - min.unwrap_or(0) <= 1);
+                    let now = members
+                        .first()
+                        .and_then(|_| c.groups.get(&KEY))
+                        .map_or(0, |g| g.generation);
+                    prop_assert!(now >= generation);
+                    generation = now;
+                }
+            }
+        }
+    }
+
     #[test]
     fn next_partition_cycles_and_fences_non_members() {
         let mut c = Coordinator::default();
