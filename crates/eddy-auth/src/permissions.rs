@@ -364,8 +364,7 @@ mod tests {
                 ),
             )
                 .prop_map(|(g, streams)| {
-                    let mut p = Permissions::default();
-                    p.global = GlobalPermissions {
+                    let global = GlobalPermissions {
                         manage_servers: g[0],
                         read_servers: g[1],
                         manage_users: g[2],
@@ -376,6 +375,10 @@ mod tests {
                         read_topics: g[7],
                         poll_messages: g[8],
                         send_messages: g[9],
+                    };
+                    let mut p = Permissions {
+                        global,
+                        streams: std::collections::BTreeMap::new(),
                     };
                     for (id, f, topics) in streams {
                         let s = p.streams.entry(id).or_default();
@@ -397,33 +400,33 @@ mod tests {
                 })
         }
 
-        fn union(a: &Permissions, b: &Permissions) -> Permissions {
-            let mut out = a.clone();
-            let (g, h) = (&mut out.global, &b.global);
-            g.manage_servers |= h.manage_servers;
-            g.read_servers |= h.read_servers;
-            g.manage_users |= h.manage_users;
-            g.read_users |= h.read_users;
-            g.manage_streams |= h.manage_streams;
-            g.read_streams |= h.read_streams;
-            g.manage_topics |= h.manage_topics;
-            g.read_topics |= h.read_topics;
-            g.poll_messages |= h.poll_messages;
-            g.send_messages |= h.send_messages;
-            for (id, sb) in &b.streams {
-                let s = out.streams.entry(*id).or_default();
-                s.manage_stream |= sb.manage_stream;
-                s.read_stream |= sb.read_stream;
-                s.manage_topics |= sb.manage_topics;
-                s.read_topics |= sb.read_topics;
-                s.poll_messages |= sb.poll_messages;
-                s.send_messages |= sb.send_messages;
-                for (tid, tb) in &sb.topics {
-                    let t = s.topics.entry(*tid).or_default();
-                    t.manage_topic |= tb.manage_topic;
-                    t.read_topic |= tb.read_topic;
-                    t.poll_messages |= tb.poll_messages;
-                    t.send_messages |= tb.send_messages;
+        fn union(base: &Permissions, extra: &Permissions) -> Permissions {
+            let mut out = base.clone();
+            let (mine, theirs) = (&mut out.global, &extra.global);
+            mine.manage_servers |= theirs.manage_servers;
+            mine.read_servers |= theirs.read_servers;
+            mine.manage_users |= theirs.manage_users;
+            mine.read_users |= theirs.read_users;
+            mine.manage_streams |= theirs.manage_streams;
+            mine.read_streams |= theirs.read_streams;
+            mine.manage_topics |= theirs.manage_topics;
+            mine.read_topics |= theirs.read_topics;
+            mine.poll_messages |= theirs.poll_messages;
+            mine.send_messages |= theirs.send_messages;
+            for (id, stream) in &extra.streams {
+                let into = out.streams.entry(*id).or_default();
+                into.manage_stream |= stream.manage_stream;
+                into.read_stream |= stream.read_stream;
+                into.manage_topics |= stream.manage_topics;
+                into.read_topics |= stream.read_topics;
+                into.poll_messages |= stream.poll_messages;
+                into.send_messages |= stream.send_messages;
+                for (tid, topic) in &stream.topics {
+                    let dst = into.topics.entry(*tid).or_default();
+                    dst.manage_topic |= topic.manage_topic;
+                    dst.read_topic |= topic.read_topic;
+                    dst.poll_messages |= topic.poll_messages;
+                    dst.send_messages |= topic.send_messages;
                 }
             }
             out
