@@ -221,105 +221,105 @@ impl Phase {
     }
 }
 
-async fn produce(
-    args: &Args,
-    addr: SocketAddr,
-    pid: Option<u32>,
-    prefix: &str,
-) -> Result<Phase, Error> {
-    let cpu_before = pid.map_or(0.0, cpu_seconds);
-    let started = Instant::now();
-    let mut tasks = Vec::new();
-    for p in 0..args.producers {
-        let args = args.clone();
-        let stream = format!("{prefix}-{p}");
-        tasks.push(tokio::spawn(async move {
-            let client = client(addr).await?;
-            let mut batch: Vec<IggyMessage> = (0..args.messages)
-                .map(|i| {
-                    let mut payload = vec![b'x'; args.size];
-                    let tag = format!("{p}-{i}");
-                    let n = tag.len().min(args.size);
-                    payload[..n].copy_from_slice(&tag.as_bytes()[..n]);
-                    IggyMessage::builder()
-                        .payload(bytes::Bytes::from(payload))
-                        .build()
-                })
-                .collect::<Result<_, _>>()?;
-            let stream_id = Identifier::named(&stream)?;
-            let topic_id = Identifier::numeric(0)?;
-            let partitioning = Partitioning::partition_id(0);
-            let mut latencies = Vec::with_capacity(args.batches);
-            for _ in 0..args.batches {
-                let sent = Instant::now();
-                client
-                    .send_messages(&stream_id, &topic_id, &partitioning, &mut batch)
-                    .await?;
-                latencies.push(sent.elapsed());
-            }
-            Ok::<_, Error>(latencies)
-        }));
-    }
-    let mut latencies = Vec::new();
-    for task in tasks {
-        latencies.extend(task.await??);
-    }
-    let elapsed = started.elapsed();
-    let messages = (args.producers * args.batches * args.messages) as u64;
-    Ok(Phase {
-        messages,
-        bytes: messages * args.size as u64,
-        elapsed,
-        latencies,
-        cpu: pid.map_or(0.0, cpu_seconds) - cpu_before,
-    })
+/// Builds one producer's batch: `messages` payloads of `size` bytes tagged with their index.
+fn batch(args: &Args, producer: usize) -> Result<Vec<IggyMessage>, Error> {
+    (0..args.messages)
+        .map(|i| {
+            let mut payload = vec![b'x'; args.size];
+            let tag = format!("{producer}-{i}");
+            let n = tag.len().min(args.size);
+            payload[..n].copy_from_slice(&tag.as_bytes()[..n]);
+            IggyMessage::builder()
+                .payload(bytes::Bytes::from(payload))
+                .build()
+                .map_err(Error::from)
+        })
+        .collect()
 }
 
-async fn consume(
+/// One producer: `batches` sends of the same batch, each timed.
+async fn producer(
+    client: IggyClient,
+    args: Args,
+    p: usize,
+    stream: String,
+) -> Result<Vec<Duration>, Error> {
+    let mut batch = batch(&args, p)?;
+    let stream_id = Identifier::named(&stream)?;
+    let topic_id = Identifier::numeric(0)?;
+    let partitioning = Partitioning::partition_id(0);
+    let mut latencies = Vec::with_capacity(args.batches);
+    for _ in 0..args.batches {
+        let sent = Instant::now();
+        client
+            .send_messages(&stream_id, &topic_id, &partitioning, &mut batch)
+            .await?;
+        latencies.push(sent.elapsed());
+    }
+    Ok(latencies)
+}
+
+/// One consumer: polls its partition from offset 0 in steps of `messages` until it has read
+/// everything the producer sent, each poll timed.
+async fn consumer(client: IggyClient, args: Args, stream: String) -> Result<Vec<Duration>, Error> {
+    let stream_id = Identifier::named(&stream)?;
+    let topic_id = Identifier::numeric(0)?;
+    let consumer = Consumer::new(Identifier::numeric(1)?);
+    let total = (args.batches * args.messages) as u64;
+    let count = u32::try_from(args.messages).unwrap_or(u32::MAX);
+    let mut next = 0u64;
+    let mut latencies = Vec::with_capacity(args.batches);
+    while next < total {
+        let polled_at = Instant::now();
+        let polled = client
+            .poll_messages(
+                &stream_id,
+                &topic_id,
+                Some(0),
+                &consumer,
+                &PollingStrategy::offset(next),
+                count,
+                false,
+            )
+            .await?;
+        latencies.push(polled_at.elapsed());
+        let Some(last) = polled.messages.last() else {
+            return Err(format!("{stream}: no messages at offset {next}").into());
+        };
+        next = last.header.offset + 1;
+    }
+    Ok(latencies)
+}
+
+/// Runs one phase: every actor connects and logs in (Argon2) before the clock and the CPU
+/// counter start, then all run at once.
+async fn phase(
     args: &Args,
     addr: SocketAddr,
     pid: Option<u32>,
     prefix: &str,
+    produce: bool,
 ) -> Result<Phase, Error> {
-    let cpu_before = pid.map_or(0.0, cpu_seconds);
-    let started = Instant::now();
+    let ready = Arc::new(tokio::sync::Barrier::new(args.producers + 1));
     let mut tasks = Vec::new();
     for p in 0..args.producers {
         let args = args.clone();
         let stream = format!("{prefix}-{p}");
+        let ready = Arc::clone(&ready);
         tasks.push(tokio::spawn(async move {
-            let client = client(addr).await?;
-            let stream_id = Identifier::named(&stream)?;
-            let topic_id = Identifier::numeric(0)?;
-            let consumer = Consumer::new(Identifier::numeric(1)?);
-            let total = (args.batches * args.messages) as u64;
-            let count = u32::try_from(args.messages).unwrap_or(u32::MAX);
-            let mut next = 0u64;
-            let mut latencies = Vec::with_capacity(args.batches);
-            while next < total {
-                let polled_at = Instant::now();
-                let polled = client
-                    .poll_messages(
-                        &stream_id,
-                        &topic_id,
-                        Some(0),
-                        &consumer,
-                        &PollingStrategy::offset(next),
-                        count,
-                        false,
-                    )
-                    .await?;
-                latencies.push(polled_at.elapsed());
-                let Some(last) = polled.messages.last() else {
-                    return Err::<_, Error>(
-                        format!("{stream}: no messages at offset {next}").into(),
-                    );
-                };
-                next = last.header.offset + 1;
+            let connected = client(addr).await;
+            ready.wait().await;
+            let client = connected?;
+            if produce {
+                producer(client, args, p, stream).await
+            } else {
+                consumer(client, args, stream).await
             }
-            Ok(latencies)
         }));
     }
+    ready.wait().await;
+    let cpu_before = pid.map_or(0.0, cpu_seconds);
+    let started = Instant::now();
     let mut latencies = Vec::new();
     for task in tasks {
         latencies.extend(task.await??);
@@ -422,7 +422,7 @@ fn main() -> Result<(), Error> {
     for &durable in &arc.modes {
         let prefix = if durable { "durable" } else { "fast" };
         runtime.block_on(setup(&arc, addr, prefix, durable))?;
-        let mut produced = runtime.block_on(produce(&arc, addr, pid, prefix))?;
+        let mut produced = runtime.block_on(phase(&arc, addr, pid, prefix, true))?;
         produced.print(&format!("{prefix} producers"));
         if durable {
             println!(
@@ -434,7 +434,7 @@ fn main() -> Result<(), Error> {
             );
         }
         if arc.consumers {
-            let mut consumed = runtime.block_on(consume(&arc, addr, pid, prefix))?;
+            let mut consumed = runtime.block_on(phase(&arc, addr, pid, prefix, false))?;
             consumed.print(&format!("{prefix} consumers"));
         }
         runtime.block_on(teardown(&arc, addr, prefix))?;
