@@ -195,6 +195,7 @@ struct Phase {
     elapsed: Duration,
     latencies: Vec<Duration>,
     cpu: f64,
+    client_cpu: f64,
 }
 
 impl Phase {
@@ -204,7 +205,7 @@ impl Phase {
         let p = percentiles(&mut self.latencies);
         println!(
             "{name:<22} {:>12.0} msgs/s {:>9.1} MB/s   per batch p50 {:>8.0} us  p99 {:>8.0} us  \
-             p999 {:>8.0} us  max {:>8.0} us   server CPU {:>6.3} us/msg",
+             p999 {:>8.0} us  max {:>8.0} us   CPU us/msg: server {:>6.3} load tool {:>6.3}",
             self.messages as f64 / secs,
             self.bytes as f64 / secs / 1e6,
             p.p50,
@@ -212,6 +213,7 @@ impl Phase {
             p.p999,
             p.max,
             self.cpu * 1e6 / self.messages as f64,
+            self.client_cpu * 1e6 / self.messages as f64,
         );
     }
 
@@ -319,6 +321,7 @@ async fn phase(
     }
     ready.wait().await;
     let cpu_before = pid.map_or(0.0, cpu_seconds);
+    let client_cpu_before = cpu_seconds(std::process::id());
     let started = Instant::now();
     let mut latencies = Vec::new();
     for task in tasks {
@@ -332,6 +335,7 @@ async fn phase(
         elapsed,
         latencies,
         cpu: pid.map_or(0.0, cpu_seconds) - cpu_before,
+        client_cpu: cpu_seconds(std::process::id()) - client_cpu_before,
     })
 }
 
