@@ -412,7 +412,8 @@ fn main() -> Result<(), Error> {
         batch_bytes as f64 / 1e6,
         std::thread::available_parallelism().map_or(0, std::num::NonZero::get),
     );
-    let baseline_steps = args.batches.clamp(1, 200);
+    // The same volume as the producers write, so page-cache and writeback effects match.
+    let baseline_steps = args.batches;
     let raw = raw_write_fdatasync(&dir, args.producers, baseline_steps, batch_bytes);
     println!(
         "raw write+fdatasync     {:>9.1} MB/s   ({} threads x {} x {:.2} MB, in {})",
@@ -421,6 +422,12 @@ fn main() -> Result<(), Error> {
         baseline_steps,
         batch_bytes as f64 / 1e6,
         dir.display()
+    );
+    println!(
+        "host load average before the run: {}",
+        std::fs::read_to_string("/proc/loadavg")
+            .unwrap_or_default()
+            .trim()
     );
     let arc = Arc::new(args);
     for &durable in &arc.modes {
