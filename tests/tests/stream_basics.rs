@@ -113,3 +113,63 @@ async fn login_ping_streams_topics_send_poll() {
         .unwrap_err();
     assert_eq!(code(&wrong), 42, "{wrong}");
 }
+
+/// SIGTERM while producers are sending: requests in flight finish and are answered, idle
+/// connections close at once, the process exits 0, and every acknowledged batch is there after
+/// the restart.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn drain_on_shutdown_keeps_every_acknowledged_batch() {
+    let mut eddy = server();
+    let addr = eddy.addrs().stream;
+    let admin = root(addr).await;
+    stream_and_topic(&admin, "s", "t", 4).await;
+    let idle = root(addr).await;
+    let mut producers = Vec::new();
+    for p in 0..4u32 {
+        let client = root(addr).await;
+        producers.push(tokio::spawn(async move {
+            let mut acked = 0u64;
+            loop {
+                let mut msgs = sized_messages(&format!("p{p}"), 50, 2000);
+                match client
+                    .send_messages(&id(0), &id(0), &Partitioning::partition_id(p), &mut msgs)
+                    .await
+                {
+                    Ok(_) => acked += 50,
+                    Err(_) => return acked,
+                }
+            }
+        }));
+    }
+    tokio::time::sleep(std::time::Duration::from_millis(300)).await;
+    let started = std::time::Instant::now();
+    let status = tokio::task::spawn_blocking(move || {
+        let status = eddy.stop(std::time::Duration::from_secs(20));
+        (eddy, status)
+    })
+    .await
+    .unwrap();
+    let (mut eddy, status) = status;
+    assert!(status.success(), "exit status {status}");
+    assert!(
+        started.elapsed() < std::time::Duration::from_secs(5),
+        "idle connections must not hold the drain"
+    );
+    let mut acked = Vec::new();
+    for producer in producers {
+        acked.push(producer.await.unwrap());
+    }
+    drop(idle);
+    drop(admin);
+    eddy.restart();
+    let client = root(eddy.addrs().stream).await;
+    for (p, acked) in acked.into_iter().enumerate() {
+        assert!(acked > 0, "producer {p} got acknowledgements");
+        let topic = client.get_topic(&id(0), &id(0)).await.unwrap().unwrap();
+        let stored = topic.partitions[p].messages_count;
+        assert!(
+            stored >= acked,
+            "partition {p}: {acked} messages acknowledged, {stored} stored"
+        );
+    }
+}
