@@ -71,7 +71,11 @@ async fn the_sdk_over_tls() {
         assert_eq!(polled.messages[99].payload.len(), 2000);
         client.logout_user().await.unwrap();
 
-        // A plaintext client gets no answer it can use.
+        if client_auth == "optional" {
+            continue;
+        }
+        // A plaintext client gets no answer it can use (the SDK reports it after its own
+        // reconnect delay, so this runs once).
         let plain = IggyClient::builder()
             .with_tcp()
             .with_server_address(addr.to_string())
