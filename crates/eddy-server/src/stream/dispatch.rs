@@ -147,6 +147,12 @@ async fn handle_command(
         user_id,
     };
     if spec.pre_auth {
+        // Ping and logout: no resource, nothing to resolve; authorised like every command.
+        let caller = Caller {
+            user_id,
+            permissions: None,
+        };
+        authorize(&caller, code, &Resource::default())?;
         return run(ctx, request, Resource::default()).await;
     }
     let checked = state.read(|meta| {
