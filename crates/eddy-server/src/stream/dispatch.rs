@@ -6,8 +6,8 @@
 //! 1. header sanity (`client != 0`) and routing (unknown code or internal operation:
 //!    `InvalidCommand`);
 //! 2. the legacy login codes 38/44: eviction `MalformedLogin`, before any session check;
-//! 3. Register (operation 1, or codes 40/45): the login handler;
-//! 4. a non-zero `request_checksum` must match the body (`InvalidFormat`);
+//! 3. a non-zero `request_checksum` must match the body (`InvalidFormat`);
+//! 4. Register (operation 1, or codes 40/45): the login handler;
 //! 5. the login gate: a command that is not served before login, on a connection without a
 //!    session: status `Unauthenticated` for reads, eviction `NoSession` for writes;
 //! 6. decode the body (`InvalidCommand`);
@@ -87,6 +87,12 @@ pub(crate) async fn handle(
     }
     let code = match route(header) {
         Ok(Route::Register) => {
+            if !checksum_matches(header, &body) {
+                return (
+                    metric_index(CommandCode::LoginRegister),
+                    Err(StreamError::RequestChecksum),
+                );
+            }
             let (code, outcome) = login::register(state, client_id, header, &body).await;
             return (metric_index(code), outcome);
         }
@@ -120,10 +126,7 @@ async fn handle_command(
         return login::register(state, client_id, header, &body).await.1;
     }
     let operation = header.operation().unwrap_or(Operation::NonReplicated);
-    if operation.carries_request_checksum()
-        && header.request_checksum != 0
-        && header.request_checksum != request_checksum(&body)
-    {
+    if !checksum_matches(header, &body) {
         return Err(StreamError::RequestChecksum);
     }
     let session = state.clients.session(client_id);
@@ -178,6 +181,15 @@ async fn handle_command(
     };
     authorize(&caller, code, &resource)?;
     run(ctx, request, resource).await
+}
+
+/// A non-zero `request_checksum` on an operation that carries one must be the XXH3 of the body
+/// (zero means unstamped).
+fn checksum_matches(header: &RequestHeader, body: &[u8]) -> bool {
+    let carries = header
+        .operation()
+        .is_ok_and(Operation::carries_request_checksum);
+    !carries || header.request_checksum == 0 || header.request_checksum == request_checksum(body)
 }
 
 /// The caller's permissions; `Err` if the user no longer exists or is inactive.
