@@ -440,7 +440,7 @@ fn main() -> Result<(), Error> {
             // The disk of a shared host drifts: measure the baseline again right after, and
             // compare with the mean of the two.
             let again = raw_write_fdatasync(&dir, arc.producers, baseline_steps, batch_bytes);
-            let mean = (raw + again) / 2.0;
+            let mean = f64::midpoint(raw, again);
             println!(
                 "raw write+fdatasync     {:>9.1} MB/s   (again, after the durable producers)",
                 again / 1e6
