@@ -366,7 +366,7 @@ fn main() {
     }
 }
 
-/// Bytes of every file under `dir` whose path contains `shard-`, with their paths.
+/// Every shard log segment file under `dir`, with its size.
 fn shard_files(dir: &std::path::Path) -> Vec<(std::path::PathBuf, u64)> {
     let mut out = Vec::new();
     let mut stack = vec![dir.to_path_buf()];
@@ -376,7 +376,9 @@ fn shard_files(dir: &std::path::Path) -> Vec<(std::path::PathBuf, u64)> {
             let meta = entry.metadata().expect("stat");
             if meta.is_dir() {
                 stack.push(path);
-            } else if path.to_string_lossy().contains("shard-") {
+            } else if path.to_string_lossy().contains("shard-")
+                && path.extension().is_some_and(|e| e == "log")
+            {
                 out.push((path, meta.len()));
             }
         }

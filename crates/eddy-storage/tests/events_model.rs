@@ -866,10 +866,13 @@ fn noise(seed: u64, len: usize) -> Bytes {
         .collect()
 }
 
+/// Bytes of every shard log segment file.
 fn log_bytes(disk: &MemBackend) -> u64 {
     disk.file_paths()
         .iter()
-        .filter(|p| p.to_string_lossy().contains("shard-"))
+        .filter(|p| {
+            p.to_string_lossy().contains("shard-") && p.extension().is_some_and(|e| e == "log")
+        })
         .map(|p| disk.read_file(p).map_or(0, |b| b.len() as u64))
         .sum()
 }

@@ -803,7 +803,7 @@ fn shard_log_bytes(disk: &MemBackend, shard: u32) -> u64 {
     let dir = format!("events/shard-{shard:03}");
     disk.file_paths()
         .iter()
-        .filter(|p| p.starts_with(&dir))
+        .filter(|p| p.starts_with(&dir) && p.extension().is_some_and(|e| e == "log"))
         .map(|p| disk.read_file(p).map_or(0, |b| b.len() as u64))
         .sum()
 }
