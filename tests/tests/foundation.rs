@@ -118,8 +118,8 @@ fn port_in_use_is_one_clear_line_and_nonzero() {
     let lines = log.wait_closed(Duration::from_secs(10));
     let errors: Vec<String> = lines
         .iter()
-        .cloned()
         .filter(|l| l.starts_with("eddy: error:"))
+        .cloned()
         .collect();
     assert_eq!(errors.len(), 1, "{errors:?}");
     assert!(

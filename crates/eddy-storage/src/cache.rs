@@ -1,14 +1,18 @@
 //! A byte-budgeted LRU cache shared by every log of a store.
 //!
 //! It holds what is expensive to rebuild and cheap to drop: the open file handle and the loaded
-//! sparse index of a sealed segment. Memory is bounded by bytes (each entry is charged its index
+//! sparse index of a sealed segment, and the verified data blocks of the event store's
+//! on-disk per-aggregate index. Memory is bounded by bytes (each entry is charged its index
 //! size plus a fixed overhead) and the number of entries is bounded too (each holds a file
 //! descriptor). Resident memory therefore does not grow with retained data: a sealed segment
 //! costs a few dozen bytes of metadata until a read loads it into the cache.
 
 use std::collections::{BTreeMap, HashMap};
 use std::fmt;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
+
+use bytes::Bytes;
 
 use crate::file::StorageFile;
 use crate::format::IndexEntry;
@@ -20,8 +24,21 @@ pub const MAX_CACHED_SEGMENTS: usize = 1024;
 /// Bytes charged per entry on top of its index.
 const ENTRY_OVERHEAD: u64 = 256;
 
-/// Key: (log id, segment base).
+/// Key: (owner id, position): (log id, segment base) or (index run id, block offset).
 pub(crate) type CacheKey = (u64, u64);
+
+static NEXT_OWNER_ID: AtomicU64 = AtomicU64::new(1);
+
+/// A process-unique owner id for cache keys (logs and index runs share the key space).
+pub(crate) fn next_owner_id() -> u64 {
+    NEXT_OWNER_ID.fetch_add(1, Ordering::Relaxed)
+}
+
+/// What an entry holds.
+enum Cached {
+    Segment(Arc<SealedSegment>),
+    Block(Bytes),
+}
 
 /// A loaded sealed segment: its file and sparse index.
 #[derive(Debug)]
@@ -37,7 +54,7 @@ impl SealedSegment {
 }
 
 struct Entry {
-    value: Arc<SealedSegment>,
+    value: Cached,
     weight: u64,
     tick: u64,
 }
@@ -47,6 +64,8 @@ struct Inner {
     by_age: BTreeMap<u64, CacheKey>,
     used: u64,
     tick: u64,
+    /// Entries holding a segment (each holds a file descriptor).
+    segments: usize,
 }
 
 /// The shared cache.
@@ -76,6 +95,7 @@ impl Cache {
                 by_age: BTreeMap::new(),
                 used: 0,
                 tick: 0,
+                segments: 0,
             }),
         }
     }
@@ -90,12 +110,30 @@ impl Cache {
     }
 
     pub(crate) fn get(&self, key: CacheKey) -> Option<Arc<SealedSegment>> {
+        match self.touch(key)? {
+            Cached::Segment(s) => Some(s),
+            Cached::Block(_) => None,
+        }
+    }
+
+    /// A cached index block.
+    pub(crate) fn get_block(&self, key: CacheKey) -> Option<Bytes> {
+        match self.touch(key)? {
+            Cached::Block(b) => Some(b),
+            Cached::Segment(_) => None,
+        }
+    }
+
+    fn touch(&self, key: CacheKey) -> Option<Cached> {
         let mut inner = self.lock();
         inner.tick += 1;
         let tick = inner.tick;
         let entry = inner.entries.get_mut(&key)?;
         let old = std::mem::replace(&mut entry.tick, tick);
-        let value = Arc::clone(&entry.value);
+        let value = match &entry.value {
+            Cached::Segment(s) => Cached::Segment(Arc::clone(s)),
+            Cached::Block(b) => Cached::Block(b.clone()),
+        };
         inner.by_age.remove(&old);
         inner.by_age.insert(tick, key);
         Some(value)
@@ -105,18 +143,37 @@ impl Cache {
     /// the budget. An entry heavier than the whole budget is not cached.
     pub(crate) fn insert(&self, key: CacheKey, value: Arc<SealedSegment>) {
         let weight = value.weight();
+        self.insert_entry(key, Cached::Segment(value), weight);
+    }
+
+    /// Caches a verified index block.
+    pub(crate) fn insert_block(&self, key: CacheKey, block: Bytes) {
+        let weight = ENTRY_OVERHEAD + block.len() as u64;
+        self.insert_entry(key, Cached::Block(block), weight);
+    }
+
+    fn insert_entry(&self, key: CacheKey, value: Cached, weight: u64) {
         if weight > self.budget {
             return;
         }
+        let is_segment = matches!(value, Cached::Segment(_));
         let mut inner = self.lock();
         Self::remove_locked(&mut inner, key);
-        while inner.used + weight > self.budget || inner.entries.len() >= MAX_CACHED_SEGMENTS {
+        while inner.used + weight > self.budget
+            || (is_segment && inner.segments >= MAX_CACHED_SEGMENTS)
+        {
             let Some((_, oldest)) = inner.by_age.pop_first() else {
                 break;
             };
             if let Some(evicted) = inner.entries.remove(&oldest) {
                 inner.used -= evicted.weight;
+                if matches!(evicted.value, Cached::Segment(_)) {
+                    inner.segments -= 1;
+                }
             }
+        }
+        if is_segment {
+            inner.segments += 1;
         }
         inner.tick += 1;
         let tick = inner.tick;
@@ -153,6 +210,9 @@ impl Cache {
 
     fn remove_locked(inner: &mut Inner, key: CacheKey) {
         if let Some(entry) = inner.entries.remove(&key) {
+            if matches!(entry.value, Cached::Segment(_)) {
+                inner.segments -= 1;
+            }
             inner.by_age.remove(&entry.tick);
             inner.used -= entry.weight;
         }

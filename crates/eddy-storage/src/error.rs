@@ -94,6 +94,9 @@ pub enum StorageError {
     /// A metadata operation was rejected by validation; nothing was written.
     #[error("metadata operation rejected")]
     Metadata(#[from] MetadataError),
+    /// An event-store request was refused by validation; nothing was written.
+    #[error("event store request refused")]
+    Event(#[from] crate::events::EventError),
     /// The partition does not exist (or was deleted while the request was in flight).
     #[error("partition {stream_id}/{topic_id}/{partition_id} not found")]
     PartitionNotFound {

@@ -20,6 +20,8 @@
 //!   strategies, retention policies, purge.
 //! * [`metadata`]: the metadata state machine ([`MetadataState`], [`MetadataOp`]).
 //! * [`store`]: everything together behind one commit entry point ([`Store::commit`]).
+//! * [`events`]: the event store ([`EventStore`]): aggregates on sharded logs, OCC,
+//!   idempotency, trims, deletes, reads, listings, schemas and watch.
 //!
 //! # Using it
 //!
@@ -206,6 +208,7 @@
 pub mod cache;
 pub mod completion;
 pub mod error;
+pub mod events;
 pub mod file;
 pub mod format;
 pub mod log;
@@ -220,6 +223,14 @@ pub mod fuzzing;
 pub use cache::Cache;
 pub use completion::{completion, Completer, Completion};
 pub use error::{Corruption, IoOp, MetadataError, Result, StorageError};
+pub use events::{
+    channel_sink, AggregateDelete, AggregateDetails, AggregateKey, AggregateListItem,
+    AggregateTypeItem, AggregateWrite, DeleteOutcome, DeleteRequest, EventBatch, EventError,
+    EventStore, EventStoreConfig, EventStoreRecovery, EventStoreStats, ListPage, NewEvent,
+    ReadPage, ReadQuery, RoutingRule, SchemaKey, SchemaRegistration, StoredEvent, StoredSchema,
+    SubscriptionId, TrimOutcome, TrimRequest, WatchEvent, WatchFilter, WatchOperation, WatchSink,
+    WriteOutcome, WriteRequest,
+};
 pub use file::{DirEntry, FsBackend, MemBackend, OpenMode, StorageBackend, StorageFile};
 pub use log::{
     Assigned, CommitHook, Durability, Log, LogBounds, LogConfig, OpenOptions, RecordMeta,
