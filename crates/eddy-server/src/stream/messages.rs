@@ -6,7 +6,8 @@
 //! ([`Stampable`]); the reply is sent once the append is acknowledged (after fdatasync when the
 //! topic has `enforce_fsync`, eddy's default).
 //!
-//! `POLL_MESSAGES`: storage selects the stored batches covering the range; whole batches go out
+//! `POLL_MESSAGES`: storage selects the stored batches covering the range (on the blocking pool:
+//! reads may reach the disk); whole batches go out
 //! as stored (zero copy), a batch cut by the range goes out as a server-sliced view (new header,
 //! frames shared). Auto-commit stores the last served offset, never moving it backwards.
 //!
@@ -209,13 +210,14 @@ pub(crate) async fn poll(
     if ctx.state.read(|meta| meta.partition(addr).is_none()) {
         return Err(StreamError::NotFound(Missing::Partition));
     }
-    let polled = ctx.state.store.poll(
-        addr,
-        Some(consumer),
-        strategy(request.strategy),
-        request.count,
-        MAX_POLL_BYTES,
-    )?;
+    // Reads may reach the disk: off the reactor.
+    let store = std::sync::Arc::clone(&ctx.state.store);
+    let (strategy, count) = (strategy(request.strategy), request.count);
+    let polled = tokio::task::spawn_blocking(move || {
+        store.poll(addr, Some(consumer), strategy, count, MAX_POLL_BYTES)
+    })
+    .await
+    .unwrap_or_else(|join| std::panic::resume_unwind(join.into_panic()))?;
     let mut records = Vec::with_capacity(polled.batches.len() * 2);
     let mut served = 0u32;
     for batch in &polled.batches {
