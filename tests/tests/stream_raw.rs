@@ -8,9 +8,13 @@ mod stream_support;
 use std::time::Duration;
 
 use eddy_codec::stream::codec::{LongString, ShortString};
-use eddy_codec::stream::commands::{create_stream, get_streams, login_user, send_messages};
+use eddy_codec::stream::commands::{
+    create_stream, delete_consumer_offset, get_consumer_offset, get_streams, login_user,
+    send_messages, store_consumer_offset,
+};
 use eddy_codec::stream::{
-    Identifier, Message, Partitioning as WirePartitioning, Request, WireName,
+    AckLevel, Consumer as WireConsumer, Identifier, Message, OptionalPartition,
+    Partitioning as WirePartitioning, Request, WireName,
 };
 use eddy_tests::http_get;
 use eddy_wire::stream::{EvictionReason, Operation, RequestHeader};
@@ -266,6 +270,38 @@ async fn refusals_keep_the_connection() {
         [&[1u8, 0, 0, 0][..], &[0; 20]].concat(),
         "send confirmation"
     );
+
+    // Both ack levels of consumer-offset writes are served (a single node treats them alike).
+    for (ack, offset) in [(AckLevel::NoAck, 0u64), (AckLevel::Quorum, 1)] {
+        let store = Request::StoreConsumerOffset(store_consumer_offset::StoreConsumerOffset {
+            consumer: WireConsumer::new(Identifier::numeric(3)),
+            stream_id: Identifier::numeric(0),
+            topic_id: Identifier::numeric(0),
+            partition: OptionalPartition(Some(0)),
+            offset,
+            ack,
+        });
+        assert_eq!(raw.call(&store).await.code(), 0, "{ack:?}");
+        let get = Request::GetConsumerOffset(get_consumer_offset::GetConsumerOffset {
+            consumer: WireConsumer::new(Identifier::numeric(3)),
+            stream_id: Identifier::numeric(0),
+            topic_id: Identifier::numeric(0),
+            partition: OptionalPartition(Some(0)),
+        });
+        let payload = raw.call(&get).await.payload();
+        assert_eq!(
+            u64::from_le_bytes(payload[12..20].try_into().unwrap()),
+            offset
+        );
+    }
+    let delete = Request::DeleteConsumerOffset(delete_consumer_offset::DeleteConsumerOffset {
+        consumer: WireConsumer::new(Identifier::numeric(3)),
+        stream_id: Identifier::numeric(0),
+        topic_id: Identifier::numeric(0),
+        partition: OptionalPartition(Some(0)),
+        ack: AckLevel::NoAck,
+    });
+    assert_eq!(raw.call(&delete).await.code(), 0);
 
     // Per-command metrics on /metrics.
     let (status, metrics) = http_get(eddy.addrs().http, "/metrics").unwrap();
