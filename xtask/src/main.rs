@@ -5,6 +5,8 @@
 //! - `cargo xtask fuzz-all SECONDS`: every fuzz target, SECONDS each.
 //! - `cargo xtask bench [ARGS...]`: the criterion benches of every crate (release profile).
 //! - `cargo xtask soak SECONDS`: the long crash-and-recover soaks (SIGKILL loops).
+//! - `cargo xtask stream-bench [ARGS...]`: the stream-protocol load tool against a release
+//!   server (Iggy's benchmark shapes, durable and not, with the raw disk baseline).
 //! - `cargo xtask train-dict`: train the event protocol's default zstd dictionary.
 
 mod train_dict;
@@ -42,6 +44,7 @@ fn main() -> Result<()> {
             _ => bail!("usage: cargo xtask soak SECONDS"),
         },
         "train-dict" => train_dict::run(rest),
+        "stream-bench" => stream_bench(rest),
         "help" | "--help" | "-h" => {
             print_help();
             Ok(())
@@ -58,6 +61,8 @@ fn print_help() {
          fuzz-all SECONDS        run every fuzz target for SECONDS each\n\
          bench [ARGS...]         criterion benches of every crate; ARGS go to criterion\n\
          soak SECONDS            crash-and-recover soaks (SIGKILL loops) for SECONDS\n\
+         stream-bench [ARGS...]  release build, then eddy-stream-load (8 producers x 8 streams,\n\
+                                 1000 x 1000 x 1000 B, durable and not); ARGS go to the tool\n\
          train-dict [--check]    train the default zstd dictionary of the event protocol\n\
                                  (--check: retrain and compare with the committed one)"
     );
@@ -137,6 +142,34 @@ fn bench(args: &[String]) -> Result<()> {
         cmd.arg("--").args(args);
     }
     run(cmd)
+}
+
+/// Builds the server and the stream load tool in release and runs the tool, which starts the
+/// server in a data directory under `target/stream-bench` (a real disk, not a tmpfs).
+fn stream_bench(args: &[String]) -> Result<()> {
+    let mut build = cargo();
+    build.args([
+        "build",
+        "--release",
+        "-p",
+        "eddy-tests",
+        "--bin",
+        "eddy-test-server",
+        "--bin",
+        "eddy-stream-load",
+    ]);
+    run(build)?;
+    let target =
+        std::env::var_os("CARGO_TARGET_DIR").map_or_else(|| root().join("target"), PathBuf::from);
+    let scratch = target.join("stream-bench");
+    std::fs::create_dir_all(&scratch)?;
+    let release = target.join("release");
+    let mut load = Command::new(release.join("eddy-stream-load"));
+    load.arg("--server")
+        .arg(release.join("eddy-test-server"))
+        .args(args)
+        .env("TMPDIR", &scratch);
+    run(load)
 }
 
 /// The long versions of the SIGKILL crash tests. By convention every such test is named

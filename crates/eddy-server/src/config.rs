@@ -34,6 +34,12 @@ pub const DEFAULT_WAL_COMPRESSION_LEVEL: i32 = 3;
 pub const DEFAULT_DRAIN_TIMEOUT_MS: u64 = 10_000;
 /// Default cap on concurrent connections per protocol listener.
 pub const DEFAULT_MAX_CONNECTIONS: u32 = 16_384;
+/// Default cap on a stream-protocol frame (header included), 64 MiB: the reference server's
+/// `message_bus.max_message_size`.
+pub const DEFAULT_STREAM_MAX_FRAME_SIZE: u32 = 64 * 1024 * 1024;
+/// Default stream-protocol heartbeat interval: a consumer-group member silent for 1.2 intervals
+/// is evicted as stale (the reference server's 30 s).
+pub const DEFAULT_STREAM_HEARTBEAT_INTERVAL_MS: u64 = 30_000;
 
 /// TLS on the two client ports.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, Default)]
@@ -117,6 +123,11 @@ pub struct ServerConfig {
     pub drain_timeout_ms: u64,
     /// Cap on concurrent connections per protocol listener.
     pub max_connections: u32,
+    /// Cap on a stream-protocol frame, header included: a larger frame closes its connection
+    /// before its body is read.
+    pub stream_max_frame_size: u32,
+    /// Stream-protocol heartbeat interval in milliseconds; 0 disables stale-client eviction.
+    pub stream_heartbeat_interval_ms: u64,
 }
 
 impl Default for ServerConfig {
@@ -143,6 +154,8 @@ impl Default for ServerConfig {
             log_format: LogFormat::Text,
             drain_timeout_ms: DEFAULT_DRAIN_TIMEOUT_MS,
             max_connections: DEFAULT_MAX_CONNECTIONS,
+            stream_max_frame_size: DEFAULT_STREAM_MAX_FRAME_SIZE,
+            stream_heartbeat_interval_ms: DEFAULT_STREAM_HEARTBEAT_INTERVAL_MS,
         }
     }
 }
@@ -175,6 +188,11 @@ impl std::fmt::Debug for ServerConfig {
             .field("log_format", &self.log_format)
             .field("drain_timeout_ms", &self.drain_timeout_ms)
             .field("max_connections", &self.max_connections)
+            .field("stream_max_frame_size", &self.stream_max_frame_size)
+            .field(
+                "stream_heartbeat_interval_ms",
+                &self.stream_heartbeat_interval_ms,
+            )
             .finish()
     }
 }
@@ -197,6 +215,10 @@ pub enum ConfigError {
 pub const MIN_MAX_REQUEST_SIZE: u32 = 1024;
 /// Largest accepted `max_request_size` (1 GiB): beyond that a single frame could exhaust memory.
 pub const MAX_MAX_REQUEST_SIZE: u32 = 1 << 30;
+/// Smallest accepted `stream_max_frame_size` (64 KiB): every non-message request fits.
+pub const MIN_STREAM_MAX_FRAME_SIZE: u32 = 64 * 1024;
+/// Largest accepted `stream_max_frame_size` (1 GiB).
+pub const MAX_STREAM_MAX_FRAME_SIZE: u32 = 1 << 30;
 
 impl ServerConfig {
     /// Checks every cross-field and range rule. Called once at start-up, before anything is opened.
@@ -211,6 +233,17 @@ impl ServerConfig {
                 format!(
                     "{} is outside {MIN_MAX_REQUEST_SIZE}..={MAX_MAX_REQUEST_SIZE}",
                     self.max_request_size
+                ),
+            );
+        }
+        if !(MIN_STREAM_MAX_FRAME_SIZE..=MAX_STREAM_MAX_FRAME_SIZE)
+            .contains(&self.stream_max_frame_size)
+        {
+            return invalid(
+                "stream_max_frame_size",
+                format!(
+                    "{} is outside {MIN_STREAM_MAX_FRAME_SIZE}..={MAX_STREAM_MAX_FRAME_SIZE}",
+                    self.stream_max_frame_size
                 ),
             );
         }

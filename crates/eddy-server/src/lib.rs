@@ -47,6 +47,8 @@ pub struct Shared {
     /// The stream protocol's store: metadata (streams, topics, users, tokens, groups, offsets)
     /// and partitions, under `<data_dir>/streams`.
     pub store: Arc<Store>,
+    /// Stream-protocol state: clients and sessions, consumer-group membership.
+    pub stream: stream::StreamState,
 }
 
 /// How often retention and the background flush of `enforce_fsync = false` topics run.
@@ -100,6 +102,13 @@ pub enum ServerError {
         /// The cause.
         #[source]
         source: StorageError,
+    },
+    /// The root user could not be created on first start.
+    #[error("cannot create the root user")]
+    RootBootstrap {
+        /// The cause.
+        #[source]
+        source: stream::error::StreamError,
     },
     /// A listener could not bind its address.
     #[error("cannot listen on {addr} ({listener} port)")]
@@ -332,6 +341,9 @@ impl Server {
         ));
 
         let store = open_store(&data_dir).await?;
+        stream::bootstrap_root(&store, &config)
+            .await
+            .map_err(|source| ServerError::RootBootstrap { source })?;
 
         let stream_addr = at(config.stream_port);
         let stream = bind("stream", stream_addr).await?;
@@ -347,11 +359,13 @@ impl Server {
         };
         let sampled = Arc::clone(&store);
         metrics.add_sampler(Box::new(move |out| storage_metrics(&sampled, out)));
+        let stream_state = stream::StreamState::new(Arc::clone(&store), &config, addrs.stream);
         let shared = Arc::new(Shared {
             config,
             metrics,
             api_keys,
             store,
+            stream: stream_state,
         });
         Ok(Self {
             shared,
