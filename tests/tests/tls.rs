@@ -63,9 +63,9 @@ fn connector(pki: &Pki, client: Option<(&Path, &Path)>) -> TlsConnector {
     TlsConnector::from(Arc::new(config))
 }
 
-/// Connects over TLS, sends a few bytes and reads. Ok(()) when the server accepted the session
-/// (it then closes the connection: the protocol is not served on this build), Err(message) when
-/// the handshake or the server's certificate check failed.
+/// Connects over TLS, sends a garbage frame and reads. Ok(()) when the server accepted the session
+/// (it then closes the connection: no protocol accepts a header of 0xFF bytes, whose size fields
+/// exceed every limit), Err(message) when the handshake or the server's certificate check failed.
 async fn tls_exchange(addr: std::net::SocketAddr, connector: &TlsConnector) -> Result<(), String> {
     let tcp = TcpStream::connect(addr).await.map_err(|e| e.to_string())?;
     let name = ServerName::try_from("localhost").unwrap();
@@ -73,7 +73,7 @@ async fn tls_exchange(addr: std::net::SocketAddr, connector: &TlsConnector) -> R
         .connect(name, tcp)
         .await
         .map_err(|e| format!("handshake: {e}"))?;
-    tls.write_all(b"hello")
+    tls.write_all(&[0xFF; 256])
         .await
         .map_err(|e| format!("write: {e}"))?;
     let mut buf = [0u8; 16];

@@ -5,6 +5,8 @@
 //! - `cargo xtask fuzz-all SECONDS`: every fuzz target, SECONDS each.
 //! - `cargo xtask bench [ARGS...]`: the criterion benches of every crate (release profile).
 //! - `cargo xtask soak SECONDS`: the long crash-and-recover soaks (SIGKILL loops).
+//! - `cargo xtask stream-bench [ARGS...]`: the stream-protocol load tool against a release
+//!   server (Iggy's benchmark shapes, durable and not, with the raw disk baseline).
 //! - `cargo xtask train-dict`: train the event protocol's default zstd dictionary.
 //! - `cargo xtask event-load [ARGS...]`: the event-protocol load sweep against a release build,
 //!   with the PostgreSQL OCC-append comparison (`tests/src/bin/eddy_event_load.rs`).
@@ -45,6 +47,7 @@ fn main() -> Result<()> {
         },
         "train-dict" => train_dict::run(rest),
         "event-load" => event_load(rest),
+        "stream-bench" => stream_bench(rest),
         "help" | "--help" | "-h" => {
             print_help();
             Ok(())
@@ -61,6 +64,8 @@ fn print_help() {
          fuzz-all SECONDS        run every fuzz target for SECONDS each\n\
          bench [ARGS...]         criterion benches of every crate; ARGS go to criterion\n\
          soak SECONDS            crash-and-recover soaks (SIGKILL loops) for SECONDS\n\
+         stream-bench [ARGS...]  release build, then eddy-stream-load (8 producers x 8 streams,\n\
+                                 1000 x 1000 x 1000 B, durable and not); ARGS go to the tool\n\
          train-dict [--check]    train the default zstd dictionary of the event protocol\n\
                                  (--check: retrain and compare with the committed one)\n\
          event-load [ARGS...]    event-protocol load sweep (100, 1000, 4000 pinned connections,\n\
@@ -145,20 +150,64 @@ fn bench(args: &[String]) -> Result<()> {
     run(cmd)
 }
 
-/// Builds the server and the load tool in release, then runs the sweep.
+/// Builds the server and the event load tool in release, then runs the sweep with every data
+/// directory (eddy's and PostgreSQL's) under `target/event-load`, a real disk, not a tmpfs.
 fn event_load(args: &[String]) -> Result<()> {
     let mut build = cargo();
-    build.args(["build", "--release", "-p", "eddy-tests", "--bins"]);
+    build.args([
+        "build",
+        "--release",
+        "-p",
+        "eddy-tests",
+        "--bin",
+        "eddy-test-server",
+        "--bin",
+        "eddy_event_load",
+    ]);
     run(build)?;
-    let release = root().join("target").join("release");
+    let target =
+        std::env::var_os("CARGO_TARGET_DIR").map_or_else(|| root().join("target"), PathBuf::from);
+    let scratch = target.join("event-load");
+    std::fs::create_dir_all(&scratch)?;
+    let release = target.join("release");
     let mut cmd = Command::new(release.join("eddy_event_load"));
-    cmd.arg("--server").arg(release.join("eddy-test-server"));
+    cmd.arg("--server")
+        .arg(release.join("eddy-test-server"))
+        .env("TMPDIR", &scratch);
     if args.is_empty() {
         cmd.arg("--pg");
     } else {
         cmd.args(args);
     }
     run(cmd)
+}
+
+/// Builds the server and the stream load tool in release and runs the tool, which starts the
+/// server in a data directory under `target/stream-bench` (a real disk, not a tmpfs).
+fn stream_bench(args: &[String]) -> Result<()> {
+    let mut build = cargo();
+    build.args([
+        "build",
+        "--release",
+        "-p",
+        "eddy-tests",
+        "--bin",
+        "eddy-test-server",
+        "--bin",
+        "eddy-stream-load",
+    ]);
+    run(build)?;
+    let target =
+        std::env::var_os("CARGO_TARGET_DIR").map_or_else(|| root().join("target"), PathBuf::from);
+    let scratch = target.join("stream-bench");
+    std::fs::create_dir_all(&scratch)?;
+    let release = target.join("release");
+    let mut load = Command::new(release.join("eddy-stream-load"));
+    load.arg("--server")
+        .arg(release.join("eddy-test-server"))
+        .args(args)
+        .env("TMPDIR", &scratch);
+    run(load)
 }
 
 /// The long versions of the SIGKILL crash tests. By convention every such test is named

@@ -186,6 +186,15 @@ pub struct ServeArgs {
     /// Largest schema text a RegisterSchema may carry, in bytes (error 2021 above it).
     #[arg(long, env = "EDDY_MAX_SCHEMA_SIZE_BYTES", default_value_t = cfg::DEFAULT_MAX_SCHEMA_SIZE_BYTES)]
     pub max_schema_size_bytes: u32,
+    /// Largest stream-protocol frame in bytes, header included; a larger one closes its
+    /// connection unread.
+    #[arg(long, env = "EDDY_STREAM_MAX_FRAME_SIZE", default_value_t = cfg::DEFAULT_STREAM_MAX_FRAME_SIZE)]
+    pub stream_max_frame_size: u32,
+
+    /// Stream-protocol heartbeat interval in milliseconds: consumer-group members silent for
+    /// 1.2 intervals are evicted as stale (0 disables).
+    #[arg(long, env = "EDDY_STREAM_HEARTBEAT_INTERVAL_MS", default_value_t = cfg::DEFAULT_STREAM_HEARTBEAT_INTERVAL_MS)]
+    pub stream_heartbeat_interval_ms: u64,
 }
 
 /// A failure before the server could start, with the exit code it maps to.

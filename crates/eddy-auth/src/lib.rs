@@ -10,9 +10,12 @@
 //! - the event protocol's nonce window and signature checks run in the spec's order (nonce first).
 
 pub mod api_keys;
+pub mod credentials;
 pub mod identity;
 pub mod password;
+pub mod permissions;
 pub mod secret;
+pub mod sessions;
 pub mod token;
 
 /// Failures of this crate's operations that are not a plain refusal.

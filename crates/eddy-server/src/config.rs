@@ -51,6 +51,12 @@ pub const DEFAULT_MAX_SCHEMA_SIZE_BYTES: u32 = 16_384;
 pub const MAX_NUM_SHARDS: u32 = 1024;
 /// Largest accepted `list_page_size`.
 pub const MAX_LIST_PAGE_SIZE: u32 = 100_000;
+/// Default cap on a stream-protocol frame (header included), 64 MiB: the reference server's
+/// `message_bus.max_message_size`.
+pub const DEFAULT_STREAM_MAX_FRAME_SIZE: u32 = 64 * 1024 * 1024;
+/// Default stream-protocol heartbeat interval: a consumer-group member silent for 1.2 intervals
+/// is evicted as stale (the reference server's 30 s).
+pub const DEFAULT_STREAM_HEARTBEAT_INTERVAL_MS: u64 = 30_000;
 
 /// TLS on the two client ports.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, Default)]
@@ -168,6 +174,11 @@ pub struct ServerConfig {
     pub reserve_coordinator_shard: bool,
     /// Cap on a registered schema's text, in bytes.
     pub max_schema_size_bytes: u32,
+    /// Cap on a stream-protocol frame, header included: a larger frame closes its connection
+    /// before its body is read.
+    pub stream_max_frame_size: u32,
+    /// Stream-protocol heartbeat interval in milliseconds; 0 disables stale-client eviction.
+    pub stream_heartbeat_interval_ms: u64,
 }
 
 impl Default for ServerConfig {
@@ -203,6 +214,8 @@ impl Default for ServerConfig {
             routing_rule: RoutingRule::AggregateId,
             reserve_coordinator_shard: false,
             max_schema_size_bytes: DEFAULT_MAX_SCHEMA_SIZE_BYTES,
+            stream_max_frame_size: DEFAULT_STREAM_MAX_FRAME_SIZE,
+            stream_heartbeat_interval_ms: DEFAULT_STREAM_HEARTBEAT_INTERVAL_MS,
         }
     }
 }
@@ -247,6 +260,11 @@ impl std::fmt::Debug for ServerConfig {
             .field("routing_rule", &self.routing_rule)
             .field("reserve_coordinator_shard", &self.reserve_coordinator_shard)
             .field("max_schema_size_bytes", &self.max_schema_size_bytes)
+            .field("stream_max_frame_size", &self.stream_max_frame_size)
+            .field(
+                "stream_heartbeat_interval_ms",
+                &self.stream_heartbeat_interval_ms,
+            )
             .finish()
     }
 }
@@ -269,6 +287,10 @@ pub enum ConfigError {
 pub const MIN_MAX_REQUEST_SIZE: u32 = 1024;
 /// Largest accepted `max_request_size` (1 GiB): beyond that a single frame could exhaust memory.
 pub const MAX_MAX_REQUEST_SIZE: u32 = 1 << 30;
+/// Smallest accepted `stream_max_frame_size` (64 KiB): every non-message request fits.
+pub const MIN_STREAM_MAX_FRAME_SIZE: u32 = 64 * 1024;
+/// Largest accepted `stream_max_frame_size` (1 GiB).
+pub const MAX_STREAM_MAX_FRAME_SIZE: u32 = 1 << 30;
 
 impl ServerConfig {
     /// Checks every cross-field and range rule. Called once at start-up, before anything is opened.
@@ -283,6 +305,17 @@ impl ServerConfig {
                 format!(
                     "{} is outside {MIN_MAX_REQUEST_SIZE}..={MAX_MAX_REQUEST_SIZE}",
                     self.max_request_size
+                ),
+            );
+        }
+        if !(MIN_STREAM_MAX_FRAME_SIZE..=MAX_STREAM_MAX_FRAME_SIZE)
+            .contains(&self.stream_max_frame_size)
+        {
+            return invalid(
+                "stream_max_frame_size",
+                format!(
+                    "{} is outside {MIN_STREAM_MAX_FRAME_SIZE}..={MAX_STREAM_MAX_FRAME_SIZE}",
+                    self.stream_max_frame_size
                 ),
             );
         }

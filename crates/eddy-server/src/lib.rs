@@ -49,6 +49,8 @@ pub struct Shared {
     pub store: Arc<Store>,
     /// The event protocol: its store, dictionary, shard layout, limits.
     pub events: Arc<event::EventService>,
+    /// Stream-protocol state: clients and sessions, consumer-group membership.
+    pub stream: stream::StreamState,
 }
 
 /// How often retention and the background flush of `enforce_fsync = false` topics run.
@@ -105,6 +107,13 @@ pub enum ServerError {
         /// The cause.
         #[source]
         source: StorageError,
+    },
+    /// The root user could not be created on first start.
+    #[error("cannot create the root user")]
+    RootBootstrap {
+        /// The cause.
+        #[source]
+        source: stream::error::StreamError,
     },
     /// A listener could not bind its address.
     #[error("cannot listen on {addr} ({listener} port)")]
@@ -404,6 +413,9 @@ impl Server {
             event::load_dictionary(&data_dir.dictionary_file(), config.wal_compression_level)?;
         let event_store = open_event_store(&config, &data_dir, &dictionary).await?;
         let events = Arc::new(event::EventService::new(&config, dictionary, event_store));
+        stream::bootstrap_root(&store, &config)
+            .await
+            .map_err(|source| ServerError::RootBootstrap { source })?;
 
         let stream_addr = at(config.stream_port);
         let stream = bind("stream", stream_addr).await?;
@@ -421,12 +433,14 @@ impl Server {
         metrics.add_sampler(Box::new(move |out| storage_metrics(&sampled, out)));
         let sampled = Arc::clone(events.store());
         metrics.add_sampler(Box::new(move |out| event_metrics(&sampled, out)));
+        let stream_state = stream::StreamState::new(Arc::clone(&store), &config, addrs.stream);
         let shared = Arc::new(Shared {
             config,
             metrics,
             api_keys,
             store,
             events,
+            stream: stream_state,
         });
         Ok(Self {
             shared,

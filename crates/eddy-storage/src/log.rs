@@ -35,13 +35,26 @@
 //! is corruption. Indexes are derived data: an index that is missing, torn, zero-filled or
 //! inconsistent with its segment is rebuilt from the segment.
 //!
+//! # Rewriting sealed segments
+//!
+//! [`Log::rewrite_sealed`] replaces the payloads of a sealed segment's records (the event
+//! store elides the bytes of dead batches this way) without changing any record's sequence
+//! number, count, timestamp or tag. The new version is written beside the old one under a
+//! temporary name, synced, and renamed over it, so the segment file is always one complete
+//! version or the other; recovery needs nothing new (leftover `*.tmp` files are removed and a
+//! missing index is rebuilt). Readers find a segment's file through a cache key that changes
+//! with every rewrite: a reader holding the old version finishes on it, one whose version is
+//! gone takes fresh targets and reads the new one.
+//!
 //! # Invariants
 //!
 //! 1. Inside a segment, record `i + 1` starts at sequence `seq_i + count_i`; the first record
 //!    starts at the segment's base (its file name and header).
 //! 2. Segment bases increase; segment `i + 1`'s base is at least segment `i`'s end.
 //! 3. Only the last segment (the active one) is ever appended to; a segment with a successor is
-//!    sealed and immutable, and was synced before its successor was created.
+//!    sealed, and was synced before its successor was created. A sealed segment's file is
+//!    never modified: a rewrite installs a new file whose records carry the same sequence
+//!    numbers, counts, timestamps and tags (its record headers carry `synced_len` 0).
 //! 4. Readers never see a record before it is acknowledged: records are published to the read
 //!    view after their fdatasync (after their write with [`Durability::Background`]).
 //! 5. Timestamps are non-decreasing along the log.
@@ -53,7 +66,7 @@ use std::fmt;
 use std::io;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::{Arc, Condvar, Mutex, MutexGuard, PoisonError};
+use std::sync::{Arc, Condvar, Mutex, MutexGuard, PoisonError, RwLock, RwLockReadGuard};
 
 use bytes::{Bytes, BytesMut};
 
@@ -378,6 +391,10 @@ struct SegmentState {
     first_ts: Option<u64>,
     max_ts: Option<u64>,
     sealed: bool,
+    /// Owner half of the segment's cache key: the log's id until the segment is rewritten,
+    /// then a fresh id per rewrite, so a cached handle always belongs to the file version the
+    /// view describes (see [`Log::rewrite_sealed`]).
+    owner: u64,
 }
 
 impl SegmentState {
@@ -428,6 +445,13 @@ pub(crate) struct LogInner {
     hook: Option<Arc<dyn CommitHook>>,
     admission: Mutex<Admission>,
     room: Condvar,
+    /// Orders segment file swaps ([`Log::rewrite_sealed`], write side) against everything
+    /// that maps a segment's name to its file or removes segment files (loading a sealed
+    /// segment into the cache, retention, purge: read side). Never taken by appends. Lock
+    /// order: `swap` before `view`.
+    swap: RwLock<()>,
+    /// One rewrite at a time per log.
+    rewriting: Mutex<()>,
     writer: Mutex<Writer>,
     view: Mutex<View>,
     counters: LogCounters,
@@ -435,6 +459,10 @@ pub(crate) struct LogInner {
 
 fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
     m.lock().unwrap_or_else(PoisonError::into_inner)
+}
+
+fn read_lock<T>(m: &RwLock<T>) -> RwLockReadGuard<'_, T> {
+    m.read().unwrap_or_else(PoisonError::into_inner)
 }
 
 fn is_no_space(e: &io::Error) -> bool {
@@ -866,6 +894,7 @@ fn recover_segment(ctx: &mut Ctx<'_>, base: u64, is_last: bool) -> Result<Recove
         first_ts: scan.first_ts,
         max_ts: scan.max_ts,
         sealed: seal_wanted,
+        owner: 0, // set by `open_shared` once the log has its id
     };
     finish_segment(ctx, file, state, index, loaded.as_ref())
 }
@@ -950,6 +979,7 @@ fn recover_tail(
                     first_ts: loaded.entries.first().map(|e| e.timestamp),
                     max_ts: Some(seal.timestamp),
                     sealed: true,
+                    owner: 0,
                 };
                 return Ok(Some(Recovered {
                     state,
@@ -999,6 +1029,7 @@ fn recover_tail(
         first_ts: index.first().map(|e| e.timestamp),
         max_ts: scan.max_ts,
         sealed: !is_last,
+        owner: 0,
     };
     finish_segment(ctx, Arc::clone(file), state, index, Some(loaded)).map(Some)
 }
@@ -1178,6 +1209,7 @@ impl Log {
                     first_ts: None,
                     max_ts: None,
                     sealed: false,
+                    owner: 0,
                 },
                 file,
                 index: Vec::new(),
@@ -1217,13 +1249,17 @@ impl Log {
             has_records: last.state.end > last.state.base,
         };
         let next_seq = last.state.end;
+        let id = crate::cache::next_owner_id();
         let mut segments: VecDeque<SegmentState> = recovered.into_iter().map(|r| r.state).collect();
         let active_file = Arc::clone(&last.file);
         let active_index = last.index;
         segments.push_back(last.state);
+        for seg in &mut segments {
+            seg.owner = id;
+        }
 
         let inner = Arc::new(LogInner {
-            id: crate::cache::next_owner_id(),
+            id,
             dir,
             backend,
             config,
@@ -1241,6 +1277,8 @@ impl Log {
                 closed: false,
             }),
             room: Condvar::new(),
+            swap: RwLock::new(()),
+            rewriting: Mutex::new(()),
             writer: Mutex::new(Writer {
                 active,
                 next_seq,
@@ -1516,7 +1554,7 @@ impl Log {
         let flushed = self.flush().wait();
         lock(&self.inner.admission).closed = true;
         self.inner.room.notify_all();
-        self.inner.cache.remove_log(self.inner.id);
+        self.inner.forget_cached();
         flushed
     }
 }
@@ -1986,6 +2024,7 @@ impl LogInner {
                 first_ts: None,
                 max_ts: None,
                 sealed: false,
+                owner: self.id,
             });
             view.active_file = file;
             view.active_index = Vec::new();
@@ -2003,9 +2042,15 @@ impl LogInner {
 
     fn purge_now(&self, writer: &mut Writer, base: u64) -> Result<(), WriteFailure> {
         let fatal = |e: StorageError| WriteFailure::Fatal(Arc::new(io::Error::other(e)));
-        let old: Vec<u64> = lock(&self.view).segments.iter().map(|s| s.base).collect();
-        for seg_base in &old {
-            self.cache.remove((self.id, *seg_base));
+        // No segment file may be swapped in while they are removed (see `swap`).
+        let _swap = read_lock(&self.swap);
+        let old: Vec<(u64, u64)> = lock(&self.view)
+            .segments
+            .iter()
+            .map(|s| (s.owner, s.base))
+            .collect();
+        for (owner, seg_base) in &old {
+            self.cache.remove((*owner, *seg_base));
             remove_segment_files(&*self.backend, &self.dir, *seg_base).map_err(fatal)?;
         }
         let (file, index_file) = match create_segment(&*self.backend, &self.dir, base) {
@@ -2035,6 +2080,7 @@ impl LogInner {
             first_ts: None,
             max_ts: None,
             sealed: false,
+            owner: self.id,
         });
         view.active_file = file;
         view.active_index = Vec::new();
@@ -2042,9 +2088,21 @@ impl LogInner {
     }
 }
 
+impl LogInner {
+    /// Drops every cache entry of this log (rewritten segments have their own owner ids).
+    fn forget_cached(&self) {
+        self.cache.remove_log(self.id);
+        for seg in &lock(&self.view).segments {
+            if seg.owner != self.id {
+                self.cache.remove((seg.owner, seg.base));
+            }
+        }
+    }
+}
+
 impl Drop for LogInner {
     fn drop(&mut self) {
-        self.cache.remove_log(self.id);
+        self.forget_cached();
     }
 }
 
@@ -2057,6 +2115,8 @@ struct ReadTarget {
     end: u64,
     len: u64,
     sealed: bool,
+    /// Owner half of the cache key of the file version `len` describes.
+    owner: u64,
     /// Active segment: its file and the index position to start from.
     active: Option<(Arc<dyn StorageFile>, u64)>,
 }
@@ -2101,17 +2161,31 @@ impl Log {
                     end: s.end,
                     len: s.len,
                     sealed: s.sealed,
+                    owner: s.owner,
                     active,
                 }
             })
             .collect()
     }
 
-    /// Loads (or finds in the cache) a sealed segment's file and index.
-    fn sealed(&self, base: u64) -> Result<Arc<SealedSegment>> {
+    /// Loads (or finds in the cache) the version of a sealed segment's file and index that
+    /// `target` describes. `None` when that version is gone (the segment was rewritten or
+    /// deleted since the target was taken): the caller takes fresh targets and tries again.
+    fn sealed(&self, target: &ReadTarget) -> Result<Option<Arc<SealedSegment>>> {
         let inner = &self.inner;
-        if let Some(hit) = inner.cache.get((inner.id, base)) {
-            return Ok(hit);
+        let (owner, base) = (target.owner, target.base);
+        if let Some(hit) = inner.cache.get((owner, base)) {
+            return Ok(Some(hit));
+        }
+        // Under the swap lock the files behind the segment's names are the ones the view
+        // describes: no rewrite can rename a new version in while we open them.
+        let _swap = read_lock(&inner.swap);
+        let current = lock(&inner.view)
+            .segments
+            .iter()
+            .any(|s| s.base == base && s.owner == owner);
+        if !current {
+            return Ok(None);
         }
         let path = inner.dir.join(segment_file_name(base));
         let file = inner
@@ -2130,8 +2204,8 @@ impl Log {
         .map(|i| i.entries)
         .unwrap_or_default();
         let loaded = Arc::new(SealedSegment { file, index });
-        inner.cache.insert((inner.id, base), Arc::clone(&loaded));
-        Ok(loaded)
+        inner.cache.insert((owner, base), Arc::clone(&loaded));
+        Ok(Some(loaded))
     }
 
     /// Reads records covering sequence numbers from `from_seq` on: the first returned record is
@@ -2139,10 +2213,27 @@ impl Log {
     /// deleted or falls in a gap). Stops once the records cover `max_seqs` sequence numbers at or
     /// after `from_seq`, or hold at least `max_bytes` payload bytes (at least one record is
     /// returned when any exists). Only acknowledged records are visible.
+    ///
+    /// A segment rewritten ([`Log::rewrite_sealed`]) or deleted while the read runs is read
+    /// either in the version the read found first or, after a retry, in its new version.
     pub fn read(&self, from_seq: u64, max_seqs: u64, max_bytes: u64) -> Result<Vec<StoredRecord>> {
+        loop {
+            if let Some(records) = self.read_once(from_seq, max_seqs, max_bytes)? {
+                return Ok(records);
+            }
+        }
+    }
+
+    /// One attempt of [`Log::read`]; `None` when a segment changed under it.
+    fn read_once(
+        &self,
+        from_seq: u64,
+        max_seqs: u64,
+        max_bytes: u64,
+    ) -> Result<Option<Vec<StoredRecord>>> {
         let mut out = Vec::new();
         if max_seqs == 0 {
-            return Ok(out);
+            return Ok(Some(out));
         }
         let mut covered = 0u64;
         let mut bytes = 0u64;
@@ -2150,7 +2241,9 @@ impl Log {
             let (file, start_pos, index_hint) = if let Some((file, pos)) = &target.active {
                 (Arc::clone(file), *pos, None)
             } else {
-                let sealed = self.sealed(target.base)?;
+                let Some(sealed) = self.sealed(&target)? else {
+                    return Ok(None);
+                };
                 let pos = index_lower_bound(&sealed.index, from_seq);
                 let past = from_seq.saturating_add(max_seqs);
                 let i = sealed.index.partition_point(|e| e.seq <= past);
@@ -2173,7 +2266,7 @@ impl Log {
                 break;
             }
         }
-        Ok(out)
+        Ok(Some(out))
     }
 
     #[allow(clippy::too_many_arguments)]
@@ -2284,18 +2377,23 @@ impl Log {
     /// store's: [`Log::read`] reads ahead in large chunks, which suits scans. `None` when no
     /// visible record contains `seq`.
     pub fn read_record(&self, seq: u64) -> Result<Option<StoredRecord>> {
-        let Some(target) = self.targets_from(seq).into_iter().next() else {
-            return Ok(None);
-        };
-        if seq < target.base {
-            return Ok(None);
-        }
-        let (file, mut pos) = if let Some((file, pos)) = &target.active {
-            (Arc::clone(file), *pos)
-        } else {
-            let sealed = self.sealed(target.base)?;
-            let pos = index_lower_bound(&sealed.index, seq);
-            (Arc::clone(&sealed.file), pos)
+        let (target, file, mut pos) = loop {
+            let Some(target) = self.targets_from(seq).into_iter().next() else {
+                return Ok(None);
+            };
+            if seq < target.base {
+                return Ok(None);
+            }
+            let (file, pos) = if let Some((file, pos)) = &target.active {
+                (Arc::clone(file), *pos)
+            } else {
+                let Some(sealed) = self.sealed(&target)? else {
+                    continue; // rewritten or deleted meanwhile: look again
+                };
+                let pos = index_lower_bound(&sealed.index, seq);
+                (Arc::clone(&sealed.file), pos)
+            };
+            break (target, file, pos);
         };
         let path = || self.inner.dir.join(segment_file_name(target.base));
         // One small read usually covers the walk from the index entry to the record.
@@ -2353,35 +2451,41 @@ impl Log {
     /// The first sequence number whose record's timestamp is at or after `timestamp`, or `None`
     /// when every retained record is older.
     pub fn seq_at_timestamp(&self, timestamp: u64) -> Result<Option<u64>> {
-        let target = {
-            let view = lock(&self.inner.view);
-            let count = view.segments.len();
-            let Some((i, seg)) = view
-                .segments
-                .iter()
-                .enumerate()
-                .find(|(_, s)| s.max_ts.is_some_and(|m| m >= timestamp))
-            else {
-                return Ok(None);
+        let (target, file, mut pos) = loop {
+            let target = {
+                let view = lock(&self.inner.view);
+                let count = view.segments.len();
+                let Some((i, seg)) = view
+                    .segments
+                    .iter()
+                    .enumerate()
+                    .find(|(_, s)| s.max_ts.is_some_and(|m| m >= timestamp))
+                else {
+                    return Ok(None);
+                };
+                let active = (i + 1 == count).then(|| {
+                    let pos = index_lower_bound_ts(&view.active_index, timestamp);
+                    (Arc::clone(&view.active_file), pos)
+                });
+                ReadTarget {
+                    base: seg.base,
+                    end: seg.end,
+                    len: seg.len,
+                    sealed: seg.sealed,
+                    owner: seg.owner,
+                    active,
+                }
             };
-            let active = (i + 1 == count).then(|| {
-                let pos = index_lower_bound_ts(&view.active_index, timestamp);
-                (Arc::clone(&view.active_file), pos)
-            });
-            ReadTarget {
-                base: seg.base,
-                end: seg.end,
-                len: seg.len,
-                sealed: seg.sealed,
-                active,
-            }
-        };
-        let (file, mut pos) = if let Some((file, pos)) = &target.active {
-            (Arc::clone(file), *pos)
-        } else {
-            let sealed = self.sealed(target.base)?;
-            let pos = index_lower_bound_ts(&sealed.index, timestamp);
-            (Arc::clone(&sealed.file), pos)
+            let (file, pos) = if let Some((file, pos)) = &target.active {
+                (Arc::clone(file), *pos)
+            } else {
+                let Some(sealed) = self.sealed(&target)? else {
+                    continue; // rewritten or deleted meanwhile: look again
+                };
+                let pos = index_lower_bound_ts(&sealed.index, timestamp);
+                (Arc::clone(&sealed.file), pos)
+            };
+            break (target, file, pos);
         };
         debug_assert!(target.sealed || target.active.is_some());
         let path = || self.inner.dir.join(segment_file_name(target.base));
@@ -2421,6 +2525,393 @@ fn index_lower_bound_ts(index: &[IndexEntry], target: u64) -> u64 {
 }
 
 // ------------------------------------------------------------------------------------------------
+// Rewriting sealed segments.
+
+/// What [`Log::rewrite_sealed`] did to one segment.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct SegmentRewrite {
+    /// The segment's base sequence number.
+    pub base: u64,
+    /// Records read.
+    pub records: u64,
+    /// Records whose payload was replaced.
+    pub rewritten: u64,
+    /// File bytes before.
+    pub old_bytes: u64,
+    /// File bytes after (`old_bytes` when no payload changed: then nothing was written).
+    pub new_bytes: u64,
+}
+
+/// Bytes a rewrite buffers before appending them to the new file.
+const REWRITE_CHUNK: usize = 1024 * 1024;
+
+/// Calls `visit(position, header, payload)` for every record of a sealed segment file, from
+/// its first record to `len`, verifying both checksums and that sequence numbers run
+/// contiguously from `base` to `end`. Any damage is corruption: sealed segments are never torn.
+fn visit_records(
+    file: &dyn StorageFile,
+    path: &Path,
+    (base, end, len): (u64, u64, u64),
+    mut visit: impl FnMut(u64, &RecordHeader, Bytes) -> Result<()>,
+) -> Result<()> {
+    let corrupt = |at: u64, kind| StorageError::corrupt(path, at, kind);
+    let read = |at: u64, n: u64| {
+        read_exact(file, at, n).map_err(|e| StorageError::io(IoOp::Read, path, e))
+    };
+    let mut pos = SEGMENT_HEADER_LEN as u64;
+    let mut seq = base;
+    let mut chunk = Bytes::new();
+    let mut chunk_pos = pos;
+    let in_chunk = |at: u64, n: u64, chunk: &Bytes, chunk_pos: u64| {
+        at >= chunk_pos && at + n <= chunk_pos + chunk.len() as u64
+    };
+    while pos < len {
+        let remaining = len - pos;
+        if remaining < RECORD_HEADER_LEN as u64 {
+            return Err(corrupt(pos, Corruption::SealedSegmentTail));
+        }
+        if !in_chunk(pos, RECORD_HEADER_LEN as u64, &chunk, chunk_pos) {
+            chunk = read(pos, remaining.min(SCAN_CHUNK))?;
+            chunk_pos = pos;
+        }
+        let off = usize::try_from(pos - chunk_pos).unwrap_or(usize::MAX);
+        let header = RecordHeader::decode(&chunk[off..off + RECORD_HEADER_LEN], pos)
+            .map_err(|kind| corrupt(pos, kind))?;
+        if header.seq != seq {
+            return Err(corrupt(
+                pos,
+                Corruption::NonContiguous {
+                    expected: seq,
+                    found: header.seq,
+                },
+            ));
+        }
+        let record_len = header.record_len();
+        if record_len > remaining {
+            return Err(corrupt(pos, Corruption::SealedSegmentTail));
+        }
+        if !in_chunk(pos, record_len, &chunk, chunk_pos) {
+            chunk = read(pos, remaining.min(SCAN_CHUNK.max(record_len)))?;
+            chunk_pos = pos;
+        }
+        let off = usize::try_from(pos - chunk_pos).unwrap_or(usize::MAX);
+        let payload = chunk
+            .slice(off + RECORD_HEADER_LEN..off + RECORD_HEADER_LEN + header.payload_len as usize);
+        header
+            .verify_payload(&payload)
+            .map_err(|kind| corrupt(pos, kind))?;
+        visit(pos, &header, payload)?;
+        pos += record_len;
+        seq = header.end_seq();
+    }
+    if seq != end {
+        return Err(corrupt(
+            pos,
+            Corruption::NonContiguous {
+                expected: end,
+                found: seq,
+            },
+        ));
+    }
+    Ok(())
+}
+
+/// The new version of a segment being written by [`Log::rewrite_sealed`].
+struct NewSegment {
+    file: Arc<dyn StorageFile>,
+    path: PathBuf,
+    buf: BytesMut,
+    /// Bytes already appended to `file`.
+    written: u64,
+    index: Vec<IndexEntry>,
+    last_index_pos: Option<u64>,
+    interval: u64,
+}
+
+impl NewSegment {
+    fn io(&self, op: IoOp) -> impl Fn(io::Error) -> StorageError + '_ {
+        move |e| StorageError::io(op, &self.path, e)
+    }
+
+    fn len(&self) -> u64 {
+        self.written + self.buf.len() as u64
+    }
+
+    fn flush(&mut self) -> Result<()> {
+        if !self.buf.is_empty() {
+            self.file
+                .append(&[&self.buf])
+                .map_err(self.io(IoOp::Append))?;
+            self.written += self.buf.len() as u64;
+            self.buf.clear();
+        }
+        Ok(())
+    }
+
+    fn push(&mut self, header: &RecordHeader, payload: &[u8]) -> Result<()> {
+        let position = self.len();
+        if self
+            .last_index_pos
+            .is_none_or(|last| position - last >= self.interval)
+        {
+            self.index.push(IndexEntry {
+                seq: header.seq,
+                timestamp: header.timestamp,
+                position,
+                kind: IndexKind::Record,
+            });
+            self.last_index_pos = Some(position);
+        }
+        let encoded = header.encode();
+        if payload.len() >= REWRITE_CHUNK {
+            // A large record goes out as is, without a copy into the buffer.
+            self.flush()?;
+            self.file
+                .append(&[&encoded, payload])
+                .map_err(self.io(IoOp::Append))?;
+            self.written += header.record_len();
+            return Ok(());
+        }
+        self.buf.extend_from_slice(&encoded);
+        self.buf.extend_from_slice(payload);
+        if self.buf.len() >= REWRITE_CHUNK {
+            self.flush()?;
+        }
+        Ok(())
+    }
+}
+
+impl Log {
+    /// Rewrites sealed segment `base` with new payloads: `rewrite` is called with every record
+    /// of the segment, in order, and returns a replacement payload or `None` to keep the
+    /// record as it is. Sequence numbers, counts, timestamps and tags never change (only bytes
+    /// move), so anything that refers to a record by sequence number stays valid. This is the
+    /// event store's compaction primitive; an upper layer that replaces a payload must be able
+    /// to read both the old and the new payload (a crash may leave either).
+    ///
+    /// Returns `None` when `base` is not (or no longer) a sealed segment of this log. When no
+    /// payload changes, nothing is written. Rewrites of one log run one at a time; appends are
+    /// never blocked (the active segment is not involved).
+    ///
+    /// # Protocol
+    ///
+    /// 1. Every record is read and verified from the segment's current file, and the new
+    ///    version is written to `<base>.log.rewrite.tmp` (record headers re-encoded with the
+    ///    new payload's length and CRC, `synced_len` 0) together with its sparse index in
+    ///    `<base>.index.rewrite.tmp` (sealed); both are fdatasynced, then the directory.
+    /// 2. Under the swap lock (which keeps segment loads, retention and purges out): the old
+    ///    index is removed, the new file is renamed over `<base>.log` (the atomic switch), the
+    ///    read view and the cache move to the new version, the new index is renamed into
+    ///    place; then the directory is synced.
+    ///
+    /// A crash at any point leaves `<base>.log` as either the old or the new version, each a
+    /// complete, valid segment with the same records; recovery removes the leftover `*.tmp`
+    /// files and rebuilds a missing index (or one that disagrees with its segment). Readers
+    /// that hold the old version (a cached file handle) keep reading it; readers that come
+    /// later, or that find their version gone, take the new one.
+    pub fn rewrite_sealed(
+        &self,
+        base: u64,
+        mut rewrite: impl FnMut(&RecordMeta, &Bytes) -> Result<Option<Bytes>>,
+    ) -> Result<Option<SegmentRewrite>> {
+        let inner = &self.inner;
+        let _one = lock(&inner.rewriting);
+        let (target, max_ts, old) = loop {
+            let (target, max_ts) = {
+                let view = lock(&inner.view);
+                let Some(seg) = view.segments.iter().find(|s| s.base == base && s.sealed) else {
+                    return Ok(None);
+                };
+                let target = ReadTarget {
+                    base,
+                    end: seg.end,
+                    len: seg.len,
+                    sealed: true,
+                    owner: seg.owner,
+                    active: None,
+                };
+                (target, seg.max_ts)
+            };
+            if let Some(old) = self.sealed(&target)? {
+                break (target, max_ts, old);
+            }
+        };
+        let log_path = inner.dir.join(segment_file_name(base));
+        let index_path = inner.dir.join(index_file_name(base));
+        let log_tmp = inner
+            .dir
+            .join(format!("{}.rewrite.tmp", segment_file_name(base)));
+        let index_tmp = inner
+            .dir
+            .join(format!("{}.rewrite.tmp", index_file_name(base)));
+        let discard = || {
+            let _ = inner.backend.remove_file(&log_tmp);
+            let _ = inner.backend.remove_file(&index_tmp);
+        };
+        discard();
+        let mut report = SegmentRewrite {
+            base,
+            old_bytes: target.len,
+            new_bytes: target.len,
+            ..SegmentRewrite::default()
+        };
+        let written = (|| -> Result<Option<NewSegment>> {
+            let file = inner
+                .backend
+                .open(&log_tmp, OpenMode::CreateNew)
+                .map_err(|e| StorageError::io(IoOp::Open, &log_tmp, e))?;
+            let mut new = NewSegment {
+                file,
+                path: log_tmp.clone(),
+                buf: BytesMut::with_capacity(REWRITE_CHUNK + RECORD_HEADER_LEN),
+                written: 0,
+                index: Vec::new(),
+                last_index_pos: None,
+                interval: inner.config.index_interval,
+            };
+            new.buf.extend_from_slice(&encode_segment_header(base));
+            visit_records(
+                &*old.file,
+                &log_path,
+                (base, target.end, target.len),
+                |_, header, payload| {
+                    report.records += 1;
+                    let meta = RecordMeta {
+                        seq: header.seq,
+                        count: header.count,
+                        timestamp: header.timestamp,
+                        tag: header.tag,
+                        len: header.payload_len,
+                    };
+                    let (payload, payload_crc) = match rewrite(&meta, &payload)? {
+                        None => (payload, header.payload_crc),
+                        Some(replaced) => {
+                            report.rewritten += 1;
+                            let crc = crc32c::crc32c(&replaced);
+                            (replaced, crc)
+                        }
+                    };
+                    let payload_len = u32::try_from(payload.len())
+                        .ok()
+                        .filter(|len| *len <= MAX_RECORD_PAYLOAD)
+                        .ok_or(StorageError::LimitExceeded {
+                            what: "rewritten record payload bytes",
+                            size: payload.len() as u64,
+                            limit: u64::from(MAX_RECORD_PAYLOAD),
+                        })?;
+                    let header = RecordHeader {
+                        payload_len,
+                        payload_crc,
+                        synced_len: 0,
+                        ..*header
+                    };
+                    new.push(&header, &payload)
+                },
+            )?;
+            if report.rewritten == 0 {
+                return Ok(None);
+            }
+            new.flush()?;
+            new.file.sync().map_err(new.io(IoOp::Sync))?;
+            let seal = IndexEntry {
+                seq: target.end,
+                timestamp: max_ts.unwrap_or(0),
+                position: new.len(),
+                kind: IndexKind::Seal,
+            };
+            let index_file = inner
+                .backend
+                .open(&index_tmp, OpenMode::CreateNew)
+                .map_err(|e| StorageError::io(IoOp::Open, &index_tmp, e))?;
+            let mut bytes =
+                Vec::with_capacity(INDEX_HEADER_LEN + (new.index.len() + 1) * INDEX_ENTRY_LEN);
+            bytes.extend_from_slice(&encode_index_header(base));
+            for entry in new.index.iter().chain(std::iter::once(&seal)) {
+                bytes.extend_from_slice(&entry.encode());
+            }
+            index_file
+                .append(&[&bytes])
+                .and_then(|()| index_file.sync())
+                .map_err(|e| StorageError::io(IoOp::Append, &index_tmp, e))?;
+            inner
+                .backend
+                .sync_dir(&inner.dir)
+                .map_err(|e| StorageError::io(IoOp::SyncDir, &inner.dir, e))?;
+            Ok(Some(new))
+        })();
+        let new = match written {
+            Ok(Some(new)) => new,
+            Ok(None) => {
+                discard();
+                return Ok(Some(report));
+            }
+            Err(e) => {
+                discard();
+                return Err(e);
+            }
+        };
+        report.new_bytes = new.len();
+        let owner = crate::cache::next_owner_id();
+        {
+            let _swap = inner.swap.write().unwrap_or_else(PoisonError::into_inner);
+            let present = lock(&inner.view)
+                .segments
+                .iter()
+                .any(|s| s.base == base && s.owner == target.owner);
+            if !present {
+                // Deleted by retention or a purge meanwhile: nothing to replace.
+                discard();
+                return Ok(None);
+            }
+            // From here until the rename a crash leaves the old version without an index.
+            match inner.backend.remove_file(&index_path) {
+                Ok(()) => {}
+                Err(e) if e.kind() == io::ErrorKind::NotFound => {}
+                Err(e) => {
+                    discard();
+                    return Err(StorageError::io(IoOp::Remove, &index_path, e));
+                }
+            }
+            if let Err(e) = inner.backend.rename(&log_tmp, &log_path) {
+                discard();
+                return Err(StorageError::io(IoOp::Rename, &log_path, e));
+            }
+            // The file behind the name is the new version: the view and the cache follow.
+            {
+                let mut view = lock(&inner.view);
+                let seg = view
+                    .segments
+                    .iter_mut()
+                    .find(|s| s.base == base)
+                    .expect("segments leave the view only under the swap lock");
+                seg.len = report.new_bytes;
+                seg.owner = owner;
+            }
+            inner.cache.remove((target.owner, base));
+            inner.cache.insert(
+                (owner, base),
+                Arc::new(SealedSegment {
+                    file: new.file,
+                    index: new.index,
+                }),
+            );
+            if let Err(e) = inner.backend.rename(&index_tmp, &index_path) {
+                // Derived data: rebuilt at the next open; until then a load of this segment
+                // walks from its first record.
+                tracing::warn!(path = %index_path.display(), error = %e, "installing a rewritten segment's index failed");
+                let _ = inner.backend.remove_file(&index_tmp);
+            }
+        }
+        if let Err(e) = inner.backend.sync_dir(&inner.dir) {
+            // Either version of the segment is a correct segment: a lost rename only loses the
+            // space it reclaimed.
+            tracing::warn!(dir = %inner.dir.display(), error = %e, "syncing a rewritten segment's directory failed");
+        }
+        Ok(Some(report))
+    }
+}
+
+// ------------------------------------------------------------------------------------------------
 // Retention.
 
 impl Log {
@@ -2432,25 +2923,28 @@ impl Log {
         &self,
         mut pred: impl FnMut(&SegmentSummary) -> bool,
     ) -> Result<Vec<SegmentSummary>> {
-        let removed: Vec<SegmentSummary> = {
+        // No rewrite may rename a new version of a segment in while it is being removed.
+        let _swap = read_lock(&self.inner.swap);
+        let removed: Vec<(u64, SegmentSummary)> = {
             let mut view = lock(&self.inner.view);
             let mut removed = Vec::new();
             while view.segments.len() > 1 {
-                let front = view.segments.front().expect("len > 1").summary();
-                debug_assert!(front.sealed);
-                if !front.sealed || !pred(&front) {
+                let front = view.segments.front().expect("len > 1");
+                let (owner, summary) = (front.owner, front.summary());
+                debug_assert!(summary.sealed);
+                if !summary.sealed || !pred(&summary) {
                     break;
                 }
                 view.segments.pop_front();
-                removed.push(front);
+                removed.push((owner, summary));
             }
             removed
         };
-        for seg in &removed {
-            self.inner.cache.remove((self.inner.id, seg.base));
+        for (owner, seg) in &removed {
+            self.inner.cache.remove((*owner, seg.base));
             remove_segment_files(&*self.inner.backend, &self.inner.dir, seg.base)?;
         }
-        Ok(removed)
+        Ok(removed.into_iter().map(|(_, s)| s).collect())
     }
 
     /// Deletes the `n` oldest sealed segments (fewer if there are fewer).

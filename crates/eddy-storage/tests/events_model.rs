@@ -1,16 +1,23 @@
 //! Model-based test of the whole event store API against an in-memory model: writes with OCC
 //! and client sequences (single and multi-aggregate, across shards), trims, deletes,
-//! recreates (fresh and continued), reads with filters and pages, details, listings, and
+//! recreates (fresh and continued), reads with filters and pages, details, listings,
+//! compaction passes (also cut short by a power cut at any of their file operations), and
 //! crashes/reopens on the in-memory backend. After every operation every observable answer
-//! of the store must equal the model's.
+//! of the store must equal the model's; after a compaction pass no sealed segment that
+//! qualified keeps reclaimable bytes, and compacting after most data died shrinks the logs.
 
 use std::collections::{BTreeMap, HashMap};
+use std::io;
+use std::path::Path;
+use std::sync::atomic::{AtomicI64, Ordering};
 use std::sync::Arc;
 
 use bytes::Bytes;
+use eddy_storage::events::CompactionPolicy;
 use eddy_storage::{
-    AggregateDelete, AggregateKey, AggregateWrite, DeleteRequest, EventError, EventStore,
-    EventStoreConfig, MemBackend, NewEvent, ReadQuery, StorageError, TrimRequest, WriteRequest,
+    AggregateDelete, AggregateKey, AggregateWrite, DeleteRequest, DirEntry, EventError, EventStore,
+    EventStoreConfig, MemBackend, NewEvent, OpenMode, ReadQuery, StorageBackend, StorageError,
+    StorageFile, TrimRequest, WriteRequest,
 };
 use proptest::prelude::*;
 
@@ -54,6 +61,15 @@ enum Op {
     },
     Crash,
     Reopen,
+    /// A compaction pass rewriting segments at least `ratio_pct` % reclaimable.
+    Compact {
+        ratio_pct: u8,
+    },
+    /// A compaction pass (ratio 0) cut short by a power cut at its `at`-th file operation on
+    /// a shard log, then a reopen.
+    CrashInCompaction {
+        at: i64,
+    },
 }
 
 fn part_spec() -> impl Strategy<Value = PartSpec> {
@@ -101,7 +117,134 @@ fn op() -> impl Strategy<Value = Op> {
             .prop_map(|(key, from, to, types, page)| Op::Read { key, from, to, types, page }),
         1 => Just(Op::Crash),
         1 => Just(Op::Reopen),
+        2 => prop_oneof![Just(0u8), Just(20), Just(50)].prop_map(|ratio_pct| Op::Compact { ratio_pct }),
+        2 => (0i64..30).prop_map(|at| Op::CrashInCompaction { at }),
     ]
+}
+
+// ------------------------------------------------------------------------------------------------
+// A backend that can cut the power at a chosen file operation on a shard log.
+
+/// The store's backend: a [`MemBackend`] whose mutating calls on shard-log files count down
+/// once armed; the call that reaches zero crashes the disk (unsynced bytes lost, every handle
+/// of this "process" dead) and fails, as does everything after it.
+#[derive(Debug, Clone)]
+struct Disk {
+    mem: MemBackend,
+    left: Arc<AtomicI64>,
+}
+
+#[derive(Debug)]
+struct DiskFile {
+    file: Arc<dyn StorageFile>,
+    disk: Disk,
+    counted: bool,
+}
+
+impl Disk {
+    /// A fresh process's view of `mem`, disarmed.
+    fn new(mem: &MemBackend) -> Self {
+        Disk {
+            mem: mem.clone(),
+            left: Arc::new(AtomicI64::new(i64::MAX)),
+        }
+    }
+
+    fn arm(&self, at: i64) {
+        self.left.store(at, Ordering::SeqCst);
+    }
+
+    fn fired(&self) -> bool {
+        self.left.load(Ordering::SeqCst) < 0
+    }
+
+    fn tick(&self, path: &Path) -> io::Result<()> {
+        if !path.to_string_lossy().contains("shard-") {
+            return if self.fired() {
+                Err(io::Error::other("simulated power cut"))
+            } else {
+                Ok(())
+            };
+        }
+        match self.left.fetch_sub(1, Ordering::SeqCst) {
+            0 => {
+                self.mem.crash();
+                Err(io::Error::other("simulated power cut"))
+            }
+            left if left < 0 => Err(io::Error::other("simulated power cut")),
+            _ => Ok(()),
+        }
+    }
+}
+
+impl DiskFile {
+    fn tick(&self) -> io::Result<()> {
+        if self.counted {
+            self.disk.tick(Path::new("shard-"))
+        } else {
+            self.disk.tick(Path::new(""))
+        }
+    }
+}
+
+impl StorageFile for DiskFile {
+    fn read_at(&self, offset: u64, buf: &mut [u8]) -> io::Result<()> {
+        self.file.read_at(offset, buf)
+    }
+    fn append(&self, parts: &[&[u8]]) -> io::Result<()> {
+        self.tick()?;
+        self.file.append(parts)
+    }
+    fn len(&self) -> io::Result<u64> {
+        self.file.len()
+    }
+    fn truncate(&self, len: u64) -> io::Result<()> {
+        self.tick()?;
+        self.file.truncate(len)
+    }
+    fn sync(&self) -> io::Result<()> {
+        self.tick()?;
+        self.file.sync()
+    }
+}
+
+impl StorageBackend for Disk {
+    fn open(&self, path: &Path, mode: OpenMode) -> io::Result<Arc<dyn StorageFile>> {
+        if mode != OpenMode::Existing {
+            self.tick(path)?;
+        }
+        Ok(Arc::new(DiskFile {
+            file: self.mem.open(path, mode)?,
+            disk: self.clone(),
+            counted: path.to_string_lossy().contains("shard-"),
+        }))
+    }
+    fn list(&self, dir: &Path) -> io::Result<Vec<DirEntry>> {
+        self.mem.list(dir)
+    }
+    fn create_dir_all(&self, dir: &Path) -> io::Result<()> {
+        self.tick(dir)?;
+        self.mem.create_dir_all(dir)
+    }
+    fn remove_file(&self, path: &Path) -> io::Result<()> {
+        self.tick(path)?;
+        self.mem.remove_file(path)
+    }
+    fn remove_dir_all(&self, dir: &Path) -> io::Result<()> {
+        self.tick(dir)?;
+        self.mem.remove_dir_all(dir)
+    }
+    fn rename(&self, from: &Path, to: &Path) -> io::Result<()> {
+        self.tick(to)?;
+        self.mem.rename(from, to)
+    }
+    fn sync_dir(&self, dir: &Path) -> io::Result<()> {
+        self.tick(dir)?;
+        self.mem.sync_dir(dir)
+    }
+    fn exists(&self, path: &Path) -> bool {
+        self.mem.exists(path)
+    }
 }
 
 /// (version, client id, events with their `event_seq`) as reads must return them.
@@ -304,7 +447,7 @@ fn config() -> EventStoreConfig {
     EventStoreConfig {
         num_shards: SHARDS,
         pool_threads: 1,
-        segment_size: 2048,
+        segment_size: 1024, // many sealed segments for compaction to work on
         index_interval: 256,
         memtable_bytes: 2048, // flushes and merges runs constantly
         compression_level: 1,
@@ -363,14 +506,88 @@ fn check_all(store: &EventStore, model: &Model) {
     }
 }
 
+/// Every batch of `key` from its floor, all pages.
+fn read_everything(store: &EventStore, key: &AggregateKey) -> Vec<ModelBatch> {
+    let floor = store.details(key).unwrap().min_aggregate_version;
+    let mut q = ReadQuery::from_version(floor);
+    let mut out = Vec::new();
+    loop {
+        let page = store.read(key, &q).unwrap();
+        out.extend(page.batches.into_iter().map(|b| {
+            let events = b
+                .events
+                .into_iter()
+                .map(|e| {
+                    let event = NewEvent {
+                        client_seq: e.client_seq,
+                        event_id: e.event_id,
+                        event_timestamp: e.event_timestamp,
+                        event_type_major: e.event_type_major,
+                        event_type_minor: e.event_type_minor,
+                        value: e.value,
+                        iv: e.iv,
+                    };
+                    (e.event_seq, event)
+                })
+                .collect();
+            (b.version, b.client_id, events)
+        }));
+        match page.next_version {
+            Some(v) => q.from_version = v,
+            None => return out,
+        }
+    }
+}
+
+/// Every readable batch of every live aggregate equals the model's.
+fn check_reads(store: &EventStore, model: &Model) {
+    for (i, key) in KEYS.iter().enumerate() {
+        let Some(a) = model
+            .aggs
+            .get(&i)
+            .filter(|a| a.exists && a.deleted.is_none())
+        else {
+            continue;
+        };
+        let want: Vec<ModelBatch> = a
+            .batches
+            .range(a.floor..=a.version)
+            .map(|(v, b)| {
+                let events = b
+                    .events
+                    .iter()
+                    .enumerate()
+                    .map(|(n, e)| (b.first_event_seq + n as u64, e.clone()))
+                    .collect();
+                (*v, b.client, events)
+            })
+            .collect();
+        assert_eq!(read_everything(store, key), want, "everything of {i}");
+    }
+}
+
+/// After a pass at `ratio`, no sealed segment that qualifies has anything left to reclaim.
+fn check_compacted(store: &EventStore, ratio: f64) {
+    for shard in 0..SHARDS {
+        for seg in store.reclaimable(shard).unwrap() {
+            assert!(
+                seg.reclaimable == 0 || seg.ratio() < ratio,
+                "shard {shard} after a pass at {ratio}: {seg:?}"
+            );
+        }
+    }
+}
+
 fn run(ops: Vec<Op>) {
     let disk = MemBackend::new();
     let open = |disk: &MemBackend| {
-        EventStore::open(Arc::new(disk.clone()), config())
+        let process = Disk::new(disk);
+        let store = EventStore::open(Arc::new(process.clone()), config())
             .unwrap()
-            .0
+            .0;
+        (store, process)
     };
-    let mut store = open(&disk);
+    let (mut store, mut process) = open(&disk);
     let mut model = Model::default();
     for op in ops {
         match op {
@@ -580,16 +797,45 @@ fn run(ops: Vec<Op>) {
             Op::Crash => {
                 disk.crash();
                 drop(store);
-                store = open(&disk);
+                (store, process) = open(&disk);
             }
             Op::Reopen => {
                 store.close().unwrap();
                 drop(store);
-                store = open(&disk);
+                (store, process) = open(&disk);
+            }
+            Op::Compact { ratio_pct } => {
+                let ratio = f64::from(ratio_pct) / 100.0;
+                let report = store
+                    .compact(CompactionPolicy {
+                        min_reclaimable_ratio: ratio,
+                        ..CompactionPolicy::default()
+                    })
+                    .unwrap();
+                assert!(report.bytes_after <= report.bytes_before, "{report:?}");
+                check_compacted(&store, ratio);
+                check_reads(&store, &model);
+            }
+            Op::CrashInCompaction { at } => {
+                process.arm(at);
+                let outcome = store.compact(CompactionPolicy {
+                    min_reclaimable_ratio: 0.0,
+                    ..CompactionPolicy::default()
+                });
+                if process.fired() {
+                    drop(store);
+                    (store, process) = open(&disk);
+                } else {
+                    outcome.unwrap();
+                    process.arm(i64::MAX);
+                    check_compacted(&store, 0.0);
+                }
+                check_reads(&store, &model);
             }
         }
         check_all(&store, &model);
     }
+    check_reads(&store, &model);
     for shard in 0..SHARDS {
         assert_eq!(
             store.verify_chain(shard).unwrap(),
@@ -602,7 +848,174 @@ proptest! {
     #![proptest_config(ProptestConfig { cases: 256, ..ProptestConfig::default() })]
 
     #[test]
-    fn event_store_matches_the_model(ops in prop::collection::vec(op(), 1..80)) {
+    fn event_store_matches_the_model(ops in prop::collection::vec(op(), 1..100)) {
         run(ops);
+    }
+}
+
+/// Incompressible bytes, distinct per `seed`.
+fn noise(seed: u64, len: usize) -> Bytes {
+    let mut x = seed.wrapping_mul(0x9e37_79b9_7f4a_7c15) | 1;
+    (0..len)
+        .map(|_| {
+            x ^= x << 13;
+            x ^= x >> 7;
+            x ^= x << 17;
+            x as u8
+        })
+        .collect()
+}
+
+/// Bytes of every shard log segment file.
+fn log_bytes(disk: &MemBackend) -> u64 {
+    disk.file_paths()
+        .iter()
+        .filter(|p| {
+            p.to_string_lossy().contains("shard-") && p.extension().is_some_and(|e| e == "log")
+        })
+        .map(|p| disk.read_file(p).map_or(0, |b| b.len() as u64))
+        .sum()
+}
+
+/// Writes batches of the given value sizes round-robin over 20 aggregates, then deletes or
+/// trims most aggregates (`fates`: 0–3 delete, 4–7 trim to the newest batch, 8–9 keep),
+/// seals everything, compacts, and checks that the logs shrank by at least the value bytes
+/// of every dead batch and that every answer is unchanged, before and after a crash.
+fn shrink_after_most_data_dies(sizes: &[usize], fates: &[u8]) {
+    let config = EventStoreConfig {
+        compression_level: 0,
+        ..config()
+    };
+    let disk = MemBackend::new();
+    let store = EventStore::open(Arc::new(disk.clone()), config.clone())
+        .unwrap()
+        .0;
+    let key = |i: usize| AggregateKey::new(7, 1, i as u128);
+    let event = |seq: u64, value: Bytes| NewEvent {
+        client_seq: seq,
+        event_type_major: 1,
+        value,
+        ..NewEvent::default()
+    };
+    let write = |k: AggregateKey, seq: u64, value: Bytes| {
+        store
+            .write(WriteRequest {
+                client_id: 1,
+                user_id: None,
+                now: seq,
+                writes: vec![AggregateWrite {
+                    key: k,
+                    events: vec![event(seq, value)],
+                    allow_create: true,
+                    ..AggregateWrite::default()
+                }],
+            })
+            .wait()
+            .unwrap()
+    };
+    let mut versions: Vec<Vec<usize>> = vec![Vec::new(); fates.len()];
+    for (n, size) in sizes.iter().enumerate() {
+        let i = n % fates.len();
+        write(key(i), n as u64 + 1, noise(n as u64, *size));
+        versions[i].push(*size);
+    }
+    let mut dead_value_bytes = 0u64;
+    for (i, fate) in fates.iter().enumerate() {
+        let sizes = &versions[i];
+        if sizes.is_empty() {
+            continue;
+        }
+        match fate {
+            0..=3 => {
+                store
+                    .delete(&DeleteRequest {
+                        client_id: 2,
+                        user_id: None,
+                        now: 0,
+                        deletes: vec![AggregateDelete {
+                            key: key(i),
+                            allow_recreate: false,
+                            allow_sequence_continuation: false,
+                            expected_version: None,
+                        }],
+                    })
+                    .wait()
+                    .unwrap();
+                dead_value_bytes += sizes.iter().sum::<usize>() as u64;
+            }
+            4..=7 if sizes.len() > 1 => {
+                store
+                    .trim(TrimRequest {
+                        key: key(i),
+                        keep_from_version: sizes.len() as u64,
+                        client_id: 2,
+                        user_id: None,
+                        now: 0,
+                    })
+                    .wait()
+                    .unwrap();
+                dead_value_bytes += sizes[..sizes.len() - 1].iter().sum::<usize>() as u64;
+            }
+            _ => {}
+        }
+    }
+    // Seal every segment holding a dead batch: fill each shard's active segment.
+    for shard in 0..SHARDS as usize {
+        for f in 0..4u64 {
+            write(key(1000 + shard), 10_000 + f, noise(f, 400));
+        }
+    }
+    let live: Vec<usize> = (0..fates.len())
+        .filter(|i| !versions[*i].is_empty() && fates[*i] > 3)
+        .chain([1000, 1001])
+        .collect();
+    let answers = |store: &EventStore| -> Vec<_> {
+        live.iter()
+            .map(|i| {
+                (
+                    store.details(&key(*i)).unwrap(),
+                    read_everything(store, &key(*i)),
+                )
+            })
+            .collect()
+    };
+    let before = answers(&store);
+    let bytes_before = log_bytes(&disk);
+    let report = store
+        .compact(CompactionPolicy {
+            min_reclaimable_ratio: 0.0,
+            ..CompactionPolicy::default()
+        })
+        .unwrap();
+    let bytes_after = log_bytes(&disk);
+    assert_eq!(bytes_before - bytes_after, report.bytes_reclaimed());
+    assert!(
+        report.bytes_reclaimed() >= dead_value_bytes,
+        "reclaimed {} of {dead_value_bytes} dead value bytes: {report:?}",
+        report.bytes_reclaimed()
+    );
+    assert_eq!(answers(&store), before);
+    for shard in 0..SHARDS {
+        assert_eq!(
+            store.verify_chain(shard).unwrap(),
+            store.chain_tip(shard).unwrap()
+        );
+    }
+    disk.crash();
+    drop(store);
+    let store = EventStore::open(Arc::new(disk.clone()), config).unwrap().0;
+    assert_eq!(log_bytes(&disk), bytes_after);
+    assert_eq!(answers(&store), before);
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig { cases: 24, ..ProptestConfig::default() })]
+
+    #[test]
+    fn compaction_shrinks_the_logs_after_most_data_dies(
+        sizes in prop::collection::vec(100usize..700, 20..80),
+        fates in prop::collection::vec(prop_oneof![8 => 0u8..8, 2 => 8u8..10], 20),
+    ) {
+        shrink_after_most_data_dies(&sizes, &fates);
     }
 }

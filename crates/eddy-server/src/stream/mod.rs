@@ -1,14 +1,270 @@
-//! The stream (Iggy) protocol port.
+//! The stream (Iggy) protocol port: every command of the catalog over TCP (or TLS), as the
+//! published Rust SDK `iggy 0.11.0-edge.4` expects it.
+//!
+//! ```text
+//! socket --> connection (frames, lockstep, size cap, evictions, stale timer, drain)
+//!              |  header + body
+//!              v
+//!           dispatch (route, checksum, login gate, decode, resolve ids, authorize)
+//!              |  decoded request + resolved resource
+//!              v
+//!           handlers: system, users (+tokens), login, streams (+topics, partitions, segments),
+//!                     messages (+offsets), consumer_groups
+//!              |  Outcome (reply payload or eviction) / StreamError
+//!              v
+//!           connection writes the reply (error codes chosen in error.rs)
+//! ```
+//!
+//! * [`StreamState`]: what every connection shares: the store, the clients table, the
+//!   consumer-group coordinator, the lock that serialises id assignment.
+//! * Only `connection` does socket I/O; handlers take a decoded request and state and return a
+//!   value.
+//!
+//! Invariants: exactly one reply (or eviction) per request, in request order; an eviction is
+//! only ever written as the answer to a request, or immediately before closing; a frame larger
+//! than `stream_max_frame_size` closes its connection before its body is read; a metadata
+//! write's reply is sent only after the operation is durable and applied, and an acknowledged
+//! `SEND_MESSAGES` is durable when its topic has `enforce_fsync` (the default).
 
-use crate::listener::{Conn, ConnectionContext};
+mod connection;
+mod consumer_groups;
+mod dispatch;
+pub mod error;
+pub mod groups;
+mod login;
+mod messages;
+pub mod stats;
+mod streams;
+mod system;
+mod users;
+pub mod views;
 
-/// Stream-protocol command names, in the order `Metrics::record_request` indexes them. Registered at start-up so
-/// every series exists from the first scrape.
-pub const METRIC_NAMES: &[&str] = &[];
+use std::collections::HashMap;
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
+use std::time::Duration;
 
-/// Serves one stream-protocol connection.
-///
-/// The command catalog is not served yet: a connection that sends bytes is closed cleanly.
-pub async fn serve_connection(socket: Conn, ctx: ConnectionContext) {
-    crate::listener::close_on_first_bytes(socket, ctx).await;
+use eddy_auth::credentials::STATUS_ACTIVE;
+use eddy_auth::permissions::ROOT_USER_ID;
+use eddy_auth::sessions::ClientsTable;
+use eddy_codec::stream::{CommandCode, GlobalPermissions, Permissions, COMMANDS};
+use eddy_storage::{MetadataOp, MetadataState, Operation, Store};
+
+pub use connection::serve_connection;
+use error::StreamError;
+use groups::Coordinator;
+
+/// Per-command metric names: every command of the table, in table order, then
+/// [`INVALID_REQUEST`] for frames that route to no command.
+pub const METRIC_NAMES: &[&str] = &metric_names();
+
+/// Metric name of requests that name no known command (unknown code, internal operation).
+pub const INVALID_REQUEST: &str = "INVALID_REQUEST";
+
+const fn metric_names() -> [&'static str; COMMANDS.len() + 1] {
+    let mut names = [INVALID_REQUEST; COMMANDS.len() + 1];
+    let mut i = 0;
+    while i < COMMANDS.len() {
+        names[i] = COMMANDS[i].name;
+        i += 1;
+    }
+    names
+}
+
+/// The metrics index of a command (its row in [`COMMANDS`]).
+pub(crate) const fn metric_index(code: CommandCode) -> usize {
+    let mut i = 0;
+    while i < COMMANDS.len() {
+        if COMMANDS[i].code as u32 == code as u32 {
+            return i;
+        }
+        i += 1;
+    }
+    COMMANDS.len()
+}
+
+/// The metrics index of requests that route to no command.
+pub(crate) const INVALID_METRIC: usize = COMMANDS.len();
+
+/// Stream ids are below this (reference: 2^20).
+pub const MAX_STREAMS: u32 = 1 << 20;
+/// Topic ids within a stream are below this.
+pub const MAX_TOPICS_PER_STREAM: u32 = 4096;
+/// Largest poll reply payload assembled for one request, bytes (at least one batch is always
+/// served when any message qualifies).
+pub const MAX_POLL_BYTES: u64 = 64 * 1024 * 1024;
+
+/// This node as `GET_CLUSTER_METADATA` describes it.
+#[derive(Debug, Clone)]
+pub struct NodeInfo {
+    /// The address clients reach the stream port on.
+    pub stream_addr: SocketAddr,
+}
+
+/// State shared by every stream-protocol connection.
+#[derive(Debug)]
+pub struct StreamState {
+    /// The store (metadata and partitions).
+    pub store: Arc<Store>,
+    /// Connected clients and their sessions.
+    pub clients: ClientsTable,
+    /// Consumer-group members and assignments.
+    groups: Mutex<Coordinator>,
+    /// Serialises operations that pick a new id (create stream/topic/user/group) from the
+    /// metadata with their commit, so two of them never pick the same id.
+    creation: tokio::sync::Mutex<()>,
+    /// Round-robin cursors of `Balanced` sends, per (stream, topic).
+    balanced: Mutex<HashMap<(u32, u32), u32>>,
+    /// This node.
+    pub node: NodeInfo,
+    /// Largest accepted frame, header included.
+    pub max_frame_size: u32,
+    /// Heartbeat interval (`None`: stale clients are never evicted).
+    pub heartbeat: Option<Duration>,
+    /// Start time, µs since the epoch.
+    pub started_at_us: u64,
+    started: std::time::Instant,
+    /// The data directory (disk figures of `GET_STATS`).
+    pub data_dir: PathBuf,
+    host: stats::HostSampler,
+}
+
+fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(PoisonError::into_inner)
+}
+
+impl StreamState {
+    /// State for a server whose stream listener is bound at `stream_addr`.
+    pub fn new(
+        store: Arc<Store>,
+        config: &crate::config::ServerConfig,
+        stream_addr: SocketAddr,
+    ) -> Self {
+        Self {
+            store,
+            clients: ClientsTable::new(),
+            groups: Mutex::new(Coordinator::default()),
+            creation: tokio::sync::Mutex::new(()),
+            balanced: Mutex::new(HashMap::new()),
+            node: NodeInfo { stream_addr },
+            max_frame_size: config.stream_max_frame_size,
+            heartbeat: (config.stream_heartbeat_interval_ms > 0)
+                .then(|| Duration::from_millis(config.stream_heartbeat_interval_ms)),
+            started_at_us: crate::now_micros(),
+            started: std::time::Instant::now(),
+            data_dir: config.data_dir.clone(),
+            host: stats::HostSampler::new(),
+        }
+    }
+
+    /// The consumer-group coordinator (held briefly, never across an await).
+    pub(crate) fn groups(&self) -> MutexGuard<'_, Coordinator> {
+        lock(&self.groups)
+    }
+
+    /// Reads the durable, applied metadata.
+    pub(crate) fn read<R>(&self, f: impl FnOnce(&MetadataState) -> R) -> R {
+        self.store.read_metadata(f)
+    }
+
+    /// Commits a metadata operation and waits until it is durable and applied.
+    pub(crate) async fn commit(&self, op: MetadataOp) -> Result<(), StreamError> {
+        self.store.commit(Operation::Metadata(op)).await?;
+        Ok(())
+    }
+
+    /// The next partition of a `Balanced` send on a topic with `count` partitions.
+    pub(crate) fn next_balanced(&self, stream_id: u32, topic_id: u32, count: u32) -> u32 {
+        let mut cursors = lock(&self.balanced);
+        let cursor = cursors.entry((stream_id, topic_id)).or_insert(0);
+        let at = *cursor % count.max(1);
+        *cursor = at.wrapping_add(1);
+        at
+    }
+
+    /// Removes a client from every group it belongs to, rebalancing them.
+    pub(crate) fn leave_all_groups(&self, client_id: u32) {
+        let keys = self.groups().groups_of(client_id);
+        if keys.is_empty() {
+            return;
+        }
+        let partitions: Vec<Vec<u32>> = self.read(|meta| {
+            keys.iter()
+                .map(|k| views::partition_ids(meta, k.stream_id, k.topic_id))
+                .collect()
+        });
+        let mut groups = self.groups();
+        for (key, partitions) in keys.iter().zip(partitions) {
+            let _ = groups.leave(*key, client_id, &partitions);
+        }
+    }
+
+    /// Forgets memberships of groups, and `Balanced` cursors of topics, that the metadata no
+    /// longer has (after deletes).
+    pub(crate) fn prune_groups(&self) {
+        let mut groups = self.groups();
+        let mut cursors = lock(&self.balanced);
+        self.read(|meta| {
+            groups.retain(|k| {
+                meta.topic(k.stream_id, k.topic_id)
+                    .is_some_and(|t| t.groups.contains_key(&k.group_id))
+            });
+            cursors.retain(|(stream, topic), _| meta.topic(*stream, *topic).is_some());
+        });
+    }
+
+    /// Ends every session of a user (deleted or deactivated) and its group memberships.
+    pub(crate) fn end_sessions_of(&self, user_id: u32) {
+        for client in self.clients.end_sessions_of(user_id) {
+            self.leave_all_groups(client);
+        }
+    }
+}
+
+/// Creates the root user (id 0, every permission) on first start, from `root_username` and
+/// `root_password`. Returns true if it was created. Later starts leave it as it is.
+pub async fn bootstrap_root(
+    store: &Arc<Store>,
+    config: &crate::config::ServerConfig,
+) -> Result<bool, StreamError> {
+    if store.read_metadata(|meta| meta.users.contains_key(&ROOT_USER_ID)) {
+        return Ok(false);
+    }
+    let password = config.root_password.clone();
+    let hash = tokio::task::spawn_blocking(move || eddy_auth::password::hash_password(&password))
+        .await
+        .unwrap_or_else(|join| std::panic::resume_unwind(join.into_panic()))
+        .map_err(StreamError::Auth)?;
+    let permissions = Permissions {
+        global: GlobalPermissions::ALL,
+        ..Permissions::default()
+    };
+    store
+        .commit(Operation::Metadata(MetadataOp::CreateUser {
+            id: ROOT_USER_ID,
+            username: config.root_username.clone(),
+            password_hash: hash,
+            status: STATUS_ACTIVE,
+            permissions: Some(views::encode_permissions(&permissions)),
+            options: Vec::new(),
+            created_at: crate::now_micros(),
+        }))
+        .await?;
+    tracing::info!(username = %config.root_username, "root user created");
+    Ok(true)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn metric_names_follow_the_command_table() {
+        assert_eq!(METRIC_NAMES.len(), COMMANDS.len() + 1);
+        for spec in &COMMANDS {
+            assert_eq!(METRIC_NAMES[metric_index(spec.code)], spec.name);
+        }
+        assert_eq!(METRIC_NAMES[INVALID_METRIC], INVALID_REQUEST);
+    }
 }

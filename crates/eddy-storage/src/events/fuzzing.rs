@@ -142,6 +142,7 @@ pub fn event_record_seeds() -> Vec<(String, Vec<u8>)> {
                 first_event_seq: 1,
                 recreate: super::record::Recreate::No,
                 events: encoded.clone(),
+                elided: None,
             },
             super::record::WritePart {
                 key: AggregateKey::new(11, 22, 35),
@@ -149,6 +150,7 @@ pub fn event_record_seeds() -> Vec<(String, Vec<u8>)> {
                 first_event_seq: 9,
                 recreate: super::record::Recreate::Continue,
                 events: encoded,
+                elided: None,
             },
         ]);
         let r = EventRecord {
@@ -156,6 +158,7 @@ pub fn event_record_seeds() -> Vec<(String, Vec<u8>)> {
             client_id: 5,
             user_id: Some(6),
             body,
+            compacted_tip: None,
         };
         let mut bytes = vec![mode];
         bytes.extend_from_slice(&encode_record(&r));
@@ -192,6 +195,7 @@ pub fn event_record_seeds() -> Vec<(String, Vec<u8>)> {
             client_id: 1,
             user_id: None,
             body,
+            compacted_tip: None,
         };
         let mut bytes = vec![mode];
         bytes.extend_from_slice(&encode_record(&r));

@@ -32,6 +32,9 @@
 //!   tamper evidence): a record stores the previous tip, and the tip after record `s` is
 //!   `BLAKE3(prev_tip ‖ s ‖ rest of the payload)`, replica-independent. Recovery verifies the
 //!   links it replays; [`EventStore::verify_chain`] audits a whole shard.
+//! * Trims and deletes make batches unreadable at once; their bytes are reclaimed later by
+//!   [`EventStore::compact`], which rewrites sealed segments with the events of dead batches
+//!   elided (same sequence numbers, same replay; see [`compact`]).
 //!
 //! # Using it
 //!
@@ -137,6 +140,12 @@
 //! * **Schema** body: org u128, type u128, major u64, minor u64, schema type u8, length u32,
 //!   UTF-8 text.
 //!
+//! A **compacted** write record (written only by [`EventStore::compact`]) has record version
+//! `2`, and the 32 bytes after the header (offset 72) hold the chain tip after the record as
+//! it was originally written; its body follows at offset 104. A part whose compression byte
+//! has bit 7 set is *elided*: its stored length is the original one and no stored bytes
+//! follow. At least one part of a compacted record is elided.
+//!
 //! The record's log timestamp is the batch's `server_timestamp` (`max(now, previous)` per
 //! shard, in whatever unit the server passes).
 //!
@@ -152,9 +161,13 @@
 //!    not durable; write-ahead state includes every record queued and not refused.
 //! 3. Versions of an aggregate incarnation are 1, 2, 3… without gaps; `event_seq` likewise.
 //! 4. A client mark only increases and survives delete and recreate.
-//! 5. The index is derived data: after any crash it equals the replay of the log.
+//! 5. The index is derived data: after any crash it equals the replay of the log (compacted
+//!    records replay exactly as their originals did).
 //! 6. Refusals (any [`EventError`]) write nothing.
+//! 7. Compaction elides only batches no committed state can list again, and moves bytes
+//!    only: sequence numbers, versions and the order of records never change.
 
+pub mod compact;
 pub mod error;
 #[doc(hidden)]
 pub mod fuzzing;
@@ -183,6 +196,10 @@ use crate::file::{OpenMode, StorageBackend};
 use crate::log::{LogConfig, LogStats, OpenOptions, VerifyOnOpen};
 use crate::pool::{CommitPool, CommitStatsSnapshot};
 
+pub use compact::{
+    CompactionPolicy, CompactionReport, SegmentReclaim, DEFAULT_COMPACTION_CHECK_INTERVAL_SECS,
+    DEFAULT_COMPACTION_MIN_RECLAIMABLE_RATIO,
+};
 pub use error::EventError;
 pub use index::IndexStats;
 pub use record::{
@@ -471,6 +488,8 @@ pub struct EventStore {
     flusher: Arc<Flusher>,
     merger: Arc<Flusher>,
     threads: Mutex<Vec<JoinHandle<()>>>,
+    /// Per shard, where its last compaction pass left off; the lock serializes passes.
+    compaction: Mutex<Vec<compact::PassMark>>,
     // Dropped last: finishes every queued group commit, then joins the writer threads.
     pool: CommitPool,
 }
@@ -654,6 +673,7 @@ impl EventStore {
                     .map_err(|e| StorageError::io(IoOp::Open, root.join("index"), e))?,
             );
         }
+        let marks = vec![compact::PassMark::new(); config.num_shards as usize];
         Ok((
             EventStore {
                 backend,
@@ -664,6 +684,7 @@ impl EventStore {
                 flusher,
                 merger,
                 threads: Mutex::new(threads),
+                compaction: Mutex::new(marks),
                 pool,
             },
             recovery,
@@ -972,7 +993,9 @@ impl EventStore {
         })
     }
 
-    /// Verifies the hash chain of every retained record of `shard`; returns the tip.
+    /// Verifies the hash chain of every retained record of `shard`; returns the tip. A
+    /// compacted record is checked by its link and continues from the tip it recorded (its
+    /// elided bytes can no longer be hashed; see [`compact`]).
     pub fn verify_chain(&self, shard: u32) -> Result<[u8; 32]> {
         let s = self.shard(u64::from(shard))?;
         let bounds = s.log.bounds();
@@ -995,7 +1018,7 @@ impl EventStore {
                     ));
                 }
                 first = false;
-                tip = record::chain_tip(r.meta.seq, &r.payload);
+                tip = rec.tip_after(r.meta.seq, &r.payload);
                 seq = r.meta.end_seq();
             }
         }
@@ -1073,7 +1096,9 @@ fn replay(shard: &Shard, from: u64) -> Result<(u64, [u8; 32])> {
     if from > bounds.first {
         let prev = log.read(from - 1, 1, u64::MAX)?;
         if let Some(r) = prev.into_iter().find(|r| r.meta.seq == from - 1) {
-            tip = record::chain_tip(r.meta.seq, &r.payload);
+            let rec = decode_record(r.meta.tag, &r.payload)
+                .map_err(|k| StorageError::corrupt(log.dir().to_path_buf(), r.meta.seq, k))?;
+            tip = rec.tip_after(r.meta.seq, &r.payload);
         }
     }
     let mut seq = from;
@@ -1108,7 +1133,7 @@ fn replay(shard: &Shard, from: u64) -> Result<(u64, [u8; 32])> {
             if shard.index.apply(up.entries(s), r.meta.end_seq(), false) {
                 shard.index.flush_all()?;
             }
-            tip = record::chain_tip(s, &r.payload);
+            tip = rec.tip_after(s, &r.payload);
             seq = r.meta.end_seq();
             replayed += 1;
         }

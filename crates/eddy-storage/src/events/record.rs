@@ -27,6 +27,14 @@ pub const TAG_SCHEMA: u32 = 0x13;
 
 /// Version of the record payload layout.
 pub const RECORD_VERSION: u8 = 1;
+/// Version byte of a record rewritten by compaction: the layout of [`RECORD_VERSION`] plus the
+/// record's original chain tip after the header, and write parts whose events may be elided.
+pub const RECORD_VERSION_COMPACTED: u8 = 2;
+/// Bytes of the original chain tip a compacted record carries after its header.
+pub const COMPACTED_TIP_LEN: usize = 32;
+/// Bit of a write part's compression byte marking its events as elided (compacted records
+/// only): the stored length keeps the original length and no stored bytes follow.
+pub const ELIDED_FLAG: u8 = 0x80;
 /// Bytes of the common payload header.
 pub const RECORD_HEADER_LEN: usize = 72;
 /// Bytes of a write part's header (before its stored event bytes).
@@ -124,8 +132,20 @@ pub struct WritePart {
     pub first_event_seq: u64,
     /// Whether it recreated a deleted aggregate.
     pub recreate: Recreate,
-    /// Its events, encoded.
+    /// Its events, encoded (`stored` is empty when elided).
     pub events: EncodedEvents,
+    /// `Some(original stored length)` when compaction removed the events' bytes because the
+    /// batch had become unreadable (trimmed, or of a deleted incarnation). Everything else
+    /// about the batch is kept: replaying it rebuilds the same aggregate state.
+    pub elided: Option<u32>,
+}
+
+impl WritePart {
+    /// Length of the events' stored (possibly compressed) bytes as written, elided or not.
+    pub fn stored_len(&self) -> u64 {
+        self.elided
+            .map_or(self.events.stored.len() as u64, u64::from)
+    }
 }
 
 /// One decoded delete part.
@@ -189,6 +209,18 @@ pub struct EventRecord {
     pub user_id: Option<u128>,
     /// What it does.
     pub body: RecordBody,
+    /// Set on a record rewritten by compaction: the shard's chain tip after this record as it
+    /// was originally written (its elided bytes can no longer be hashed).
+    pub compacted_tip: Option<[u8; 32]>,
+}
+
+impl EventRecord {
+    /// The shard's chain tip after this record, stored at log sequence `seq` with `payload`
+    /// (its encoding): computed for an original record, the recorded one for a compacted one.
+    pub fn tip_after(&self, seq: u64, payload: &[u8]) -> [u8; 32] {
+        self.compacted_tip
+            .unwrap_or_else(|| chain_tip(seq, payload))
+    }
 }
 
 /// The chain tip after a record: `BLAKE3(prev_tip ‖ seq ‖ payload after the prev_tip)`.
@@ -218,8 +250,16 @@ fn put_opt_u128(out: &mut BytesMut, v: Option<u128>) {
 }
 
 /// Encodes a record payload.
+///
+/// # Panics
+///
+/// If a part is elided in a record without `compacted_tip`, or carries stored bytes while
+/// elided (records built that way exist only through a bug).
 pub fn encode_record(record: &EventRecord) -> Bytes {
     let mut size = RECORD_HEADER_LEN;
+    if record.compacted_tip.is_some() {
+        size += COMPACTED_TIP_LEN;
+    }
     match &record.body {
         RecordBody::Write(parts) => {
             size += 4 + parts
@@ -233,7 +273,11 @@ pub fn encode_record(record: &EventRecord) -> Bytes {
     }
     let mut out = BytesMut::with_capacity(size);
     out.put_slice(&record.prev_tip);
-    out.put_u8(RECORD_VERSION);
+    out.put_u8(if record.compacted_tip.is_some() {
+        RECORD_VERSION_COMPACTED
+    } else {
+        RECORD_VERSION
+    });
     out.put_u8(match &record.body {
         RecordBody::Write(_) => 1,
         RecordBody::Trim { .. } => 2,
@@ -245,10 +289,18 @@ pub fn encode_record(record: &EventRecord) -> Bytes {
     put_opt_u128(&mut out, record.user_id);
     out.put_slice(&[0u8; 3]);
     debug_assert_eq!(out.len(), RECORD_HEADER_LEN);
+    if let Some(tip) = &record.compacted_tip {
+        out.put_slice(tip);
+    }
     match &record.body {
         RecordBody::Write(parts) => {
             out.put_u32_le(parts.len() as u32);
             for p in parts {
+                assert!(
+                    p.elided.is_none()
+                        || (record.compacted_tip.is_some() && p.events.stored.is_empty()),
+                    "an elided part belongs to a compacted record and has no stored bytes"
+                );
                 put_key(&mut out, &p.key);
                 out.put_u64_le(p.version);
                 out.put_u64_le(p.first_event_seq);
@@ -262,9 +314,10 @@ pub fn encode_record(record: &EventRecord) -> Bytes {
                 out.put_u64_le(p.events.max_client_seq);
                 out.put_u64_le(p.events.min_event_timestamp);
                 out.put_u64_le(p.events.max_event_timestamp);
-                out.put_u8(p.events.compression.code());
+                let elided = if p.elided.is_some() { ELIDED_FLAG } else { 0 };
+                out.put_u8(p.events.compression.code() | elided);
                 out.put_u32_le(p.events.raw_len);
-                out.put_u32_le(p.events.stored.len() as u32);
+                out.put_u32_le(p.elided.unwrap_or(p.events.stored.len() as u32));
                 out.put_slice(&p.events.stored);
             }
         }
@@ -464,6 +517,9 @@ impl EventCodec {
 
     /// Decodes a part's events, assigning `event_seq` from `first_event_seq`.
     pub fn decode_events(&self, part: &WritePart) -> Result<Vec<StoredEvent>, Corruption> {
+        if part.elided.is_some() {
+            return Err(Corruption::BadHeaderField("events elided by compaction"));
+        }
         let e = &part.events;
         let raw = if e.compression == Compression::None {
             e.stored.clone()
@@ -601,9 +657,11 @@ pub fn decode_record(tag: u32, payload: &Bytes) -> Result<EventRecord, Corruptio
         pos: 0,
     };
     let prev_tip = r.array::<32>()?;
-    if r.u8()? != RECORD_VERSION {
-        return Err(Corruption::BadHeaderField("record version"));
-    }
+    let compacted = match r.u8()? {
+        RECORD_VERSION => false,
+        RECORD_VERSION_COMPACTED => true,
+        _ => return Err(Corruption::BadHeaderField("record version")),
+    };
     let kind = r.u8()?;
     let expected_tag = match kind {
         1 => TAG_WRITE,
@@ -624,6 +682,15 @@ pub fn decode_record(tag: u32, payload: &Bytes) -> Result<EventRecord, Corruptio
         return Err(Corruption::BadHeaderField("reserved"));
     }
     debug_assert_eq!(r.pos, RECORD_HEADER_LEN);
+    let compacted_tip = if compacted {
+        // Only writes are ever compacted.
+        if kind != 1 {
+            return Err(Corruption::BadHeaderField("compacted record kind"));
+        }
+        Some(r.array::<COMPACTED_TIP_LEN>()?)
+    } else {
+        None
+    };
     let body = match kind {
         1 => {
             let n = r.count(WRITE_PART_HEADER_LEN)?;
@@ -643,7 +710,10 @@ pub fn decode_record(tag: u32, payload: &Bytes) -> Result<EventRecord, Corruptio
                 let max_client_seq = r.u64()?;
                 let min_event_timestamp = r.u64()?;
                 let max_event_timestamp = r.u64()?;
-                let compression = Compression::from_code(r.u8()?)?;
+                let code = r.u8()?;
+                let elided = compacted && code & ELIDED_FLAG != 0;
+                let compression =
+                    Compression::from_code(if elided { code & !ELIDED_FLAG } else { code })?;
                 let raw_len = r.u32()?;
                 let stored_len = r.u32()? as usize;
                 if version == 0 || first_event_seq == 0 {
@@ -661,7 +731,14 @@ pub fn decode_record(tag: u32, payload: &Bytes) -> Result<EventRecord, Corruptio
                 if compression == Compression::None && stored_len != raw_len as usize {
                     return Err(Corruption::BadHeaderField("stored length"));
                 }
-                let stored = r.take(stored_len)?;
+                if stored_len > MAX_BATCH_BYTES as usize {
+                    return Err(Corruption::BadHeaderField("stored length"));
+                }
+                let stored = if elided {
+                    Bytes::new()
+                } else {
+                    r.take(stored_len)?
+                };
                 parts.push(WritePart {
                     key,
                     version,
@@ -677,7 +754,13 @@ pub fn decode_record(tag: u32, payload: &Bytes) -> Result<EventRecord, Corruptio
                         raw_len,
                         stored,
                     },
+                    elided: elided.then_some(stored_len as u32),
                 });
+            }
+            if compacted && parts.iter().all(|p| p.elided.is_none()) {
+                return Err(Corruption::BadHeaderField(
+                    "compacted record elides nothing",
+                ));
             }
             RecordBody::Write(parts)
         }
@@ -734,5 +817,6 @@ pub fn decode_record(tag: u32, payload: &Bytes) -> Result<EventRecord, Corruptio
         client_id,
         user_id,
         body,
+        compacted_tip,
     })
 }

@@ -95,6 +95,9 @@ pub(crate) struct Pending {
     committed_tip: [u8; 32],
     /// Bumped whenever queued records are refused.
     generation: u64,
+    /// Committed changes that may have made batches unreadable (see [`Update::deaths`]),
+    /// counted after the index shows them.
+    deaths: u64,
 }
 
 impl Pending {
@@ -216,6 +219,7 @@ impl CommitHook for ShardHook {
             if let Some(last) = committed.last() {
                 p.committed_tip = last.tip_after;
             }
+            p.deaths += committed.iter().map(|r| r.update.deaths).sum::<u64>();
         }
         self.watchers.publish(watch);
         for r in committed {
@@ -311,6 +315,12 @@ impl Shard {
         lock(&self.pending).committed_tip
     }
 
+    /// How many committed changes so far may have made batches unreadable (all of them
+    /// visible in the index); counts from zero at every open.
+    pub(crate) fn deaths(&self) -> u64 {
+        lock(&self.pending).deaths
+    }
+
     // --------------------------------------------------------------------------------------------
     // State lookups.
 
@@ -380,6 +390,7 @@ impl Shard {
             client_id,
             user_id,
             body,
+            compacted_tip: None,
         };
         let mut stale = false;
         let mut pushed = false;
@@ -498,6 +509,7 @@ impl Shard {
                         first_event_seq: p.first_event_seq,
                         recreate: p.recreate,
                         events: events.clone(),
+                        elided: None,
                     })
                     .collect(),
             );
@@ -720,7 +732,24 @@ impl Shard {
         Ok((record, r.meta.timestamp))
     }
 
+    /// Reads one page. A batch elided by compaction while the read ran (the aggregate was
+    /// trimmed or deleted meanwhile) makes the read start over from the aggregate's new state.
     pub(crate) fn read(&self, key: &AggregateKey, q: &ReadQuery) -> Result<ReadPage> {
+        for _ in 0..MAX_READ_ATTEMPTS {
+            if let Some(page) = self.read_once(key, q)? {
+                return Ok(page);
+            }
+        }
+        // Compaction elides only batches that the committed state no longer lists.
+        Err(StorageError::corrupt(
+            self.log.dir().join("index"),
+            0,
+            Corruption::BadHeaderField("a listed batch was elided by compaction"),
+        ))
+    }
+
+    /// One attempt of [`Shard::read`]; `None` when a batch it wanted was elided under it.
+    fn read_once(&self, key: &AggregateKey, q: &ReadQuery) -> Result<Option<ReadPage>> {
         let Some(s) = self.committed_agg(key)? else {
             return Err(EventError::NotFound { part: 0, key: *key }.into());
         };
@@ -740,7 +769,7 @@ impl Shard {
             next_version: None,
         };
         if q.from_version > to {
-            return Ok(empty);
+            return Ok(Some(empty));
         }
         let max_batches = q.max_batches.max(1);
         let mut batches = Vec::new();
@@ -761,10 +790,10 @@ impl Shard {
                 max_batches.clamp(16, 1024),
             )?;
             if chunk.is_empty() {
-                return Ok(ReadPage {
+                return Ok(Some(ReadPage {
                     batches,
                     next_version: None,
-                });
+                }));
             }
             for (k, v) in &chunk {
                 let (Some(version), true) =
@@ -773,16 +802,16 @@ impl Shard {
                     continue;
                 };
                 if version > to {
-                    return Ok(ReadPage {
+                    return Ok(Some(ReadPage {
                         batches,
                         next_version: None,
-                    });
+                    }));
                 }
                 if !batches.is_empty() && (batches.len() >= max_batches || bytes >= q.max_bytes) {
-                    return Ok(ReadPage {
+                    return Ok(Some(ReadPage {
                         batches,
                         next_version: Some(version),
-                    });
+                    }));
                 }
                 let seq = if v.len() == 8 {
                     let mut a = [0u8; 8];
@@ -795,30 +824,33 @@ impl Shard {
                         Corruption::BadHeaderField("version entry"),
                     ));
                 };
-                if let Some((batch, raw)) = self.batch_at(seq, key, version, q)? {
-                    bytes += raw;
-                    batches.push(batch);
+                match self.batch_at(seq, key, version, q)? {
+                    BatchAt::Found(batch, raw) => {
+                        bytes += raw;
+                        batches.push(batch);
+                    }
+                    BatchAt::Filtered => {}
+                    BatchAt::Elided => return Ok(None),
                 }
                 next = version + 1;
             }
             if next > to {
-                return Ok(ReadPage {
+                return Ok(Some(ReadPage {
                     batches,
                     next_version: None,
-                });
+                }));
             }
         }
     }
 
-    /// The batch of `key` at `version` in the record at `seq`, filtered; `None` when the
-    /// filters drop it. Also returns its stored (uncompressed) size.
+    /// The batch of `key` at `version` in the record at `seq`, filtered.
     fn batch_at(
         &self,
         seq: u64,
         key: &AggregateKey,
         version: u64,
         q: &ReadQuery,
-    ) -> Result<Option<(EventBatch, u64)>> {
+    ) -> Result<BatchAt> {
         let (record, ts) = self.record_at(seq)?;
         let RecordBody::Write(parts) = &record.body else {
             return Err(corrupt_in(&self.log, seq)(Corruption::BadHeaderField(
@@ -830,8 +862,11 @@ impl Shard {
                 "version entry points at a record without the batch",
             )));
         };
+        if part.elided.is_some() {
+            return Ok(BatchAt::Elided);
+        }
         if !batch_matches(q, &record, ts, part) {
-            return Ok(None);
+            return Ok(BatchAt::Filtered);
         }
         let events = self
             .codec
@@ -861,9 +896,9 @@ impl Shard {
             })
             .collect();
         if events.is_empty() {
-            return Ok(None);
+            return Ok(BatchAt::Filtered);
         }
-        Ok(Some((
+        Ok(BatchAt::Found(
             EventBatch {
                 version,
                 client_id: record.client_id,
@@ -872,9 +907,23 @@ impl Shard {
                 events,
             },
             u64::from(part.events.raw_len),
-        )))
+        ))
     }
 }
+
+/// What [`Shard::batch_at`] found.
+enum BatchAt {
+    /// The batch (filtered) and its uncompressed size.
+    Found(EventBatch, u64),
+    /// The filters dropped it.
+    Filtered,
+    /// Compaction elided its events: the state the read started from is out of date.
+    Elided,
+}
+
+/// Attempts of one read page before an elided batch the state still lists is corruption
+/// (one retry always suffices: compaction elides only what committed state no longer lists).
+const MAX_READ_ATTEMPTS: usize = 4;
 
 /// Batch-level filters (spec §4.4 step 4).
 fn batch_matches(q: &ReadQuery, record: &EventRecord, ts: u64, part: &WritePart) -> bool {

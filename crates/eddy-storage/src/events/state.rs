@@ -359,6 +359,9 @@ pub(crate) struct Update {
     pub schema: Option<(SchemaKey, StoredSchema)>,
     /// Watch notifications, in record order.
     pub watch: Vec<WatchEvent>,
+    /// Changes that may have made stored batches unreadable (a trim, a delete, a fresh
+    /// recreate): compaction rescans a shard only after some.
+    pub deaths: u64,
 }
 
 impl Update {
@@ -446,6 +449,7 @@ pub(crate) fn derive_update<E>(
                     (Some(_), Recreate::Fresh) => {
                         s.floor = 1;
                         s.first_event_seq = 1;
+                        up.deaths += 1;
                     }
                     _ => {}
                 }
@@ -460,7 +464,7 @@ pub(crate) fn derive_update<E>(
                 s.batch_count = s.batch_count.saturating_add(1);
                 s.min_event_ts = s.min_event_ts.min(p.events.min_event_timestamp);
                 s.max_event_ts = s.max_event_ts.max(p.events.max_event_timestamp);
-                s.compressed = s.compressed.saturating_add(p.events.stored.len() as u64);
+                s.compressed = s.compressed.saturating_add(p.stored_len());
                 s.uncompressed = s.uncompressed.saturating_add(u64::from(p.events.raw_len));
                 touch(&mut s);
                 up.aggs.push((p.key, s));
@@ -500,6 +504,7 @@ pub(crate) fn derive_update<E>(
             }
         }
         RecordBody::Trim { key, keep_from } => {
+            up.deaths += 1;
             let Some(mut s) = prior(key)?.filter(|s| !s.deleted) else {
                 return Err(corrupt(Corruption::BadHeaderField(
                     "trim of a missing aggregate",
@@ -520,6 +525,7 @@ pub(crate) fn derive_update<E>(
             });
         }
         RecordBody::Delete(parts) => {
+            up.deaths += parts.len() as u64;
             for p in parts {
                 let Some(mut s) = prior(&p.key)?.filter(|s| !s.deleted) else {
                     return Err(corrupt(Corruption::BadHeaderField(

@@ -699,7 +699,9 @@ fn record_codec_round_trips_and_rejects_every_prefix() {
             first_event_seq: 3,
             recreate: Recreate::No,
             events: encoded,
+            elided: None,
         }]),
+        compacted_tip: None,
     };
     let bytes = encode_record(&record);
     let decoded = decode_record(record::TAG_WRITE, &bytes).unwrap();
@@ -748,4 +750,361 @@ fn dropping_without_close_never_hangs_and_loses_nothing_acknowledged() {
         })
         .sum();
     assert!(total >= acked, "{total} stored < {acked} acknowledged");
+}
+
+// ------------------------------------------------------------------------------------------------
+// Compaction.
+
+/// Incompressible bytes (so stored sizes are predictable), distinct per `seed`.
+fn noise(seed: u64, len: usize) -> String {
+    let mut x = seed.wrapping_mul(0x9e37_79b9_7f4a_7c15) | 1;
+    (0..len)
+        .map(|_| {
+            x ^= x << 13;
+            x ^= x >> 7;
+            x ^= x << 17;
+            char::from(b'!' + (x % 90) as u8)
+        })
+        .collect()
+}
+
+fn trim_to(store: &EventStore, key: AggregateKey, keep_from: u64) {
+    let out = store
+        .trim(TrimRequest {
+            key,
+            keep_from_version: keep_from,
+            client_id: 3,
+            user_id: None,
+            now: 7,
+        })
+        .wait()
+        .unwrap();
+    assert!(out.written);
+}
+
+fn delete(store: &EventStore, key: AggregateKey, recreate: bool, continuation: bool) {
+    store
+        .delete(&DeleteRequest {
+            client_id: 4,
+            user_id: None,
+            now: 8,
+            deletes: vec![AggregateDelete {
+                key,
+                allow_recreate: recreate,
+                allow_sequence_continuation: continuation,
+                expected_version: None,
+            }],
+        })
+        .wait()
+        .unwrap();
+}
+
+fn shard_log_bytes(disk: &MemBackend, shard: u32) -> u64 {
+    let dir = format!("events/shard-{shard:03}");
+    disk.file_paths()
+        .iter()
+        .filter(|p| p.starts_with(&dir) && p.extension().is_some_and(|e| e == "log"))
+        .map(|p| disk.read_file(p).map_or(0, |b| b.len() as u64))
+        .sum()
+}
+
+fn all_batches(store: &EventStore, key: &AggregateKey) -> Result<Vec<EventBatch>> {
+    let floor = store.details(key)?.min_aggregate_version;
+    let mut q = ReadQuery::from_version(floor);
+    let mut out = Vec::new();
+    loop {
+        let page = store.read(key, &q)?;
+        out.extend(page.batches);
+        match page.next_version {
+            Some(v) => q.from_version = v,
+            None => return Ok(out),
+        }
+    }
+}
+
+/// What reads, details and listings answer, for comparing a store before and after.
+fn observable(store: &EventStore, keys: &[AggregateKey]) -> Vec<String> {
+    let mut out = Vec::new();
+    for k in keys {
+        out.push(format!("{:?}", store.details(k)));
+        out.push(format!(
+            "{:?}",
+            all_batches(store, k).map_err(|e| e.to_string())
+        ));
+    }
+    for shard in 0..u64::from(store.num_shards()) {
+        out.push(format!(
+            "{:?}",
+            store
+                .list_aggregates(shard, None, None, None, 1000)
+                .unwrap()
+        ));
+    }
+    out
+}
+
+#[test]
+fn compacted_records_round_trip_and_every_prefix_is_refused() {
+    let codec = EventCodec::new(0, None);
+    let live = codec.encode_events(&[ev(1, 1, "kept")]).unwrap();
+    let dead = codec
+        .encode_events(&[ev(2, 1, &"gone".repeat(50))])
+        .unwrap();
+    let original = EventRecord {
+        prev_tip: [7; 32],
+        client_id: 5,
+        user_id: None,
+        body: RecordBody::Write(vec![
+            WritePart {
+                key: K,
+                version: 4,
+                first_event_seq: 9,
+                recreate: Recreate::No,
+                events: live.clone(),
+                elided: None,
+            },
+            WritePart {
+                key: K2,
+                version: 1,
+                first_event_seq: 1,
+                recreate: Recreate::No,
+                events: dead.clone(),
+                elided: None,
+            },
+        ]),
+        compacted_tip: None,
+    };
+    let payload = encode_record(&original);
+    let tip = record::chain_tip(42, &payload);
+    assert_eq!(original.tip_after(42, &payload), tip);
+    let mut compacted = original.clone();
+    compacted.compacted_tip = Some(tip);
+    if let RecordBody::Write(parts) = &mut compacted.body {
+        parts[1].elided = Some(dead.stored.len() as u32);
+        parts[1].events.stored = Bytes::new();
+    }
+    let bytes = encode_record(&compacted);
+    assert_eq!(bytes.len(), payload.len() + 32 - dead.stored.len());
+    assert_eq!(bytes[32], record::RECORD_VERSION_COMPACTED);
+    let decoded = decode_record(record::TAG_WRITE, &bytes).unwrap();
+    assert_eq!(decoded, compacted);
+    // The recorded tip, not a hash of the shorter payload.
+    assert_eq!(decoded.tip_after(42, &bytes), tip);
+    let RecordBody::Write(parts) = &decoded.body else {
+        unreachable!()
+    };
+    assert_eq!(parts[1].stored_len(), dead.stored.len() as u64);
+    assert_eq!(codec.decode_events(&parts[0]).unwrap()[0].value, "kept");
+    assert!(codec.decode_events(&parts[1]).is_err());
+    // Replaying the compacted record derives what the original derives.
+    let derive = |r: &EventRecord| {
+        let up = state::derive_update(
+            1,
+            2,
+            r,
+            |k| {
+                Ok::<_, Corruption>((*k == K).then_some(AggState {
+                    version: 3,
+                    floor: 1,
+                    first_event_seq: 1,
+                    max_event_seq: 8,
+                    ..AggState::default()
+                }))
+            },
+            |_, _| Ok(None),
+            |k| k,
+        )
+        .unwrap();
+        (up.aggs, up.marks, up.versions, up.created)
+    };
+    assert_eq!(derive(&decoded), derive(&original));
+    for cut in 0..bytes.len() {
+        assert!(decode_record(record::TAG_WRITE, &bytes.slice(..cut)).is_err());
+    }
+    let mut fuzz_input = vec![0u8];
+    fuzz_input.extend_from_slice(&bytes);
+    fuzzing::fuzz_event_record(&fuzz_input);
+    // A compacted record elides something; an elision flag outside one is refused.
+    let mut nothing = original.clone();
+    nothing.compacted_tip = Some(tip);
+    assert!(decode_record(record::TAG_WRITE, &encode_record(&nothing)).is_err());
+    let mut flagged = payload.to_vec();
+    let code_at = record::RECORD_HEADER_LEN + 4 + 48 + 8 + 8 + 1 + 4 + 32;
+    flagged[code_at] |= record::ELIDED_FLAG;
+    assert!(decode_record(record::TAG_WRITE, &Bytes::from(flagged)).is_err());
+}
+
+fn compaction_cfg() -> EventStoreConfig {
+    EventStoreConfig {
+        segment_size: 8 * 1024,
+        compression_level: 0,
+        ..cfg()
+    }
+}
+
+#[test]
+fn compaction_reclaims_trimmed_and_deleted_batches_and_changes_no_answer() {
+    let disk = MemBackend::new();
+    let store = open(&disk, compaction_cfg());
+    let (trimmed, deleted, kept) = (K, K2, AggregateKey::new(1, 4, 8));
+    for i in 1..=40u64 {
+        for (n, key) in [trimmed, deleted, kept].into_iter().enumerate() {
+            let seq = i * 3 + n as u64;
+            write(
+                &store,
+                1,
+                vec![AggregateWrite {
+                    enforce_client_idempotency: true,
+                    ..part(key, vec![ev(seq, 1 + seq % 2, &noise(seq, 300))])
+                }],
+            )
+            .unwrap();
+        }
+    }
+    trim_to(&store, trimmed, 36);
+    delete(&store, deleted, false, false);
+    // Seal the segments holding the trim and the delete.
+    for i in 0..30u64 {
+        write(
+            &store,
+            2,
+            vec![part(kept, vec![ev(1000 + i, 1, &noise(i, 300))])],
+        )
+        .unwrap();
+    }
+    let keys = [trimmed, deleted, kept];
+    let before = observable(&store, &keys);
+    let disk_before = shard_log_bytes(&disk, 0);
+    let found = store.reclaimable(0).unwrap();
+    let dead: u64 = found.iter().map(|s| s.dead_batches).sum();
+    assert_eq!(dead, 35 + 40, "{found:?}");
+    let reclaimable: u64 = found.iter().map(|s| s.reclaimable).sum();
+    // A high bar first: nothing qualifies.
+    let none = store
+        .compact(CompactionPolicy {
+            min_reclaimable_ratio: 1.0,
+            ..CompactionPolicy::default()
+        })
+        .unwrap();
+    assert_eq!(none.segments_rewritten, 0);
+    assert!(none.segments_scanned > 0);
+    let report = store
+        .compact(CompactionPolicy {
+            min_reclaimable_ratio: 0.0,
+            ..CompactionPolicy::default()
+        })
+        .unwrap();
+    assert_eq!(report.batches_elided, 75, "{report:?}");
+    assert_eq!(report.bytes_reclaimed(), reclaimable, "{report:?}");
+    assert_eq!(shard_log_bytes(&disk, 0), disk_before - reclaimable);
+    assert!(reclaimable > (35 + 40) * 300, "{report:?}");
+    assert!(store
+        .reclaimable(0)
+        .unwrap()
+        .iter()
+        .all(|s| s.reclaimable == 0));
+    assert_eq!(observable(&store, &keys), before);
+    assert_eq!(store.verify_chain(0).unwrap(), store.chain_tip(0).unwrap());
+    // Nothing died since: the next pass skips the shard's old segments.
+    let again = store.compact(CompactionPolicy::default()).unwrap();
+    assert_eq!((again.segments_scanned, again.segments_rewritten), (0, 0));
+    // Idempotency marks survive in the compacted records.
+    let retry = write(
+        &store,
+        1,
+        vec![AggregateWrite {
+            enforce_client_idempotency: true,
+            ..part(trimmed, vec![ev(3, 1, "again")])
+        }],
+    );
+    assert!(matches!(event_err(retry), EventError::Duplicate { .. }));
+    // Crash, close/reopen, and a rebuild from the log alone: the same answers.
+    disk.crash();
+    drop(store);
+    let store = open(&disk, compaction_cfg());
+    assert_eq!(observable(&store, &keys), before);
+    store.close().unwrap();
+    drop(store);
+    for path in disk.file_paths() {
+        if path.starts_with("events/index-000") {
+            disk.write_file(&path, b"garbage");
+        }
+    }
+    let (store, recovery) = EventStore::open(Arc::new(disk.clone()), compaction_cfg()).unwrap();
+    assert_eq!(recovery.rebuilt, vec![0]);
+    assert_eq!(observable(&store, &keys), before);
+    assert_eq!(store.verify_chain(0).unwrap(), store.chain_tip(0).unwrap());
+    assert_eq!(shard_log_bytes(&disk, 0), disk_before - reclaimable);
+}
+
+#[test]
+fn continued_deletes_keep_their_batches_and_fresh_recreates_free_them() {
+    let disk = MemBackend::new();
+    let store = open(&disk, compaction_cfg());
+    let (continued, fresh, filler) = (K, K2, AggregateKey::new(1, 4, 8));
+    for i in 1..=10u64 {
+        write(
+            &store,
+            1,
+            vec![part(continued, vec![ev(i, 1, &noise(i, 200))])],
+        )
+        .unwrap();
+        write(
+            &store,
+            1,
+            vec![part(fresh, vec![ev(i, 1, &noise(i + 50, 200))])],
+        )
+        .unwrap();
+    }
+    delete(&store, continued, true, true);
+    delete(&store, fresh, true, false);
+    write(
+        &store,
+        1,
+        vec![part(fresh, vec![ev(100, 1, &noise(100, 200))])],
+    )
+    .unwrap();
+    for i in 0..40u64 {
+        write(
+            &store,
+            2,
+            vec![part(filler, vec![ev(i, 1, &noise(i, 300))])],
+        )
+        .unwrap();
+    }
+    let report = store
+        .compact(CompactionPolicy {
+            min_reclaimable_ratio: 0.0,
+            ..CompactionPolicy::default()
+        })
+        .unwrap();
+    // The fresh incarnation's predecessor is gone; the continued aggregate's history is not.
+    assert_eq!(report.batches_elided, 10, "{report:?}");
+    let recreated = write(&store, 1, vec![part(continued, vec![ev(11, 1, "back")])]).unwrap();
+    assert_eq!(recreated.versions, vec![11]);
+    let batches = all_batches(&store, &continued).unwrap();
+    assert_eq!(batches.len(), 11);
+    assert_eq!(batches[0].events[0].value, Bytes::from(noise(1, 200)));
+    let fresh_batches = all_batches(&store, &fresh).unwrap();
+    assert_eq!(fresh_batches.len(), 1);
+    assert_eq!(
+        fresh_batches[0].events[0].value,
+        Bytes::from(noise(100, 200))
+    );
+    assert_eq!(store.verify_chain(0).unwrap(), store.chain_tip(0).unwrap());
+}
+
+#[test]
+fn invalid_compaction_ratios_are_refused() {
+    let disk = MemBackend::new();
+    let store = open(&disk, cfg());
+    for ratio in [-0.1, 1.5, f64::NAN] {
+        assert!(matches!(
+            store.compact(CompactionPolicy {
+                min_reclaimable_ratio: ratio,
+                ..CompactionPolicy::default()
+            }),
+            Err(StorageError::InvalidConfig { .. })
+        ));
+    }
 }

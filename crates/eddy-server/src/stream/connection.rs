@@ -1,0 +1,342 @@
+//! One stream-protocol connection: the only code here that touches the socket.
+//!
+//! The loop reads one frame, hands it to [`dispatch`](super::dispatch), writes exactly one
+//! answer (a reply, or an eviction in the reply's place) and only then reads the next frame
+//! (lockstep, stream protocol §1.3). While it waits for a frame it also watches:
+//!
+//! * the server's drain signal: a connection between requests closes at once, a request in
+//!   flight is finished and answered first;
+//! * the stale timer (when a heartbeat interval is configured): a connection silent for
+//!   1.2 intervals that is a member of a consumer group is removed from its groups, sent an
+//!   `Eviction StaleClient` and closed (an unsolicited eviction is always followed by close).
+//!
+//! Framing: the 256-byte header's `size` is checked against `stream_max_frame_size` as soon as
+//! it is readable, before any room is made for the body; a frame too small or too large, a
+//! non-request frame, a read error or a truncated frame closes this connection only. Reads are
+//! cancel-safe (`read_buf` into a buffer), so the select never loses bytes.
+//!
+//! On exit (EOF, error, eviction, drain) the connection's session ends as on logout: it leaves
+//! its consumer groups (which rebalance) and its entry leaves the clients table.
+
+use std::io::{self, IoSlice};
+use std::sync::Arc;
+use std::time::Instant;
+
+use bytes::{Bytes, BytesMut};
+use eddy_auth::sessions::{stale_after, ClientId, Transport};
+use eddy_codec::stream::ReplyFrame;
+use eddy_wire::stream::{
+    peek_frame_len, EvictionHeader, EvictionReason, HeaderBytes, RequestHeader, WireError,
+    HEADER_SIZE,
+};
+use tokio::io::{AsyncRead, AsyncReadExt as _, AsyncWrite, AsyncWriteExt as _};
+use tracing::Instrument as _;
+
+use super::dispatch::{self, Outcome};
+use super::StreamState;
+use crate::listener::{Conn, ConnectionContext};
+use crate::metrics::Protocol;
+
+/// Bytes made room for when the next frame's size is not known yet.
+const READ_CHUNK: usize = 8 * 1024;
+/// Replies up to this size are written as one buffer.
+const COALESCE_BYTES: usize = 64 * 1024;
+
+/// Why a connection stopped reading frames.
+#[derive(Debug, thiserror::Error)]
+enum FrameError {
+    /// The header cannot start a valid frame (size out of bounds, unknown command byte).
+    #[error("invalid frame")]
+    Invalid(#[source] WireError),
+    /// The peer closed in the middle of a frame.
+    #[error("connection closed inside a frame ({have} bytes buffered)")]
+    Truncated {
+        /// Bytes of the incomplete frame.
+        have: usize,
+    },
+    /// The socket failed.
+    #[error("read failed")]
+    Io(#[source] io::Error),
+}
+
+/// Accumulates bytes until a whole frame is buffered.
+#[derive(Debug)]
+struct FrameReader {
+    buf: BytesMut,
+    max_frame: u32,
+}
+
+impl FrameReader {
+    fn new(max_frame: u32) -> Self {
+        Self {
+            buf: BytesMut::with_capacity(READ_CHUNK),
+            max_frame,
+        }
+    }
+
+    /// The next whole frame, `None` on a clean EOF between frames. Cancel-safe.
+    async fn next<R: AsyncRead + Unpin>(
+        &mut self,
+        io: &mut R,
+    ) -> Result<Option<(HeaderBytes, Bytes)>, FrameError> {
+        loop {
+            let len = peek_frame_len(&self.buf, self.max_frame).map_err(FrameError::Invalid)?;
+            match len {
+                Some(len) if self.buf.len() >= len => {
+                    let frame = self.buf.split_to(len);
+                    if len > COALESCE_BYTES {
+                        // A large frame gets its allocation to itself (the few bytes read past
+                        // it move to a fresh buffer), so a send can stamp its batch in place.
+                        let rest = std::mem::take(&mut self.buf);
+                        self.buf.reserve(READ_CHUNK.max(rest.len()));
+                        self.buf.extend_from_slice(&rest);
+                    }
+                    let frame = frame.freeze();
+                    let mut header = [0u8; HEADER_SIZE];
+                    header.copy_from_slice(&frame[..HEADER_SIZE]);
+                    return Ok(Some((header, frame.slice(HEADER_SIZE..))));
+                }
+                // The size passed the limit: room for exactly the rest of this frame.
+                Some(len) => self.buf.reserve(len - self.buf.len()),
+                None => self.buf.reserve(READ_CHUNK),
+            }
+            let read = io.read_buf(&mut self.buf).await.map_err(FrameError::Io)?;
+            if read == 0 {
+                return if self.buf.is_empty() {
+                    Ok(None)
+                } else {
+                    Err(FrameError::Truncated {
+                        have: self.buf.len(),
+                    })
+                };
+            }
+        }
+    }
+}
+
+/// Writes `chunks` in order and flushes.
+async fn write_chunks<W: AsyncWrite + Unpin>(io: &mut W, chunks: &[Bytes]) -> io::Result<()> {
+    let total: usize = chunks.iter().map(Bytes::len).sum();
+    if chunks.len() == 1 {
+        io.write_all(&chunks[0]).await?;
+    } else if total <= COALESCE_BYTES {
+        let mut buf = Vec::with_capacity(total);
+        for chunk in chunks {
+            buf.extend_from_slice(chunk);
+        }
+        io.write_all(&buf).await?;
+    } else if io.is_write_vectored() {
+        let mut slices: Vec<IoSlice<'_>> = chunks.iter().map(|c| IoSlice::new(c)).collect();
+        let mut rest = &mut slices[..];
+        while !rest.is_empty() {
+            let written = io.write_vectored(rest).await?;
+            if written == 0 {
+                return Err(io::ErrorKind::WriteZero.into());
+            }
+            IoSlice::advance_slices(&mut rest, written);
+        }
+    } else {
+        for chunk in chunks {
+            io.write_all(chunk).await?;
+        }
+    }
+    io.flush().await
+}
+
+/// Serves one stream-protocol connection until EOF, error, eviction or drain.
+pub async fn serve_connection(socket: Conn, ctx: ConnectionContext) {
+    let client_id = ctx
+        .shared
+        .stream
+        .clients
+        .connect(ctx.peer.to_string(), Transport::Tcp);
+    let span = tracing::debug_span!("client", client_id);
+    serve(socket, ctx, client_id).instrument(span).await;
+}
+
+async fn serve(mut io: Conn, ctx: ConnectionContext, client_id: ClientId) {
+    let shared = Arc::clone(&ctx.shared);
+    let state = &shared.stream;
+    if let Err(e) = run(&mut io, &ctx, state, client_id).await {
+        tracing::debug!(error = %e, "connection closed");
+    }
+    // EOF, error, eviction or drain: the same cleanup as a logout.
+    state.leave_all_groups(client_id);
+    state.clients.disconnect(client_id);
+    let _ = io.shutdown().await;
+}
+
+/// The lockstep loop.
+async fn run(
+    io: &mut Conn,
+    ctx: &ConnectionContext,
+    state: &StreamState,
+    client_id: ClientId,
+) -> Result<(), FrameError> {
+    let metrics = Arc::clone(&ctx.shared.metrics);
+    let mut reader = FrameReader::new(state.max_frame_size);
+    let stale = state.heartbeat.map(stale_after);
+    let mut last_activity = Instant::now();
+    // The last non-zero client id seen in a header (evictions must carry one).
+    let mut last_client: u128 = 1;
+    loop {
+        let deadline = stale.map(|s| tokio::time::Instant::from_std(last_activity + s));
+        let frame = tokio::select! {
+            biased;
+            () = ctx.drain.cancelled() => return Ok(()),
+            () = sleep_until(deadline) => {
+                if state.groups().is_member_anywhere(client_id) {
+                    tracing::info!(client_id, "evicting a stale consumer-group member");
+                    state.leave_all_groups(client_id);
+                    let eviction = EvictionHeader::new(last_client, EvictionReason::StaleClient);
+                    let _ = write_chunks(io, &[Bytes::copy_from_slice(&eviction.encode())]).await;
+                    return Ok(());
+                }
+                last_activity = Instant::now();
+                continue;
+            }
+            frame = reader.next(io) => frame?,
+        };
+        let Some((header_bytes, body)) = frame else {
+            return Ok(());
+        };
+        // Only request frames are valid from a client; anything else closes the connection.
+        let header = RequestHeader::decode(&header_bytes).map_err(FrameError::Invalid)?;
+        if header.client != 0 {
+            last_client = header.client;
+        }
+        let started = Instant::now();
+        let (metric, result) = dispatch::handle(state, client_id, &header, body).await;
+        let (chunks, ok) = match result {
+            Ok(Outcome::Reply(payload)) => match ReplyFrame::success_chunks(&header, payload) {
+                Ok(frame) => (frame.into_chunks(), true),
+                Err(e) => {
+                    tracing::warn!(error = %e, "reply too large to frame");
+                    (
+                        status_reply(&header, eddy_codec::stream::ErrorCode::Error),
+                        false,
+                    )
+                }
+            },
+            Ok(Outcome::Evict(eviction)) => {
+                (vec![Bytes::copy_from_slice(&eviction.encode())], false)
+            }
+            Err(e) => {
+                if e.is_server_fault() {
+                    tracing::warn!(error = %e, code = e.code().code(), "request failed");
+                } else {
+                    tracing::debug!(error = %e, code = e.code().code(), "request refused");
+                }
+                (status_reply(&header, e.code()), false)
+            }
+        };
+        metrics.record_request(Protocol::Stream, metric, ok, started.elapsed());
+        write_chunks(io, &chunks).await.map_err(FrameError::Io)?;
+        last_activity = Instant::now();
+    }
+}
+
+fn status_reply(header: &RequestHeader, code: eddy_codec::stream::ErrorCode) -> Vec<Bytes> {
+    match ReplyFrame::status(header, code) {
+        Ok(frame) => frame.into_chunks(),
+        // An empty body always frames.
+        Err(_) => unreachable!("a header-only reply always fits a frame"),
+    }
+}
+
+async fn sleep_until(deadline: Option<tokio::time::Instant>) {
+    match deadline {
+        Some(at) => tokio::time::sleep_until(at).await,
+        None => std::future::pending().await,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn frame(body_len: usize) -> Vec<u8> {
+        let mut header =
+            RequestHeader::new(eddy_wire::stream::Operation::NonReplicated, body_len).unwrap();
+        header.client = 9;
+        header.command_code = 1;
+        let mut out = header.encode().to_vec();
+        out.extend(std::iter::repeat_n(7u8, body_len));
+        out
+    }
+
+    #[tokio::test]
+    async fn reads_frames_split_anywhere() {
+        let mut bytes = frame(3);
+        bytes.extend(frame(0));
+        for cut in [1, 51, 52, 255, 256, 258, 259, 300] {
+            let (mut a, mut b) = tokio::io::duplex(1024);
+            let data = bytes.clone();
+            let writer = tokio::spawn(async move {
+                a.write_all(&data[..cut]).await.unwrap();
+                tokio::task::yield_now().await;
+                a.write_all(&data[cut..]).await.unwrap();
+            });
+            let mut reader = FrameReader::new(1 << 20);
+            let (h, body) = reader.next(&mut b).await.unwrap().unwrap();
+            assert_eq!(&h[..], &bytes[..256]);
+            assert_eq!(&body[..], &[7, 7, 7]);
+            let (_, body) = reader.next(&mut b).await.unwrap().unwrap();
+            assert!(body.is_empty());
+            writer.await.unwrap();
+            assert!(reader.next(&mut b).await.unwrap().is_none(), "clean eof");
+        }
+    }
+
+    #[tokio::test]
+    async fn oversized_and_truncated_frames_are_errors() {
+        let (mut a, mut b) = tokio::io::duplex(1 << 16);
+        a.write_all(&frame(2000)[..300]).await.unwrap();
+        let mut reader = FrameReader::new(1024);
+        assert!(matches!(
+            reader.next(&mut b).await,
+            Err(FrameError::Invalid(WireError::FrameTooLarge { .. }))
+        ));
+        assert!(
+            reader.buf.capacity() < 64 * 1024,
+            "no room made for the body"
+        );
+
+        let (mut a, mut b) = tokio::io::duplex(1 << 16);
+        a.write_all(&frame(10)[..260]).await.unwrap();
+        drop(a);
+        let mut reader = FrameReader::new(1024);
+        assert!(matches!(
+            reader.next(&mut b).await,
+            Err(FrameError::Truncated { have: 260 })
+        ));
+
+        let (mut a, mut b) = tokio::io::duplex(1 << 16);
+        let mut small = frame(0);
+        small[48..52].copy_from_slice(&100u32.to_le_bytes());
+        a.write_all(&small).await.unwrap();
+        let mut reader = FrameReader::new(1024);
+        assert!(matches!(
+            reader.next(&mut b).await,
+            Err(FrameError::Invalid(WireError::FrameTooSmall { .. }))
+        ));
+    }
+
+    #[tokio::test]
+    async fn vectored_and_coalesced_writes_keep_order() {
+        for sizes in [vec![10usize], vec![3, 4, 5], vec![40_000, 40_000, 7]] {
+            let chunks: Vec<Bytes> = sizes
+                .iter()
+                .enumerate()
+                .map(|(i, n)| Bytes::from(vec![u8::try_from(i).unwrap(); *n]))
+                .collect();
+            let (mut a, mut b) = tokio::io::duplex(1 << 20);
+            write_chunks(&mut a, &chunks).await.unwrap();
+            drop(a);
+            let mut out = Vec::new();
+            b.read_to_end(&mut out).await.unwrap();
+            let expected: Vec<u8> = chunks.iter().flat_map(|c| c.iter().copied()).collect();
+            assert_eq!(out, expected);
+        }
+    }
+}

@@ -1,0 +1,322 @@
+//! From a request frame to an [`Outcome`]: routing, the request checksum, the login gate,
+//! decoding, resolving the resource, authorising, and the handler call. No socket I/O.
+//!
+//! Order (stream protocol §1.7, §2.3, §7.8):
+//!
+//! 1. header sanity (`client != 0`) and routing (unknown code or internal operation:
+//!    `InvalidCommand`);
+//! 2. the legacy login codes 38/44: eviction `MalformedLogin`, before any session check;
+//! 3. a non-zero `request_checksum` must match the body (`InvalidFormat`);
+//! 4. Register (operation 1, or codes 40/45): the login handler;
+//! 5. the login gate: a command that is not served before login, on a connection without a
+//!    session: status `Unauthenticated` for reads, eviction `NoSession` for writes;
+//! 6. decode the body (`InvalidCommand`);
+//! 7. resolve the stream, topic and user the request names; a missing one is reported now,
+//!    before the permission check, in the form each command uses (empty body or error);
+//! 8. [`authorize`] with the command's table row: every command passes through it;
+//! 9. the command's handler.
+
+use bytes::Bytes;
+use eddy_auth::credentials::{normalize_status, STATUS_ACTIVE};
+use eddy_auth::permissions::{authorize, Caller, Resource, ROOT_USER_ID};
+use eddy_auth::sessions::ClientId;
+use eddy_codec::stream::codec::WireEncode;
+use eddy_codec::stream::{route, CommandCode, Permissions, Request, Route};
+use eddy_storage::MetadataState;
+use eddy_wire::stream::{
+    request_checksum, EvictionHeader, EvictionReason, Operation, RequestHeader,
+};
+
+use super::error::{Missing, StreamError};
+use super::{
+    consumer_groups, login, messages, metric_index, streams, system, users, views, StreamState,
+    INVALID_METRIC,
+};
+
+/// What a request is answered with (errors travel as [`StreamError`]).
+#[derive(Debug)]
+pub(crate) enum Outcome {
+    /// Success: the payload (the result section, where the operation has one, is added when the
+    /// reply is framed).
+    Reply(Vec<Bytes>),
+    /// An eviction in the reply's place; the connection stays open.
+    Evict(Box<EvictionHeader>),
+}
+
+impl Outcome {
+    /// A success carrying an encoded payload.
+    pub(crate) fn payload<T: WireEncode + ?Sized>(payload: &T) -> Self {
+        Outcome::Reply(vec![Bytes::from(payload.to_vec())])
+    }
+
+    /// A success with an empty payload.
+    pub(crate) fn empty() -> Self {
+        Outcome::Reply(Vec::new())
+    }
+}
+
+/// Everything a handler knows about the request besides its body.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct Ctx<'a> {
+    /// Shared state.
+    pub state: &'a StreamState,
+    /// The connection.
+    pub client_id: ClientId,
+    /// The authenticated user (meaningful once past the login gate).
+    pub user_id: u32,
+}
+
+/// Handles one request. Returns the metrics index of the command and the outcome.
+pub(crate) async fn handle(
+    state: &StreamState,
+    client_id: ClientId,
+    header: &RequestHeader,
+    body: Bytes,
+) -> (usize, Result<Outcome, StreamError>) {
+    if header.client == 0 {
+        return (
+            INVALID_METRIC,
+            Err(StreamError::Decode(
+                eddy_codec::stream::CodecError::InvalidValue {
+                    field: "client",
+                    offset: 128,
+                    reason: "must be non-zero",
+                },
+            )),
+        );
+    }
+    let code = match route(header) {
+        Ok(Route::Register) => {
+            if !checksum_matches(header, &body) {
+                return (
+                    metric_index(CommandCode::LoginRegister),
+                    Err(StreamError::RequestChecksum),
+                );
+            }
+            let (code, outcome) = login::register(state, client_id, header, &body).await;
+            return (metric_index(code), outcome);
+        }
+        Ok(Route::Command(code)) => code,
+        Err(e) => return (INVALID_METRIC, Err(e.into())),
+    };
+    (
+        metric_index(code),
+        handle_command(state, client_id, header, code, body).await,
+    )
+}
+
+async fn handle_command(
+    state: &StreamState,
+    client_id: ClientId,
+    header: &RequestHeader,
+    code: CommandCode,
+    body: Bytes,
+) -> Result<Outcome, StreamError> {
+    let spec = code.spec();
+    if spec.permission == eddy_codec::stream::RequiredPermission::Rejected {
+        return Ok(Outcome::Evict(Box::new(EvictionHeader::new(
+            header.client,
+            EvictionReason::MalformedLogin,
+        ))));
+    }
+    if matches!(
+        code,
+        CommandCode::LoginRegister | CommandCode::LoginRegisterWithPat
+    ) {
+        return login::register(state, client_id, header, &body).await.1;
+    }
+    let operation = header.operation().unwrap_or(Operation::NonReplicated);
+    if !checksum_matches(header, &body) {
+        return Err(StreamError::RequestChecksum);
+    }
+    let session = state.clients.session(client_id);
+    let user_id = match session {
+        Some(session) => session.user_id,
+        None if spec.pre_auth => u32::MAX,
+        None if operation == Operation::NonReplicated => return Err(StreamError::Unauthenticated),
+        None => {
+            return Ok(Outcome::Evict(Box::new(EvictionHeader::new(
+                header.client,
+                EvictionReason::NoSession,
+            ))))
+        }
+    };
+    let request = Request::decode(code, &body)?;
+    // The request holds what it needs; releasing the frame lets a send stamp its batch in place.
+    drop(body);
+    let ctx = Ctx {
+        state,
+        client_id,
+        user_id,
+    };
+    if spec.pre_auth {
+        // Ping and logout: no resource, nothing to resolve; authorised like every command.
+        let caller = Caller {
+            user_id,
+            permissions: None,
+        };
+        authorize(&caller, code, &Resource::default())?;
+        return run(ctx, request, Resource::default()).await;
+    }
+    let checked = state.read(|meta| {
+        let resource = match resolve(&request, meta) {
+            Ok(resource) => resource,
+            Err(missing) => return Err(Some(missing)),
+        };
+        let permissions = caller_permissions(meta, user_id).map_err(|()| None)?;
+        Ok((resource, permissions))
+    });
+    let (resource, permissions) = match checked {
+        Ok(found) => found,
+        Err(Some(missing)) => return when_missing(code, missing),
+        Err(None) => {
+            // The user was deleted or deactivated since it logged in.
+            state.end_sessions_of(user_id);
+            return Err(StreamError::Unauthenticated);
+        }
+    };
+    let caller = Caller {
+        user_id,
+        permissions: permissions.as_ref(),
+    };
+    authorize(&caller, code, &resource)?;
+    run(ctx, request, resource).await
+}
+
+/// A non-zero `request_checksum` on an operation that carries one must be the XXH3 of the body
+/// (zero means unstamped).
+fn checksum_matches(header: &RequestHeader, body: &[u8]) -> bool {
+    let carries = header
+        .operation()
+        .is_ok_and(Operation::carries_request_checksum);
+    !carries || header.request_checksum == 0 || header.request_checksum == request_checksum(body)
+}
+
+/// The caller's permissions; `Err` if the user no longer exists or is inactive.
+fn caller_permissions(meta: &MetadataState, user_id: u32) -> Result<Option<Permissions>, ()> {
+    let user = meta.users.get(&user_id).ok_or(())?;
+    if normalize_status(user.status) != STATUS_ACTIVE {
+        return Err(());
+    }
+    if user_id == ROOT_USER_ID {
+        return Ok(None);
+    }
+    Ok(user
+        .permissions
+        .as_deref()
+        .and_then(views::decode_permissions))
+}
+
+/// The numeric ids of the stream, topic and user a request names.
+fn resolve(request: &Request, meta: &MetadataState) -> Result<Resource, Missing> {
+    let mut resource = Resource::default();
+    let (stream, topic) = request.target();
+    if let Some(stream) = stream {
+        let id = views::stream_id(meta, stream).ok_or(Missing::Stream)?;
+        resource.stream_id = Some(id);
+        if let Some(topic) = topic {
+            resource.topic_id = Some(views::topic_id(meta, id, topic).ok_or(Missing::Topic)?);
+        }
+    }
+    let user = match request {
+        Request::GetUser(r) => Some(&r.user_id),
+        Request::DeleteUser(r) => Some(&r.user_id),
+        Request::UpdateUser(r) => Some(&r.user_id),
+        Request::UpdatePermissions(r) => Some(&r.user_id),
+        Request::ChangePassword(r) => Some(&r.user_id),
+        _ => None,
+    };
+    if let Some(user) = user {
+        resource.user_id = Some(views::user_id(meta, user).ok_or(Missing::User)?);
+    }
+    Ok(resource)
+}
+
+/// How each command reports a missing stream, topic or user (stream protocol §5.0.3).
+fn when_missing(code: CommandCode, missing: Missing) -> Result<Outcome, StreamError> {
+    match code {
+        // Single-object reads: empty body (the SDK's `None`).
+        CommandCode::GetStream
+        | CommandCode::GetTopic
+        | CommandCode::GetUser
+        | CommandCode::GetConsumerOffset
+        | CommandCode::SyncConsumerGroup => Ok(Outcome::empty()),
+        // A missing stream lists no topics.
+        CommandCode::GetTopics => Ok(Outcome::payload(
+            &eddy_codec::stream::commands::get_topics::TopicList(Vec::new()),
+        )),
+        _ => Err(StreamError::NotFound(missing)),
+    }
+}
+
+/// Calls the command's handler.
+async fn run(ctx: Ctx<'_>, request: Request, on: Resource) -> Result<Outcome, StreamError> {
+    let stream = on.stream_id.unwrap_or_default();
+    let topic = on.topic_id.unwrap_or_default();
+    let user = on.user_id.unwrap_or_default();
+    match request {
+        Request::Ping(_) => Ok(Outcome::empty()),
+        Request::GetStats(_) => Ok(system::get_stats(ctx)),
+        Request::GetSnapshot(_) => Err(StreamError::Unavailable {
+            command: CommandCode::GetSnapshot,
+        }),
+        Request::GetClusterMetadata(_) => Ok(system::cluster_metadata(ctx)),
+        Request::DescribeOptions(r) => Ok(system::describe_options(r)),
+        Request::GetMe(_) => system::get_client(ctx, ctx.client_id),
+        Request::GetClient(r) => {
+            system::get_client(ctx, r.client_id).or_else(|_| Ok(Outcome::empty()))
+        }
+        Request::GetClients(_) => Ok(system::get_clients(ctx)),
+        Request::GetUser(_) => Ok(users::get_user(ctx, user)),
+        Request::GetUsers(_) => Ok(users::get_users(ctx)),
+        Request::CreateUser(r) => users::create_user(ctx, r).await,
+        Request::DeleteUser(_) => users::delete_user(ctx, user).await,
+        Request::UpdateUser(r) => users::update_user(ctx, user, r).await,
+        Request::UpdatePermissions(r) => users::update_permissions(ctx, user, r).await,
+        Request::ChangePassword(r) => users::change_password(ctx, user, r).await,
+        Request::LogoutUser(_) => Ok(login::logout(ctx)),
+        Request::GetPersonalAccessTokens(_) => Ok(users::get_tokens(ctx)),
+        Request::CreatePersonalAccessToken(r) => users::create_token(ctx, r).await,
+        Request::DeletePersonalAccessToken(r) => users::delete_token(ctx, r).await,
+        Request::PollMessages(r) => messages::poll(ctx, stream, topic, r).await,
+        Request::SendMessages(r) => messages::send(ctx, stream, topic, r).await,
+        Request::FlushUnsavedBuffer(_) => Err(StreamError::Unavailable {
+            command: CommandCode::FlushUnsavedBuffer,
+        }),
+        Request::GetConsumerOffset(r) => messages::get_offset(ctx, stream, topic, &r),
+        Request::StoreConsumerOffset(r) => messages::store_offset(ctx, stream, topic, r).await,
+        Request::DeleteConsumerOffset(r) => messages::delete_offset(ctx, stream, topic, r).await,
+        Request::GetStream(_) => Ok(streams::get_stream(ctx, stream)),
+        Request::GetStreams(_) => Ok(streams::get_streams(ctx)),
+        Request::CreateStream(r) => streams::create_stream(ctx, r).await,
+        Request::DeleteStream(_) => streams::delete_stream(ctx, stream).await,
+        Request::UpdateStream(r) => streams::update_stream(ctx, stream, r).await,
+        Request::PurgeStream(_) => streams::purge_stream(ctx, stream).await,
+        Request::GetTopic(_) => Ok(streams::get_topic(ctx, stream, topic)),
+        Request::GetTopics(_) => Ok(streams::get_topics(ctx, stream)),
+        Request::CreateTopic(r) => streams::create_topic(ctx, stream, r).await,
+        Request::DeleteTopic(_) => streams::delete_topic(ctx, stream, topic).await,
+        Request::UpdateTopic(r) => streams::update_topic(ctx, stream, topic, r).await,
+        Request::PurgeTopic(_) => streams::purge_topic(ctx, stream, topic).await,
+        Request::CreatePartitions(r) => {
+            streams::create_partitions(ctx, stream, topic, r.partitions_count).await
+        }
+        Request::DeletePartitions(r) => {
+            streams::delete_partitions(ctx, stream, topic, r.partitions_count).await
+        }
+        Request::DeleteSegments(r) => streams::delete_segments(ctx, stream, topic, &r).await,
+        Request::GetConsumerGroup(r) => Ok(consumer_groups::get(ctx, stream, topic, &r.group_id)),
+        Request::GetConsumerGroups(_) => Ok(consumer_groups::list(ctx, stream, topic)),
+        Request::CreateConsumerGroup(r) => consumer_groups::create(ctx, stream, topic, r).await,
+        Request::DeleteConsumerGroup(r) => {
+            consumer_groups::delete(ctx, stream, topic, &r.group_id).await
+        }
+        Request::JoinConsumerGroup(r) => consumer_groups::join(ctx, stream, topic, &r.group_id),
+        Request::LeaveConsumerGroup(r) => consumer_groups::leave(ctx, stream, topic, &r.group_id),
+        Request::SyncConsumerGroup(r) => Ok(consumer_groups::sync(ctx, stream, topic, &r.group_id)),
+        // Login codes and the legacy codes never reach here (handled before decoding).
+        other => Err(StreamError::Unavailable {
+            command: other.code(),
+        }),
+    }
+}

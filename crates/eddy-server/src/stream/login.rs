@@ -1,0 +1,153 @@
+//! Login-register and logout (stream protocol §1.6, §1.8, §5.3).
+//!
+//! A Register body is read both ways ([`RegisterAttempts`]); the server tries the
+//! username/password shape first, then the token shape, and answers a failure with the
+//! eviction the spec names for it (the connection stays open, the SDK may retry on it):
+//!
+//! | Failure | Eviction reason |
+//! |---|---|
+//! | undecodable version prefix, neither shape parses | `MalformedLogin` (15) |
+//! | protocol version outside the window | `IncompatibleProtocol` (14), window in the header |
+//! | bad username/password, inactive user (password login) | `InvalidCredentials` (9) |
+//! | unknown or expired token | `InvalidToken` (10) |
+//! | valid token of an inactive user | `UserInactive` (11) |
+//!
+//! A success binds a new session to the connection (a re-login replaces the previous session,
+//! as a logout would) and replies `[user_id][session][server_protocol_version][server_version]`.
+
+use bytes::Bytes;
+use eddy_auth::credentials::{
+    check_password_login, check_token_login, LoginRefusal, TokenCandidate, UserCredentials,
+};
+use eddy_auth::sessions::ClientId;
+use eddy_codec::stream::commands::login_register::{LoginRegisterReply, RegisterAttempts};
+use eddy_codec::stream::CommandCode;
+use eddy_wire::stream::version::{is_compatible, PROTOCOL_VERSION, PROTOCOL_VERSION_MIN};
+use eddy_wire::stream::{EvictionHeader, EvictionReason, RequestHeader};
+
+use super::dispatch::{Ctx, Outcome};
+use super::error::StreamError;
+use super::{views, StreamState};
+
+/// The version string login replies carry.
+pub const SERVER_VERSION: &str = env!("CARGO_PKG_VERSION");
+
+/// Handles a Register body. Returns the command it turned out to be (for metrics).
+pub(crate) async fn register(
+    state: &StreamState,
+    client_id: ClientId,
+    header: &RequestHeader,
+    body: &Bytes,
+) -> (CommandCode, Result<Outcome, StreamError>) {
+    let evict = |reason| {
+        Ok(Outcome::Evict(Box::new(EvictionHeader::new(
+            header.client,
+            reason,
+        ))))
+    };
+    let Ok(attempts) = RegisterAttempts::decode(body) else {
+        return (
+            CommandCode::LoginRegister,
+            evict(EvictionReason::MalformedLogin),
+        );
+    };
+    let code = if attempts.password.is_some() {
+        CommandCode::LoginRegister
+    } else {
+        CommandCode::LoginRegisterWithPat
+    };
+    if !is_compatible(
+        attempts.client.protocol_version,
+        PROTOCOL_VERSION,
+        PROTOCOL_VERSION_MIN,
+    ) {
+        return (
+            code,
+            Ok(Outcome::Evict(Box::new(
+                EvictionHeader::incompatible_protocol(
+                    header.client,
+                    PROTOCOL_VERSION,
+                    PROTOCOL_VERSION_MIN,
+                ),
+            ))),
+        );
+    }
+    let mut refusal = LoginRefusal::InvalidCredentials;
+    if let Some(login) = attempts.password {
+        let username = login.username.into_string();
+        let password = login.password.0;
+        let user = state.read(|meta| {
+            meta.user_by_name(&username)
+                .map(|u| (u.id, u.status, u.password_hash.clone()))
+        });
+        let checked = tokio::task::spawn_blocking(move || {
+            let credentials = user.as_ref().map(|(id, status, hash)| UserCredentials {
+                id: *id,
+                status: *status,
+                password_hash: hash,
+            });
+            check_password_login(&username, &password, credentials)
+        })
+        .await
+        .unwrap_or_else(|join| std::panic::resume_unwind(join.into_panic()));
+        match checked {
+            Ok(user_id) => return (CommandCode::LoginRegister, bind(state, client_id, user_id)),
+            Err(r) => refusal = r,
+        }
+    }
+    if let Some(login) = attempts.token {
+        let now = crate::now_micros();
+        let checked = state.read(|meta| {
+            let candidates = meta.users.values().flat_map(|user| {
+                user.tokens.values().map(move |token| TokenCandidate {
+                    user_id: user.id,
+                    user_status: user.status,
+                    token_hash: &token.token_hash,
+                    expiry_at: token.expiry_at,
+                })
+            });
+            check_token_login(login.token.as_str(), candidates, now)
+        });
+        match checked {
+            Ok(user_id) => {
+                return (
+                    CommandCode::LoginRegisterWithPat,
+                    bind(state, client_id, user_id),
+                )
+            }
+            Err(r) => refusal = r,
+        }
+    }
+    tracing::debug!(client_id, %refusal, "login refused");
+    let reason = match refusal {
+        LoginRefusal::InvalidToken => EvictionReason::InvalidToken,
+        LoginRefusal::UserInactive => EvictionReason::UserInactive,
+        _ => EvictionReason::InvalidCredentials,
+    };
+    (code, evict(reason))
+}
+
+/// Binds a session for `user_id` to the connection and builds the login reply.
+fn bind(state: &StreamState, client_id: ClientId, user_id: u32) -> Result<Outcome, StreamError> {
+    let Ok((session, previous)) = state.clients.login(client_id, user_id) else {
+        return Err(StreamError::Unauthenticated);
+    };
+    if previous.is_some() {
+        state.leave_all_groups(client_id);
+    }
+    tracing::debug!(client_id, user_id, session = session.number, "logged in");
+    Ok(Outcome::payload(&LoginRegisterReply {
+        user_id,
+        session: session.number,
+        server_protocol_version: PROTOCOL_VERSION,
+        server_version: views::wire_name(SERVER_VERSION),
+    }))
+}
+
+/// Ends the connection's session (a no-op success when it has none).
+pub(crate) fn logout(ctx: Ctx<'_>) -> Outcome {
+    if ctx.state.clients.logout(ctx.client_id).is_some() {
+        ctx.state.leave_all_groups(ctx.client_id);
+    }
+    Outcome::empty()
+}

@@ -1,0 +1,444 @@
+//! Messages and consumer offsets (stream protocol §4.5, §4.6, §5.5, §5.6, §7.4, §7.5).
+//!
+//! `SEND_MESSAGES`: the partition is resolved (explicit id, `Balanced` round-robin per topic, or
+//! `XXH32(key) % count`), the batch is admitted (every frame checksum and the batch checksum as
+//! received), then storage assigns the base offset and append time and the batch stamps itself
+//! ([`Stampable`]); the reply is sent once the append is acknowledged (after fdatasync when the
+//! topic has `enforce_fsync`, eddy's default).
+//!
+//! `POLL_MESSAGES`: storage selects the stored batches covering the range (on the blocking pool:
+//! reads may reach the disk); whole batches go out
+//! as stored (zero copy), a batch cut by the range goes out as a server-sliced view (new header,
+//! frames shared). Auto-commit stores the last served offset, never moving it backwards.
+//!
+//! Consumer kind 1 keys offsets by its numeric id (or `XXH32(name)`); kind 2 keys them by the
+//! consumer group, and a group member may only poll or commit partitions it owns: a poll of a
+//! partition it does not own is answered with the re-sync sentinel (`partition_id = u32::MAX`,
+//! no messages), which makes the SDK sync and retry.
+
+use bytes::{Bytes, BytesMut};
+use eddy_codec::stream::batch::BATCH_HEADER_SIZE;
+use eddy_codec::stream::commands::delete_consumer_offset::DeleteConsumerOffset;
+use eddy_codec::stream::commands::get_consumer_offset::{ConsumerOffsetInfo, GetConsumerOffset};
+use eddy_codec::stream::commands::poll_messages::{PollMessages, RESYNC_PARTITION};
+use eddy_codec::stream::commands::send_messages::{
+    SendConfirmation, SendMessages, SendMessagesReply,
+};
+use eddy_codec::stream::commands::store_consumer_offset::StoreConsumerOffset;
+use eddy_codec::stream::commands::Maybe;
+use eddy_codec::stream::{
+    admit, AdmittedBatch, Consumer, ConsumerKind, Partitioning, PollingStrategy,
+};
+use eddy_storage::{ConsumerKey, MetadataOp, PartitionAddr, PollStrategy, Stamp, StampableBatch};
+
+use super::dispatch::{Ctx, Outcome};
+use super::error::{Missing, StreamError};
+use super::groups::GroupKey;
+use super::{views, MAX_POLL_BYTES};
+
+/// The codec's admitted batch as storage's [`StampableBatch`]: stamping rewrites the 256-byte
+/// header in place when the received buffer is no longer shared (the usual case for a large
+/// send), and copies the batch into a fresh buffer otherwise.
+#[derive(Debug)]
+pub struct Stampable(pub AdmittedBatch);
+
+impl StampableBatch for Stampable {
+    fn message_count(&self) -> u32 {
+        self.0.message_count()
+    }
+
+    fn stamp(self, stamp: &Stamp) -> Bytes {
+        let whole = self.0.as_bytes().clone();
+        let stamped = self.0.stamp(
+            u64::from(stamp.partition_id),
+            stamp.base_offset,
+            stamp.base_timestamp,
+        );
+        let header = *stamped.header_bytes();
+        drop(stamped);
+        match whole.try_into_mut() {
+            Ok(mut unique) => {
+                unique[..BATCH_HEADER_SIZE].copy_from_slice(&header);
+                unique.freeze()
+            }
+            Err(shared) => {
+                let mut copy = BytesMut::with_capacity(shared.len());
+                copy.extend_from_slice(&header);
+                copy.extend_from_slice(&shared[BATCH_HEADER_SIZE..]);
+                copy.freeze()
+            }
+        }
+    }
+}
+
+/// `SEND_MESSAGES`.
+pub(crate) async fn send(
+    ctx: Ctx<'_>,
+    stream_id: u32,
+    topic_id: u32,
+    request: SendMessages,
+) -> Result<Outcome, StreamError> {
+    let state = ctx.state;
+    let partition_id = state.read(|meta| {
+        let topic = meta
+            .topic(stream_id, topic_id)
+            .ok_or(StreamError::NotFound(Missing::Topic))?;
+        let count = u32::try_from(topic.partitions.len()).unwrap_or(u32::MAX);
+        let nth = |i: u32| {
+            topic
+                .partitions
+                .keys()
+                .nth(i as usize)
+                .copied()
+                .ok_or(StreamError::NotFound(Missing::Partition))
+        };
+        match &request.partitioning {
+            Partitioning::PartitionId(id) => topic
+                .partitions
+                .contains_key(id)
+                .then_some(*id)
+                .ok_or(StreamError::NotFound(Missing::Partition)),
+            Partitioning::Balanced if count > 0 => {
+                nth(state.next_balanced(stream_id, topic_id, count))
+            }
+            Partitioning::MessagesKey(key) if count > 0 => {
+                nth(Partitioning::partition_for_key(key, count).unwrap_or(0))
+            }
+            _ => Err(StreamError::NotFound(Missing::Partition)),
+        }
+    })?;
+    // Only the batch is kept from here on, so stamping can usually rewrite it in place.
+    let SendMessages {
+        batch,
+        messages_count,
+        ..
+    } = request;
+    let admitted = admit(batch, messages_count)?;
+    let addr = PartitionAddr {
+        stream_id,
+        topic_id,
+        partition_id,
+    };
+    let appended = state
+        .store
+        .append(addr, Stampable(admitted), crate::now_micros())?
+        .await?;
+    Ok(Outcome::payload(&SendMessagesReply {
+        confirmations: vec![SendConfirmation {
+            stream_id,
+            topic_id,
+            partition_id,
+            base_offset: appended.base_offset,
+        }],
+    }))
+}
+
+fn strategy(strategy: PollingStrategy) -> PollStrategy {
+    match strategy {
+        PollingStrategy::Offset(o) => PollStrategy::Offset(o),
+        PollingStrategy::Timestamp(t) => PollStrategy::Timestamp(t),
+        PollingStrategy::First => PollStrategy::First,
+        PollingStrategy::Last => PollStrategy::Last,
+        PollingStrategy::Next => PollStrategy::Next,
+    }
+}
+
+/// A group's id and key, or `NotFound(Group)`.
+fn group(
+    ctx: Ctx<'_>,
+    stream_id: u32,
+    topic_id: u32,
+    consumer: &Consumer,
+) -> Result<GroupKey, StreamError> {
+    let group_id = ctx
+        .state
+        .read(|meta| views::group_id(meta, stream_id, topic_id, &consumer.id))
+        .ok_or(StreamError::NotFound(Missing::Group))?;
+    Ok(GroupKey {
+        stream_id,
+        topic_id,
+        group_id,
+    })
+}
+
+fn poll_reply(
+    partition_id: u32,
+    current_offset: u64,
+    count: u32,
+    mut records: Vec<Bytes>,
+) -> Outcome {
+    let mut prefix = [0u8; 16];
+    prefix[..4].copy_from_slice(&partition_id.to_le_bytes());
+    prefix[4..12].copy_from_slice(&current_offset.to_le_bytes());
+    prefix[12..].copy_from_slice(&count.to_le_bytes());
+    records.insert(0, Bytes::copy_from_slice(&prefix));
+    Outcome::Reply(records)
+}
+
+/// `POLL_MESSAGES`.
+pub(crate) async fn poll(
+    ctx: Ctx<'_>,
+    stream_id: u32,
+    topic_id: u32,
+    request: PollMessages,
+) -> Result<Outcome, StreamError> {
+    let (consumer, partition_id) = match request.consumer.kind {
+        ConsumerKind::Consumer => (
+            ConsumerKey::Consumer(request.consumer.numeric_key()),
+            request.partition.0.unwrap_or(0),
+        ),
+        ConsumerKind::ConsumerGroup => {
+            let key = group(ctx, stream_id, topic_id, &request.consumer)?;
+            let mut groups = ctx.state.groups();
+            let partition = match request.partition.0 {
+                Some(p) if groups.owns(key, ctx.client_id, p) => p,
+                Some(_) => return Ok(poll_reply(RESYNC_PARTITION, 0, 0, Vec::new())),
+                None => match groups.next_partition(key, ctx.client_id) {
+                    Ok(Some(p)) => p,
+                    Ok(None) => return Ok(poll_reply(0, 0, 0, Vec::new())),
+                    Err(_) => return Err(StreamError::NotAMember),
+                },
+            };
+            (ConsumerKey::Group(key.group_id), partition)
+        }
+    };
+    let addr = PartitionAddr {
+        stream_id,
+        topic_id,
+        partition_id,
+    };
+    if ctx.state.read(|meta| meta.partition(addr).is_none()) {
+        return Err(StreamError::NotFound(Missing::Partition));
+    }
+    // Reads may reach the disk: off the reactor.
+    let store = std::sync::Arc::clone(&ctx.state.store);
+    let (strategy, count) = (strategy(request.strategy), request.count);
+    let polled = tokio::task::spawn_blocking(move || {
+        store.poll(addr, Some(consumer), strategy, count, MAX_POLL_BYTES)
+    })
+    .await
+    .unwrap_or_else(|join| std::panic::resume_unwind(join.into_panic()))?;
+    let mut records = Vec::with_capacity(polled.batches.len() * 2);
+    let mut served = 0u32;
+    for batch in &polled.batches {
+        let start = polled.start_offset.max(batch.base_offset);
+        let end = polled.end_offset.min(batch.end_offset());
+        if start >= end {
+            continue;
+        }
+        if start == batch.base_offset && end == batch.end_offset() {
+            records.push(batch.bytes.clone());
+            served += batch.message_count;
+        } else {
+            let stored = eddy_codec::stream::StoredBatch::parse(batch.bytes.clone())?;
+            let take = u32::try_from(end - start).unwrap_or(u32::MAX);
+            let record = stored.slice(start, take)?;
+            served += record.message_count();
+            records.push(record.header_bytes().clone());
+            records.push(record.frames().clone());
+        }
+    }
+    if request.auto_commit && served > 0 {
+        if let Some(last) = polled.last_offset() {
+            ctx.state
+                .commit(MetadataOp::StoreConsumerOffset {
+                    addr,
+                    consumer,
+                    offset: last,
+                    forward_only: true,
+                })
+                .await?;
+        }
+    }
+    Ok(poll_reply(
+        polled.partition_id,
+        polled.current_offset,
+        served,
+        records,
+    ))
+}
+
+/// The consumer key of an offset request, checking group ownership when `owned` is asked for.
+fn offset_owner(
+    ctx: Ctx<'_>,
+    stream_id: u32,
+    topic_id: u32,
+    consumer: &Consumer,
+    partition_id: u32,
+    owned: bool,
+) -> Result<ConsumerKey, StreamError> {
+    match consumer.kind {
+        ConsumerKind::Consumer => Ok(ConsumerKey::Consumer(consumer.numeric_key())),
+        ConsumerKind::ConsumerGroup => {
+            let key = group(ctx, stream_id, topic_id, consumer)?;
+            if owned && !ctx.state.groups().owns(key, ctx.client_id, partition_id) {
+                return Err(StreamError::PartitionNotOwned { partition_id });
+            }
+            Ok(ConsumerKey::Group(key.group_id))
+        }
+    }
+}
+
+/// `GET_CONSUMER_OFFSET`: empty body when nothing is stored (or the group is unknown).
+pub(crate) fn get_offset(
+    ctx: Ctx<'_>,
+    stream_id: u32,
+    topic_id: u32,
+    request: &GetConsumerOffset,
+) -> Result<Outcome, StreamError> {
+    let partition_id = request.partition.0.unwrap_or(0);
+    let addr = PartitionAddr {
+        stream_id,
+        topic_id,
+        partition_id,
+    };
+    if ctx.state.read(|meta| meta.partition(addr).is_none()) {
+        return Err(StreamError::NotFound(Missing::Partition));
+    }
+    let Ok(consumer) = offset_owner(
+        ctx,
+        stream_id,
+        topic_id,
+        &request.consumer,
+        partition_id,
+        false,
+    ) else {
+        return Ok(Outcome::empty());
+    };
+    let info = ctx
+        .state
+        .store
+        .consumer_offset(addr, consumer)
+        .map(|stored| ConsumerOffsetInfo {
+            partition_id,
+            current_offset: views::partition_stats(&ctx.state.store, addr).current_offset,
+            stored_offset: stored,
+        });
+    Ok(Outcome::payload(&Maybe(info)))
+}
+
+/// The partition an offset write addresses (it must be given and exist).
+fn offset_partition(
+    ctx: Ctx<'_>,
+    stream_id: u32,
+    topic_id: u32,
+    partition: Option<u32>,
+) -> Result<PartitionAddr, StreamError> {
+    let partition_id = partition.ok_or(StreamError::PartitionRequired)?;
+    let addr = PartitionAddr {
+        stream_id,
+        topic_id,
+        partition_id,
+    };
+    if ctx.state.read(|meta| meta.partition(addr).is_none()) {
+        return Err(StreamError::NotFound(Missing::Partition));
+    }
+    Ok(addr)
+}
+
+/// `STORE_CONSUMER_OFFSET`: may rewind; may not pass the partition's newest offset.
+pub(crate) async fn store_offset(
+    ctx: Ctx<'_>,
+    stream_id: u32,
+    topic_id: u32,
+    request: StoreConsumerOffset,
+) -> Result<Outcome, StreamError> {
+    let addr = offset_partition(ctx, stream_id, topic_id, request.partition.0)?;
+    let consumer = offset_owner(
+        ctx,
+        stream_id,
+        topic_id,
+        &request.consumer,
+        addr.partition_id,
+        true,
+    )?;
+    let stats = views::partition_stats(&ctx.state.store, addr);
+    if stats.messages == 0 || request.offset > stats.current_offset {
+        return Err(StreamError::InvalidOffset {
+            offset: request.offset,
+        });
+    }
+    ctx.state
+        .commit(MetadataOp::StoreConsumerOffset {
+            addr,
+            consumer,
+            offset: request.offset,
+            forward_only: false,
+        })
+        .await?;
+    Ok(Outcome::empty())
+}
+
+/// `DELETE_CONSUMER_OFFSET`.
+pub(crate) async fn delete_offset(
+    ctx: Ctx<'_>,
+    stream_id: u32,
+    topic_id: u32,
+    request: DeleteConsumerOffset,
+) -> Result<Outcome, StreamError> {
+    let addr = offset_partition(ctx, stream_id, topic_id, request.partition.0)?;
+    let consumer = offset_owner(
+        ctx,
+        stream_id,
+        topic_id,
+        &request.consumer,
+        addr.partition_id,
+        true,
+    )?;
+    ctx.state
+        .commit(MetadataOp::DeleteConsumerOffset { addr, consumer })
+        .await?;
+    Ok(Outcome::empty())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use eddy_codec::stream::{build_batch, Message, StoredBatch};
+
+    fn received_batch() -> Bytes {
+        let batch = build_batch(&[
+            Message::new(1, 1_000, &b"first"[..]),
+            Message::new(2, 1_010, &b"second"[..]),
+        ])
+        .unwrap();
+        // As the connection reads it: a frame split off a read buffer, the frame header dropped.
+        let mut read = BytesMut::with_capacity(1024);
+        read.extend_from_slice(&[0u8; 40]);
+        read.extend_from_slice(&batch);
+        let frame = read.split_to(read.len()).freeze();
+        drop(read);
+        frame.slice(40..)
+    }
+
+    const STAMP: Stamp = Stamp {
+        partition_id: 3,
+        base_offset: 70,
+        base_timestamp: 9_000,
+    };
+
+    #[test]
+    fn stamping_rewrites_an_unshared_batch_in_place() {
+        let body = received_batch();
+        let at = body.as_ptr();
+        let stored = Stampable(admit(body, 2).unwrap()).stamp(&STAMP);
+        assert_eq!(stored.as_ptr(), at, "no copy");
+        let parsed = StoredBatch::parse(stored).unwrap();
+        parsed.verify().unwrap();
+        assert_eq!(parsed.base_offset(), 70);
+        assert_eq!(parsed.header().partition_id, 3);
+        assert_eq!(parsed.base_timestamp(), 9_000);
+    }
+
+    #[test]
+    fn stamping_a_shared_batch_copies_it() {
+        let body = received_batch();
+        let kept = body.clone();
+        let stored = Stampable(admit(body, 2).unwrap()).stamp(&STAMP);
+        assert_ne!(stored.as_ptr(), kept.as_ptr());
+        let parsed = StoredBatch::parse(stored).unwrap();
+        parsed.verify().unwrap();
+        assert_eq!(parsed.base_offset(), 70);
+        assert_eq!(&kept[256..], &parsed.bytes()[256..], "frames unchanged");
+    }
+}

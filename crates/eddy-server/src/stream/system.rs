@@ -1,0 +1,124 @@
+//! System commands: stats, cluster metadata, describe options, me, client, clients.
+
+use eddy_codec::stream::codec::{Counted, LongString, ToEnd, F32};
+use eddy_codec::stream::commands::describe_options::{DescribeOptions, OptionsCatalog};
+use eddy_codec::stream::commands::get_cluster_metadata::{
+    ClusterMetadata, ClusterNode, ROLE_LEADER, STATUS_HEALTHY,
+};
+use eddy_codec::stream::commands::get_stats::Stats;
+use eddy_options::{DescribeOptionsReply, TopicSettings};
+
+use super::dispatch::{Ctx, Outcome};
+use super::error::StreamError;
+use super::login::SERVER_VERSION;
+use super::{stats, views};
+
+/// Cluster name of a single node.
+pub const CLUSTER_NAME: &str = "single-node";
+/// This node's name.
+pub const NODE_NAME: &str = "eddy-node";
+
+/// `GET_STATS`: process, host and storage figures.
+pub(crate) fn get_stats(ctx: Ctx<'_>) -> Outcome {
+    let state = ctx.state;
+    let host = state.host.sample(&state.data_dir);
+    let (mut streams, mut topics, mut partitions, mut groups) = (0u32, 0u32, 0u32, 0u32);
+    let (mut segments, mut messages, mut bytes) = (0u32, 0u64, 0u64);
+    state.read(|meta| {
+        for stream in meta.streams.values() {
+            streams += 1;
+            for topic in stream.topics.values() {
+                topics += 1;
+                groups += u32::try_from(topic.groups.len()).unwrap_or(u32::MAX);
+            }
+        }
+        for (addr, _, _) in meta.partitions() {
+            partitions += 1;
+            let stats = views::partition_stats(&state.store, addr);
+            segments = segments.saturating_add(stats.segments);
+            messages += stats.messages;
+            bytes += stats.size_bytes;
+        }
+    });
+    let run_time = u64::try_from(state.started.elapsed().as_micros()).unwrap_or(u64::MAX);
+    Outcome::payload(&Stats {
+        process_id: std::process::id(),
+        cpu_usage: F32(host.cpu_usage),
+        total_cpu_usage: F32(host.total_cpu_usage),
+        memory_usage: host.memory_usage,
+        total_memory: host.total_memory,
+        available_memory: host.available_memory,
+        run_time,
+        start_time: state.started_at_us,
+        read_bytes: host.read_bytes,
+        written_bytes: host.written_bytes,
+        messages_size_bytes: bytes,
+        streams_count: streams,
+        topics_count: topics,
+        partitions_count: partitions,
+        segments_count: segments,
+        messages_count: messages,
+        clients_count: u32::try_from(state.clients.len()).unwrap_or(u32::MAX),
+        consumer_groups_count: groups,
+        hostname: LongString::new(host.hostname),
+        os_name: LongString::new(host.os_name),
+        os_version: LongString::new(host.os_version),
+        kernel_version: LongString::new(host.kernel_version),
+        iggy_server_version: LongString::new(format!("eddy {SERVER_VERSION}")),
+        iggy_server_semver: stats::packed_semver(SERVER_VERSION),
+        cache_metrics: Counted(Vec::new()),
+        threads_count: host.threads,
+        free_disk_space: host.free_disk,
+        total_disk_space: host.total_disk,
+    })
+}
+
+/// `GET_CLUSTER_METADATA`: exactly one node, this one, leader and healthy (so the SDK's
+/// post-login leader probe stays on this connection).
+pub(crate) fn cluster_metadata(ctx: Ctx<'_>) -> Outcome {
+    let addr = ctx.state.node.stream_addr;
+    Outcome::payload(&ClusterMetadata {
+        name: LongString::new(CLUSTER_NAME),
+        nodes: Counted(vec![ClusterNode {
+            name: LongString::new(NODE_NAME),
+            ip: LongString::new(addr.ip().to_string()),
+            tcp_port: addr.port(),
+            quic_port: 0,
+            http_port: 0,
+            websocket_port: 0,
+            role: ROLE_LEADER,
+            status: STATUS_HEALTHY,
+        }]),
+    })
+}
+
+/// `DESCRIBE_OPTIONS`: the catalog of a scope with eddy's defaults.
+pub(crate) fn describe_options(request: DescribeOptions) -> Outcome {
+    Outcome::payload(&OptionsCatalog(DescribeOptionsReply::for_scope(
+        request.scope,
+        &TopicSettings::EDDY_DEFAULTS,
+    )))
+}
+
+/// `GET_ME` / `GET_CLIENT`: one connection with its consumer groups.
+pub(crate) fn get_client(ctx: Ctx<'_>, client_id: u32) -> Result<Outcome, StreamError> {
+    let info = ctx
+        .state
+        .clients
+        .get(client_id)
+        .ok_or(StreamError::NotFound(super::error::Missing::Client))?;
+    let groups = ctx.state.groups().groups_of(client_id);
+    Ok(Outcome::payload(&views::client_details(&info, &groups)))
+}
+
+/// `GET_CLIENTS`: every connection.
+pub(crate) fn get_clients(ctx: Ctx<'_>) -> Outcome {
+    let clients = ctx.state.clients.list();
+    let groups = ctx.state.groups();
+    let list: Vec<_> = clients
+        .iter()
+        .map(|c| views::client_response(c, groups.groups_of(c.client_id).len()))
+        .collect();
+    drop(groups);
+    Outcome::payload(&ToEnd(list))
+}

@@ -1,0 +1,517 @@
+//! Every command group with the SDK, including the error paths (not found, already exists,
+//! invalid options): system, streams, topics, partitions, segments, users.
+
+mod stream_support;
+
+use std::str::FromStr as _;
+
+use iggy::prelude::*;
+use stream_support::*;
+
+#[tokio::test]
+async fn system_commands() {
+    let eddy = server();
+    let addr = eddy.addrs().stream;
+    let client = root(addr).await;
+    let other = root(addr).await;
+
+    let cluster = client.get_cluster_metadata().await.unwrap();
+    assert_eq!(cluster.nodes.len(), 1);
+    assert_eq!(cluster.nodes[0].endpoints.tcp, addr.port());
+
+    let me = client.get_me().await.unwrap();
+    assert_eq!(me.user_id, Some(0));
+    assert_eq!(me.transport, "TCP");
+    let clients = client.get_clients().await.unwrap();
+    assert_eq!(clients.len(), 2);
+    let other_me = other.get_me().await.unwrap();
+    let fetched = client
+        .get_client(other_me.client_id)
+        .await
+        .unwrap()
+        .expect("the other client");
+    assert_eq!(fetched.address, other_me.address);
+    assert!(client.get_client(999_999).await.unwrap().is_none());
+
+    stream_and_topic(&client, "s", "t", 2).await;
+    let mut msgs = sized_messages("stat", 10, 100);
+    client
+        .send_messages(&id(0), &id(0), &Partitioning::partition_id(0), &mut msgs)
+        .await
+        .unwrap();
+    let stats = client.get_stats().await.unwrap();
+    assert_eq!(stats.streams_count, 1);
+    assert_eq!(stats.topics_count, 1);
+    assert_eq!(stats.partitions_count, 2);
+    assert_eq!(stats.messages_count, 10);
+    assert_eq!(stats.clients_count, 2);
+    assert!(stats.messages_size_bytes.as_bytes_u64() > 1000);
+    assert!(stats.segments_count >= 2);
+    assert_eq!(stats.process_id, eddy.pid());
+    assert!(stats.memory_usage.as_bytes_u64() > 0);
+    assert!(stats.total_disk_space.as_bytes_u64() > 0);
+    assert!(!stats.hostname.is_empty());
+    assert!(stats.threads_count > 0);
+
+    let topic_options = client.describe_options(OptionsScope::Topic).await.unwrap();
+    let keys: Vec<&str> = topic_options.iter().map(|o| o.key.as_str()).collect();
+    assert_eq!(
+        keys,
+        [
+            "compression_algorithm",
+            "message_expiry",
+            "max_topic_size",
+            "segment_size",
+            "enforce_fsync",
+            "messages_required_to_save",
+            "size_of_messages_required_to_save",
+            "preallocate_segments"
+        ]
+    );
+    assert!(client
+        .describe_options(OptionsScope::Stream)
+        .await
+        .unwrap()
+        .is_empty());
+
+    let err = client
+        .snapshot(
+            SnapshotCompression::Deflated,
+            vec![SystemSnapshotType::Test],
+        )
+        .await
+        .unwrap_err();
+    assert_eq!(code(&err), 5, "{err}");
+    let err = client
+        .flush_unsaved_buffer(&id(0), &id(0), 0, true)
+        .await
+        .unwrap_err();
+    assert_eq!(code(&err), 5, "{err}");
+}
+
+#[tokio::test]
+async fn streams_and_topics() {
+    let eddy = server();
+    let client = root(eddy.addrs().stream).await;
+    for name in ["a", "b", "c"] {
+        client.create_stream(name).await.unwrap();
+    }
+    // Lowest free id is reused.
+    client.delete_stream(&named("b")).await.unwrap();
+    assert_eq!(client.create_stream("d").await.unwrap().id, 1);
+    let err = client.delete_stream(&named("b")).await.unwrap_err();
+    assert_eq!(code(&err), 1009, "{err}");
+    client
+        .update_stream(&named("d"), "e", &StreamUpdateOptions::default())
+        .await
+        .unwrap();
+    let err = client
+        .update_stream(&named("e"), "a", &StreamUpdateOptions::default())
+        .await
+        .unwrap_err();
+    assert_eq!(code(&err), 1012, "{err}");
+    let names: Vec<String> = client
+        .get_streams()
+        .await
+        .unwrap()
+        .into_iter()
+        .map(|s| s.name)
+        .collect();
+    assert_eq!(names, ["a", "e", "c"]);
+
+    // Topic options: explicit, derived, and validated.
+    let topic = client
+        .create_topic(
+            &named("a"),
+            "t",
+            &TopicCreateOptions {
+                partitions_count: Some(3),
+                message_expiry: Some(IggyExpiry::ExpireDuration(
+                    IggyDuration::from_str("1h").unwrap(),
+                )),
+                max_topic_size: Some(MaxTopicSize::Custom(IggyByteSize::from(
+                    2 * 1024 * 1024 * 1024u64,
+                ))),
+                compression_algorithm: Some(CompressionAlgorithm::Gzip),
+                enforce_fsync: Some(false),
+                ..TopicCreateOptions::default()
+            },
+        )
+        .await
+        .unwrap();
+    assert_eq!(topic.partitions_count, 3);
+    assert_eq!(topic.compression_algorithm, CompressionAlgorithm::Gzip);
+    assert_eq!(
+        topic.message_expiry,
+        IggyExpiry::ExpireDuration(IggyDuration::from_str("1h").unwrap())
+    );
+    let fsync = topic
+        .options
+        .get(&HeaderKey::from_str("enforce_fsync").unwrap())
+        .expect("enforce_fsync reported");
+    assert!(fsync.explicit);
+    let segment = topic
+        .options
+        .get(&HeaderKey::from_str("segment_size").unwrap())
+        .expect("segment_size reported");
+    assert!(!segment.explicit, "defaults are derived");
+    assert_eq!(topic.options.len(), 8);
+
+    let err = client
+        .create_topic(&named("a"), "t", &TopicCreateOptions::default())
+        .await
+        .unwrap_err();
+    assert_eq!(code(&err), 2013, "{err}");
+    let err = client
+        .create_topic(&named("zz"), "t", &TopicCreateOptions::default())
+        .await
+        .unwrap_err();
+    assert_eq!(code(&err), 1009, "{err}");
+    let err = client
+        .create_topic(
+            &named("a"),
+            "small",
+            &TopicCreateOptions {
+                max_topic_size: Some(MaxTopicSize::Custom(IggyByteSize::from(1024u64))),
+                ..TopicCreateOptions::default()
+            },
+        )
+        .await
+        .unwrap_err();
+    assert_eq!(code(&err), 1019, "{err}");
+    let err = client
+        .create_topic(
+            &named("a"),
+            "odd",
+            &TopicCreateOptions {
+                segment_size: Some(IggyByteSize::from(1000u64)),
+                ..TopicCreateOptions::default()
+            },
+        )
+        .await
+        .unwrap_err();
+    assert_eq!(code(&err), 4042, "{err}");
+    let mut raw_options = TopicCreateOptions::default();
+    raw_options.raw.insert("colour".into(), "blue".into());
+    let err = client
+        .create_topic(&named("a"), "keys", &raw_options)
+        .await
+        .unwrap_err();
+    assert_eq!(code(&err), 4041, "{err}");
+    let err = client
+        .create_topic(
+            &named("a"),
+            "many",
+            &TopicCreateOptions {
+                partitions_count: Some(1001),
+                ..TopicCreateOptions::default()
+            },
+        )
+        .await
+        .unwrap_err();
+    assert_eq!(code(&err), 2015, "{err}");
+    // Zero partitions is allowed.
+    let empty = client
+        .create_topic(
+            &named("a"),
+            "none",
+            &TopicCreateOptions {
+                partitions_count: Some(0),
+                ..TopicCreateOptions::default()
+            },
+        )
+        .await
+        .unwrap();
+    assert_eq!(empty.partitions_count, 0);
+
+    // Update patches the updatable options only.
+    client
+        .update_topic(
+            &named("a"),
+            &named("t"),
+            "t2",
+            &TopicUpdateOptions {
+                compression_algorithm: Some(CompressionAlgorithm::None),
+                ..TopicUpdateOptions::default()
+            },
+        )
+        .await
+        .unwrap();
+    let updated = client
+        .get_topic(&named("a"), &named("t2"))
+        .await
+        .unwrap()
+        .expect("renamed topic");
+    assert_eq!(updated.compression_algorithm, CompressionAlgorithm::None);
+    assert_eq!(
+        updated.message_expiry,
+        IggyExpiry::ExpireDuration(IggyDuration::from_str("1h").unwrap()),
+        "absent keys keep their value"
+    );
+    let err = client
+        .update_topic(
+            &named("a"),
+            &named("t2"),
+            "t2",
+            &TopicUpdateOptions {
+                max_topic_size: Some(MaxTopicSize::Custom(IggyByteSize::from(10u64))),
+                ..TopicUpdateOptions::default()
+            },
+        )
+        .await
+        .unwrap_err();
+    assert_eq!(code(&err), 1019, "{err}");
+    let topics = client.get_topics(&named("a")).await.unwrap();
+    assert_eq!(topics.len(), 2);
+    assert!(client
+        .get_topic(&named("a"), &named("t"))
+        .await
+        .unwrap()
+        .is_none());
+    let stream = client.get_stream(&named("a")).await.unwrap().unwrap();
+    assert_eq!(stream.topics_count, 2);
+
+    // Purge empties, delete removes.
+    let mut msgs = messages(&["1", "2"]);
+    client
+        .send_messages(
+            &named("a"),
+            &named("t2"),
+            &Partitioning::partition_id(1),
+            &mut msgs,
+        )
+        .await
+        .unwrap();
+    client.purge_topic(&named("a"), &named("t2")).await.unwrap();
+    let after = client
+        .get_topic(&named("a"), &named("t2"))
+        .await
+        .unwrap()
+        .unwrap();
+    assert_eq!(after.messages_count, 0);
+    let mut msgs = messages(&["3"]);
+    let sent = client
+        .send_messages(
+            &named("a"),
+            &named("t2"),
+            &Partitioning::partition_id(1),
+            &mut msgs,
+        )
+        .await
+        .unwrap();
+    assert_eq!(sent.confirmations[0].base_offset, 0, "offsets restart at 0");
+    client.purge_stream(&named("a")).await.unwrap();
+    client
+        .delete_topic(&named("a"), &named("t2"))
+        .await
+        .unwrap();
+    let err = client
+        .delete_topic(&named("a"), &named("t2"))
+        .await
+        .unwrap_err();
+    assert_eq!(code(&err), 2010, "{err}");
+}
+
+#[tokio::test]
+async fn partitions_and_segments() {
+    let eddy = server();
+    let client = root(eddy.addrs().stream).await;
+    client.create_stream("s").await.unwrap();
+    client
+        .create_topic(
+            &id(0),
+            "t",
+            &TopicCreateOptions {
+                partitions_count: Some(2),
+                // The smallest segment: 1 MiB.
+                segment_size: Some(IggyByteSize::from(1024 * 1024u64)),
+                ..TopicCreateOptions::default()
+            },
+        )
+        .await
+        .unwrap();
+    client.create_partitions(&id(0), &id(0), 3).await.unwrap();
+    let topic = client.get_topic(&id(0), &id(0)).await.unwrap().unwrap();
+    let ids: Vec<u32> = topic.partitions.iter().map(|p| p.id).collect();
+    assert_eq!(ids, [0, 1, 2, 3, 4]);
+    client.delete_partitions(&id(0), &id(0), 2).await.unwrap();
+    let topic = client.get_topic(&id(0), &id(0)).await.unwrap().unwrap();
+    assert_eq!(topic.partitions_count, 3);
+    let err = client
+        .delete_partitions(&id(0), &id(0), 4)
+        .await
+        .unwrap_err();
+    assert_eq!(code(&err), 2019, "{err}");
+    let err = client
+        .create_partitions(&id(0), &id(0), 0)
+        .await
+        .unwrap_err();
+    assert_eq!(code(&err), 2015, "{err}");
+    let err = client
+        .create_partitions(&id(0), &id(9), 1)
+        .await
+        .unwrap_err();
+    assert_eq!(code(&err), 2010, "{err}");
+
+    // ~3 MiB into 1 MiB segments: sealed segments appear; deleting the oldest keeps the rest and
+    // never renumbers offsets.
+    for _ in 0..6 {
+        let mut msgs = sized_messages("seg", 500, 1000);
+        client
+            .send_messages(&id(0), &id(0), &Partitioning::partition_id(0), &mut msgs)
+            .await
+            .unwrap();
+    }
+    let before = client.get_topic(&id(0), &id(0)).await.unwrap().unwrap();
+    let segments_before = before.partitions[0].segments_count;
+    assert!(segments_before >= 3, "{segments_before} segments");
+    client.delete_segments(&id(0), &id(0), 0, 1).await.unwrap();
+    let after = client.get_topic(&id(0), &id(0)).await.unwrap().unwrap();
+    assert_eq!(after.partitions[0].segments_count, segments_before - 1);
+    assert_eq!(after.partitions[0].current_offset, 2999);
+    let first = client
+        .poll_messages(
+            &id(0),
+            &id(0),
+            Some(0),
+            &Consumer::new(id(1)),
+            &PollingStrategy::first(),
+            1,
+            false,
+        )
+        .await
+        .unwrap();
+    assert!(
+        first.messages[0].header.offset > 0,
+        "the oldest segment is gone"
+    );
+    let from_zero = client
+        .poll_messages(
+            &id(0),
+            &id(0),
+            Some(0),
+            &Consumer::new(id(1)),
+            &PollingStrategy::offset(0),
+            1,
+            false,
+        )
+        .await
+        .unwrap();
+    assert_eq!(
+        from_zero.messages[0].header.offset, first.messages[0].header.offset,
+        "a deleted offset serves from the earliest retained"
+    );
+    // Nothing sealed on another partition: a no-op success.
+    client.delete_segments(&id(0), &id(0), 1, 5).await.unwrap();
+    let err = client
+        .delete_segments(&id(0), &id(0), 7, 1)
+        .await
+        .unwrap_err();
+    assert_eq!(code(&err), 3007, "{err}");
+}
+
+#[tokio::test]
+async fn users() {
+    let eddy = server();
+    let addr = eddy.addrs().stream;
+    let client = root(addr).await;
+    let root_user = client.get_user(&id(0)).await.unwrap().expect("root");
+    assert_eq!(root_user.username, "iggy");
+    assert!(root_user.permissions.is_some());
+
+    let mut permissions = Permissions::default();
+    permissions.global.read_streams = true;
+    let created = client
+        .create_user(
+            "reader",
+            "reader-pw",
+            UserStatus::Active,
+            Some(permissions.clone()),
+        )
+        .await
+        .unwrap();
+    assert_eq!(created.id, 1);
+    assert_eq!(created.permissions, Some(permissions));
+    let err = client
+        .create_user("reader", "other-pw", UserStatus::Active, None)
+        .await
+        .unwrap_err();
+    assert_eq!(code(&err), 46, "{err}");
+    let users = client.get_users().await.unwrap();
+    assert_eq!(users.len(), 2);
+
+    // A user reads itself without read_users.
+    let reader = login(addr, "reader", "reader-pw").await;
+    let me = reader.get_user(&named("reader")).await.unwrap().unwrap();
+    assert_eq!(me.id, 1);
+    let err = reader.get_user(&id(0)).await.unwrap_err();
+    assert_eq!(code(&err), 41, "{err}");
+    let err = reader.create_stream("nope").await.unwrap_err();
+    assert_eq!(code(&err), 41, "{err}");
+    reader.get_streams().await.unwrap();
+
+    client
+        .update_user(
+            &named("reader"),
+            Some("reader2"),
+            None,
+            &UserUpdateOptions::default(),
+        )
+        .await
+        .unwrap();
+    assert!(client.get_user(&named("reader")).await.unwrap().is_none());
+    let err = client
+        .update_user(
+            &named("reader2"),
+            Some("iggy"),
+            None,
+            &UserUpdateOptions::default(),
+        )
+        .await
+        .unwrap_err();
+    assert_eq!(code(&err), 46, "{err}");
+    let err = client
+        .update_user(&id(7), Some("ghost"), None, &UserUpdateOptions::default())
+        .await
+        .unwrap_err();
+    assert_eq!(code(&err), 20, "{err}");
+    client
+        .update_permissions(&named("reader2"), None)
+        .await
+        .unwrap();
+    let err = reader.get_streams().await.unwrap_err();
+    assert_eq!(code(&err), 41, "permissions apply at once: {err}");
+
+    // Root is protected.
+    let err = client.delete_user(&id(0)).await.unwrap_err();
+    assert_eq!(code(&err), 48, "{err}");
+    let err = client.update_permissions(&id(0), None).await.unwrap_err();
+    assert_eq!(code(&err), 49, "{err}");
+    let err = client
+        .update_user(
+            &id(0),
+            None,
+            Some(UserStatus::Inactive),
+            &UserUpdateOptions::default(),
+        )
+        .await
+        .unwrap_err();
+    assert_eq!(code(&err), 45, "{err}");
+    // Another user's password needs manage_users.
+    let err = reader
+        .change_password(&id(0), "iggy", "hacked")
+        .await
+        .unwrap_err();
+    assert_eq!(code(&err), 41, "{err}");
+
+    client.delete_user(&named("reader2")).await.unwrap();
+    let err = client.delete_user(&named("reader2")).await.unwrap_err();
+    assert_eq!(code(&err), 20, "{err}");
+    // Deleted ids are reused.
+    let again = client
+        .create_user("writer", "writer-pw", UserStatus::Inactive, None)
+        .await
+        .unwrap();
+    assert_eq!(again.id, 1);
+    assert_eq!(again.status, UserStatus::Inactive);
+}
