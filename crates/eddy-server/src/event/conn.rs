@@ -86,6 +86,9 @@ pub(super) struct Connection {
 
 /// Initial read buffer: one fixed frame plus room for a small pipelined one.
 const INITIAL_BUFFER: usize = 4096;
+/// Buffers that grew past this for one large frame are given back once it is handled, so an
+/// idle connection never keeps a multi-megabyte allocation.
+const MAX_RETAINED_BUFFER: usize = 256 * 1024;
 
 impl Connection {
     pub(super) fn new(io: Conn, ctx: ConnectionContext) -> Self {
@@ -351,7 +354,7 @@ impl Connection {
         let deadline = self.svc().timeout;
         let io = &mut self.io;
         let out = &self.out;
-        match tokio::time::timeout(deadline, async {
+        let written = match tokio::time::timeout(deadline, async {
             io.write_all(out).await?;
             io.flush().await
         })
@@ -360,7 +363,11 @@ impl Connection {
             Ok(Ok(())) => Ok(()),
             Ok(Err(e)) => Err(ConnectionEnd::Io(e)),
             Err(_) => Err(ConnectionEnd::Timeout),
+        };
+        if self.out.capacity() > MAX_RETAINED_BUFFER {
+            self.out = Vec::with_capacity(INITIAL_BUFFER);
         }
+        written
     }
 
     fn encode(
@@ -402,6 +409,9 @@ impl Connection {
                             .with(|codec| decode_request(&frame, Some(codec), limits))
                     };
                     self.buf.advance(len);
+                    if self.buf.is_empty() && self.buf.capacity() > MAX_RETAINED_BUFFER {
+                        self.buf = BytesMut::with_capacity(INITIAL_BUFFER);
+                    }
                     return decoded
                         .map(|request| (version, request))
                         .map_err(ConnectionEnd::Body);
