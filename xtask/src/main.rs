@@ -8,6 +8,8 @@
 //! - `cargo xtask stream-bench [ARGS...]`: the stream-protocol load tool against a release
 //!   server (Iggy's benchmark shapes, durable and not, with the raw disk baseline).
 //! - `cargo xtask train-dict`: train the event protocol's default zstd dictionary.
+//! - `cargo xtask event-load [ARGS...]`: the event-protocol load sweep against a release build,
+//!   with the PostgreSQL OCC-append comparison (`tests/src/bin/eddy_event_load.rs`).
 
 mod train_dict;
 
@@ -44,6 +46,7 @@ fn main() -> Result<()> {
             _ => bail!("usage: cargo xtask soak SECONDS"),
         },
         "train-dict" => train_dict::run(rest),
+        "event-load" => event_load(rest),
         "stream-bench" => stream_bench(rest),
         "help" | "--help" | "-h" => {
             print_help();
@@ -64,7 +67,10 @@ fn print_help() {
          stream-bench [ARGS...]  release build, then eddy-stream-load (8 producers x 8 streams,\n\
                                  1000 x 1000 x 1000 B, durable and not); ARGS go to the tool\n\
          train-dict [--check]    train the default zstd dictionary of the event protocol\n\
-                                 (--check: retrain and compare with the committed one)"
+                                 (--check: retrain and compare with the committed one)\n\
+         event-load [ARGS...]    event-protocol load sweep (100, 1000, 4000 pinned connections,\n\
+                                 plain and OCC) on a release build, and the same OCC append on\n\
+                                 PostgreSQL; ARGS go to eddy_event_load (default: --pg)"
     );
 }
 
@@ -140,6 +146,38 @@ fn bench(args: &[String]) -> Result<()> {
     cmd.args(["bench", "--workspace"]);
     if !args.is_empty() {
         cmd.arg("--").args(args);
+    }
+    run(cmd)
+}
+
+/// Builds the server and the event load tool in release, then runs the sweep with every data
+/// directory (eddy's and PostgreSQL's) under `target/event-load`, a real disk, not a tmpfs.
+fn event_load(args: &[String]) -> Result<()> {
+    let mut build = cargo();
+    build.args([
+        "build",
+        "--release",
+        "-p",
+        "eddy-tests",
+        "--bin",
+        "eddy-test-server",
+        "--bin",
+        "eddy_event_load",
+    ]);
+    run(build)?;
+    let target =
+        std::env::var_os("CARGO_TARGET_DIR").map_or_else(|| root().join("target"), PathBuf::from);
+    let scratch = target.join("event-load");
+    std::fs::create_dir_all(&scratch)?;
+    let release = target.join("release");
+    let mut cmd = Command::new(release.join("eddy_event_load"));
+    cmd.arg("--server")
+        .arg(release.join("eddy-test-server"))
+        .env("TMPDIR", &scratch);
+    if args.is_empty() {
+        cmd.arg("--pg");
+    } else {
+        cmd.args(args);
     }
     run(cmd)
 }

@@ -151,6 +151,41 @@ pub struct ServeArgs {
     #[arg(long, env = "EDDY_MAX_CONNECTIONS", default_value_t = cfg::DEFAULT_MAX_CONNECTIONS)]
     pub max_connections: u32,
 
+    /// Largest event-protocol response body in bytes; also bounds one read page.
+    #[arg(long, env = "EDDY_MAX_RESPONSE_SIZE", default_value_t = cfg::DEFAULT_MAX_RESPONSE_SIZE)]
+    pub max_response_size: u32,
+
+    /// Event port: deadline for a complete request frame (idle close) and for each response write, in milliseconds.
+    #[arg(long, env = "EDDY_CLIENT_CONNECTION_TIMEOUT_MS", default_value_t = cfg::DEFAULT_CLIENT_CONNECTION_TIMEOUT_MS)]
+    pub client_connection_timeout_ms: u64,
+
+    /// Largest requested_latency_ms a watch may ask for (error 8001 above it).
+    #[arg(long, env = "EDDY_MAX_REQUESTED_LATENCY_MS", default_value_t = cfg::DEFAULT_MAX_REQUESTED_LATENCY_MS)]
+    pub max_requested_latency_ms: u64,
+
+    /// Most watch subscribers per event shard (error 8005 at the cap).
+    #[arg(long, env = "EDDY_MAX_WATCH_SUBSCRIBERS", default_value_t = cfg::DEFAULT_MAX_WATCH_SUBSCRIBERS)]
+    pub max_watch_subscribers: u32,
+
+    /// Items per page of the event list requests.
+    #[arg(long, env = "EDDY_LIST_PAGE_SIZE", default_value_t = cfg::DEFAULT_LIST_PAGE_SIZE)]
+    pub list_page_size: u32,
+
+    /// Event shards, fixed when the event store is created [default: the stored value, else the number of CPUs].
+    #[arg(long, env = "EDDY_NUM_SHARDS")]
+    pub num_shards: Option<u32>,
+
+    /// Which id places an aggregate on an event shard (fixed when the store is created).
+    #[arg(long, env = "EDDY_ROUTING_RULE", default_value = "aggregate_id", value_parser = ["aggregate_id", "org_id", "aggregate_type_id"])]
+    pub routing_rule: String,
+
+    /// Event shard 0 holds no data (fixed when the store is created; needs 2+ shards).
+    #[arg(long, env = "EDDY_RESERVE_COORDINATOR_SHARD", default_value_t = false, num_args = 0..=1, default_missing_value = "true")]
+    pub reserve_coordinator_shard: bool,
+
+    /// Largest schema text a RegisterSchema may carry, in bytes (error 2021 above it).
+    #[arg(long, env = "EDDY_MAX_SCHEMA_SIZE_BYTES", default_value_t = cfg::DEFAULT_MAX_SCHEMA_SIZE_BYTES)]
+    pub max_schema_size_bytes: u32,
     /// Largest stream-protocol frame in bytes, header included; a larger one closes its
     /// connection unread.
     #[arg(long, env = "EDDY_STREAM_MAX_FRAME_SIZE", default_value_t = cfg::DEFAULT_STREAM_MAX_FRAME_SIZE)]
@@ -407,6 +442,7 @@ mod tests {
             tls_cert: Some("c".into()),
             tls_key: Some("k".into()),
             tls_ca_cert: Some("ca".into()),
+            num_shards: Some(2),
             ..ServerConfig::default()
         };
         let keys: Vec<String> = toml::Table::try_from(full)

@@ -34,6 +34,23 @@ pub const DEFAULT_WAL_COMPRESSION_LEVEL: i32 = 3;
 pub const DEFAULT_DRAIN_TIMEOUT_MS: u64 = 10_000;
 /// Default cap on concurrent connections per protocol listener.
 pub const DEFAULT_MAX_CONNECTIONS: u32 = 16_384;
+/// Default cap on an event-protocol response body (both lengths), 64 MiB: the 0.2.0 client's
+/// default response cap, so the two stay aligned.
+pub const DEFAULT_MAX_RESPONSE_SIZE: u32 = 64 * 1024 * 1024;
+/// Default deadline for a complete event-protocol request frame, and for each response write.
+pub const DEFAULT_CLIENT_CONNECTION_TIMEOUT_MS: u64 = 30_000;
+/// Default cap on a watch's `requested_latency_ms` (8001 above it).
+pub const DEFAULT_MAX_REQUESTED_LATENCY_MS: u64 = 2_000;
+/// Default cap on watch subscribers per event shard (8005 at the cap).
+pub const DEFAULT_MAX_WATCH_SUBSCRIBERS: u32 = 16_384;
+/// Default items per event list page.
+pub const DEFAULT_LIST_PAGE_SIZE: u32 = 2_000;
+/// Default cap on a registered schema's text (2021 above it).
+pub const DEFAULT_MAX_SCHEMA_SIZE_BYTES: u32 = 16_384;
+/// Largest accepted `num_shards`.
+pub const MAX_NUM_SHARDS: u32 = 1024;
+/// Largest accepted `list_page_size`.
+pub const MAX_LIST_PAGE_SIZE: u32 = 100_000;
 /// Default cap on a stream-protocol frame (header included), 64 MiB: the reference server's
 /// `message_bus.max_message_size`.
 pub const DEFAULT_STREAM_MAX_FRAME_SIZE: u32 = 64 * 1024 * 1024;
@@ -63,6 +80,19 @@ pub enum TlsClientAuth {
     Optional,
     /// No client certificates.
     None,
+}
+
+/// Which id of an aggregate key places it on an event shard (immutable once the store exists).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, Default)]
+#[serde(rename_all = "snake_case")]
+pub enum RoutingRule {
+    /// Shard = `aggregate_id mod N` (the default).
+    #[default]
+    AggregateId,
+    /// Shard = `org_id mod N`.
+    OrgId,
+    /// Shard = `aggregate_type_id mod N`.
+    AggregateTypeId,
 }
 
 /// Log output format.
@@ -123,6 +153,27 @@ pub struct ServerConfig {
     pub drain_timeout_ms: u64,
     /// Cap on concurrent connections per protocol listener.
     pub max_connections: u32,
+    // Event protocol.
+    /// Cap on event-protocol response bodies (both lengths); also the read page budget.
+    pub max_response_size: u32,
+    /// Deadline for a complete request frame on the event port, and for each response write;
+    /// an idle connection is closed after it.
+    pub client_connection_timeout_ms: u64,
+    /// Cap on a watch's requested coalescing latency.
+    pub max_requested_latency_ms: u64,
+    /// Cap on watch subscribers per event shard.
+    pub max_watch_subscribers: u32,
+    /// Items per list page (orgs, aggregate types, aggregates).
+    pub list_page_size: u32,
+    /// Event shards; immutable once the store exists. Unset: the stored value, or the number
+    /// of CPUs when the store is created.
+    pub num_shards: Option<u32>,
+    /// Which id places an aggregate on a shard (immutable once the store exists).
+    pub routing_rule: RoutingRule,
+    /// Shard 0 holds no data (immutable; needs at least two shards).
+    pub reserve_coordinator_shard: bool,
+    /// Cap on a registered schema's text, in bytes.
+    pub max_schema_size_bytes: u32,
     /// Cap on a stream-protocol frame, header included: a larger frame closes its connection
     /// before its body is read.
     pub stream_max_frame_size: u32,
@@ -154,6 +205,15 @@ impl Default for ServerConfig {
             log_format: LogFormat::Text,
             drain_timeout_ms: DEFAULT_DRAIN_TIMEOUT_MS,
             max_connections: DEFAULT_MAX_CONNECTIONS,
+            max_response_size: DEFAULT_MAX_RESPONSE_SIZE,
+            client_connection_timeout_ms: DEFAULT_CLIENT_CONNECTION_TIMEOUT_MS,
+            max_requested_latency_ms: DEFAULT_MAX_REQUESTED_LATENCY_MS,
+            max_watch_subscribers: DEFAULT_MAX_WATCH_SUBSCRIBERS,
+            list_page_size: DEFAULT_LIST_PAGE_SIZE,
+            num_shards: None,
+            routing_rule: RoutingRule::AggregateId,
+            reserve_coordinator_shard: false,
+            max_schema_size_bytes: DEFAULT_MAX_SCHEMA_SIZE_BYTES,
             stream_max_frame_size: DEFAULT_STREAM_MAX_FRAME_SIZE,
             stream_heartbeat_interval_ms: DEFAULT_STREAM_HEARTBEAT_INTERVAL_MS,
         }
@@ -188,6 +248,18 @@ impl std::fmt::Debug for ServerConfig {
             .field("log_format", &self.log_format)
             .field("drain_timeout_ms", &self.drain_timeout_ms)
             .field("max_connections", &self.max_connections)
+            .field("max_response_size", &self.max_response_size)
+            .field(
+                "client_connection_timeout_ms",
+                &self.client_connection_timeout_ms,
+            )
+            .field("max_requested_latency_ms", &self.max_requested_latency_ms)
+            .field("max_watch_subscribers", &self.max_watch_subscribers)
+            .field("list_page_size", &self.list_page_size)
+            .field("num_shards", &self.num_shards)
+            .field("routing_rule", &self.routing_rule)
+            .field("reserve_coordinator_shard", &self.reserve_coordinator_shard)
+            .field("max_schema_size_bytes", &self.max_schema_size_bytes)
             .field("stream_max_frame_size", &self.stream_max_frame_size)
             .field(
                 "stream_heartbeat_interval_ms",
@@ -262,6 +334,7 @@ impl ServerConfig {
         if self.max_connections == 0 {
             return invalid("max_connections", "must be at least 1".into());
         }
+        self.validate_event()?;
         let ports = [
             ("stream_port", self.stream_port),
             ("client_port", self.client_port),
@@ -304,6 +377,50 @@ impl ServerConfig {
         Ok(())
     }
 
+    /// The event-protocol rules.
+    fn validate_event(&self) -> Result<(), ConfigError> {
+        let invalid = |key, reason: String| Err(ConfigError::Invalid { key, reason });
+        if !(MIN_MAX_REQUEST_SIZE..=MAX_MAX_REQUEST_SIZE).contains(&self.max_response_size) {
+            return invalid(
+                "max_response_size",
+                format!(
+                    "{} is outside {MIN_MAX_REQUEST_SIZE}..={MAX_MAX_REQUEST_SIZE}",
+                    self.max_response_size
+                ),
+            );
+        }
+        if self.client_connection_timeout_ms == 0 {
+            return invalid("client_connection_timeout_ms", "must be at least 1".into());
+        }
+        if self.max_watch_subscribers == 0 {
+            return invalid("max_watch_subscribers", "must be at least 1".into());
+        }
+        if !(1..=MAX_LIST_PAGE_SIZE).contains(&self.list_page_size) {
+            return invalid(
+                "list_page_size",
+                format!(
+                    "{} is outside 1..={MAX_LIST_PAGE_SIZE}",
+                    self.list_page_size
+                ),
+            );
+        }
+        if let Some(n) = self.num_shards {
+            if !(1..=MAX_NUM_SHARDS).contains(&n) {
+                return invalid("num_shards", format!("{n} is outside 1..={MAX_NUM_SHARDS}"));
+            }
+            if self.reserve_coordinator_shard && n < 2 {
+                return invalid(
+                    "reserve_coordinator_shard",
+                    "needs num_shards of at least 2".into(),
+                );
+            }
+        }
+        if self.max_schema_size_bytes == 0 {
+            return invalid("max_schema_size_bytes", "must be at least 1".into());
+        }
+        Ok(())
+    }
+
     /// True while the root password is the published default.
     pub fn uses_default_root_password(&self) -> bool {
         self.root_password == DEFAULT_ROOT_PASSWORD
@@ -324,6 +441,14 @@ mod tests {
         assert_eq!(c.http_port, 10_002);
         assert_eq!(c.data_dir, PathBuf::from("./eddy-data"));
         assert_eq!(c.max_request_size, 16 * 1024 * 1024);
+        assert_eq!(c.max_response_size, 64 * 1024 * 1024);
+        assert_eq!(c.client_connection_timeout_ms, 30_000);
+        assert_eq!(c.max_requested_latency_ms, 2_000);
+        assert_eq!(c.max_watch_subscribers, 16_384);
+        assert_eq!(c.list_page_size, 2_000);
+        assert_eq!(c.max_schema_size_bytes, 16_384);
+        assert_eq!(c.num_shards, None);
+        assert_eq!(c.routing_rule, RoutingRule::AggregateId);
         assert!(c.uses_default_root_password());
     }
 
@@ -386,6 +511,39 @@ mod tests {
             })
         ));
         c.tls_client_auth = TlsClientAuth::None;
+        c.validate().unwrap();
+    }
+
+    #[test]
+    fn event_limits_are_checked() {
+        let bad = [
+            ServerConfig {
+                max_response_size: 10,
+                ..ServerConfig::default()
+            },
+            ServerConfig {
+                list_page_size: 0,
+                ..ServerConfig::default()
+            },
+            ServerConfig {
+                num_shards: Some(0),
+                ..ServerConfig::default()
+            },
+            ServerConfig {
+                num_shards: Some(1),
+                reserve_coordinator_shard: true,
+                ..ServerConfig::default()
+            },
+            ServerConfig {
+                client_connection_timeout_ms: 0,
+                ..ServerConfig::default()
+            },
+        ];
+        for c in bad {
+            assert!(c.validate().is_err(), "{c:?}");
+        }
+        let c: ServerConfig = toml::from_str("routing_rule = \"org_id\"\nnum_shards = 4").unwrap();
+        assert_eq!(c.routing_rule, RoutingRule::OrgId);
         c.validate().unwrap();
     }
 

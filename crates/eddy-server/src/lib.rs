@@ -21,7 +21,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use eddy_auth::api_keys::{ApiKeys, ApiKeysFileError};
-use eddy_storage::{FsBackend, StorageError, Store, StoreConfig};
+use eddy_storage::{EventStore, FsBackend, StorageError, Store, StoreConfig};
 use tokio::net::TcpListener;
 use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
@@ -47,6 +47,8 @@ pub struct Shared {
     /// The stream protocol's store: metadata (streams, topics, users, tokens, groups, offsets)
     /// and partitions, under `<data_dir>/streams`.
     pub store: Arc<Store>,
+    /// The event protocol: its store, dictionary, shard layout, limits.
+    pub events: Arc<event::EventService>,
     /// Stream-protocol state: clients and sessions, consumer-group membership.
     pub stream: stream::StreamState,
 }
@@ -94,6 +96,9 @@ pub enum ServerError {
         /// The API keys file.
         path: std::path::PathBuf,
     },
+    /// The event protocol could not be set up (its dictionary).
+    #[error(transparent)]
+    Events(#[from] event::EventSetupError),
     /// Storage could not be opened or recovered (corruption is named with file and offset).
     #[error("cannot open the store in {path}")]
     Storage {
@@ -132,6 +137,7 @@ impl ServerError {
                 | ServerError::Tls(_)
                 | ServerError::ApiKeys { .. }
                 | ServerError::ApiKeysWithoutTls { .. }
+                | ServerError::Events(event::EventSetupError::DictionaryInvalid { .. })
         )
     }
 }
@@ -226,6 +232,68 @@ async fn open_store(data_dir: &DataDir) -> Result<Arc<Store>, ServerError> {
         tracing::warn!(?addr, file = %file.display(), offset = at, bytes = cut, "truncated a torn tail");
     }
     Ok(Arc::new(store))
+}
+
+/// Opens and recovers the event store off the reactor.
+async fn open_event_store(
+    config: &ServerConfig,
+    data_dir: &DataDir,
+    dictionary: &eddy_wire::event::Dictionary,
+) -> Result<Arc<EventStore>, ServerError> {
+    let root = data_dir.root().to_path_buf();
+    let (config, dict) = (config.clone(), dictionary.bytes().to_vec());
+    let opened =
+        tokio::task::spawn_blocking(move || event::open_store(&config, &root, &dict)).await;
+    let opened = match opened {
+        Ok(opened) => opened,
+        Err(join) => std::panic::resume_unwind(join.into_panic()),
+    };
+    let (store, recovery) = opened.map_err(|source| ServerError::Storage {
+        path: data_dir.events_dir(),
+        source,
+    })?;
+    tracing::info!(
+        shards = store.num_shards(),
+        created = recovery.created,
+        records_replayed = recovery.replayed.iter().sum::<u64>(),
+        indexes_rebuilt = recovery.rebuilt.len(),
+        "event store recovered"
+    );
+    Ok(Arc::new(store))
+}
+
+/// Event store figures sampled at scrape time (group commit factor, subscribers).
+fn event_metrics(store: &EventStore, out: &mut String) {
+    use std::fmt::Write as _;
+    let stats = store.stats();
+    let series = [
+        (
+            "eddy_events_fdatasyncs_total",
+            "fdatasync calls of the event store's commit pool.",
+            stats.commit.fsyncs,
+        ),
+        (
+            "eddy_events_records_committed_total",
+            "Event store records (writes, trims, deletes, schemas) made durable.",
+            stats.commit.records,
+        ),
+    ];
+    for (name, help, value) in series {
+        let _ = writeln!(out, "# HELP {name} {help}");
+        let _ = writeln!(out, "# TYPE {name} counter");
+        let _ = writeln!(out, "{name} {value}");
+    }
+    let _ = writeln!(
+        out,
+        "# HELP eddy_events_watch_subscribers Watch subscribers, per shard."
+    );
+    let _ = writeln!(out, "# TYPE eddy_events_watch_subscribers gauge");
+    for (shard, n) in stats.subscribers.iter().enumerate() {
+        let _ = writeln!(
+            out,
+            "eddy_events_watch_subscribers{{shard=\"{shard}\"}} {n}"
+        );
+    }
 }
 
 /// Storage figures sampled at scrape time.
@@ -341,6 +409,10 @@ impl Server {
         ));
 
         let store = open_store(&data_dir).await?;
+        let dictionary =
+            event::load_dictionary(&data_dir.dictionary_file(), config.wal_compression_level)?;
+        let event_store = open_event_store(&config, &data_dir, &dictionary).await?;
+        let events = Arc::new(event::EventService::new(&config, dictionary, event_store));
         stream::bootstrap_root(&store, &config)
             .await
             .map_err(|source| ServerError::RootBootstrap { source })?;
@@ -359,12 +431,15 @@ impl Server {
         };
         let sampled = Arc::clone(&store);
         metrics.add_sampler(Box::new(move |out| storage_metrics(&sampled, out)));
+        let sampled = Arc::clone(events.store());
+        metrics.add_sampler(Box::new(move |out| event_metrics(&sampled, out)));
         let stream_state = stream::StreamState::new(Arc::clone(&store), &config, addrs.stream);
         let shared = Arc::new(Shared {
             config,
             metrics,
             api_keys,
             store,
+            events,
             stream: stream_state,
         });
         Ok(Self {
@@ -480,7 +555,14 @@ impl Server {
         // everything acknowledged is durable already, so flushing the background-fsync topics is
         // all that is left to do for them.
         let store = Arc::clone(&shared.store);
+        let event_store = Arc::clone(shared.events.store());
         drop(shared);
+        let closed = tokio::task::spawn_blocking(move || event_store.close()).await;
+        match closed {
+            Ok(Ok(())) => tracing::info!("event store closed"),
+            Ok(Err(e)) => tracing::error!(error = %e, "closing the event store failed"),
+            Err(e) => tracing::error!(error = %e, "closing the event store panicked"),
+        }
         let closed = tokio::task::spawn_blocking(move || match Arc::try_unwrap(store) {
             Ok(store) => store.close(),
             Err(store) => store.flush_unsynced(),

@@ -1,14 +1,273 @@
-//! The event (Celeriant) protocol port.
+//! The event (Celeriant) protocol port: connection lifecycle, the Identify handshake, the
+//! cluster dictionary, routing, and dispatch of every client-port request.
+//!
+//! # One connection
+//!
+//! ```text
+//!  accept ─► (TLS) ─► first frame ─┬─ Identify ──► verify ──ok──► IdentifyResponse (16), dict ✓
+//!                                  │                  └─err─► ErrorResponse (10001/2/5/6), close
+//!                                  ├─ other, --require-client-identity ─► 10004, close
+//!                                  └─ other ─► request loop
+//!  request loop: read one frame (deadline: client_connection_timeout_ms) ─► decode
+//!      ─► route (9001/9002) ─► mutation checks (10003, 10007) ─► execute ─► one response
+//!      Watch: empty WatchResponse at once, then pushes only; any inbound byte ends it.
+//! ```
+//!
+//! Invariants:
+//! - one request at a time: a response is written before the next frame is read;
+//! - every response except Watch pushes echoes the request's `correlation_id` (errors too);
+//! - a frame that cannot be parsed (version, type, size caps, compression, body) is never
+//!   answered: the connection closes, and only that connection;
+//! - the protocol version is pinned by the first frame and every response uses it;
+//! - responses are compressed only after a successful Identify, only Read/Watch/List bodies
+//!   of at least 1024 bytes; fixed-size responses always fit 1007 bytes (error messages are
+//!   truncated by the codec).
 
+mod codecs;
+mod conn;
+mod exec;
+pub mod identify;
+pub mod routing;
+pub mod schema;
+mod watch;
+
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::time::Duration;
+
+use eddy_storage::{
+    EventError, EventStore, EventStoreConfig, EventStoreRecovery, FsBackend, StorageError,
+};
+use eddy_wire::event::{Dictionary, DictionaryError, FrameLimits, RequestType};
+
+use crate::config::{RoutingRule, ServerConfig};
 use crate::listener::{Conn, ConnectionContext};
+pub use codecs::CodecPool;
+use routing::Placement;
 
-/// Event-protocol request type names, in the order `Metrics::record_request` indexes them. Registered at start-up so
-/// every series exists from the first scrape.
-pub const METRIC_NAMES: &[&str] = &[];
+/// Event-protocol request type names, in the order `Metrics::record_request` indexes them
+/// ([`metric_index`]). Registered at start-up so every series exists from the first scrape.
+pub const METRIC_NAMES: &[&str] = &[
+    "aggregate_details",
+    "read",
+    "write",
+    "trim_start",
+    "delete",
+    "watch",
+    "list_orgs",
+    "list_aggregate_types",
+    "list_aggregates",
+    "register_schema",
+    "identify",
+];
 
-/// Serves one event-protocol connection.
-///
-/// The message catalogue is not served yet: a connection that sends bytes is closed cleanly.
+/// The index of a request type in [`METRIC_NAMES`].
+pub fn metric_index(kind: RequestType) -> usize {
+    match kind {
+        RequestType::AggregateDetails => 0,
+        RequestType::Read => 1,
+        RequestType::Write => 2,
+        RequestType::TrimStart => 3,
+        RequestType::Delete => 4,
+        RequestType::Watch => 5,
+        RequestType::ListOrgs => 6,
+        RequestType::ListAggregateTypes => 7,
+        RequestType::ListAggregates => 8,
+        RequestType::RegisterSchema => 9,
+        RequestType::Identify => 10,
+    }
+}
+
+/// Why the event protocol could not be set up (a start-up error).
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum EventSetupError {
+    /// The dictionary file cannot be read or written.
+    #[error("cannot access the zstd dictionary {path}")]
+    DictionaryIo {
+        /// The file.
+        path: PathBuf,
+        /// The cause.
+        #[source]
+        source: std::io::Error,
+    },
+    /// The dictionary file holds no usable zstd dictionary.
+    #[error("{path} is not a usable zstd dictionary")]
+    DictionaryInvalid {
+        /// The file.
+        path: PathBuf,
+        /// The cause.
+        #[source]
+        source: DictionaryError,
+    },
+}
+
+/// Loads the cluster dictionary from `path`; on first boot (no file) writes the built-in one
+/// there first, so the dictionary a data directory was created with never changes under it.
+pub fn load_dictionary(path: &Path, level: i32) -> Result<Dictionary, EventSetupError> {
+    let io = |source| EventSetupError::DictionaryIo {
+        path: path.to_path_buf(),
+        source,
+    };
+    let bytes = match std::fs::read(path) {
+        Ok(bytes) => bytes,
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
+            let bytes = eddy_wire::event::BUILTIN_DICTIONARY_BYTES.to_vec();
+            let tmp = path.with_extension("zstd_dict.tmp");
+            std::fs::write(&tmp, &bytes).map_err(io)?;
+            std::fs::File::open(&tmp)
+                .and_then(|f| f.sync_all())
+                .map_err(io)?;
+            std::fs::rename(&tmp, path).map_err(io)?;
+            tracing::info!(path = %path.display(), "wrote the built-in zstd dictionary");
+            bytes
+        }
+        Err(e) => return Err(io(e)),
+    };
+    Dictionary::from_bytes(bytes, level).map_err(|source| EventSetupError::DictionaryInvalid {
+        path: path.to_path_buf(),
+        source,
+    })
+}
+
+/// Shard count when none is configured and no store exists yet: the CPU count.
+pub fn default_num_shards() -> u32 {
+    std::thread::available_parallelism().map_or(1, |n| u32::try_from(n.get()).unwrap_or(1))
+}
+
+/// Opens (or creates) the event store under `<data_dir>/events`, with the cluster
+/// dictionary. With `num_shards` unset, an existing store keeps its shard count and a new one
+/// gets one shard per CPU; a configured count must match the stored one.
+pub fn open_store(
+    config: &ServerConfig,
+    data_root: &Path,
+    dictionary: &[u8],
+) -> Result<(EventStore, EventStoreRecovery), StorageError> {
+    let backend = Arc::new(
+        FsBackend::new(data_root).map_err(|source| StorageError::Io {
+            op: eddy_storage::IoOp::Open,
+            path: data_root.to_path_buf(),
+            source,
+        })?,
+    );
+    let store_config = |num_shards| EventStoreConfig {
+        num_shards,
+        routing_rule: match config.routing_rule {
+            RoutingRule::AggregateId => eddy_storage::RoutingRule::AggregateId,
+            RoutingRule::OrgId => eddy_storage::RoutingRule::OrgId,
+            RoutingRule::AggregateTypeId => eddy_storage::RoutingRule::AggregateTypeId,
+        },
+        reserve_coordinator_shard: config.reserve_coordinator_shard,
+        compression_level: config.wal_compression_level,
+        dictionary: Some(bytes::Bytes::copy_from_slice(dictionary)),
+        max_subscribers_per_shard: config.max_watch_subscribers as usize,
+        ..EventStoreConfig::default()
+    };
+    let asked = config.num_shards.unwrap_or_else(default_num_shards);
+    match EventStore::open(Arc::clone(&backend) as _, store_config(asked)) {
+        Err(StorageError::Event(EventError::ImmutableConfig {
+            field: "num_shards",
+            stored,
+            ..
+        })) if config.num_shards.is_none() => {
+            let stored = u32::try_from(stored).unwrap_or(u32::MAX);
+            EventStore::open(backend, store_config(stored))
+        }
+        other => other,
+    }
+}
+
+/// Event-protocol state shared by every connection of the client port.
+#[derive(Debug)]
+pub struct EventService {
+    codecs: CodecPool,
+    placement: Placement,
+    request_limits: FrameLimits,
+    max_response_size: u64,
+    timeout: Duration,
+    store: Arc<EventStore>,
+    schemas: schema::Schemas,
+    list_page: usize,
+    read_page_bytes: u64,
+    max_schema_size: usize,
+    max_requested_latency_ms: u64,
+}
+
+impl EventService {
+    /// Sets the protocol up for `config` over an opened store and its dictionary.
+    pub fn new(config: &ServerConfig, dictionary: Dictionary, store: Arc<EventStore>) -> Self {
+        let sc = store.config();
+        let placement = Placement::new(
+            store.num_shards(),
+            config.routing_rule,
+            sc.reserve_coordinator_shard,
+        );
+        Self {
+            codecs: CodecPool::new(Arc::new(dictionary)),
+            placement,
+            request_limits: FrameLimits::new(u64::from(config.max_request_size)),
+            max_response_size: u64::from(config.max_response_size),
+            timeout: Duration::from_millis(config.client_connection_timeout_ms),
+            store,
+            schemas: schema::Schemas::new(),
+            list_page: config.list_page_size as usize,
+            // Encoded batches cost a little more than stored ones; a quarter of the response
+            // cap leaves ample room, and the store's own page bound applies on top.
+            read_page_bytes: (u64::from(config.max_response_size) / 4)
+                .clamp(1, eddy_storage::events::DEFAULT_READ_MAX_BYTES),
+            max_schema_size: config.max_schema_size_bytes as usize,
+            max_requested_latency_ms: config.max_requested_latency_ms,
+        }
+    }
+
+    /// The event store.
+    pub fn store(&self) -> &Arc<EventStore> {
+        &self.store
+    }
+
+    /// The cluster dictionary.
+    pub fn dictionary(&self) -> &Arc<Dictionary> {
+        self.codecs.dictionary()
+    }
+
+    /// The shard layout.
+    pub fn placement(&self) -> &Placement {
+        &self.placement
+    }
+}
+
+/// Serves one event-protocol connection until the client leaves, a frame cannot be parsed,
+/// the idle deadline passes, an error that closes is sent, or the server drains.
 pub async fn serve_connection(socket: Conn, ctx: ConnectionContext) {
-    crate::listener::close_on_first_bytes(socket, ctx).await;
+    conn::Connection::new(socket, ctx).run().await;
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn metric_names_cover_every_request_type_once() {
+        assert_eq!(METRIC_NAMES.len(), RequestType::ALL.len());
+        let mut seen: Vec<usize> = RequestType::ALL.iter().map(|t| metric_index(*t)).collect();
+        seen.sort_unstable();
+        seen.dedup();
+        assert_eq!(seen.len(), METRIC_NAMES.len());
+    }
+
+    #[test]
+    fn first_boot_writes_the_builtin_dictionary_then_keeps_it() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("dictionary.zstd_dict");
+        let d = load_dictionary(&path, 3).unwrap();
+        assert_eq!(d.bytes(), eddy_wire::event::BUILTIN_DICTIONARY_BYTES);
+        assert_eq!(std::fs::read(&path).unwrap(), d.bytes());
+        let again = load_dictionary(&path, 3).unwrap();
+        assert_eq!(again.sha256_hex(), d.sha256_hex());
+        std::fs::write(&path, b"not a dictionary").unwrap();
+        assert!(matches!(
+            load_dictionary(&path, 3),
+            Err(EventSetupError::DictionaryInvalid { .. })
+        ));
+    }
 }
