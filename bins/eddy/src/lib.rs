@@ -186,6 +186,20 @@ pub struct ServeArgs {
     /// Largest schema text a RegisterSchema may carry, in bytes (error 2021 above it).
     #[arg(long, env = "EDDY_MAX_SCHEMA_SIZE_BYTES", default_value_t = cfg::DEFAULT_MAX_SCHEMA_SIZE_BYTES)]
     pub max_schema_size_bytes: u32,
+
+    /// Seconds between two event store compaction passes, which physically remove trimmed and
+    /// deleted events (the first pass comes one interval after the start).
+    #[arg(long, env = "EDDY_COMPACTION_CHECK_INTERVAL_SECS", default_value_t = cfg::DEFAULT_COMPACTION_CHECK_INTERVAL_SECS)]
+    pub compaction_check_interval_secs: u64,
+
+    /// Share (0..=1) of a sealed event segment that must be reclaimable before compaction rewrites it.
+    #[arg(long, env = "EDDY_COMPACTION_MIN_RECLAIMABLE_RATIO", default_value_t = cfg::DEFAULT_COMPACTION_MIN_RECLAIMABLE_RATIO)]
+    pub compaction_min_reclaimable_ratio: f64,
+
+    /// Size in bytes at which an event shard's log rolls to a new segment (Celeriant's
+    /// --shard-log-preallocate-bytes; eddy does not preallocate).
+    #[arg(long, env = "EDDY_SHARD_LOG_SEGMENT_BYTES", default_value_t = cfg::DEFAULT_SHARD_LOG_SEGMENT_BYTES)]
+    pub shard_log_segment_bytes: u64,
     /// Largest stream-protocol frame in bytes, header included; a larger one closes its
     /// connection unread.
     #[arg(long, env = "EDDY_STREAM_MAX_FRAME_SIZE", default_value_t = cfg::DEFAULT_STREAM_MAX_FRAME_SIZE)]

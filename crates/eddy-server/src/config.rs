@@ -47,6 +47,18 @@ pub const DEFAULT_MAX_WATCH_SUBSCRIBERS: u32 = 16_384;
 pub const DEFAULT_LIST_PAGE_SIZE: u32 = 2_000;
 /// Default cap on a registered schema's text (2021 above it).
 pub const DEFAULT_MAX_SCHEMA_SIZE_BYTES: u32 = 16_384;
+/// Default seconds between two event store compaction passes.
+pub const DEFAULT_COMPACTION_CHECK_INTERVAL_SECS: u64 =
+    eddy_storage::events::DEFAULT_COMPACTION_CHECK_INTERVAL_SECS;
+/// Default share of a sealed event segment that must be reclaimable before it is rewritten.
+pub const DEFAULT_COMPACTION_MIN_RECLAIMABLE_RATIO: f64 =
+    eddy_storage::events::DEFAULT_COMPACTION_MIN_RECLAIMABLE_RATIO;
+/// Default size at which an event shard's log rolls to a new segment.
+pub const DEFAULT_SHARD_LOG_SEGMENT_BYTES: u64 = 256 * 1024 * 1024;
+/// Smallest accepted `shard_log_segment_bytes`.
+pub const MIN_SHARD_LOG_SEGMENT_BYTES: u64 = 64 * 1024;
+/// Largest accepted `shard_log_segment_bytes`.
+pub const MAX_SHARD_LOG_SEGMENT_BYTES: u64 = 4 * 1024 * 1024 * 1024;
 /// Largest accepted `num_shards`.
 pub const MAX_NUM_SHARDS: u32 = 1024;
 /// Largest accepted `list_page_size`.
@@ -174,6 +186,15 @@ pub struct ServerConfig {
     pub reserve_coordinator_shard: bool,
     /// Cap on a registered schema's text, in bytes.
     pub max_schema_size_bytes: u32,
+    /// Seconds between two event store compaction passes (the first comes one interval after
+    /// the start).
+    pub compaction_check_interval_secs: u64,
+    /// A sealed event segment is rewritten once at least this share (`0..=1`) of it is
+    /// reclaimable (trimmed or deleted events).
+    pub compaction_min_reclaimable_ratio: f64,
+    /// Size at which an event shard's log rolls to a new segment; only sealed segments are
+    /// compacted.
+    pub shard_log_segment_bytes: u64,
     /// Cap on a stream-protocol frame, header included: a larger frame closes its connection
     /// before its body is read.
     pub stream_max_frame_size: u32,
@@ -214,6 +235,9 @@ impl Default for ServerConfig {
             routing_rule: RoutingRule::AggregateId,
             reserve_coordinator_shard: false,
             max_schema_size_bytes: DEFAULT_MAX_SCHEMA_SIZE_BYTES,
+            compaction_check_interval_secs: DEFAULT_COMPACTION_CHECK_INTERVAL_SECS,
+            compaction_min_reclaimable_ratio: DEFAULT_COMPACTION_MIN_RECLAIMABLE_RATIO,
+            shard_log_segment_bytes: DEFAULT_SHARD_LOG_SEGMENT_BYTES,
             stream_max_frame_size: DEFAULT_STREAM_MAX_FRAME_SIZE,
             stream_heartbeat_interval_ms: DEFAULT_STREAM_HEARTBEAT_INTERVAL_MS,
         }
@@ -260,6 +284,15 @@ impl std::fmt::Debug for ServerConfig {
             .field("routing_rule", &self.routing_rule)
             .field("reserve_coordinator_shard", &self.reserve_coordinator_shard)
             .field("max_schema_size_bytes", &self.max_schema_size_bytes)
+            .field(
+                "compaction_check_interval_secs",
+                &self.compaction_check_interval_secs,
+            )
+            .field(
+                "compaction_min_reclaimable_ratio",
+                &self.compaction_min_reclaimable_ratio,
+            )
+            .field("shard_log_segment_bytes", &self.shard_log_segment_bytes)
             .field("stream_max_frame_size", &self.stream_max_frame_size)
             .field(
                 "stream_heartbeat_interval_ms",
@@ -418,6 +451,29 @@ impl ServerConfig {
         if self.max_schema_size_bytes == 0 {
             return invalid("max_schema_size_bytes", "must be at least 1".into());
         }
+        if self.compaction_check_interval_secs == 0 {
+            return invalid(
+                "compaction_check_interval_secs",
+                "must be at least 1".into(),
+            );
+        }
+        if !(0.0..=1.0).contains(&self.compaction_min_reclaimable_ratio) {
+            return invalid(
+                "compaction_min_reclaimable_ratio",
+                format!("{} is outside 0..=1", self.compaction_min_reclaimable_ratio),
+            );
+        }
+        if !(MIN_SHARD_LOG_SEGMENT_BYTES..=MAX_SHARD_LOG_SEGMENT_BYTES)
+            .contains(&self.shard_log_segment_bytes)
+        {
+            return invalid(
+                "shard_log_segment_bytes",
+                format!(
+                    "{} is outside {MIN_SHARD_LOG_SEGMENT_BYTES}..={MAX_SHARD_LOG_SEGMENT_BYTES}",
+                    self.shard_log_segment_bytes
+                ),
+            );
+        }
         Ok(())
     }
 
@@ -536,6 +592,22 @@ mod tests {
             },
             ServerConfig {
                 client_connection_timeout_ms: 0,
+                ..ServerConfig::default()
+            },
+            ServerConfig {
+                compaction_check_interval_secs: 0,
+                ..ServerConfig::default()
+            },
+            ServerConfig {
+                compaction_min_reclaimable_ratio: 1.5,
+                ..ServerConfig::default()
+            },
+            ServerConfig {
+                compaction_min_reclaimable_ratio: f64::NAN,
+                ..ServerConfig::default()
+            },
+            ServerConfig {
+                shard_log_segment_bytes: 1024,
                 ..ServerConfig::default()
             },
         ];

@@ -6,6 +6,7 @@
 //! shutdown future fires, drains in-flight requests (bounded by `drain_timeout_ms`), flushes
 //! storage and releases the lock.
 
+pub mod compaction;
 pub mod config;
 pub mod data_dir;
 pub mod event;
@@ -51,6 +52,8 @@ pub struct Shared {
     pub events: Arc<event::EventService>,
     /// Stream-protocol state: clients and sessions, consumer-group membership.
     pub stream: stream::StreamState,
+    /// Totals of the background event store compaction.
+    pub compaction: Arc<compaction::CompactionCounters>,
 }
 
 /// How often retention and the background flush of `enforce_fsync = false` topics run.
@@ -433,6 +436,9 @@ impl Server {
         metrics.add_sampler(Box::new(move |out| storage_metrics(&sampled, out)));
         let sampled = Arc::clone(events.store());
         metrics.add_sampler(Box::new(move |out| event_metrics(&sampled, out)));
+        let compaction = Arc::new(compaction::CompactionCounters::default());
+        let sampled = Arc::clone(&compaction);
+        metrics.add_sampler(Box::new(move |out| sampled.sample(out)));
         let stream_state = stream::StreamState::new(Arc::clone(&store), &config, addrs.stream);
         let shared = Arc::new(Shared {
             config,
@@ -441,6 +447,7 @@ impl Server {
             store,
             events,
             stream: stream_state,
+            compaction,
         });
         Ok(Self {
             shared,
@@ -522,6 +529,16 @@ impl Server {
             Arc::clone(&shared.store),
             maintenance_stop.clone(),
         ));
+        let compaction_task = tokio::spawn(compaction::run(
+            Arc::clone(shared.events.store()),
+            eddy_storage::events::CompactionPolicy {
+                min_reclaimable_ratio: config.compaction_min_reclaimable_ratio,
+                ..eddy_storage::events::CompactionPolicy::default()
+            },
+            Duration::from_secs(config.compaction_check_interval_secs),
+            Arc::clone(&shared.compaction),
+            maintenance_stop.clone(),
+        ));
         health.set(Health::Ready);
         tracing::info!(
             stream = %addrs.stream,
@@ -551,6 +568,8 @@ impl Server {
         tracker.close();
         maintenance_stop.cancel();
         let _ = maintenance_task.await;
+        // A compaction pass in progress runs to its end: the store is closed after it.
+        let _ = compaction_task.await;
         // Flush and sync storage. Connections that outlived the drain may still hold the store;
         // everything acknowledged is durable already, so flushing the background-fsync topics is
         // all that is left to do for them.

@@ -161,6 +161,7 @@ pub fn open_store(
         compression_level: config.wal_compression_level,
         dictionary: Some(bytes::Bytes::copy_from_slice(dictionary)),
         max_subscribers_per_shard: config.max_watch_subscribers as usize,
+        segment_size: config.shard_log_segment_bytes,
         ..EventStoreConfig::default()
     };
     let asked = config.num_shards.unwrap_or_else(default_num_shards);
