@@ -14,7 +14,7 @@
 //! per write.
 //!
 //! Usage: `eddy_event_load --server PATH [--connections 100,1000,4000] [--seconds 10]
-//! [--occ] [--plain] [--pg] [--pg-only]` (`cargo xtask event-load` builds in release and runs
+//! [--occ] [--plain] [--pg] [--pg-only] [--server-arg ARG]...` (`cargo xtask event-load` builds in release and runs
 //! it).
 
 use std::collections::HashMap;
@@ -43,6 +43,8 @@ struct Args {
     variants: Vec<bool>,
     pg: bool,
     eddy: bool,
+    /// Extra `eddy serve` arguments (`--server-arg --fsync-delay-us=500`).
+    server_args: Vec<String>,
 }
 
 fn parse_args() -> Result<Args, String> {
@@ -53,6 +55,7 @@ fn parse_args() -> Result<Args, String> {
         variants: Vec::new(),
         pg: false,
         eddy: true,
+        server_args: Vec::new(),
     };
     let mut it = std::env::args().skip(1);
     while let Some(a) = it.next() {
@@ -71,6 +74,7 @@ fn parse_args() -> Result<Args, String> {
             "--occ" => args.variants.push(true),
             "--plain" => args.variants.push(false),
             "--pg" => args.pg = true,
+            "--server-arg" => args.server_args.push(value()?),
             "--pg-only" => {
                 args.pg = true;
                 args.eddy = false;
@@ -254,7 +258,11 @@ fn run_eddy(args: &Args, connections: usize, occ: bool) -> Report {
     let eddy = Eddy::start_with(
         args.server.to_str().expect("utf-8 path"),
         Options {
-            args: vec!["--num-shards".into(), "2".into()],
+            args: ["--num-shards", "2"]
+                .iter()
+                .map(ToString::to_string)
+                .chain(args.server_args.iter().cloned())
+                .collect(),
             ..Options::default()
         },
     );
