@@ -44,7 +44,7 @@ struct Args {
     pg: bool,
     eddy: bool,
     /// Extra `eddy serve` arguments (`--server-arg --fsync-delay-us=500`).
-    server_args: Vec<String>,
+    extra_server_flags: Vec<String>,
 }
 
 fn parse_args() -> Result<Args, String> {
@@ -55,7 +55,7 @@ fn parse_args() -> Result<Args, String> {
         variants: Vec::new(),
         pg: false,
         eddy: true,
-        server_args: Vec::new(),
+        extra_server_flags: Vec::new(),
     };
     let mut it = std::env::args().skip(1);
     while let Some(a) = it.next() {
@@ -74,7 +74,7 @@ fn parse_args() -> Result<Args, String> {
             "--occ" => args.variants.push(true),
             "--plain" => args.variants.push(false),
             "--pg" => args.pg = true,
-            "--server-arg" => args.server_args.push(value()?),
+            "--server-arg" => args.extra_server_flags.push(value()?),
             "--pg-only" => {
                 args.pg = true;
                 args.eddy = false;
@@ -261,7 +261,7 @@ fn run_eddy(args: &Args, connections: usize, occ: bool) -> Report {
             args: ["--num-shards", "2"]
                 .iter()
                 .map(ToString::to_string)
-                .chain(args.server_args.iter().cloned())
+                .chain(args.extra_server_flags.iter().cloned())
                 .collect(),
             ..Options::default()
         },
