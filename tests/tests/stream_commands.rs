@@ -8,6 +8,28 @@ use std::str::FromStr as _;
 use iggy::prelude::*;
 use stream_support::*;
 
+/// Lists a ZIP archive with Python's `zipfile` (CRCs checked): `name<TAB>method<TAB>text` for each
+/// entry, in archive order.
+fn unzip(archive: &[u8], eddy: &eddy_tests::Eddy) -> String {
+    let path = eddy.data_dir().with_extension("snapshot.zip");
+    std::fs::write(&path, archive).unwrap();
+    let script = "import sys, zipfile\n\
+z = zipfile.ZipFile(sys.argv[1])\n\
+assert z.testzip() is None\n\
+for i in z.infolist(): sys.stdout.write(i.filename + '\\t' + str(i.compress_type) + '\\t' + z.read(i).decode())\n";
+    let out = std::process::Command::new("python3")
+        .args(["-c", script])
+        .arg(&path)
+        .output()
+        .expect("python3 reads ZIP archives for this test");
+    assert!(
+        out.status.success(),
+        "zipfile refused the archive: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    String::from_utf8(out.stdout).unwrap()
+}
+
 #[tokio::test]
 async fn system_commands() {
     let eddy = server();
@@ -74,14 +96,37 @@ async fn system_commands() {
         .unwrap()
         .is_empty());
 
-    let err = client
-        .snapshot(
-            SnapshotCompression::Deflated,
-            vec![SystemSnapshotType::Test],
-        )
+    // Snapshots: real ZIP archives, checked by an independent reader (Python's zipfile).
+    let all = client
+        .snapshot(SnapshotCompression::Deflated, vec![SystemSnapshotType::All])
         .await
-        .unwrap_err();
-    assert_eq!(code(&err), 5, "{err}");
+        .unwrap();
+    let listing = unzip(&all.0, &eddy);
+    for name in [
+        "filesystem_overview.txt",
+        "process_list.txt",
+        "resource_usage.txt",
+        "test.txt",
+        "server_logs.txt",
+        "server_config.toml",
+    ] {
+        assert!(
+            listing.contains(&format!("{name}\t8\t")),
+            "{name}: {listing}"
+        );
+    }
+    assert!(listing.contains("streams/metadata"), "{listing}");
+    assert!(listing.contains(&format!("{}\t", eddy.pid())), "{listing}");
+    assert!(
+        listing.contains("root_password = \"<redacted>\""),
+        "the root password must be redacted: {listing}"
+    );
+    let test_only = client
+        .snapshot(SnapshotCompression::Stored, vec![SystemSnapshotType::Test])
+        .await
+        .unwrap();
+    let listing = unzip(&test_only.0, &eddy);
+    assert!(listing.starts_with("test.txt\t0\ttest\n"), "{listing}");
     let err = client
         .flush_unsaved_buffer(&id(0), &id(0), 0, true)
         .await

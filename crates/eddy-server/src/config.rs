@@ -244,6 +244,18 @@ impl Default for ServerConfig {
     }
 }
 
+impl ServerConfig {
+    /// This configuration as TOML, the root password replaced by `<redacted>` (for snapshots and
+    /// diagnostics; never for loading).
+    pub fn redacted_toml(&self) -> String {
+        let redacted = ServerConfig {
+            root_password: "<redacted>".to_owned(),
+            ..self.clone()
+        };
+        toml::to_string(&redacted).unwrap_or_else(|e| format!("# cannot render: {e}\n"))
+    }
+}
+
 impl std::fmt::Debug for ServerConfig {
     // Hand-written so the root password can never reach a log line.
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
@@ -626,5 +638,11 @@ mod tests {
             ..ServerConfig::default()
         };
         assert!(!format!("{c:?}").contains("hunter2"));
+        let toml = c.redacted_toml();
+        assert!(
+            !toml.contains("hunter2") && toml.contains("<redacted>"),
+            "{toml}"
+        );
+        assert!(toml.contains("stream_port = 8090"), "{toml}");
     }
 }

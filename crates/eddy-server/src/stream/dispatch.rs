@@ -257,9 +257,7 @@ async fn run(ctx: Ctx<'_>, request: Request, on: Resource) -> Result<Outcome, St
     match request {
         Request::Ping(_) => Ok(Outcome::empty()),
         Request::GetStats(_) => Ok(system::get_stats(ctx)),
-        Request::GetSnapshot(_) => Err(StreamError::Unavailable {
-            command: CommandCode::GetSnapshot,
-        }),
+        Request::GetSnapshot(r) => system::snapshot(ctx, r).await,
         Request::GetClusterMetadata(_) => Ok(system::cluster_metadata(ctx)),
         Request::DescribeOptions(r) => Ok(system::describe_options(r)),
         Request::GetMe(_) => system::get_client(ctx, ctx.client_id),

@@ -178,6 +178,12 @@ pub enum StreamError {
         /// The partition.
         partition_id: u32,
     },
+    /// A snapshot archive could not be built or would not fit in one reply frame.
+    #[error("snapshot failed: {reason}")]
+    SnapshotFailed {
+        /// Why.
+        reason: String,
+    },
     /// The command exists but this server does not provide it.
     #[error("{command} is not available on this server")]
     Unavailable {
@@ -273,6 +279,7 @@ impl StreamError {
             StreamError::NotAMember => ErrorCode::ConsumerGroupMemberNotFound,
             StreamError::PartitionNotOwned { .. } => ErrorCode::ConsumerGroupPartitionNotOwned,
             StreamError::Unavailable { .. } => ErrorCode::FeatureUnavailable,
+            StreamError::SnapshotFailed { .. } => ErrorCode::SnapshotFileCompletionFailed,
         }
     }
 }

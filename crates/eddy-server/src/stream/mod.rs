@@ -33,6 +33,7 @@ pub mod error;
 pub mod groups;
 mod login;
 mod messages;
+mod snapshot;
 pub mod stats;
 mod streams;
 mod system;
@@ -127,6 +128,8 @@ pub struct StreamState {
     started: std::time::Instant,
     /// The data directory (disk figures of `GET_STATS`).
     pub data_dir: PathBuf,
+    /// The running configuration as TOML with secrets redacted (snapshots).
+    config_toml: String,
     host: stats::HostSampler,
 }
 
@@ -154,6 +157,7 @@ impl StreamState {
             started_at_us: crate::now_micros(),
             started: std::time::Instant::now(),
             data_dir: config.data_dir.clone(),
+            config_toml: config.redacted_toml(),
             host: stats::HostSampler::new(),
         }
     }

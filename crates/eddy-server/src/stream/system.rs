@@ -5,6 +5,7 @@ use eddy_codec::stream::commands::describe_options::{DescribeOptions, OptionsCat
 use eddy_codec::stream::commands::get_cluster_metadata::{
     ClusterMetadata, ClusterNode, ROLE_LEADER, STATUS_HEALTHY,
 };
+use eddy_codec::stream::commands::get_snapshot::{GetSnapshot, Snapshot};
 use eddy_codec::stream::commands::get_stats::Stats;
 use eddy_options::{DescribeOptionsReply, TopicSettings};
 
@@ -71,6 +72,44 @@ pub(crate) fn get_stats(ctx: Ctx<'_>) -> Outcome {
         free_disk_space: host.free_disk,
         total_disk_space: host.total_disk,
     })
+}
+
+/// `GET_SNAPSHOT_FILE`: a ZIP archive of the asked diagnostics (see `snapshot.rs`), built off
+/// the reactor; refused with 9000 when it would not fit in one reply frame.
+pub(crate) async fn snapshot(ctx: Ctx<'_>, request: GetSnapshot) -> Result<Outcome, StreamError> {
+    let state = ctx.state;
+    let inputs = super::snapshot::Inputs {
+        data_dir: state.data_dir.clone(),
+        config_toml: state.config_toml.clone(),
+        host: state.host.sample(&state.data_dir),
+    };
+    let built = tokio::task::spawn_blocking(move || {
+        super::snapshot::build(request.compression, &request.types, &inputs)
+    })
+    .await;
+    let archive = match built {
+        Ok(Ok(archive)) => archive,
+        Ok(Err(e)) => {
+            return Err(StreamError::SnapshotFailed {
+                reason: e.to_string(),
+            })
+        }
+        Err(e) => {
+            return Err(StreamError::SnapshotFailed {
+                reason: format!("snapshot task failed: {e}"),
+            })
+        }
+    };
+    let limit = (state.max_frame_size as usize).saturating_sub(eddy_wire::stream::HEADER_SIZE);
+    if archive.len() > limit {
+        return Err(StreamError::SnapshotFailed {
+            reason: format!(
+                "the archive is {} bytes, above the {limit}-byte reply limit",
+                archive.len()
+            ),
+        });
+    }
+    Ok(Outcome::payload(&Snapshot(bytes::Bytes::from(archive))))
 }
 
 /// `GET_CLUSTER_METADATA`: exactly one node, this one, leader and healthy (so the SDK's
