@@ -4,12 +4,13 @@
 //! segments that hold them. Every `compaction_check_interval_secs` one pass runs on the blocking
 //! pool (never on the reactor) with `compaction_min_reclaimable_ratio`; the first pass waits one
 //! whole interval so a restart loop never turns into a compaction loop. Shutdown cancels the
-//! loop and waits for a running pass before the store is closed: a pass is crash-safe at every
-//! step (a segment is swapped by an atomic rename), so a pass cut short by `SIGKILL` loses
-//! nothing either.
+//! loop and stops a running pass at its next segment boundary, then waits for it before the
+//! store is closed (at most one segment's scan or rewrite). A pass is crash-safe at every step
+//! (a segment is swapped by an atomic rename), so a pass cut short by `SIGKILL` loses nothing
+//! either.
 
 use std::fmt::Write as _;
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -93,8 +94,19 @@ pub async fn run(
             _ = tick.tick() => {}
         }
         let pass_store = Arc::clone(&store);
+        let interrupt = Arc::new(AtomicBool::new(false));
+        let pass_interrupt = Arc::clone(&interrupt);
         let started = std::time::Instant::now();
-        let done = tokio::task::spawn_blocking(move || pass_store.compact(policy)).await;
+        let mut pass =
+            tokio::task::spawn_blocking(move || pass_store.compact_until(policy, &pass_interrupt));
+        let done = tokio::select! {
+            done = &mut pass => done,
+            () = stop.cancelled() => {
+                // Shutdown: the pass stops at the next segment boundary; wait for that.
+                interrupt.store(true, Ordering::Relaxed);
+                pass.await
+            }
+        };
         match done {
             Ok(Ok(report)) => {
                 counters.record(&report);
@@ -104,6 +116,7 @@ pub async fn run(
                         segments_rewritten = report.segments_rewritten,
                         bytes_reclaimed = report.bytes_reclaimed(),
                         batches_elided = report.batches_elided,
+                        interrupted = report.interrupted,
                         elapsed_ms = started.elapsed().as_millis(),
                         "event store compacted"
                     );

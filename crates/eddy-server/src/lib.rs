@@ -568,7 +568,8 @@ impl Server {
         tracker.close();
         maintenance_stop.cancel();
         let _ = maintenance_task.await;
-        // A compaction pass in progress runs to its end: the store is closed after it.
+        // A compaction pass in progress stops at its next segment boundary; the store is closed
+        // after it.
         let _ = compaction_task.await;
         // Flush and sync storage. Connections that outlived the drain may still hold the store;
         // everything acknowledged is durable already, so flushing the background-fsync topics is

@@ -59,6 +59,7 @@
 //! the remaining summary fields of an elided batch (protected by the record CRC only).
 
 use std::collections::HashMap;
+use std::sync::atomic::{AtomicBool, Ordering};
 
 use bytes::Bytes;
 
@@ -154,6 +155,8 @@ pub struct CompactionReport {
     pub records_rewritten: u64,
     /// Shards skipped whole: nothing died and no segment was sealed since their last pass.
     pub shards_skipped: u64,
+    /// The pass was stopped early ([`EventStore::compact_until`]); the next one goes on.
+    pub interrupted: bool,
 }
 
 impl CompactionReport {
@@ -300,6 +303,17 @@ impl EventStore {
     /// touched) or readers. Passes run one at a time; the server calls this every
     /// `--compaction-check-interval-secs` on a thread of its own.
     pub fn compact(&self, policy: CompactionPolicy) -> Result<CompactionReport> {
+        self.compact_until(policy, &AtomicBool::new(false))
+    }
+
+    /// [`EventStore::compact`] that stops between two segments once `stop` is set (shutdown
+    /// waits at most for one segment's scan or rewrite). Work done so far is kept and a shard
+    /// left part-way is scanned again by the next pass; the report says `interrupted`.
+    pub fn compact_until(
+        &self,
+        policy: CompactionPolicy,
+        stop: &AtomicBool,
+    ) -> Result<CompactionReport> {
         let ratio = policy.min_reclaimable_ratio;
         if !(0.0..=1.0).contains(&ratio) {
             return Err(StorageError::InvalidConfig {
@@ -315,6 +329,10 @@ impl EventStore {
         let mut report = CompactionReport::default();
         let mut budget = policy.max_rewrite_bytes;
         for (shard, mark) in self.shards.iter().zip(marks.iter_mut()) {
+            if stop.load(Ordering::Relaxed) {
+                report.interrupted = true;
+                break;
+            }
             let deaths = shard.deaths();
             let unchanged = mark.covers(deaths, ratio);
             let from = if unchanged { mark.scanned_end } else { 0 };
@@ -331,6 +349,11 @@ impl EventStore {
             let mut live = Liveness::new(shard);
             let mut complete = true;
             for seg in &segments {
+                if stop.load(Ordering::Relaxed) {
+                    report.interrupted = true;
+                    complete = false;
+                    break;
+                }
                 let found = scan_segment(shard, seg, &mut live)?;
                 report.segments_scanned += 1;
                 report.bytes_scanned += seg.bytes;

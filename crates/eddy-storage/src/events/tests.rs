@@ -988,6 +988,23 @@ fn compaction_reclaims_trimmed_and_deleted_batches_and_changes_no_answer() {
         .unwrap();
     assert_eq!(none.segments_rewritten, 0);
     assert!(none.segments_scanned > 0);
+    assert!(!none.interrupted);
+    // A pass told to stop does nothing more and says so; the next pass does the whole job.
+    let stopped = store
+        .compact_until(
+            CompactionPolicy {
+                min_reclaimable_ratio: 0.0,
+                ..CompactionPolicy::default()
+            },
+            &std::sync::atomic::AtomicBool::new(true),
+        )
+        .unwrap();
+    assert!(stopped.interrupted, "{stopped:?}");
+    assert_eq!(
+        (stopped.segments_scanned, stopped.segments_rewritten),
+        (0, 0)
+    );
+    assert_eq!(shard_log_bytes(&disk, 0), disk_before);
     let report = store
         .compact(CompactionPolicy {
             min_reclaimable_ratio: 0.0,
