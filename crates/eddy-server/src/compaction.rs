@@ -9,7 +9,6 @@
 //! (a segment is swapped by an atomic rename), so a pass cut short by `SIGKILL` loses nothing
 //! either.
 
-use std::fmt::Write as _;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
@@ -69,9 +68,7 @@ impl CompactionCounters {
             ),
         ];
         for (name, help, value) in series {
-            let _ = writeln!(out, "# HELP {name} {help}");
-            let _ = writeln!(out, "# TYPE {name} counter");
-            let _ = writeln!(out, "{name} {}", value.load(Ordering::Relaxed));
+            crate::metrics::write_counter(out, name, help, value.load(Ordering::Relaxed));
         }
     }
 }

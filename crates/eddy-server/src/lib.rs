@@ -282,9 +282,7 @@ fn event_metrics(store: &EventStore, out: &mut String) {
         ),
     ];
     for (name, help, value) in series {
-        let _ = writeln!(out, "# HELP {name} {help}");
-        let _ = writeln!(out, "# TYPE {name} counter");
-        let _ = writeln!(out, "{name} {value}");
+        metrics::write_counter(out, name, help, value);
     }
     let _ = writeln!(
         out,
@@ -301,23 +299,18 @@ fn event_metrics(store: &EventStore, out: &mut String) {
 
 /// Storage figures sampled at scrape time.
 fn storage_metrics(store: &Store, out: &mut String) {
-    use std::fmt::Write as _;
     let stats = store.commit_stats();
-    let _ = writeln!(
+    metrics::write_counter(
         out,
-        "# HELP eddy_storage_fdatasyncs_total fdatasync calls by the commit pool."
+        "eddy_storage_fdatasyncs_total",
+        "fdatasync calls by the commit pool.",
+        stats.fsyncs,
     );
-    let _ = writeln!(out, "# TYPE eddy_storage_fdatasyncs_total counter");
-    let _ = writeln!(out, "eddy_storage_fdatasyncs_total {}", stats.fsyncs);
-    let _ = writeln!(
+    metrics::write_counter(
         out,
-        "# HELP eddy_storage_records_committed_total Records made durable by group commits."
-    );
-    let _ = writeln!(out, "# TYPE eddy_storage_records_committed_total counter");
-    let _ = writeln!(
-        out,
-        "eddy_storage_records_committed_total {}",
-        stats.records
+        "eddy_storage_records_committed_total",
+        "Records made durable by group commits.",
+        stats.records,
     );
 }
 

@@ -109,6 +109,15 @@ impl std::fmt::Debug for Metrics {
     }
 }
 
+/// Writes one unlabelled counter with its `HELP` and `TYPE` lines (for scrape-time samplers).
+pub fn write_counter(out: &mut String, name: &str, help: &str, value: u64) {
+    use std::fmt::Write as _;
+    let _ = writeln!(
+        out,
+        "# HELP {name} {help}\n# TYPE {name} counter\n{name} {value}"
+    );
+}
+
 impl Metrics {
     /// Creates the registry with one series per command name of each protocol. A command is later
     /// addressed by its index in the slice given here.
