@@ -13,9 +13,14 @@
 //! with N clients each appending to its own aggregate at `max(version) + 1`, one transaction
 //! per write.
 //!
+//! `--compare PATH` runs every point on a second (baseline) server binary too, alternating
+//! baseline and candidate `--repeat N` times, and reports the candidate/baseline ratios of
+//! writes/s and CPU µs per write (medians over the repeats): an A/B of two builds in one
+//! command on a noisy machine.
+//!
 //! Usage: `eddy_event_load --server PATH [--connections 100,1000,4000] [--seconds 10]
-//! [--occ] [--plain] [--pg] [--pg-only] [--server-arg ARG]...` (`cargo xtask event-load` builds in release and runs
-//! it).
+//! [--occ] [--plain] [--pg] [--pg-only] [--server-arg ARG]... [--compare PATH [--repeat N]]`
+//! (`cargo xtask event-load` builds in release and runs it).
 
 use std::collections::HashMap;
 use std::fmt::Write as _;
@@ -45,6 +50,10 @@ struct Args {
     eddy: bool,
     /// Extra `eddy serve` arguments (`--server-arg --fsync-delay-us=500`).
     extra_server_flags: Vec<String>,
+    /// A baseline server binary to run every point on as well.
+    compare: Option<PathBuf>,
+    /// Runs per point and binary when comparing.
+    repeat: usize,
 }
 
 fn parse_args() -> Result<Args, String> {
@@ -56,6 +65,8 @@ fn parse_args() -> Result<Args, String> {
         pg: false,
         eddy: true,
         extra_server_flags: Vec::new(),
+        compare: None,
+        repeat: 1,
     };
     let mut it = std::env::args().skip(1);
     while let Some(a) = it.next() {
@@ -75,6 +86,10 @@ fn parse_args() -> Result<Args, String> {
             "--plain" => args.variants.push(false),
             "--pg" => args.pg = true,
             "--server-arg" => args.extra_server_flags.push(value()?),
+            "--compare" => args.compare = Some(PathBuf::from(value()?)),
+            "--repeat" => {
+                args.repeat = value()?.parse().map_err(|e| format!("--repeat: {e}"))?;
+            }
             "--pg-only" => {
                 args.pg = true;
                 args.eddy = false;
@@ -140,6 +155,13 @@ fn percentile(sorted: &[u32], permille: usize) -> u64 {
         return 0;
     }
     u64::from(sorted[(sorted.len() - 1) * permille / 1000])
+}
+
+/// The median of some figures (NaN when there are none).
+fn median(values: impl Iterator<Item = f64>) -> f64 {
+    let mut v: Vec<f64> = values.collect();
+    v.sort_by(f64::total_cmp);
+    v.get(v.len() / 2).copied().unwrap_or(f64::NAN)
 }
 
 /// Server CPU time (user + system) in microseconds.
@@ -254,9 +276,15 @@ async fn writer(
     out
 }
 
-fn run_eddy(args: &Args, connections: usize, occ: bool) -> Report {
+fn run_eddy(
+    args: &Args,
+    server: &Path,
+    system: &'static str,
+    connections: usize,
+    occ: bool,
+) -> Report {
     let eddy = Eddy::start_with(
-        args.server.to_str().expect("utf-8 path"),
+        server.to_str().expect("utf-8 path"),
         Options {
             args: ["--num-shards", "2"]
                 .iter()
@@ -310,7 +338,7 @@ fn run_eddy(args: &Args, connections: usize, occ: bool) -> Report {
         latencies.sort_unstable();
         let fsyncs = fs1 - fs0;
         Report {
-            system: "eddy",
+            system,
             occ,
             connections,
             writes,
@@ -553,15 +581,39 @@ fn main() {
         }
     };
     let mut reports = Vec::new();
+    let mut comparisons = String::new();
     for &n in args.connections.iter().filter(|_| args.eddy) {
         for &occ in &args.variants {
-            eprintln!(
-                "eddy: {n} connections, {}",
-                if occ { "occ" } else { "plain" }
+            let variant = if occ { "occ" } else { "plain" };
+            let Some(baseline) = &args.compare else {
+                eprintln!("eddy: {n} connections, {variant}");
+                let r = run_eddy(&args, &args.server, "eddy", n, occ);
+                eprintln!("{}", r.line());
+                reports.push(r);
+                continue;
+            };
+            let (mut base, mut cand) = (Vec::new(), Vec::new());
+            for round in 0..args.repeat.max(1) {
+                for (path, system) in [(baseline, "baseline"), (&args.server, "eddy")] {
+                    eprintln!("{system}: {n} connections, {variant}, round {}", round + 1);
+                    let r = run_eddy(&args, path, system, n, occ);
+                    eprintln!("{}", r.line());
+                    if system == "baseline" {
+                        base.push(r.clone());
+                    } else {
+                        cand.push(r.clone());
+                    }
+                    reports.push(r);
+                }
+            }
+            let _ = writeln!(
+                comparisons,
+                "eddy/baseline at {n} connections, {variant}: writes/s {:.2}x, CPU us/write {:.2}x (medians of {} runs each)",
+                median(cand.iter().map(Report::per_second)) / median(base.iter().map(Report::per_second)),
+                median(cand.iter().filter_map(|r| r.cpu_us_per_write))
+                    / median(base.iter().filter_map(|r| r.cpu_us_per_write)),
+                cand.len(),
             );
-            let r = run_eddy(&args, n, occ);
-            eprintln!("{}", r.line());
-            reports.push(r);
         }
     }
     if args.pg {
@@ -593,6 +645,7 @@ fn main() {
         .filter(|r| r.system == "postgres")
         .map(|r| (r.connections, r.per_second()))
         .collect();
+    out.push_str(&comparisons);
     for r in reports.iter().filter(|r| r.system == "eddy" && r.occ) {
         if let Some(pg) = by_n.get(&r.connections).filter(|v| **v > 0.0) {
             let _ = writeln!(
