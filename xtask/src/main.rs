@@ -9,7 +9,8 @@
 //!   server (Iggy's benchmark shapes, durable and not, with the raw disk baseline).
 //! - `cargo xtask train-dict`: train the event protocol's default zstd dictionary.
 //! - `cargo xtask event-load [ARGS...]`: the event-protocol load sweep against a release build,
-//!   with the PostgreSQL OCC-append comparison (`tests/src/bin/eddy_event_load.rs`).
+//!   with the PostgreSQL OCC-append comparison and the network floor
+//!   (`tests/src/bin/eddy_event_load.rs`).
 
 mod train_dict;
 
@@ -70,7 +71,8 @@ fn print_help() {
                                  (--check: retrain and compare with the committed one)\n\
          event-load [ARGS...]    event-protocol load sweep (100, 1000, 4000 pinned connections,\n\
                                  plain and OCC) on a release build, and the same OCC append on\n\
-                                 PostgreSQL; ARGS go to eddy_event_load (default: --pg)"
+                                 PostgreSQL and the network floor; ARGS go to eddy_event_load\n\
+                                 (default: --pg --floor)"
     );
 }
 
@@ -175,7 +177,7 @@ fn event_load(args: &[String]) -> Result<()> {
         .arg(release.join("eddy-test-server"))
         .env("TMPDIR", &scratch);
     if args.is_empty() {
-        cmd.arg("--pg");
+        cmd.args(["--pg", "--floor"]);
     } else {
         cmd.args(args);
     }

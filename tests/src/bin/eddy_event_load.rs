@@ -18,8 +18,15 @@
 //! writes/s and CPU µs per write (medians over the repeats): an A/B of two builds in one
 //! command on a noisy machine.
 //!
+//! `--floor` also runs every point against the network floor: a child process (this binary with
+//! `--floor-server`) with the same runtime shape as eddy (a multi-threaded tokio runtime, one
+//! worker per core) that reads each request frame with eddy's frame decoder and codec and
+//! answers it with a success built by eddy's encoder, touching no storage. Its CPU per request
+//! is what the sockets, the runtime and the codecs cost on this machine with these clients;
+//! eddy's CPU per write over it is the ratio to report (the rest is dispatch and storage).
+//!
 //! Usage: `eddy_event_load --server PATH [--connections 100,1000,4000] [--seconds 10]
-//! [--occ] [--plain] [--pg] [--pg-only] [--server-arg ARG]... [--compare PATH [--repeat N]]`
+//! [--occ] [--plain] [--pg] [--pg-only] [--server-arg ARG]... [--compare PATH [--repeat N]] [--floor]`
 //! (`cargo xtask event-load` builds in release and runs it).
 
 use std::collections::HashMap;
@@ -54,6 +61,8 @@ struct Args {
     compare: Option<PathBuf>,
     /// Runs per point and binary when comparing.
     repeat: usize,
+    /// Runs every point against the network floor too.
+    floor: bool,
 }
 
 fn parse_args() -> Result<Args, String> {
@@ -67,6 +76,7 @@ fn parse_args() -> Result<Args, String> {
         extra_server_flags: Vec::new(),
         compare: None,
         repeat: 1,
+        floor: false,
     };
     let mut it = std::env::args().skip(1);
     while let Some(a) = it.next() {
@@ -87,6 +97,7 @@ fn parse_args() -> Result<Args, String> {
             "--pg" => args.pg = true,
             "--server-arg" => args.extra_server_flags.push(value()?),
             "--compare" => args.compare = Some(PathBuf::from(value()?)),
+            "--floor" => args.floor = true,
             "--repeat" => {
                 args.repeat = value()?.parse().map_err(|e| format!("--repeat: {e}"))?;
             }
@@ -295,6 +306,126 @@ fn run_eddy(
         },
     );
     let addr = eddy.addrs().client.to_string();
+    let report = run_point(args, system, connections, occ, &addr, eddy.pid(), &|| {
+        commit_counters(&eddy)
+    });
+    drop(eddy);
+    report
+}
+
+/// The same point against the network floor (see the module docs).
+fn run_floor(args: &Args, connections: usize, occ: bool) -> Report {
+    let exe = std::env::current_exe().expect("own path");
+    let mut child = Command::new(exe)
+        .arg("--floor-server")
+        .stdout(std::process::Stdio::piped())
+        .spawn()
+        .expect("start the floor server");
+    let mut line = String::new();
+    let stdout = child.stdout.take().expect("piped stdout");
+    std::io::BufRead::read_line(&mut std::io::BufReader::new(stdout), &mut line)
+        .expect("floor server address");
+    let report = run_point(
+        args,
+        "floor",
+        connections,
+        occ,
+        line.trim(),
+        child.id(),
+        &|| (0.0, 0.0),
+    );
+    let _ = child.kill();
+    let _ = child.wait();
+    report
+}
+
+/// The floor server: answers every request frame with a success, no storage.
+fn floor_server() {
+    use eddy_codec::event::{
+        decode_request, encode_response, EventRequest, EventResponse, WriteResponse,
+    };
+    use eddy_wire::event::{Decoded, FrameLimits, RequestFrameDecoder};
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+
+    let rt = tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+        .expect("runtime");
+    rt.block_on(async {
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
+            .await
+            .expect("bind");
+        // The parent reads the address from the first line of stdout.
+        let mut stdout = std::io::stdout().lock();
+        let _ = writeln!(stdout, "{}", listener.local_addr().expect("address"));
+        let _ = stdout.flush();
+        drop(stdout);
+        loop {
+            let Ok((mut socket, _)) = listener.accept().await else {
+                continue;
+            };
+            let _ = socket.set_nodelay(true);
+            tokio::spawn(async move {
+                let limits = FrameLimits::default_requests();
+                let mut decoder = RequestFrameDecoder::new(limits);
+                let mut buf = bytes::BytesMut::with_capacity(4096);
+                let mut out = Vec::with_capacity(4096);
+                loop {
+                    let (version, request, len) = match decoder.decode(&buf) {
+                        Ok(Decoded::Frame(frame)) => {
+                            let Ok(request) = decode_request(&frame, None, limits) else {
+                                return;
+                            };
+                            (frame.header.version, request, frame.len())
+                        }
+                        Ok(Decoded::NeedMore { needed }) => {
+                            buf.reserve(needed);
+                            match socket.read_buf(&mut buf).await {
+                                Ok(0) | Err(_) => return,
+                                Ok(_) => continue,
+                            }
+                        }
+                        Err(_) => return,
+                    };
+                    bytes::Buf::advance(&mut buf, len);
+                    let EventRequest::Write(w) = request else {
+                        return;
+                    };
+                    let response = EventResponse::Write(WriteResponse {
+                        correlation_id: w.correlation_id,
+                        // What the store would answer: the version after the expected one.
+                        max_aggregate_version: Some(
+                            w.writes
+                                .values()
+                                .next()
+                                .and_then(|a| a.expected_version)
+                                .map_or(1, |v| v + 1),
+                        ),
+                    });
+                    out.clear();
+                    if encode_response(&response, version, &mut out, None, u64::MAX).is_err()
+                        || socket.write_all(&out).await.is_err()
+                    {
+                        return;
+                    }
+                }
+            });
+        }
+    });
+}
+
+/// Drives one point: `connections` pinned writers against the server at `addr` (process
+/// `pid`), with `counters` giving (fdatasyncs, committed records) when the server has them.
+fn run_point(
+    args: &Args,
+    system: &'static str,
+    connections: usize,
+    occ: bool,
+    addr: &str,
+    pid: u32,
+    counters: &dyn Fn() -> (f64, f64),
+) -> Report {
+    let addr = addr.to_owned();
     let rt = tokio::runtime::Builder::new_multi_thread()
         .worker_threads(2)
         .enable_all()
@@ -322,11 +453,11 @@ fn run_eddy(
             .map(|(i, c)| tokio::spawn(writer(c, i, occ, measure_from, until)))
             .collect();
         tokio::time::sleep_until(measure_from.into()).await;
-        let (fs0, rec0) = commit_counters(&eddy);
-        let cpu0 = cpu_us(eddy.pid());
+        let (fs0, rec0) = counters();
+        let cpu0 = cpu_us(pid);
         tokio::time::sleep_until(until.into()).await;
-        let (fs1, rec1) = commit_counters(&eddy);
-        let cpu1 = cpu_us(eddy.pid());
+        let (fs1, rec1) = counters();
+        let cpu1 = cpu_us(pid);
         let mut latencies = Vec::new();
         let (mut writes, mut errors) = (0, 0);
         for t in tasks {
@@ -353,7 +484,7 @@ fn run_eddy(
                 .map(|(a, b)| f(b - a) / f(writes)),
         }
     });
-    drop(eddy);
+    drop(rt);
     report
 }
 
@@ -573,6 +704,10 @@ impl Drop for Pg {
 }
 
 fn main() {
+    if std::env::args().nth(1).as_deref() == Some("--floor-server") {
+        floor_server();
+        return;
+    }
     let args = match parse_args() {
         Ok(a) => a,
         Err(e) => {
@@ -585,6 +720,12 @@ fn main() {
     for &n in args.connections.iter().filter(|_| args.eddy) {
         for &occ in &args.variants {
             let variant = if occ { "occ" } else { "plain" };
+            if args.floor {
+                eprintln!("floor: {n} connections, {variant}");
+                let r = run_floor(&args, n, occ);
+                eprintln!("{}", r.line());
+                reports.push(r);
+            }
             let Some(baseline) = &args.compare else {
                 eprintln!("eddy: {n} connections, {variant}");
                 let r = run_eddy(&args, &args.server, "eddy", n, occ);
