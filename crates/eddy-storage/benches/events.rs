@@ -40,6 +40,10 @@ use eddy_storage::{
     ReadQuery, WriteOutcome, WriteRequest,
 };
 
+/// The server binary's allocator (see `bins/eddy`), so CPU per write compares with the server's.
+#[global_allocator]
+static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
+
 struct Args {
     writers: usize,
     seconds: u64,
