@@ -15,7 +15,7 @@
 //!
 //! Lock order: shard admission → log admission → pending; writer → pending, then index.
 
-use std::collections::{HashMap, HashSet, VecDeque};
+use std::collections::{HashSet, VecDeque};
 use std::fmt;
 use std::io;
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
@@ -42,6 +42,9 @@ use super::types::{
     SchemaRegistration, StoredSchema, TrimOutcome, TrimRequest, WriteOutcome,
 };
 use super::watch::Watchers;
+
+/// The hot maps of the write path: keyed (per-process seed) and fast.
+type HashMap<K, V> = std::collections::HashMap<K, V, foldhash::fast::RandomState>;
 
 fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
     m.lock().unwrap_or_else(PoisonError::into_inner)
@@ -472,8 +475,14 @@ impl Shard {
         let _admission = lock(&self.admission);
         loop {
             let generation = lock(&self.pending).generation;
-            let mut priors = HashMap::with_capacity(parts.len());
-            let mut marks = HashMap::with_capacity(parts.len());
+            let mut priors = HashMap::with_capacity_and_hasher(
+                parts.len(),
+                foldhash::fast::RandomState::default(),
+            );
+            let mut marks = HashMap::with_capacity_and_hasher(
+                parts.len(),
+                foldhash::fast::RandomState::default(),
+            );
             let mut planned = Vec::with_capacity(parts.len());
             for (part, (w, events)) in parts.iter().enumerate() {
                 let (state, _) = match self.ahead_agg(&w.key) {
@@ -571,7 +580,7 @@ impl Shard {
                 }
                 .into()));
             }
-            let priors = HashMap::from([(req.key, Some(s))]);
+            let priors = HashMap::from_iter([(req.key, Some(s))]);
             let (tx, rx) = completion();
             let floor = req.keep_from_version;
             let body = RecordBody::Trim {
@@ -593,7 +602,7 @@ impl Shard {
                 req.now,
                 body,
                 &priors,
-                &HashMap::new(),
+                &HashMap::default(),
                 generation,
                 done,
             ) {
@@ -614,7 +623,7 @@ impl Shard {
         let _admission = lock(&self.admission);
         loop {
             let generation = lock(&self.pending).generation;
-            let mut priors = HashMap::new();
+            let mut priors = HashMap::default();
             let mut parts = Vec::with_capacity(deletes.len());
             for (part, d) in deletes.iter().enumerate() {
                 let state = match self.ahead_agg(&d.key) {
@@ -665,7 +674,7 @@ impl Shard {
                 now,
                 RecordBody::Delete(parts),
                 &priors,
-                &HashMap::new(),
+                &HashMap::default(),
                 generation,
                 done,
             ) {
@@ -704,8 +713,8 @@ impl Shard {
                 reg.user_id,
                 reg.now,
                 body,
-                &HashMap::new(),
-                &HashMap::new(),
+                &HashMap::default(),
+                &HashMap::default(),
                 generation,
                 |_, _| Done::Schema(tx),
             ) {
