@@ -1,8 +1,8 @@
 //! The on-disk per-aggregate index of one shard: a small log-structured merge tree whose
 //! entries are derived from the shard's log (so it can always be rebuilt from it).
 //!
-//! * The **memtable** holds entries of committed records since the last flush (a `BTreeMap`,
-//!   byte-budgeted). When it exceeds its budget it is frozen and a background thread writes
+//! * The **memtable** holds entries of committed records since the last flush (a hash map
+//!   with order kept only where scans need it, byte-budgeted: see [`super::memtable`]). When it exceeds its budget it is frozen and a background thread writes
 //!   it as an immutable sorted **run** file, then records the run and the *checkpoint* (the log
 //!   sequence number up to which runs hold everything) in the `MANIFEST`.
 //! * Runs are merged newest-wins by a binary-counter policy (a run is merged into its older
@@ -36,7 +36,6 @@
 
 use std::collections::BTreeMap;
 use std::io;
-use std::ops::Bound;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Condvar, Mutex, MutexGuard, PoisonError, RwLock};
@@ -48,6 +47,7 @@ use crate::cache::{next_owner_id, Cache};
 use crate::error::{Corruption, IoOp, Result, StorageError};
 use crate::file::{OpenMode, StorageBackend, StorageFile};
 
+use super::memtable::Memtable;
 use super::state::{bloom_key, is_point_key, KIND_VERSION, MAX_KEY_LEN, VERSION_PREFIX_LEN};
 
 /// Target size of a run's data block.
@@ -678,14 +678,13 @@ fn decode_manifest(b: &[u8]) -> Option<Manifest> {
 /// A memtable frozen for flushing, with the log position it reflects.
 #[derive(Debug)]
 struct Frozen {
-    map: BTreeMap<Vec<u8>, Vec<u8>>,
+    map: Memtable,
     end_seq: u64,
 }
 
 #[derive(Debug, Default)]
 struct View {
-    active: BTreeMap<Vec<u8>, Vec<u8>>,
-    active_bytes: u64,
+    active: Memtable,
     frozen: Vec<Arc<Frozen>>,
     runs: Vec<Arc<Run>>,
     /// The log position the active memtable reflects (everything below is in the index).
@@ -932,17 +931,12 @@ impl Index {
             }
         }
         for (k, v) in entries {
-            let (klen, vlen) = (k.len() as u64, v.len() as u64);
-            match view.active.insert(k, v) {
-                Some(old) => view.active_bytes = view.active_bytes - old.len() as u64 + vlen,
-                None => view.active_bytes += klen + vlen + ENTRY_OVERHEAD,
-            }
+            view.active.insert(k, v, ENTRY_OVERHEAD);
         }
         debug_assert!(end_seq >= view.applied);
         view.applied = end_seq;
-        if view.active_bytes >= self.budget {
+        if view.active.bytes() >= self.budget {
             let map = std::mem::take(&mut view.active);
-            view.active_bytes = 0;
             view.frozen.push(Arc::new(Frozen { map, end_seq }));
         }
         !view.frozen.is_empty()
@@ -980,27 +974,14 @@ impl Index {
         if limit == 0 || start >= end {
             return Ok(Vec::new());
         }
-        let range = (Bound::Included(start), Bound::Excluded(end));
         // Oldest source first, so newer values overwrite older ones.
         let (mut layers, runs): (Vec<Entries>, Vec<Arc<Run>>) = {
             let view = self.read_guard();
             let mut layers = Vec::new();
             for f in &view.frozen {
-                layers.push(
-                    f.map
-                        .range::<[u8], _>(range)
-                        .take(limit)
-                        .map(|(k, v)| (k.clone(), Bytes::copy_from_slice(v)))
-                        .collect(),
-                );
+                layers.push(f.map.range(start, end, limit));
             }
-            layers.push(
-                view.active
-                    .range::<[u8], _>(range)
-                    .take(limit)
-                    .map(|(k, v)| (k.clone(), Bytes::copy_from_slice(v)))
-                    .collect(),
-            );
+            layers.push(view.active.range(start, end, limit));
             (layers, view.runs.clone())
         };
         let mut merged: BTreeMap<Vec<u8>, Bytes> = BTreeMap::new();
@@ -1024,7 +1005,7 @@ impl Index {
         let id = self.next_id.fetch_add(1, Ordering::Relaxed);
         let points = frozen.map.keys().filter(|k| bloom_key(k).is_some()).count() as u64;
         let mut w = RunWriter::create(&*self.backend, &self.dir, id, points)?;
-        for (k, v) in &frozen.map {
+        for (k, v) in frozen.map.sorted() {
             w.add(k, v)?;
         }
         w.finish(&*self.backend, &self.dir)?;
@@ -1052,7 +1033,6 @@ impl Index {
         let mut view = self.write_guard();
         if !view.active.is_empty() {
             let map = std::mem::take(&mut view.active);
-            view.active_bytes = 0;
             let end_seq = view.applied;
             view.frozen.push(Arc::new(Frozen { map, end_seq }));
         }
@@ -1161,17 +1141,8 @@ impl Index {
     pub(crate) fn stats(&self) -> IndexStats {
         let view = self.read_guard();
         IndexStats {
-            memtable_bytes: view.active_bytes
-                + view
-                    .frozen
-                    .iter()
-                    .map(|f| {
-                        f.map
-                            .iter()
-                            .map(|(k, v)| (k.len() + v.len()) as u64 + ENTRY_OVERHEAD)
-                            .sum::<u64>()
-                    })
-                    .sum::<u64>(),
+            memtable_bytes: view.active.bytes()
+                + view.frozen.iter().map(|f| f.map.bytes()).sum::<u64>(),
             runs: view.runs.len(),
             run_bytes: view.runs.iter().map(|r| r.bytes).sum(),
             run_entries: view.runs.iter().map(|r| r.entries).sum(),

@@ -172,6 +172,7 @@ pub mod error;
 #[doc(hidden)]
 pub mod fuzzing;
 pub mod index;
+mod memtable;
 pub(crate) mod record;
 mod shard;
 pub(crate) mod state;
