@@ -29,6 +29,10 @@ struct SlotState<T> {
     waker: Option<Waker>,
     /// The completer is gone (completed or dropped).
     closed: bool,
+    /// A thread blocks on the condvar ([`Completion::wait`]): only then does delivery notify
+    /// it. (A condvar notify is a futex syscall even with nobody waiting, and most completions
+    /// are awaited, not waited on.)
+    blocked: bool,
 }
 
 fn lock<T>(slot: &Slot<T>) -> MutexGuard<'_, SlotState<T>> {
@@ -56,6 +60,7 @@ pub fn completion<T>() -> (Completer<T>, Completion<T>) {
             value: None,
             waker: None,
             closed: false,
+            blocked: false,
         }),
         ready: Condvar::new(),
     });
@@ -76,13 +81,15 @@ impl<T> Completer<T> {
     }
 
     fn deliver(slot: &Slot<T>, value: Option<Result<T>>) {
-        let waker = {
+        let (waker, blocked) = {
             let mut state = lock(slot);
             state.value = value.or(Some(Err(StorageError::Shutdown)));
             state.closed = true;
-            state.waker.take()
+            (state.waker.take(), state.blocked)
         };
-        slot.ready.notify_all();
+        if blocked {
+            slot.ready.notify_all();
+        }
         if let Some(waker) = waker {
             waker.wake();
         }
@@ -109,6 +116,7 @@ impl<T> Completion<T> {
     pub fn wait(mut self) -> Result<T> {
         let mut state = lock(&self.slot);
         while !state.closed {
+            state.blocked = true;
             state = self
                 .slot
                 .ready
@@ -129,6 +137,7 @@ impl<T> Completion<T> {
                 if now >= deadline {
                     break;
                 }
+                state.blocked = true;
                 state = self
                     .slot
                     .ready

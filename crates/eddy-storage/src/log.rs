@@ -359,6 +359,9 @@ struct Admission {
     scheduled: bool,
     failed: Option<Arc<io::Error>>,
     closed: bool,
+    /// Appenders blocked on `room` (a turn notifies only when there are some: a condvar
+    /// notify is a syscall even with nobody waiting).
+    room_waiters: usize,
 }
 
 struct ActiveSegment {
@@ -1275,6 +1278,7 @@ impl Log {
                 scheduled: false,
                 failed: None,
                 closed: false,
+                room_waiters: 0,
             }),
             room: Condvar::new(),
             swap: RwLock::new(()),
@@ -1431,7 +1435,9 @@ impl Log {
         let inner = &self.inner;
         let mut adm = lock(&inner.admission);
         while adm.queued_bytes > MAX_QUEUED_BYTES && adm.failed.is_none() && !adm.closed {
+            adm.room_waiters += 1;
             adm = inner.room.wait(adm).unwrap_or_else(PoisonError::into_inner);
+            adm.room_waiters -= 1;
         }
         if let Some(err) = &adm.failed {
             return Err(StorageError::LogFailed {
@@ -1589,7 +1595,7 @@ enum WriteFailure {
 impl Job for LogInner {
     fn run_turn(&self) -> bool {
         let mut writer = lock(&self.writer);
-        let items: Vec<Item> = {
+        let (items, room_waiters): (Vec<Item>, usize) = {
             let mut adm = lock(&self.admission);
             let mut taken = Vec::new();
             let mut bytes = 0u64;
@@ -1612,9 +1618,11 @@ impl Job for LogInner {
                 adm.scheduled = false;
                 return false;
             }
-            taken
+            (taken, adm.room_waiters)
         };
-        self.room.notify_all();
+        if room_waiters > 0 {
+            self.room.notify_all();
+        }
 
         let mut group = Group::new();
         // Set once a write failed in this turn: every later item of the turn is refused with it.

@@ -29,6 +29,9 @@ pub(crate) trait Job: Send + Sync {
 struct PoolState {
     ready: VecDeque<Arc<dyn Job>>,
     shutdown: bool,
+    /// Workers blocked on `wake`: scheduling notifies only when one is (a condvar notify is
+    /// a syscall even with nobody waiting).
+    idle: usize,
 }
 
 pub(crate) struct PoolShared {
@@ -60,8 +63,11 @@ impl PoolShared {
             return;
         }
         state.ready.push_back(job);
+        let idle = state.idle;
         drop(state);
-        self.wake.notify_one();
+        if idle > 0 {
+            self.wake.notify_one();
+        }
     }
 }
 
@@ -155,6 +161,7 @@ impl CommitPool {
             state: Mutex::new(PoolState {
                 ready: VecDeque::new(),
                 shutdown: false,
+                idle: 0,
             }),
             wake: Condvar::new(),
             stats: CommitStats::default(),
@@ -195,17 +202,22 @@ fn worker(shared: &PoolShared) {
                 if state.shutdown {
                     return;
                 }
+                state.idle += 1;
                 state = shared
                     .wake
                     .wait(state)
                     .unwrap_or_else(PoisonError::into_inner);
+                state.idle -= 1;
             }
         };
         if job.run_turn() {
             let mut state = lock(shared);
             state.ready.push_back(job);
+            let idle = state.idle;
             drop(state);
-            shared.wake.notify_one();
+            if idle > 0 {
+                shared.wake.notify_one();
+            }
         }
     }
 }
