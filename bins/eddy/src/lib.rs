@@ -207,6 +207,11 @@ pub struct ServeArgs {
     /// --shard-log-preallocate-bytes; eddy does not preallocate).
     #[arg(long, env = "EDDY_SHARD_LOG_SEGMENT_BYTES", default_value_t = cfg::DEFAULT_SHARD_LOG_SEGMENT_BYTES)]
     pub shard_log_segment_bytes: u64,
+    /// Event-store group-commit window in microseconds (Celeriant's --fsync-delay-us): writes
+    /// arriving while an event shard's fdatasync is in flight wait this long after it, so one
+    /// fdatasync covers more of them; an idle shard writes at once. 0 disables the window.
+    #[arg(long, env = "EDDY_FSYNC_DELAY_US", default_value_t = cfg::DEFAULT_FSYNC_DELAY_US)]
+    pub fsync_delay_us: u64,
     /// Largest stream-protocol frame in bytes, header included; a larger one closes its
     /// connection unread.
     #[arg(long, env = "EDDY_STREAM_MAX_FRAME_SIZE", default_value_t = cfg::DEFAULT_STREAM_MAX_FRAME_SIZE)]

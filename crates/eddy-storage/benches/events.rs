@@ -19,7 +19,8 @@
 //!    read + write + fdatasync.
 //!
 //! Flags (after `--`): `--writers N`, `--seconds S`, `--aggregates N`, `--shards N`,
-//! `--compaction-mib M`, `--skip-writes`, `--skip-memory`, `--skip-compaction`.
+//! `--compaction-mib M`, `--skip-writes`, `--skip-memory`, `--skip-compaction`,
+//! `--fsync-delay-us US` (the group-commit window of the durable-write runs; default 0).
 
 #![allow(
     clippy::print_stdout,
@@ -53,6 +54,7 @@ struct Args {
     skip_writes: bool,
     skip_memory: bool,
     skip_compaction: bool,
+    fsync_delay_us: u64,
 }
 
 fn args() -> Args {
@@ -65,6 +67,7 @@ fn args() -> Args {
         skip_writes: false,
         skip_memory: false,
         skip_compaction: false,
+        fsync_delay_us: 0,
     };
     let argv: Vec<String> = std::env::args().collect();
     let mut i = 1;
@@ -79,6 +82,7 @@ fn args() -> Args {
             "--skip-writes" => a.skip_writes = true,
             "--skip-memory" => a.skip_memory = true,
             "--skip-compaction" => a.skip_compaction = true,
+            "--fsync-delay-us" => a.fsync_delay_us = next().unwrap_or(0),
             _ => {}
         }
         i += 1;
@@ -342,7 +346,10 @@ fn main() {
             let sub = dir.path().join(if occ { "occ" } else { "plain" });
             let (store, _) = EventStore::open(
                 Arc::new(FsBackend::new(&sub).expect("backend")),
-                config(a.shards),
+                EventStoreConfig {
+                    fsync_delay: Duration::from_micros(a.fsync_delay_us),
+                    ..config(a.shards)
+                },
             )
             .expect("open");
             let run = closed_loop(&store, a.writers, a.seconds, occ);

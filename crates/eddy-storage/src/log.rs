@@ -151,7 +151,16 @@ pub struct LogConfig {
     pub repair: bool,
     /// Upper bound of the bytes one group commit writes.
     pub max_group_bytes: u64,
+    /// Group-commit window (Celeriant's `fsync_delay`): when appends arrived while the last
+    /// group was being written and synced, the next group waits until this long after that
+    /// sync before it is taken, so one fdatasync covers more appends. A log that was idle
+    /// writes its first append at once, and a full group (`max_group_bytes`) never waits.
+    /// Zero (the default) takes every group as soon as the writer is free.
+    pub group_window: std::time::Duration,
 }
+
+/// Largest accepted [`LogConfig::group_window`].
+pub const MAX_GROUP_WINDOW: std::time::Duration = std::time::Duration::from_secs(1);
 
 impl Default for LogConfig {
     fn default() -> Self {
@@ -163,6 +172,7 @@ impl Default for LogConfig {
             verify_on_read: true,
             repair: false,
             max_group_bytes: DEFAULT_MAX_GROUP_BYTES,
+            group_window: std::time::Duration::ZERO,
         }
     }
 }
@@ -186,6 +196,12 @@ impl LogConfig {
             return Err(StorageError::InvalidConfig {
                 field: "max_group_bytes",
                 value: 0,
+            });
+        }
+        if self.group_window > MAX_GROUP_WINDOW {
+            return Err(StorageError::InvalidConfig {
+                field: "group_window",
+                value: u64::try_from(self.group_window.as_micros()).unwrap_or(u64::MAX),
             });
         }
         if let Durability::Background {
@@ -448,6 +464,9 @@ pub(crate) struct LogInner {
     hook: Option<Arc<dyn CommitHook>>,
     admission: Mutex<Admission>,
     room: Condvar,
+    /// Set by a turn that ended with appends queued behind it (see
+    /// [`LogConfig::group_window`]): the next group is not taken before this instant.
+    hold_until: Mutex<Option<std::time::Instant>>,
     /// Orders segment file swaps ([`Log::rewrite_sealed`], write side) against everything
     /// that maps a segment's name to its file or removes segment files (loading a sealed
     /// segment into the cache, retention, purge: read side). Never taken by appends. Lock
@@ -1281,6 +1300,7 @@ impl Log {
                 room_waiters: 0,
             }),
             room: Condvar::new(),
+            hold_until: Mutex::new(None),
             swap: RwLock::new(()),
             rewriting: Mutex::new(()),
             writer: Mutex::new(Writer {
@@ -1594,6 +1614,7 @@ enum WriteFailure {
 
 impl Job for LogInner {
     fn run_turn(&self) -> bool {
+        self.hold_for_group();
         let mut writer = lock(&self.writer);
         let (items, room_waiters): (Vec<Item>, usize) = {
             let mut adm = lock(&self.admission);
@@ -1702,7 +1723,33 @@ impl Job for LogInner {
             adm.scheduled = false;
             false
         } else {
+            if !self.config.group_window.is_zero() {
+                *lock(&self.hold_until) =
+                    Some(std::time::Instant::now() + self.config.group_window);
+            }
             true
+        }
+    }
+}
+
+impl LogInner {
+    /// Waits out the group-commit window set by the previous turn, unless a full group is
+    /// already queued or the log is closing or failed. (A plain sleep: the window is short,
+    /// and waking the writer early would cost every append a notify.)
+    fn hold_for_group(&self) {
+        let Some(until) = lock(&self.hold_until).take() else {
+            return;
+        };
+        {
+            let adm = lock(&self.admission);
+            if adm.queued_bytes >= self.config.max_group_bytes || adm.closed || adm.failed.is_some()
+            {
+                return;
+            }
+        }
+        let now = std::time::Instant::now();
+        if until > now {
+            std::thread::sleep(until - now);
         }
     }
 }

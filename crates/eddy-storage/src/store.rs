@@ -154,6 +154,7 @@ impl StoreConfig {
                 verify_on_read: self.verify_on_read,
                 repair: self.repair,
                 max_group_bytes: self.max_group_bytes,
+                group_window: std::time::Duration::ZERO,
             },
         }
     }
@@ -167,6 +168,7 @@ impl StoreConfig {
             verify_on_read: true,
             repair: self.repair,
             max_group_bytes: self.max_group_bytes,
+            group_window: std::time::Duration::ZERO,
         }
     }
 }

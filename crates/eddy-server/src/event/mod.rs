@@ -162,6 +162,7 @@ pub fn open_store(
         dictionary: Some(bytes::Bytes::copy_from_slice(dictionary)),
         max_subscribers_per_shard: config.max_watch_subscribers as usize,
         segment_size: config.shard_log_segment_bytes,
+        fsync_delay: Duration::from_micros(config.fsync_delay_us),
         ..EventStoreConfig::default()
     };
     let asked = config.num_shards.unwrap_or_else(default_num_shards);

@@ -266,6 +266,10 @@ pub struct EventStoreConfig {
     pub cache_bytes: u64,
     /// Watch subscribers per shard (`--max-watch-subscribers`).
     pub max_subscribers_per_shard: usize,
+    /// Group-commit window of the shard logs (`--fsync-delay-us`, see
+    /// [`LogConfig::group_window`]). With a window the commit pool gets at least one thread
+    /// per shard, so a shard waiting out its window never delays another.
+    pub fsync_delay: std::time::Duration,
 }
 
 impl Default for EventStoreConfig {
@@ -283,6 +287,7 @@ impl Default for EventStoreConfig {
             memtable_bytes: 32 * 1024 * 1024,
             cache_bytes: 64 * 1024 * 1024,
             max_subscribers_per_shard: watch::DEFAULT_MAX_SUBSCRIBERS,
+            fsync_delay: std::time::Duration::ZERO,
         }
     }
 }
@@ -580,7 +585,13 @@ impl EventStore {
             }
         }
 
-        let pool = CommitPool::new(config.pool_threads)
+        // A shard waiting out its group-commit window holds a pool thread: give every shard one.
+        let pool_threads = if config.fsync_delay.is_zero() {
+            config.pool_threads
+        } else {
+            config.pool_threads.max(config.num_shards as usize)
+        };
+        let pool = CommitPool::new(pool_threads)
             .map_err(|e| StorageError::io(IoOp::Open, root.join("pool"), e))?;
         let cache = Arc::new(Cache::new(config.cache_bytes));
         let codec = Arc::new(EventCodec::new(
@@ -592,6 +603,7 @@ impl EventStore {
             segment_size: config.segment_size,
             index_interval: config.index_interval,
             verify_on_open: config.verify_on_open,
+            group_window: config.fsync_delay,
             ..LogConfig::default()
         };
         let mut shards = Vec::with_capacity(config.num_shards as usize);

@@ -140,6 +140,61 @@ fn concurrent_appends_share_fsyncs() {
 }
 
 #[test]
+fn group_window_gathers_appends_behind_a_busy_writer_and_never_holds_an_idle_log() {
+    let h = Harness::new(LogConfig {
+        group_window: Duration::from_millis(20),
+        ..LogConfig::default()
+    });
+    let (log, _) = h.open().unwrap();
+    // An idle log writes its first append at once and leaves no window behind.
+    let started = std::time::Instant::now();
+    append_n(&log, 1, 100);
+    assert!(started.elapsed() < Duration::from_millis(500));
+    assert!(lock(&log.inner.hold_until).is_none());
+    // Eight writers with one append outstanding each: behind every group the next one waits
+    // out the window and takes whatever queued meanwhile.
+    let threads: Vec<_> = (0..8)
+        .map(|_| {
+            let log = log.clone();
+            std::thread::spawn(move || append_n(&log, 25, 100))
+        })
+        .collect();
+    for t in threads {
+        assert_eq!(t.join().unwrap().len(), 25);
+    }
+    let stats = log.stats();
+    assert_eq!(stats.records, 201);
+    assert!(
+        stats.fsyncs <= 50,
+        "{} fsyncs for 201 appends by 8 writers",
+        stats.fsyncs
+    );
+    assert!(
+        lock(&log.inner.hold_until).is_none(),
+        "the last turn found the queue empty"
+    );
+    check_records(&read_all(&log), 0, 201, 100);
+    drop(log);
+    let (log, _) = h.open().unwrap();
+    check_records(&read_all(&log), 0, 201, 100);
+}
+
+#[test]
+fn group_window_above_the_limit_is_refused() {
+    let config = LogConfig {
+        group_window: MAX_GROUP_WINDOW + Duration::from_micros(1),
+        ..LogConfig::default()
+    };
+    assert!(matches!(
+        config.validate(),
+        Err(StorageError::InvalidConfig {
+            field: "group_window",
+            ..
+        })
+    ));
+}
+
+#[test]
 fn torn_tail_at_every_byte_of_the_last_record() {
     let len = 37;
     let record = (RECORD_HEADER_LEN + len) as u64;
