@@ -209,7 +209,8 @@ pub struct ServeArgs {
     pub shard_log_segment_bytes: u64,
     /// Event-store group-commit window in microseconds (Celeriant's --fsync-delay-us): writes
     /// arriving while an event shard's fdatasync is in flight wait this long after it, so one
-    /// fdatasync covers more of them; an idle shard writes at once. 0 disables the window.
+    /// fdatasync covers more of them; an idle shard writes at once. 0 (the default) disables
+    /// the window; it saves CPU when the server is CPU-bound and costs ack latency.
     #[arg(long, env = "EDDY_FSYNC_DELAY_US", default_value_t = cfg::DEFAULT_FSYNC_DELAY_US)]
     pub fsync_delay_us: u64,
     /// Largest stream-protocol frame in bytes, header included; a larger one closes its

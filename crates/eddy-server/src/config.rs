@@ -55,8 +55,11 @@ pub const DEFAULT_COMPACTION_MIN_RECLAIMABLE_RATIO: f64 =
     eddy_storage::events::DEFAULT_COMPACTION_MIN_RECLAIMABLE_RATIO;
 /// Default size at which an event shard's log rolls to a new segment.
 pub const DEFAULT_SHARD_LOG_SEGMENT_BYTES: u64 = 256 * 1024 * 1024;
-/// Default event-store group-commit window in microseconds (`--fsync-delay-us`).
-pub const DEFAULT_FSYNC_DELAY_US: u64 = 1000;
+/// Default event-store group-commit window in microseconds (`--fsync-delay-us`): none. The
+/// window saves CPU per write when the server is CPU-bound (thousands of connections) but adds
+/// ack latency, which costs throughput when it is latency-bound (a hundred connections);
+/// see docs/OPERATIONS.md.
+pub const DEFAULT_FSYNC_DELAY_US: u64 = 0;
 /// Largest accepted `fsync_delay_us`.
 pub const MAX_FSYNC_DELAY_US: u64 = 1_000_000;
 /// Smallest accepted `shard_log_segment_bytes`.
