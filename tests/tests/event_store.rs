@@ -873,3 +873,65 @@ async fn sigterm_drains_open_watches_and_idle_connections() {
     );
     drop((watcher, idle));
 }
+
+/// With the group-commit window (`--fsync-delay-us`), writes from many connections share
+/// fdatasyncs, every acknowledged write survives a SIGKILL, and versions continue after it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn group_commit_window_shares_fdatasyncs_and_loses_no_ack() {
+    let mut eddy = start(&["--num-shards", "2", "--fsync-delay-us", "2000"]);
+    let mut tasks = Vec::new();
+    for w in 0..32u128 {
+        let mut conn = client(&eddy).await;
+        tasks.push(tokio::spawn(async move {
+            let key = AggregateKey::new(5, 6, 1000 + w);
+            for v in 0..10u64 {
+                let r = conn
+                    .write_events_with(
+                        key.clone(),
+                        vec![event(1, &json!({"w": w as u64, "v": v}), v + 1)],
+                        7,
+                        occ(Some(v)),
+                    )
+                    .await
+                    .unwrap();
+                assert_eq!(r.max_aggregate_version, Some(v + 1));
+            }
+        }));
+    }
+    for t in tasks {
+        t.await.unwrap();
+    }
+    let (_, body) = eddy_tests::http_get(eddy.addrs().http, "/metrics").unwrap();
+    let counter = |name: &str| -> f64 {
+        body.lines()
+            .find(|l| l.starts_with(name) && l[name.len()..].starts_with(' '))
+            .and_then(|l| l.rsplit(' ').next())
+            .and_then(|v| v.parse().ok())
+            .unwrap_or_else(|| panic!("{name} missing:\n{body}"))
+    };
+    let records = counter("eddy_events_records_committed_total");
+    let fsyncs = counter("eddy_events_fdatasyncs_total");
+    assert!(records >= 320.0, "{records} records");
+    assert!(
+        fsyncs < records / 2.0,
+        "{fsyncs} fdatasyncs for {records} records: the window should gather writes"
+    );
+    eddy.crash_restart();
+    let mut conn = client(&eddy).await;
+    for w in 0..32u128 {
+        let key = AggregateKey::new(5, 6, 1000 + w);
+        let d = conn.aggregate_details(details(&key)).await.unwrap();
+        assert_eq!(d.max_aggregate_version, 10, "aggregate {w}");
+    }
+    let key = AggregateKey::new(5, 6, 1000);
+    let r = conn
+        .write_events_with(
+            key,
+            vec![event(1, &json!({"after": 1}), 11)],
+            7,
+            occ(Some(10)),
+        )
+        .await
+        .unwrap();
+    assert_eq!(r.max_aggregate_version, Some(11));
+}
