@@ -2,8 +2,9 @@
 //! entries are derived from the shard's log (so it can always be rebuilt from it).
 //!
 //! * The **memtable** holds entries of committed records since the last flush (a hash map
-//!   with order kept only where scans need it, byte-budgeted: see [`super::memtable`]). When it exceeds its budget it is frozen and a background thread writes
-//!   it as an immutable sorted **run** file, then records the run and the *checkpoint* (the log
+//!   with order kept only where scans need it, byte-budgeted: see `events/memtable.rs`).
+//!   When it exceeds its budget it is frozen and a background thread writes it as an
+//!   immutable sorted **run** file, then records the run and the *checkpoint* (the log
 //!   sequence number up to which runs hold everything) in the `MANIFEST`.
 //! * Runs are merged newest-wins by a binary-counter policy (a run is merged into its older
 //!   neighbour once it is at least half its size), so a shard has `O(log n)` runs. Merges run
