@@ -63,6 +63,13 @@ fn range_touches_kind(start: &[u8], end: &[u8], kind: u8) -> bool {
     below_end && above_start
 }
 
+/// Bytes charged for a listing key's copy in the ordered set (on top of its length).
+const LISTING_OVERHEAD: u64 = 48;
+/// Bytes charged for an aggregate's first version in this memtable (its version list).
+const VERSION_LIST_OVERHEAD: u64 = (VERSION_PREFIX_LEN as u64 - 1) + 48;
+/// Bytes charged per version in an aggregate's list.
+const VERSION_ENTRY_OVERHEAD: u64 = 8;
+
 /// One memtable (active or frozen).
 #[derive(Debug, Default)]
 pub(crate) struct Memtable {
@@ -72,7 +79,8 @@ pub(crate) struct Memtable {
     /// Kinds (first key bytes) of entries kept only in the hash map, as a bit set; an empty
     /// key counts as kind 0.
     other_kinds: [u64; 4],
-    /// Bytes charged: key + value + `overhead` per entry.
+    /// Bytes charged: key + value + `overhead` per entry, plus what the ordered structures
+    /// hold for it (so the budget bounds the memory the memtable really takes).
     bytes: u64,
 }
 
@@ -97,11 +105,16 @@ impl Memtable {
         self.bytes += key.len() as u64 + vlen + overhead;
         match key.first().copied() {
             Some(kind) if is_listing_kind(kind) => {
+                self.bytes += key.len() as u64 + LISTING_OVERHEAD;
                 self.listing.insert(key.clone());
             }
             Some(KIND_VERSION) if key.len() == VERSION_KEY_LEN => {
                 if let Some((prefix, version)) = split_version_key(&key) {
-                    let list = self.versions.entry(prefix).or_default();
+                    self.bytes += VERSION_ENTRY_OVERHEAD;
+                    let list = self.versions.entry(prefix).or_insert_with(|| {
+                        self.bytes += VERSION_LIST_OVERHEAD;
+                        Vec::new()
+                    });
                     match list.last() {
                         Some(&last) if last >= version => {
                             // Out of order (an aggregate recreated with lower versions):
@@ -284,7 +297,23 @@ mod tests {
                 model.insert(k, v);
             }
             prop_assert_eq!(m.is_empty(), model.is_empty());
-            let bytes: u64 = model.iter().map(|(k, v)| (k.len() + v.len()) as u64 + 64).sum();
+            let mut prefixes = std::collections::HashSet::new();
+            let bytes: u64 = model
+                .iter()
+                .map(|(k, v)| {
+                    let mut b = (k.len() + v.len()) as u64 + 64;
+                    if k.first().copied().is_some_and(is_listing_kind) {
+                        b += k.len() as u64 + LISTING_OVERHEAD;
+                    }
+                    if let Some((prefix, _)) = split_version_key(k) {
+                        b += VERSION_ENTRY_OVERHEAD;
+                        if prefixes.insert(prefix) {
+                            b += VERSION_LIST_OVERHEAD;
+                        }
+                    }
+                    b
+                })
+                .sum();
             prop_assert_eq!(m.bytes(), bytes);
             for (k, v) in &model {
                 prop_assert_eq!(m.get(k), Some(v.as_slice()));
