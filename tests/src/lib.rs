@@ -328,6 +328,14 @@ fn send_signal(pid: libc::pid_t, sig: i32) {
     assert_eq!(rc, 0, "kill({pid}, {sig}) failed");
 }
 
+/// The value of the unlabelled Prometheus sample `name` in a `/metrics` body.
+pub fn metric_value(body: &str, name: &str) -> Option<f64> {
+    body.lines()
+        .find(|l| l.starts_with(name) && l[name.len()..].starts_with(' '))
+        .and_then(|l| l.rsplit(' ').next())
+        .and_then(|v| v.parse().ok())
+}
+
 /// A minimal blocking HTTP GET: returns (status code, body).
 pub fn http_get(addr: SocketAddr, path: &str) -> std::io::Result<(u16, String)> {
     let mut s = TcpStream::connect_timeout(&addr, Duration::from_secs(5))?;

@@ -108,12 +108,10 @@ fn dir_bytes(dir: &Path) -> u64 {
     total
 }
 
-fn metric(eddy: &eddy_tests::Eddy, name: &str) -> u64 {
+fn metric(eddy: &eddy_tests::Eddy, name: &str) -> f64 {
     let (status, body) = http_get(eddy.addrs().http, "/metrics").unwrap();
     assert_eq!(status, 200);
-    body.lines()
-        .find_map(|l| l.strip_prefix(name)?.trim().parse().ok())
-        .unwrap_or_else(|| panic!("{name} missing from /metrics"))
+    eddy_tests::metric_value(&body, name).unwrap_or_else(|| panic!("{name} missing from /metrics"))
 }
 
 #[tokio::test]
@@ -172,7 +170,7 @@ async fn trimmed_and_deleted_events_leave_the_disk_and_live_ones_stay() {
     let before = dir_bytes(&events_dir);
 
     let deadline = Instant::now() + Duration::from_secs(60);
-    while metric(&eddy, "eddy_events_compaction_bytes_reclaimed_total") == 0 {
+    while metric(&eddy, "eddy_events_compaction_bytes_reclaimed_total") == 0.0 {
         assert!(
             Instant::now() < deadline,
             "no compaction pass reclaimed anything within 60 s"
@@ -180,8 +178,8 @@ async fn trimmed_and_deleted_events_leave_the_disk_and_live_ones_stay() {
         tokio::time::sleep(Duration::from_millis(200)).await;
     }
     let reclaimed = metric(&eddy, "eddy_events_compaction_bytes_reclaimed_total");
-    assert!(metric(&eddy, "eddy_events_compaction_segments_rewritten_total") > 0);
-    assert_eq!(metric(&eddy, "eddy_events_compaction_failures_total"), 0);
+    assert!(metric(&eddy, "eddy_events_compaction_segments_rewritten_total") > 0.0);
+    assert!(metric(&eddy, "eddy_events_compaction_failures_total") < 0.5);
     let after = dir_bytes(&events_dir);
     assert!(
         after < before,
@@ -189,7 +187,7 @@ async fn trimmed_and_deleted_events_leave_the_disk_and_live_ones_stay() {
     );
     // 160 deleted and 150 trimmed ~2 KiB events are at least half of what was written.
     assert!(
-        reclaimed > 300 * 1024,
+        reclaimed > 300.0 * 1024.0,
         "only {reclaimed} bytes reclaimed ({before} -> {after})"
     );
 

@@ -903,11 +903,7 @@ async fn group_commit_window_shares_fdatasyncs_and_loses_no_ack() {
     }
     let (_, body) = eddy_tests::http_get(eddy.addrs().http, "/metrics").unwrap();
     let counter = |name: &str| -> f64 {
-        body.lines()
-            .find(|l| l.starts_with(name) && l[name.len()..].starts_with(' '))
-            .and_then(|l| l.rsplit(' ').next())
-            .and_then(|v| v.parse().ok())
-            .unwrap_or_else(|| panic!("{name} missing:\n{body}"))
+        eddy_tests::metric_value(&body, name).unwrap_or_else(|| panic!("{name} missing:\n{body}"))
     };
     let records = counter("eddy_events_records_committed_total");
     let fsyncs = counter("eddy_events_fdatasyncs_total");

@@ -40,7 +40,7 @@ use std::time::{Duration, Instant};
 use celeriant_client_tokio::{CeleriantClient, WriteEventsOptions};
 use celeriant_wal::aggregate_key::AggregateKey;
 use celeriant_wal::datablocks::datablock_aggregate_event::DatablockAggregateEvent;
-use eddy_tests::{http_get, Eddy, Options};
+use eddy_tests::{http_get, metric_value as metric, Eddy, Options};
 
 /// Concurrent connection attempts while ramping up.
 const CONNECT_PARALLELISM: usize = 200;
@@ -195,13 +195,6 @@ fn clock_ticks() -> u64 {
         .and_then(|o| String::from_utf8(o.stdout).ok())
         .and_then(|s| s.trim().parse().ok())
         .unwrap_or(100)
-}
-
-fn metric(body: &str, name: &str) -> Option<f64> {
-    body.lines()
-        .find(|l| l.starts_with(name) && l[name.len()..].starts_with(' '))
-        .and_then(|l| l.rsplit(' ').next())
-        .and_then(|v| v.parse().ok())
 }
 
 fn commit_counters(eddy: &Eddy) -> (f64, f64) {

@@ -23,7 +23,7 @@ use bytes::Bytes;
 
 use super::state::{KIND_AGG, KIND_ORG, KIND_TYPE, KIND_VERSION, VERSION_PREFIX_LEN};
 
-type HashMap<K, V> = std::collections::HashMap<K, V, foldhash::fast::RandomState>;
+use super::FastMap as HashMap;
 
 /// Length of a version key: kind, aggregate key, big-endian version.
 const VERSION_KEY_LEN: usize = VERSION_PREFIX_LEN + 8;

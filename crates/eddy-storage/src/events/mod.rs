@@ -221,6 +221,10 @@ use state::{
     key_hash, parse_agg_key, parse_org_key, parse_type_key, AggState, KIND_AGG, KIND_ORG, KIND_TYPE,
 };
 
+/// The hash map of the event store's hot paths: keyed per process (client-chosen keys cannot
+/// aim at collisions) and fast, unlike std's SipHash.
+pub(crate) type FastMap<K, V> = std::collections::HashMap<K, V, foldhash::fast::RandomState>;
+
 /// Default batches per read page.
 pub const DEFAULT_READ_MAX_BATCHES: usize = 1000;
 /// Default stored bytes per read page (well under the protocol's response caps).

@@ -42,9 +42,7 @@ use super::types::{
     SchemaRegistration, StoredSchema, TrimOutcome, TrimRequest, WriteOutcome,
 };
 use super::watch::Watchers;
-
-/// The hot maps of the write path: keyed (per-process seed) and fast.
-type HashMap<K, V> = std::collections::HashMap<K, V, foldhash::fast::RandomState>;
+use super::FastMap as HashMap;
 
 fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
     m.lock().unwrap_or_else(PoisonError::into_inner)
