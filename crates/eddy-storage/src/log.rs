@@ -1737,6 +1737,9 @@ impl LogInner {
     /// already queued or the log is closing or failed. (A plain sleep: the window is short,
     /// and waking the writer early would cost every append a notify.)
     fn hold_for_group(&self) {
+        if self.config.group_window.is_zero() {
+            return;
+        }
         let Some(until) = lock(&self.hold_until).take() else {
             return;
         };
