@@ -1,0 +1,58 @@
+//! Conversions between eddy's plain types and the engine's protobuf types.
+
+use raft::eraftpb;
+
+use crate::types::{EntryKind, HardState, LogEntry, Role};
+
+pub(crate) fn entry_to_raft(entry: &LogEntry) -> eraftpb::Entry {
+    let mut e = eraftpb::Entry {
+        index: entry.index,
+        term: entry.term,
+        data: entry.data.clone(),
+        ..Default::default()
+    };
+    e.set_entry_type(match entry.kind {
+        EntryKind::Normal => eraftpb::EntryType::EntryNormal,
+        EntryKind::ConfChange => eraftpb::EntryType::EntryConfChange,
+        EntryKind::ConfChangeV2 => eraftpb::EntryType::EntryConfChangeV2,
+    });
+    e
+}
+
+pub(crate) fn entry_from_raft(entry: &eraftpb::Entry) -> LogEntry {
+    LogEntry {
+        index: entry.index,
+        term: entry.term,
+        kind: match entry.get_entry_type() {
+            eraftpb::EntryType::EntryNormal => EntryKind::Normal,
+            eraftpb::EntryType::EntryConfChange => EntryKind::ConfChange,
+            eraftpb::EntryType::EntryConfChangeV2 => EntryKind::ConfChangeV2,
+        },
+        data: entry.data.clone(),
+    }
+}
+
+pub(crate) fn hard_state_to_raft(state: HardState) -> eraftpb::HardState {
+    eraftpb::HardState {
+        term: state.term,
+        vote: state.vote,
+        commit: state.commit,
+        ..Default::default()
+    }
+}
+
+pub(crate) fn hard_state_from_raft(hs: &eraftpb::HardState) -> HardState {
+    HardState {
+        term: hs.term,
+        vote: hs.vote,
+        commit: hs.commit,
+    }
+}
+
+pub(crate) fn role_from_raft(role: raft::StateRole) -> Role {
+    match role {
+        raft::StateRole::Leader => Role::Leader,
+        raft::StateRole::Follower => Role::Follower,
+        raft::StateRole::Candidate | raft::StateRole::PreCandidate => Role::Candidate,
+    }
+}

@@ -1,0 +1,320 @@
+//! One replicated group on this node: the engine's `RawNode` over the group's store, the
+//! proposals waiting for their entries to apply, and the readies waiting for durability.
+//!
+//! Ready handling follows the engine's asynchronous-persistence protocol:
+//! 1. messages the leader may send at once go out at once (replication overlaps its own write);
+//! 2. an incoming snapshot is installed (synchronously, durable on return);
+//! 3. new entries go to the store's group-committed append; the engine reads them back from the
+//!    adapter's cache until they are durable;
+//! 4. a changed term or vote is saved durably before anything that depends on it is sent;
+//! 5. committed entries (always durable here) are applied in order and answer their proposals;
+//! 6. messages that must follow persistence (votes, append acknowledgements) wait until every
+//!    earlier ready is durable, then go out.
+
+use std::collections::{BTreeMap, VecDeque};
+
+use bytes::Bytes;
+use raft::eraftpb::{self, Message, MessageType};
+use raft::{RawNode, SnapshotStatus, StateRole};
+
+use crate::adapter::{entries_from_raft, Adapter};
+use crate::convert::{entry_from_raft, hard_state_from_raft, role_from_raft};
+use crate::node::{Event, Mailbox, ProposeError};
+use crate::store::{GroupStore, StoreError};
+use crate::types::{GroupId, NodeId, Role, Snapshot, SnapshotMeta};
+
+/// Called once with a proposal's outcome.
+pub type Callback<O> = Box<dyn FnOnce(Result<O, ProposeError>) + Send>;
+
+struct Pending<O> {
+    term: u64,
+    done: Callback<O>,
+}
+
+/// A ready whose persisted messages wait for durability.
+struct Waiting {
+    ticket: Option<u64>,
+    number: u64,
+    messages: Vec<Message>,
+    done: bool,
+}
+
+/// What a ready produced for the node: messages to send and events to report.
+pub(crate) struct Output<'a> {
+    pub(crate) messages: &'a mut Vec<(GroupId, Message)>,
+    pub(crate) events: &'a mut Vec<Event>,
+    pub(crate) mailbox: &'a Mailbox,
+}
+
+pub(crate) struct Group<O: Send + 'static> {
+    pub(crate) id: GroupId,
+    pub(crate) raw: RawNode<Adapter<O>>,
+    pending: BTreeMap<u64, Pending<O>>,
+    waiting: VecDeque<Waiting>,
+    applied: u64,
+    failed: bool,
+    role: Role,
+    leader: Option<NodeId>,
+}
+
+impl<O: Send + 'static> Group<O> {
+    pub(crate) fn new(id: GroupId, raw: RawNode<Adapter<O>>, applied: u64) -> Self {
+        Group {
+            id,
+            raw,
+            pending: BTreeMap::new(),
+            waiting: VecDeque::new(),
+            applied,
+            failed: false,
+            role: Role::Follower,
+            leader: None,
+        }
+    }
+
+    pub(crate) fn store(&self) -> &dyn GroupStore<Outcome = O> {
+        &*self.raw.store().store
+    }
+
+    pub(crate) fn store_mut(&mut self) -> &mut dyn GroupStore<Outcome = O> {
+        &mut *self.raw.mut_store().store
+    }
+
+    pub(crate) fn failed(&self) -> bool {
+        self.failed
+    }
+
+    pub(crate) fn role(&self) -> Role {
+        self.role
+    }
+
+    pub(crate) fn leader(&self) -> Option<NodeId> {
+        self.leader
+    }
+
+    pub(crate) fn applied(&self) -> u64 {
+        self.applied
+    }
+
+    /// Proposes `data`; `done` is called when its entry applies (or cannot).
+    pub(crate) fn propose(&mut self, node: NodeId, data: Bytes, done: Callback<O>) {
+        if self.failed {
+            done(Err(ProposeError::Failed(self.id)));
+            return;
+        }
+        if self.raw.raft.state != StateRole::Leader {
+            done(Err(ProposeError::NotLeader {
+                group: self.id,
+                leader: self.leader,
+            }));
+            return;
+        }
+        let mut m = Message::default();
+        m.set_msg_type(MessageType::MsgPropose);
+        m.from = node;
+        let e = eraftpb::Entry {
+            data,
+            ..Default::default()
+        };
+        m.set_entries(vec![e].into());
+        match self.raw.raft.step(m) {
+            Ok(()) => {
+                let index = self.raw.raft.raft_log.last_index();
+                let term = self.raw.raft.term;
+                self.pending.insert(index, Pending { term, done });
+            }
+            Err(_) => done(Err(ProposeError::Dropped)),
+        }
+    }
+
+    /// Handles every ready the engine has, until it has none.
+    pub(crate) fn drive(&mut self, out: &mut Output<'_>) {
+        while !self.failed && self.raw.has_ready() {
+            self.handle_ready(out);
+        }
+    }
+
+    fn handle_ready(&mut self, out: &mut Output<'_>) {
+        let mut rd = self.raw.ready();
+        if let Some(ss) = rd.ss() {
+            self.note_role(role_from_raft(ss.raft_state), ss.leader_id, out);
+        }
+        self.send(rd.take_messages(), out);
+        let number = rd.number();
+
+        if !rd.snapshot().is_empty() {
+            let meta = rd.snapshot().get_metadata();
+            let snapshot = Snapshot {
+                meta: SnapshotMeta {
+                    index: meta.index,
+                    term: meta.term,
+                },
+                data: rd.snapshot().data.clone(),
+            };
+            if let Err(error) = self.store_mut().install_snapshot(&snapshot) {
+                self.fail(&error, out);
+                return;
+            }
+            self.raw.mut_store().reset_to_snapshot(snapshot.meta.index);
+            self.resolve_through(snapshot.meta.index, None);
+            self.applied = snapshot.meta.index;
+            tracing::info!(group = %self.id, index = snapshot.meta.index, "installed a snapshot from the leader");
+        }
+
+        let entries = rd.take_entries();
+        let ticket = if entries.is_empty() {
+            None
+        } else {
+            let entries = entries_from_raft(&entries);
+            let ticket = self.raw.mut_store().begin_append(&entries);
+            let mailbox = out.mailbox.clone();
+            let group = self.id;
+            self.store_mut().append(
+                entries,
+                Box::new(move |result| mailbox.persisted(group, ticket, result)),
+            );
+            Some(ticket)
+        };
+
+        if let Some(hs) = rd.hs() {
+            let state = hard_state_from_raft(hs);
+            let sync = rd.must_sync();
+            if let Err(error) = self.store_mut().save_hard_state(state, sync) {
+                self.fail(&error, out);
+                return;
+            }
+        }
+
+        let persisted = rd.take_persisted_messages();
+        let committed = rd.take_committed_entries();
+        self.apply(&committed);
+
+        if ticket.is_none() && self.waiting.is_empty() {
+            self.send(persisted, out);
+            let mut light = self.raw.advance_append(rd);
+            self.send(light.take_messages(), out);
+            let committed = light.take_committed_entries();
+            self.apply(&committed);
+        } else {
+            self.waiting.push_back(Waiting {
+                ticket,
+                number,
+                messages: persisted,
+                done: ticket.is_none(),
+            });
+            self.raw.advance_append_async(rd);
+            self.flush_waiting(out);
+        }
+        self.raw.advance_apply_to(self.applied);
+    }
+
+    /// The store reports the append with `ticket` durable (or failed).
+    pub(crate) fn persisted(
+        &mut self,
+        ticket: u64,
+        result: Result<(), StoreError>,
+        out: &mut Output<'_>,
+    ) {
+        if self.failed {
+            return;
+        }
+        if let Err(error) = result {
+            self.fail(&error, out);
+            return;
+        }
+        self.raw.mut_store().complete_append(ticket);
+        for w in &mut self.waiting {
+            if w.ticket.is_some_and(|t| t <= ticket) {
+                w.done = true;
+            }
+        }
+        self.flush_waiting(out);
+    }
+
+    fn flush_waiting(&mut self, out: &mut Output<'_>) {
+        let mut last = None;
+        while self.waiting.front().is_some_and(|w| w.done) {
+            let w = self.waiting.pop_front().expect("checked");
+            self.send(w.messages, out);
+            last = Some(w.number);
+        }
+        if let Some(number) = last {
+            self.raw.on_persist_ready(number);
+        }
+    }
+
+    fn apply(&mut self, entries: &[eraftpb::Entry]) {
+        for e in entries {
+            if e.index <= self.applied {
+                continue;
+            }
+            let entry = entry_from_raft(e);
+            let outcome = self.store_mut().apply(&entry);
+            self.applied = entry.index;
+            self.resolve_through(entry.index, Some((entry.term, outcome)));
+        }
+    }
+
+    /// Answers every proposal at or below `index`: the one whose entry applied at `index`
+    /// with its term gets `outcome`, any other lost its slot (or was skipped by a snapshot).
+    fn resolve_through(&mut self, index: u64, mut outcome: Option<(u64, O)>) {
+        while let Some(entry) = self.pending.first_entry() {
+            let at = *entry.key();
+            if at > index {
+                break;
+            }
+            let pending = entry.remove();
+            let result = match &outcome {
+                Some((term, _)) if at == index && *term == pending.term => {
+                    let (_, o) = outcome.take().expect("matched");
+                    Ok(o)
+                }
+                Some(_) if at == index => Err(ProposeError::Superseded),
+                _ => Err(ProposeError::Unknown),
+            };
+            (pending.done)(result);
+        }
+    }
+
+    fn send(&mut self, messages: Vec<Message>, out: &mut Output<'_>) {
+        for m in messages {
+            if m.get_msg_type() == MessageType::MsgSnapshot {
+                // The transport takes it from here; a lost snapshot is retried by probing.
+                self.raw.report_snapshot(m.to, SnapshotStatus::Finish);
+            }
+            out.messages.push((self.id, m));
+        }
+    }
+
+    fn note_role(&mut self, role: Role, leader: u64, out: &mut Output<'_>) {
+        let leader = (leader != 0).then_some(leader);
+        if role == self.role && leader == self.leader {
+            return;
+        }
+        self.role = role;
+        self.leader = leader;
+        let term = self.raw.raft.term;
+        tracing::info!(group = %self.id, role = role.as_str(), term, leader = ?leader, "role changed");
+        out.events.push(Event::RoleChanged {
+            group: self.id,
+            role,
+            term,
+            leader,
+        });
+    }
+
+    fn fail(&mut self, error: &StoreError, out: &mut Output<'_>) {
+        self.failed = true;
+        tracing::error!(group = %self.id, error = %error, source = ?std::error::Error::source(error), "replicated group failed on this node: it stops taking part until restart");
+        while let Some((_, p)) = self.pending.pop_first() {
+            (p.done)(Err(ProposeError::Failed(self.id)));
+        }
+        out.events.push(Event::GroupFailed { group: self.id });
+    }
+
+    /// Answers every waiting proposal: its outcome will never be known here.
+    pub(crate) fn abandon(&mut self) {
+        while let Some((_, p)) = self.pending.pop_first() {
+            (p.done)(Err(ProposeError::Unknown));
+        }
+    }
+}

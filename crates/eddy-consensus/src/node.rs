@@ -1,0 +1,471 @@
+//! A node: every replicated group this process is a member of, driven by one caller.
+//!
+//! The node is a state machine. It owns no thread, socket or clock: the caller feeds it ticks,
+//! peer messages and proposals, calls [`Node::process`], and takes what it produced (frames for
+//! peers, role changes). Storage completions arrive from the stores' own threads through a
+//! mailbox, and the node calls the `wake` function it was built with so the caller knows to
+//! call `process` again. The server drives it from one thread; the simulator drives it from its
+//! seeded scheduler, which is what makes a simulated run replayable.
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::sync::{Arc, Mutex, PoisonError};
+
+use bytes::Bytes;
+use protobuf::Message as _;
+use raft::eraftpb::Message;
+use raft::{RawNode, StateRole};
+
+use crate::adapter::Adapter;
+use crate::group::{Callback, Group, Output};
+use crate::store::{GroupStore, StoreError};
+use crate::types::{GroupId, NodeId, Role};
+
+/// Timing and limits of a node's groups, in ticks of the caller's clock.
+#[derive(Debug, Clone)]
+pub struct NodeConfig {
+    /// This node's id (at least 1).
+    pub id: NodeId,
+    /// Every voting member, this node included (static membership).
+    pub voters: Vec<NodeId>,
+    /// A follower that hears nothing from a leader for this many ticks (at least; the engine
+    /// randomizes up to `max_election_ticks`) starts an election.
+    pub election_ticks: usize,
+    /// Upper bound (exclusive) of the randomized election timeout; `election_ticks + 1` makes it
+    /// fixed (the simulator does that and randomizes through its own seeded schedule).
+    pub max_election_ticks: usize,
+    /// A leader sends heartbeats every this many ticks.
+    pub heartbeat_ticks: usize,
+    /// Bytes of entries one append message carries at most (at least one entry).
+    pub max_message_bytes: u64,
+    /// Append messages in flight per follower.
+    pub max_inflight_messages: usize,
+    /// Proposed-but-uncommitted bytes a leader accepts per group before it refuses proposals
+    /// (back-pressure instead of an unbounded queue while a majority is unreachable).
+    pub max_uncommitted_bytes: u64,
+    /// Newest entries kept in memory per group for replication.
+    pub entry_cache_bytes: u64,
+}
+
+impl NodeConfig {
+    /// Defaults for a 100 ms tick: heartbeats every 200 ms, elections after 1-2 s of silence.
+    pub fn new(id: NodeId, voters: Vec<NodeId>) -> Self {
+        NodeConfig {
+            id,
+            voters,
+            election_ticks: 10,
+            max_election_ticks: 20,
+            heartbeat_ticks: 2,
+            max_message_bytes: 1024 * 1024,
+            max_inflight_messages: 256,
+            max_uncommitted_bytes: 256 * 1024 * 1024,
+            entry_cache_bytes: 8 * 1024 * 1024,
+        }
+    }
+
+    fn raft_config(&self, applied: u64) -> raft::Config {
+        raft::Config {
+            id: self.id,
+            election_tick: self.election_ticks,
+            heartbeat_tick: self.heartbeat_ticks,
+            min_election_tick: self.election_ticks,
+            max_election_tick: self.max_election_ticks,
+            applied,
+            max_size_per_msg: self.max_message_bytes,
+            max_inflight_msgs: self.max_inflight_messages,
+            // A leader that cannot hear from a majority for an election timeout steps down, so a
+            // partitioned leader stops taking proposals instead of queueing them.
+            check_quorum: true,
+            // A node returning from a partition does not depose a working leader.
+            pre_vote: true,
+            max_uncommitted_size: self.max_uncommitted_bytes,
+            batch_append: true,
+            ..raft::Config::default()
+        }
+    }
+}
+
+/// Why a proposal did not (or may not have) become a committed entry.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum ProposeError {
+    /// This node does not lead the group; `leader` is the last one it knows of.
+    #[error("not the leader of {group}")]
+    NotLeader {
+        /// The group.
+        group: GroupId,
+        /// Its leader, if known.
+        leader: Option<NodeId>,
+    },
+    /// The group does not exist on this node.
+    #[error("group {0} is not on this node")]
+    UnknownGroup(GroupId),
+    /// Refused before it entered the log (leadership moving, or too much uncommitted data):
+    /// certainly not committed.
+    #[error("proposal dropped before it was ordered")]
+    Dropped,
+    /// Another leader's entry took its index: certainly not committed.
+    #[error("proposal superseded by another leader's entry")]
+    Superseded,
+    /// It may or may not have committed (its group went away or a snapshot skipped it).
+    #[error("proposal outcome unknown")]
+    Unknown,
+    /// The group's storage failed on this node.
+    #[error("group {0} failed on this node")]
+    Failed(GroupId),
+}
+
+/// Something the caller may want to act on.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Event {
+    /// A group's role or known leader changed on this node.
+    RoleChanged {
+        /// The group.
+        group: GroupId,
+        /// This node's new role in it.
+        role: Role,
+        /// The term.
+        term: u64,
+        /// The leader this node follows (itself when leader), if known.
+        leader: Option<NodeId>,
+    },
+    /// A group's storage failed; the group stopped on this node.
+    GroupFailed {
+        /// The group.
+        group: GroupId,
+    },
+}
+
+/// A group's replication progress as this node sees it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct GroupStatus {
+    /// This node's role.
+    pub role: Role,
+    /// Current term.
+    pub term: u64,
+    /// Known leader.
+    pub leader: Option<NodeId>,
+    /// Highest index known committed.
+    pub commit: u64,
+    /// Highest index applied here.
+    pub applied: u64,
+    /// First index held by the log.
+    pub first_index: u64,
+    /// Last index appended here (durable or not).
+    pub last_index: u64,
+    /// On a leader: each member's highest replicated index.
+    pub matched: Vec<(NodeId, u64)>,
+    /// Storage failed on this node.
+    pub failed: bool,
+}
+
+type Persisted = (GroupId, u64, Result<(), StoreError>);
+
+/// Storage completions on their way back to the node.
+#[derive(Clone)]
+pub(crate) struct Mailbox {
+    queue: Arc<Mutex<Vec<Persisted>>>,
+    wake: Arc<dyn Fn() + Send + Sync>,
+}
+
+impl Mailbox {
+    pub(crate) fn persisted(&self, group: GroupId, ticket: u64, result: Result<(), StoreError>) {
+        self.queue
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .push((group, ticket, result));
+        (self.wake)();
+    }
+
+    fn take(&self) -> Vec<Persisted> {
+        std::mem::take(&mut *self.queue.lock().unwrap_or_else(PoisonError::into_inner))
+    }
+}
+
+/// Every group this node is a member of.
+pub struct Node<O: Send + 'static> {
+    config: NodeConfig,
+    logger: slog::Logger,
+    groups: BTreeMap<GroupId, Group<O>>,
+    mailbox: Mailbox,
+    dirty: BTreeSet<GroupId>,
+    messages: Vec<(GroupId, Message)>,
+    outbound: BTreeMap<NodeId, Vec<(GroupId, Bytes)>>,
+    events: Vec<Event>,
+    dropped_messages: u64,
+}
+
+impl<O: Send + 'static> std::fmt::Debug for Node<O> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Node")
+            .field("id", &self.config.id)
+            .field("groups", &self.groups.len())
+            .finish_non_exhaustive()
+    }
+}
+
+/// Why a group could not be added.
+#[derive(Debug, thiserror::Error)]
+pub enum NodeError {
+    /// A group with this id already runs here.
+    #[error("group {0} already exists on this node")]
+    Exists(GroupId),
+    /// The engine refused the group's configuration or recovered state.
+    #[error("group {group} cannot start")]
+    Engine {
+        /// The group.
+        group: GroupId,
+        /// The engine's reason.
+        #[source]
+        source: raft::Error,
+    },
+}
+
+impl<O: Send + 'static> Node<O> {
+    /// A node with no groups yet; `wake` is called (from any thread) when storage completions
+    /// wait for [`Node::process`].
+    pub fn new(config: NodeConfig, wake: impl Fn() + Send + Sync + 'static) -> Self {
+        let logger = crate::logger::logger(config.id);
+        Node {
+            config,
+            logger,
+            groups: BTreeMap::new(),
+            mailbox: Mailbox {
+                queue: Arc::new(Mutex::new(Vec::new())),
+                wake: Arc::new(wake),
+            },
+            dirty: BTreeSet::new(),
+            messages: Vec::new(),
+            outbound: BTreeMap::new(),
+            events: Vec::new(),
+            dropped_messages: 0,
+        }
+    }
+
+    /// This node's id.
+    pub fn id(&self) -> NodeId {
+        self.config.id
+    }
+
+    /// The configuration it runs with.
+    pub fn config(&self) -> &NodeConfig {
+        &self.config
+    }
+
+    /// Starts a group over its store (recovered state included). Every member must add the
+    /// same group id for the same data.
+    pub fn add_group(
+        &mut self,
+        id: GroupId,
+        store: Box<dyn GroupStore<Outcome = O>>,
+    ) -> Result<(), NodeError> {
+        if self.groups.contains_key(&id) {
+            return Err(NodeError::Exists(id));
+        }
+        let applied = store.applied_index();
+        let adapter = Adapter::new(
+            store,
+            self.config.voters.clone(),
+            self.config.entry_cache_bytes,
+        );
+        let logger = self.logger.new(slog::o!("group" => id.0));
+        let raw = RawNode::new(&self.config.raft_config(applied), adapter, &logger)
+            .map_err(|source| NodeError::Engine { group: id, source })?;
+        self.groups.insert(id, Group::new(id, raw, applied));
+        self.dirty.insert(id);
+        Ok(())
+    }
+
+    /// Stops a group on this node (its data was deleted); its waiting proposals are answered
+    /// [`ProposeError::Unknown`]. Returns its store.
+    pub fn remove_group(&mut self, id: GroupId) -> Option<Box<dyn GroupStore<Outcome = O>>> {
+        let mut group = self.groups.remove(&id)?;
+        self.dirty.remove(&id);
+        group.abandon();
+        let Group { raw, .. } = group;
+        Some(raw.raft.r.raft_log.store.store)
+    }
+
+    /// Whether the group runs here.
+    pub fn has_group(&self, id: GroupId) -> bool {
+        self.groups.contains_key(&id)
+    }
+
+    /// The groups running here, in id order.
+    pub fn group_ids(&self) -> impl Iterator<Item = GroupId> + '_ {
+        self.groups.keys().copied()
+    }
+
+    /// A group's store (reads of applied state).
+    pub fn store(&self, id: GroupId) -> Option<&dyn GroupStore<Outcome = O>> {
+        self.groups.get(&id).map(Group::store)
+    }
+
+    /// A group's store, mutably (compaction, retention).
+    pub fn store_mut(&mut self, id: GroupId) -> Option<&mut dyn GroupStore<Outcome = O>> {
+        self.groups.get_mut(&id).map(Group::store_mut)
+    }
+
+    /// Proposes `data` to a group; `done` is called once, when the entry applied here (with its
+    /// outcome) or when it cannot.
+    pub fn propose(&mut self, id: GroupId, data: Bytes, done: Callback<O>) {
+        let node = self.config.id;
+        match self.groups.get_mut(&id) {
+            Some(group) => {
+                group.propose(node, data, done);
+                self.dirty.insert(id);
+            }
+            None => done(Err(ProposeError::UnknownGroup(id))),
+        }
+    }
+
+    /// Starts an election in a group now (tests, and leadership hand-over at shutdown).
+    pub fn campaign(&mut self, id: GroupId) {
+        if let Some(group) = self.groups.get_mut(&id) {
+            let _ = group.raw.campaign();
+            self.dirty.insert(id);
+        }
+    }
+
+    /// Hands a group's leadership to another member (graceful shutdown).
+    pub fn transfer_leader(&mut self, id: GroupId, to: NodeId) {
+        if let Some(group) = self.groups.get_mut(&id) {
+            group.raw.transfer_leader(to);
+            self.dirty.insert(id);
+        }
+    }
+
+    /// Steps messages a peer sent. Messages for unknown groups, not addressed to this node,
+    /// not from `from`, or undecodable are dropped and counted.
+    pub fn receive(&mut self, from: NodeId, messages: Vec<(GroupId, Bytes)>) {
+        for (id, bytes) in messages {
+            let Some(group) = self.groups.get_mut(&id) else {
+                self.dropped_messages += 1;
+                continue;
+            };
+            let Ok(message) = decode_message(&bytes) else {
+                self.dropped_messages += 1;
+                continue;
+            };
+            if message.to != self.config.id || message.from != from || group.failed() {
+                self.dropped_messages += 1;
+                continue;
+            }
+            if group.raw.step(message).is_err() {
+                self.dropped_messages += 1;
+            }
+            self.dirty.insert(id);
+        }
+    }
+
+    /// Advances every group's clock by one tick.
+    pub fn tick(&mut self) {
+        for (id, group) in &mut self.groups {
+            if !group.failed() && group.raw.tick() {
+                self.dirty.insert(*id);
+            }
+            // Ticks may produce heartbeats or elections without saying so: check them all.
+            self.dirty.insert(*id);
+        }
+    }
+
+    /// Tells the groups a peer is unreachable (its connection failed), so leaders probe it
+    /// instead of streaming to it.
+    pub fn report_unreachable(&mut self, peer: NodeId) {
+        for (id, group) in &mut self.groups {
+            if group.raw.raft.state == StateRole::Leader {
+                group.raw.report_unreachable(peer);
+                self.dirty.insert(*id);
+            }
+        }
+    }
+
+    /// Takes storage completions and handles every group's pending work until none is left.
+    pub fn process(&mut self) {
+        loop {
+            let mut out = Output {
+                messages: &mut self.messages,
+                events: &mut self.events,
+                mailbox: &self.mailbox,
+            };
+            for (id, ticket, result) in self.mailbox.take() {
+                if let Some(group) = self.groups.get_mut(&id) {
+                    group.persisted(ticket, result, &mut out);
+                    self.dirty.insert(id);
+                }
+            }
+            if self.dirty.is_empty() {
+                break;
+            }
+            for id in std::mem::take(&mut self.dirty) {
+                if let Some(group) = self.groups.get_mut(&id) {
+                    group.drive(&mut out);
+                }
+            }
+        }
+        for (group, message) in self.messages.drain(..) {
+            let bytes = Bytes::from(message.write_to_bytes().expect("engine messages encode"));
+            self.outbound
+                .entry(message.to)
+                .or_default()
+                .push((group, bytes));
+        }
+    }
+
+    /// Takes the messages produced since the last call, per destination node, each tagged with
+    /// its group (encode them with [`crate::wire::encode_raft`]).
+    pub fn take_outbound(&mut self) -> Vec<(NodeId, Vec<(GroupId, Bytes)>)> {
+        std::mem::take(&mut self.outbound).into_iter().collect()
+    }
+
+    /// Takes the events produced since the last call.
+    pub fn take_events(&mut self) -> Vec<Event> {
+        std::mem::take(&mut self.events)
+    }
+
+    /// Messages dropped since start (unknown group, wrong address, undecodable).
+    pub fn dropped_messages(&self) -> u64 {
+        self.dropped_messages
+    }
+
+    /// A group's replication progress.
+    pub fn status(&self, id: GroupId) -> Option<GroupStatus> {
+        let group = self.groups.get(&id)?;
+        let raft = &group.raw.raft;
+        let matched = if raft.state == StateRole::Leader {
+            let mut m: Vec<(NodeId, u64)> = raft
+                .prs()
+                .iter()
+                .map(|(id, pr)| (*id, pr.matched))
+                .collect();
+            m.sort_unstable();
+            m
+        } else {
+            Vec::new()
+        };
+        Some(GroupStatus {
+            role: group.role(),
+            term: raft.term,
+            leader: group.leader(),
+            commit: raft.raft_log.committed,
+            applied: group.applied(),
+            first_index: group.store().first_index(),
+            last_index: group.raw.store().last(),
+            matched,
+            failed: group.failed(),
+        })
+    }
+
+    /// This node's role in a group.
+    pub fn role(&self, id: GroupId) -> Option<Role> {
+        self.groups.get(&id).map(Group::role)
+    }
+
+    /// The leader this node knows for a group.
+    pub fn leader(&self, id: GroupId) -> Option<NodeId> {
+        self.groups.get(&id).and_then(Group::leader)
+    }
+}
+
+/// Decodes one engine message.
+pub(crate) fn decode_message(bytes: &Bytes) -> Result<Message, protobuf::ProtobufError> {
+    Message::parse_from_carllerche_bytes(bytes)
+}

@@ -1,0 +1,90 @@
+//! What a replicated group needs from the application: its durable log, its hard state and its
+//! state machine, in one object.
+//!
+//! The store is both the log and the state machine on purpose: eddy's data groups keep one copy
+//! of each byte (a partition's replicated log *is* its message log), so "append" and "apply"
+//! are two views of the same files, and only the store knows how they relate.
+
+use crate::types::{HardState, LogEntry, Snapshot, SnapshotMeta};
+
+/// Why a store could not answer.
+#[derive(Debug, thiserror::Error)]
+pub enum StoreError {
+    /// The entry was discarded by compaction or retention (a snapshot replaces it).
+    #[error("entries before index {first_index} are compacted")]
+    Compacted {
+        /// The first index the log still holds.
+        first_index: u64,
+    },
+    /// The entry is beyond the end of the durable log.
+    #[error("entry {index} is beyond the log's end {last_index}")]
+    Unavailable {
+        /// The index asked for.
+        index: u64,
+        /// The log's last durable index.
+        last_index: u64,
+    },
+    /// A snapshot cannot be produced right now; the engine asks again later.
+    #[error("snapshot temporarily unavailable")]
+    SnapshotTemporarilyUnavailable,
+    /// A snapshot could not be installed because its bytes are not a snapshot of this store.
+    #[error("invalid snapshot at index {index}: {reason}")]
+    InvalidSnapshot {
+        /// The snapshot's index.
+        index: u64,
+        /// What is wrong with it.
+        reason: &'static str,
+    },
+    /// The underlying storage failed (I/O, corruption, full disk).
+    #[error("storage failed")]
+    Storage(#[source] Box<dyn std::error::Error + Send + Sync>),
+}
+
+/// Called once when appended entries (and the truncation before them) are durable, or failed.
+pub type Durable = Box<dyn FnOnce(Result<(), StoreError>) + Send>;
+
+/// A replicated group's durable log, hard state and state machine.
+///
+/// Contract (the engine relies on every line of it):
+/// * indexes are contiguous from [`first_index`](GroupStore::first_index) to the last appended
+///   entry; `snapshot_meta().index + 1 == first_index()`;
+/// * [`append`](GroupStore::append) first discards every entry at or after the first new index,
+///   then writes the new ones; its `durable` callbacks are called in append order, each only
+///   once everything it wrote (and discarded) is on stable storage;
+/// * [`term`](GroupStore::term) and [`entries`](GroupStore::entries) are asked only for entries
+///   whose append completed durably (newer ones are served from the engine's own cache);
+/// * [`apply`](GroupStore::apply) is called once per committed entry, in index order, only for
+///   durable entries; it must be deterministic: every member computes the same outcome;
+/// * [`save_hard_state`](GroupStore::save_hard_state) with `sync` is durable when it returns
+///   (term and vote changes); without `sync` it may be persisted later (commit index only).
+pub trait GroupStore: Send {
+    /// What applying one entry yields for the proposer (an ack, an error answer...).
+    type Outcome: Send + 'static;
+
+    /// The hard state recovered at open.
+    fn hard_state(&self) -> HardState;
+    /// The end of the snapshot or compacted prefix the log starts after.
+    fn snapshot_meta(&self) -> SnapshotMeta;
+    /// First index held by the log.
+    fn first_index(&self) -> u64;
+    /// Last durable index (`first_index() - 1` when empty).
+    fn last_index(&self) -> u64;
+    /// Term of a durable entry, or of `snapshot_meta().index`.
+    fn term(&self, index: u64) -> Result<u64, StoreError>;
+    /// Durable entries `lo..hi`, stopping once `max_bytes` is reached (always at least one).
+    fn entries(&self, lo: u64, hi: u64, max_bytes: u64) -> Result<Vec<LogEntry>, StoreError>;
+    /// Discards entries at or after `entries[0].index`, appends `entries`, reports durability.
+    fn append(&mut self, entries: Vec<LogEntry>, durable: Durable);
+    /// Persists the hard state (durably before returning when `sync`).
+    fn save_hard_state(&mut self, state: HardState, sync: bool) -> Result<(), StoreError>;
+
+    /// Index of the last entry applied to the state machine (recovered at open).
+    fn applied_index(&self) -> u64;
+    /// Applies one committed entry (empty data: a new leader's marker entry).
+    fn apply(&mut self, entry: &LogEntry) -> Self::Outcome;
+    /// A snapshot of the applied state, for a member that needs entries the log no longer has.
+    fn snapshot(&self) -> Result<Snapshot, StoreError>;
+    /// Replaces log and state with a snapshot (durable on return): the log then starts at
+    /// `snapshot.meta.index + 1` and the applied index is `snapshot.meta.index`.
+    fn install_snapshot(&mut self, snapshot: &Snapshot) -> Result<(), StoreError>;
+}

@@ -1,0 +1,325 @@
+//! The replication port's frames: a greeting that says who a node is and where its clients
+//! connect, then batches of engine messages tagged with their group.
+//!
+//! Pure bytes, no I/O: the server owns the sockets. Every length is checked against its limit
+//! before anything is allocated, and a frame either decodes whole, asks for more bytes, or is
+//! refused (the connection is then closed).
+//!
+//! ```text
+//! frame  = magic "eRPL" (4) | kind u8 | reserved 3 (0) | body_len u32 | body CRC-32C u32 | body
+//! hello  = version u16 (1) | node_id u64 | cluster u64 | props u16 | props × (key, value)
+//!          where a string is len u16 + UTF-8 bytes
+//! raft   = count u32 | count × (group u64 | len u32 | engine message, protobuf)
+//! ```
+//! All integers little-endian.
+
+use bytes::{Buf, BufMut, Bytes, BytesMut};
+
+use crate::types::{GroupId, NodeId};
+
+/// Frame magic.
+pub const MAGIC: [u8; 4] = *b"eRPL";
+/// Frame header length.
+pub const HEADER_LEN: usize = 16;
+/// Largest frame body accepted (a batch can carry one whole 64 MiB entry plus headers).
+pub const MAX_BODY: usize = 80 * 1024 * 1024;
+/// Largest greeting body.
+pub const MAX_HELLO: usize = 64 * 1024;
+/// Greeting version.
+pub const HELLO_VERSION: u16 = 1;
+const KIND_HELLO: u8 = 1;
+const KIND_RAFT: u8 = 2;
+
+/// A decoded frame.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Frame {
+    /// The first frame on every connection, both ways.
+    Hello(Hello),
+    /// Engine messages, each for one group (still encoded: [`crate::Node::receive`] decodes).
+    Raft(Vec<(GroupId, Bytes)>),
+}
+
+/// Who a node is and where its clients connect.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Hello {
+    /// The sender's `--node-id`.
+    pub node_id: NodeId,
+    /// Fingerprint of the cluster the sender was configured for (members and their ids); a
+    /// node refuses peers whose fingerprint differs from its own.
+    pub cluster: u64,
+    /// Named properties (advertised addresses, shard layout...), in the sender's order.
+    pub props: Vec<(String, String)>,
+}
+
+impl Hello {
+    /// A property's value.
+    pub fn prop(&self, key: &str) -> Option<&str> {
+        self.props
+            .iter()
+            .find(|(k, _)| k == key)
+            .map(|(_, v)| v.as_str())
+    }
+}
+
+/// Why bytes are not a frame.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum WireError {
+    /// The first four bytes are not the magic.
+    #[error("not a replication frame (bad magic)")]
+    BadMagic,
+    /// Unknown frame kind.
+    #[error("unknown frame kind {0}")]
+    UnknownKind(u8),
+    /// Reserved header bytes are not zero.
+    #[error("reserved header bytes are not zero")]
+    Reserved,
+    /// The declared body is over its limit.
+    #[error("frame body of {len} bytes is over the limit of {max}")]
+    TooLarge {
+        /// Declared length.
+        len: usize,
+        /// Limit.
+        max: usize,
+    },
+    /// The body does not match its checksum.
+    #[error("frame body checksum mismatch")]
+    Checksum,
+    /// The body is malformed.
+    #[error("malformed {what}")]
+    Malformed {
+        /// The part that is malformed.
+        what: &'static str,
+    },
+    /// An unsupported greeting version.
+    #[error("unsupported hello version {0}")]
+    Version(u16),
+}
+
+/// Encodes a greeting frame.
+pub fn encode_hello(hello: &Hello) -> Bytes {
+    let mut body = BytesMut::new();
+    body.put_u16_le(HELLO_VERSION);
+    body.put_u64_le(hello.node_id);
+    body.put_u64_le(hello.cluster);
+    let count = u16::try_from(hello.props.len()).expect("a handful of properties");
+    body.put_u16_le(count);
+    for (k, v) in &hello.props {
+        put_str(&mut body, k);
+        put_str(&mut body, v);
+    }
+    frame(KIND_HELLO, &body)
+}
+
+/// Encodes a batch of already-encoded engine messages.
+pub fn encode_raft(messages: &[(GroupId, Bytes)]) -> Bytes {
+    let len: usize = messages.iter().map(|(_, m)| 12 + m.len()).sum::<usize>() + 4;
+    let mut body = BytesMut::with_capacity(len);
+    body.put_u32_le(u32::try_from(messages.len()).expect("bounded batch"));
+    for (group, message) in messages {
+        body.put_u64_le(group.0);
+        body.put_u32_le(u32::try_from(message.len()).expect("message under 4 GiB"));
+        body.put_slice(message);
+    }
+    frame(KIND_RAFT, &body)
+}
+
+fn put_str(buf: &mut BytesMut, s: &str) {
+    let len = u16::try_from(s.len()).expect("short property");
+    buf.put_u16_le(len);
+    buf.put_slice(s.as_bytes());
+}
+
+fn frame(kind: u8, body: &[u8]) -> Bytes {
+    let mut out = BytesMut::with_capacity(HEADER_LEN + body.len());
+    out.put_slice(&MAGIC);
+    out.put_u8(kind);
+    out.put_slice(&[0; 3]);
+    out.put_u32_le(u32::try_from(body.len()).expect("bounded body"));
+    out.put_u32_le(crc32c::crc32c(body));
+    out.put_slice(body);
+    out.freeze()
+}
+
+/// Decodes one frame from the front of `buf`: `Ok(None)` when more bytes are needed, otherwise
+/// the frame and the bytes it used. Limits are checked from the header, before the body is
+/// awaited or anything is allocated.
+pub fn decode(buf: &mut BytesMut) -> Result<Option<Frame>, WireError> {
+    if buf.len() < HEADER_LEN {
+        if buf.len() >= 4 && buf[..4] != MAGIC {
+            return Err(WireError::BadMagic);
+        }
+        return Ok(None);
+    }
+    if buf[..4] != MAGIC {
+        return Err(WireError::BadMagic);
+    }
+    let kind = buf[4];
+    if buf[5..8] != [0; 3] {
+        return Err(WireError::Reserved);
+    }
+    let len = u32::from_le_bytes(buf[8..12].try_into().expect("4 bytes")) as usize;
+    let max = match kind {
+        KIND_HELLO => MAX_HELLO,
+        KIND_RAFT => MAX_BODY,
+        other => return Err(WireError::UnknownKind(other)),
+    };
+    if len > max {
+        return Err(WireError::TooLarge { len, max });
+    }
+    if buf.len() < HEADER_LEN + len {
+        buf.reserve(HEADER_LEN + len - buf.len());
+        return Ok(None);
+    }
+    let crc = u32::from_le_bytes(buf[12..16].try_into().expect("4 bytes"));
+    let mut whole = buf.split_to(HEADER_LEN + len);
+    whole.advance(HEADER_LEN);
+    let body = whole.freeze();
+    if crc32c::crc32c(&body) != crc {
+        return Err(WireError::Checksum);
+    }
+    match kind {
+        KIND_HELLO => decode_hello(body).map(|h| Some(Frame::Hello(h))),
+        _ => decode_raft(&body).map(|m| Some(Frame::Raft(m))),
+    }
+}
+
+fn decode_hello(mut body: Bytes) -> Result<Hello, WireError> {
+    let malformed = WireError::Malformed { what: "hello" };
+    if body.remaining() < 20 {
+        return Err(malformed);
+    }
+    let version = body.get_u16_le();
+    if version != HELLO_VERSION {
+        return Err(WireError::Version(version));
+    }
+    let node_id = body.get_u64_le();
+    let cluster = body.get_u64_le();
+    let count = body.get_u16_le();
+    let mut props = Vec::with_capacity(usize::from(count).min(64));
+    for _ in 0..count {
+        let k = get_str(&mut body).ok_or(WireError::Malformed { what: "hello" })?;
+        let v = get_str(&mut body).ok_or(WireError::Malformed { what: "hello" })?;
+        props.push((k, v));
+    }
+    if body.has_remaining() {
+        return Err(malformed);
+    }
+    Ok(Hello {
+        node_id,
+        cluster,
+        props,
+    })
+}
+
+fn get_str(body: &mut Bytes) -> Option<String> {
+    if body.remaining() < 2 {
+        return None;
+    }
+    let len = usize::from(body.get_u16_le());
+    if body.remaining() < len {
+        return None;
+    }
+    String::from_utf8(body.split_to(len).to_vec()).ok()
+}
+
+fn decode_raft(body: &Bytes) -> Result<Vec<(GroupId, Bytes)>, WireError> {
+    let malformed = || WireError::Malformed { what: "raft batch" };
+    let mut rest = body.clone();
+    if rest.remaining() < 4 {
+        return Err(malformed());
+    }
+    let count = rest.get_u32_le() as usize;
+    // Every message takes at least 12 bytes: a count beyond that is a lie, refused before
+    // anything is allocated for it.
+    if count > rest.remaining() / 12 {
+        return Err(malformed());
+    }
+    let mut out = Vec::with_capacity(count);
+    for _ in 0..count {
+        if rest.remaining() < 12 {
+            return Err(malformed());
+        }
+        let group = GroupId(rest.get_u64_le());
+        let len = rest.get_u32_le() as usize;
+        if rest.remaining() < len {
+            return Err(malformed());
+        }
+        out.push((group, rest.split_to(len)));
+    }
+    if rest.has_remaining() {
+        return Err(malformed());
+    }
+    Ok(out)
+}
+
+/// Feeds arbitrary bytes to the decoder (fuzzing and corpus replay): never panics.
+#[doc(hidden)]
+pub fn fuzz_decode(data: &[u8]) {
+    let mut buf = BytesMut::from(data);
+    while let Ok(Some(frame)) = decode(&mut buf) {
+        if let Frame::Raft(messages) = frame {
+            for (_, m) in messages {
+                let _ = crate::node::decode_message(&m);
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use proptest::prelude::*;
+
+    #[test]
+    fn hello_round_trips() {
+        let hello = Hello {
+            node_id: 3,
+            cluster: 0xfeed,
+            props: vec![
+                ("stream".into(), "127.0.0.3:8090".into()),
+                ("client".into(), "127.0.0.3:10000".into()),
+            ],
+        };
+        let mut buf = BytesMut::from(&encode_hello(&hello)[..]);
+        assert_eq!(decode(&mut buf), Ok(Some(Frame::Hello(hello))));
+        assert!(buf.is_empty());
+    }
+
+    #[test]
+    fn partial_frames_ask_for_more_and_garbage_is_refused() {
+        let whole = encode_raft(&[(GroupId(7), Bytes::from_static(b"abc"))]);
+        for cut in 0..whole.len() {
+            let mut buf = BytesMut::from(&whole[..cut]);
+            assert_eq!(decode(&mut buf), Ok(None), "cut at {cut}");
+        }
+        let mut bad = BytesMut::from(&whole[..]);
+        bad[HEADER_LEN + 2] ^= 1;
+        assert_eq!(decode(&mut bad), Err(WireError::Checksum));
+        let mut magic = BytesMut::from(&b"GET / HTTP/1.1\r\n"[..]);
+        assert_eq!(decode(&mut magic), Err(WireError::BadMagic));
+        let mut huge = BytesMut::from(&whole[..HEADER_LEN]);
+        huge[8..12].copy_from_slice(&u32::MAX.to_le_bytes());
+        assert!(matches!(decode(&mut huge), Err(WireError::TooLarge { .. })));
+    }
+
+    proptest! {
+        #[test]
+        fn raft_batches_round_trip(
+            messages in proptest::collection::vec((any::<u64>(), proptest::collection::vec(any::<u8>(), 0..64)), 0..8)
+        ) {
+            let messages: Vec<(GroupId, Bytes)> =
+                messages.into_iter().map(|(g, m)| (GroupId(g), Bytes::from(m))).collect();
+            let encoded = encode_raft(&messages);
+            let mut buf = BytesMut::from(&encoded[..]);
+            buf.extend_from_slice(&encoded);
+            prop_assert_eq!(decode(&mut buf), Ok(Some(Frame::Raft(messages.clone()))));
+            prop_assert_eq!(decode(&mut buf), Ok(Some(Frame::Raft(messages))));
+            prop_assert!(buf.is_empty());
+        }
+
+        #[test]
+        fn arbitrary_bytes_never_panic(data in proptest::collection::vec(any::<u8>(), 0..256)) {
+            fuzz_decode(&data);
+        }
+    }
+}
