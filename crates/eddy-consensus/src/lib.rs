@@ -10,6 +10,8 @@
 //!   peer messages and proposals, and takes frames for peers and role changes. It owns no
 //!   thread, socket or clock, so the server drives it from a thread and the simulator from a
 //!   seeded scheduler;
+//! * [`Runner`] puts a node on a thread of its own (what the server runs), publishing every
+//!   group's role and leader in a [`View`] request handlers read;
 //! * [`wire`] is the replication port's framing (greeting, batches of engine messages).
 //!
 //! # Guarantees
@@ -59,6 +61,7 @@ mod convert;
 mod group;
 mod logger;
 mod node;
+pub mod runner;
 mod store;
 pub mod testing;
 mod types;
@@ -66,6 +69,7 @@ pub mod wire;
 
 pub use group::Callback;
 pub use node::{Event, GroupStatus, Node, NodeConfig, NodeError, ProposeError};
+pub use runner::{GroupView, Runner, View};
 pub use store::{Durable, GroupStore, StoreError};
 pub use types::{
     EntryKind, GroupId, HardState, LogEntry, NodeId, Role, Snapshot, SnapshotMeta, ENTRY_OVERHEAD,

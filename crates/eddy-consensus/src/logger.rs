@@ -40,7 +40,7 @@ impl Drain for TracingDrain {
         let (msg, kv) = (record.msg(), line.0);
         match record.level() {
             Level::Critical | Level::Error => {
-                tracing::error!(target: "eddy_consensus::raft", "{msg}{kv}")
+                tracing::error!(target: "eddy_consensus::raft", "{msg}{kv}");
             }
             Level::Warning => tracing::warn!(target: "eddy_consensus::raft", "{msg}{kv}"),
             Level::Info => tracing::debug!(target: "eddy_consensus::raft", "{msg}{kv}"),
