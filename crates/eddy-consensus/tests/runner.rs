@@ -20,7 +20,7 @@ fn spawn(id: NodeId, peers: &Peers) -> (Runner<u64>, Applied) {
     let out = Arc::clone(peers);
     let runner = Runner::spawn(
         &format!("raft-{id}"),
-        |wake| Node::new(NodeConfig::new(id, vec![1, 2, 3]), move || wake()),
+        |wake| Node::new(NodeConfig::new(id, vec![1, 2, 3]), wake),
         TICK,
         Box::new(move |to, batch| {
             let target = out.lock().unwrap()[usize::try_from(to - 1).unwrap()].clone();
