@@ -6,6 +6,7 @@
 //! shutdown future fires, drains in-flight requests (bounded by `drain_timeout_ms`), flushes
 //! storage and releases the lock.
 
+pub mod cluster;
 pub mod compaction;
 pub mod config;
 pub mod data_dir;

@@ -1,0 +1,9 @@
+//! The cluster: this node's replicated groups, its peers and the replication port.
+//!
+//! `transport` owns the replication sockets; the consensus engine runs on its own thread
+//! (`eddy_consensus::Runner`) and talks to the transport through queues only.
+
+pub mod transport;
+
+#[cfg(test)]
+mod tests;
