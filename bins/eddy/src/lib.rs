@@ -222,6 +222,22 @@ pub struct ServeArgs {
     /// 1.2 intervals are evicted as stale (0 disables).
     #[arg(long, env = "EDDY_STREAM_HEARTBEAT_INTERVAL_MS", default_value_t = cfg::DEFAULT_STREAM_HEARTBEAT_INTERVAL_MS)]
     pub stream_heartbeat_interval_ms: u64,
+
+    /// This node's id in the cluster (1, 2, 3...; each member's differs).
+    #[arg(long, env = "EDDY_NODE_ID", default_value_t = 1)]
+    pub node_id: u64,
+
+    /// Another member of the cluster, ID=HOST:REPLICATION_PORT; repeat for each (env: comma-separated). None: a single node.
+    #[arg(long = "peer", id = "peers", env = "EDDY_PEERS", value_name = "ID=HOST:PORT", value_delimiter = ',', action = clap::ArgAction::Append)]
+    pub peers: Vec<String>,
+
+    /// Host clients are sent to for this node (redirects, cluster metadata) [default: --host].
+    #[arg(long, env = "EDDY_ADVERTISE_HOST", value_name = "HOST")]
+    pub advertise_host: Option<String>,
+
+    /// The consensus clock in milliseconds: heartbeats every 2 ticks, elections after 10-20 silent ticks.
+    #[arg(long, env = "EDDY_RAFT_TICK_MS", default_value_t = cfg::DEFAULT_RAFT_TICK_MS)]
+    pub raft_tick_ms: u64,
 }
 
 /// A failure before the server could start, with the exit code it maps to.
@@ -458,6 +474,30 @@ mod tests {
     }
 
     #[test]
+    fn peers_repeat_as_flags() {
+        let (args, m) = parse(&[
+            "eddy",
+            "serve",
+            "--node-id",
+            "2",
+            "--peer",
+            "1=127.0.0.1:10001",
+            "--peer",
+            "3=127.0.0.3:10001",
+        ]);
+        let r = resolve(&args, &m).unwrap();
+        assert_eq!(r.config.node_id, 2);
+        assert_eq!(r.config.peers, ["1=127.0.0.1:10001", "3=127.0.0.3:10001"]);
+        let (args, m) = parse(&["eddy", "serve", "--peer", "1=x:1,3=y:1", "--node-id", "2"]);
+        assert_eq!(resolve(&args, &m).unwrap().config.peers, ["1=x:1", "3=y:1"]);
+        let (args, m) = parse(&["eddy", "serve", "--peer", "1=x:1"]);
+        assert!(
+            resolve(&args, &m).is_err(),
+            "a peer with this node's own id"
+        );
+    }
+
+    #[test]
     fn cli_is_well_formed() {
         Cli::command().debug_assert();
     }
@@ -470,6 +510,8 @@ mod tests {
             tls_key: Some("k".into()),
             tls_ca_cert: Some("ca".into()),
             num_shards: Some(2),
+            advertise_host: Some("h".into()),
+            peers: vec!["2=h:1".into()],
             ..ServerConfig::default()
         };
         let keys: Vec<String> = toml::Table::try_from(full)
@@ -484,7 +526,13 @@ mod tests {
                 .get_arguments()
                 .find(|a| a.get_id().as_str() == key)
                 .unwrap_or_else(|| panic!("config key {key} has no flag"));
-            assert_eq!(arg.get_long(), Some(key.replace('_', "-").as_str()));
+            // `peers` is the one list: its flag is the singular `--peer`, repeated.
+            let long = if key == "peers" {
+                "peer".to_owned()
+            } else {
+                key.replace('_', "-")
+            };
+            assert_eq!(arg.get_long(), Some(long.as_str()));
             assert_eq!(
                 arg.get_env().and_then(|e| e.to_str()),
                 Some(format!("EDDY_{}", key.to_uppercase()).as_str())

@@ -77,6 +77,57 @@ pub const DEFAULT_STREAM_MAX_FRAME_SIZE: u32 = 64 * 1024 * 1024;
 /// is evicted as stale (the reference server's 30 s).
 pub const DEFAULT_STREAM_HEARTBEAT_INTERVAL_MS: u64 = 30_000;
 
+/// Default Raft tick: heartbeats every 2 ticks, elections after 10-20 ticks of silence.
+pub const DEFAULT_RAFT_TICK_MS: u64 = 100;
+/// Largest accepted `raft_tick_ms` (elections would take longer than the 5 s failover goal).
+pub const MAX_RAFT_TICK_MS: u64 = 250;
+/// Most members a cluster may have.
+pub const MAX_CLUSTER_MEMBERS: usize = 15;
+
+/// One other member of the cluster, as `--peer ID=HOST:PORT` names it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct PeerSpec {
+    /// The member's `--node-id`.
+    pub id: u64,
+    /// Host name or IP of its replication port.
+    pub host: String,
+    /// Its replication port.
+    pub port: u16,
+}
+
+impl std::str::FromStr for PeerSpec {
+    type Err = String;
+
+    fn from_str(s: &str) -> Result<Self, String> {
+        let (id, addr) = s
+            .split_once('=')
+            .ok_or_else(|| format!("{s:?} is not ID=HOST:PORT"))?;
+        let id: u64 = id
+            .trim()
+            .parse()
+            .map_err(|_| format!("{s:?}: the node id {id:?} is not a number"))?;
+        if id == 0 {
+            return Err(format!("{s:?}: node ids start at 1"));
+        }
+        let (host, port) = addr
+            .trim()
+            .rsplit_once(':')
+            .ok_or_else(|| format!("{s:?}: {addr:?} is not HOST:PORT"))?;
+        let host = host.trim_start_matches('[').trim_end_matches(']');
+        if host.is_empty() {
+            return Err(format!("{s:?}: the host is empty"));
+        }
+        let port: u16 = port
+            .parse()
+            .map_err(|_| format!("{s:?}: the port {port:?} is not a port number"))?;
+        Ok(PeerSpec {
+            id,
+            host: host.to_owned(),
+            port,
+        })
+    }
+}
+
 /// TLS on the two client ports.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, Default)]
 #[serde(rename_all = "lowercase")]
@@ -212,6 +263,15 @@ pub struct ServerConfig {
     pub stream_max_frame_size: u32,
     /// Stream-protocol heartbeat interval in milliseconds; 0 disables stale-client eviction.
     pub stream_heartbeat_interval_ms: u64,
+    // Cluster.
+    /// This node's id in the cluster (at least 1; every member's must differ).
+    pub node_id: u64,
+    /// The other members, `ID=HOST:REPLICATION_PORT` each. None: a single node.
+    pub peers: Vec<String>,
+    /// Host clients are sent to for this node (redirects, cluster metadata). Unset: `host`.
+    pub advertise_host: Option<String>,
+    /// The consensus clock: heartbeats every 2 ticks, elections after 10 to 20 silent ticks.
+    pub raft_tick_ms: u64,
 }
 
 impl Default for ServerConfig {
@@ -253,6 +313,10 @@ impl Default for ServerConfig {
             fsync_delay_us: DEFAULT_FSYNC_DELAY_US,
             stream_max_frame_size: DEFAULT_STREAM_MAX_FRAME_SIZE,
             stream_heartbeat_interval_ms: DEFAULT_STREAM_HEARTBEAT_INTERVAL_MS,
+            node_id: 1,
+            peers: Vec::new(),
+            advertise_host: None,
+            raft_tick_ms: DEFAULT_RAFT_TICK_MS,
         }
     }
 }
@@ -324,6 +388,10 @@ impl std::fmt::Debug for ServerConfig {
                 "stream_heartbeat_interval_ms",
                 &self.stream_heartbeat_interval_ms,
             )
+            .field("node_id", &self.node_id)
+            .field("peers", &self.peers)
+            .field("advertise_host", &self.advertise_host)
+            .field("raft_tick_ms", &self.raft_tick_ms)
             .finish()
     }
 }
@@ -394,6 +462,7 @@ impl ServerConfig {
             return invalid("max_connections", "must be at least 1".into());
         }
         self.validate_event()?;
+        self.cluster_peers()?;
         let ports = [
             ("stream_port", self.stream_port),
             ("client_port", self.client_port),
@@ -437,6 +506,59 @@ impl ServerConfig {
     }
 
     /// The event-protocol rules.
+    /// Whether this node is a member of a cluster (it has peers).
+    pub fn is_clustered(&self) -> bool {
+        !self.peers.is_empty()
+    }
+
+    /// The other members, parsed and checked (distinct ids, none equal to `node_id`).
+    pub fn cluster_peers(&self) -> Result<Vec<PeerSpec>, ConfigError> {
+        let invalid = |key, reason: String| Err(ConfigError::Invalid { key, reason });
+        if self.node_id == 0 {
+            return invalid("node_id", "node ids start at 1".into());
+        }
+        if !(1..=MAX_RAFT_TICK_MS).contains(&self.raft_tick_ms) {
+            return invalid(
+                "raft_tick_ms",
+                format!("{} is outside 1..={MAX_RAFT_TICK_MS}", self.raft_tick_ms),
+            );
+        }
+        if self.advertise_host.as_deref().is_some_and(str::is_empty) {
+            return invalid("advertise_host", "must not be empty".into());
+        }
+        let mut peers: Vec<PeerSpec> = Vec::with_capacity(self.peers.len());
+        for spec in &self.peers {
+            let peer: PeerSpec = match spec.parse() {
+                Ok(p) => p,
+                Err(reason) => return invalid("peers", reason),
+            };
+            if peer.id == self.node_id {
+                return invalid(
+                    "peers",
+                    format!("{spec:?} names this node's own id {}", self.node_id),
+                );
+            }
+            if peers.iter().any(|p| p.id == peer.id) {
+                return invalid("peers", format!("node id {} is listed twice", peer.id));
+            }
+            peers.push(peer);
+        }
+        if peers.len() + 1 > MAX_CLUSTER_MEMBERS {
+            return invalid(
+                "peers",
+                format!("a cluster has at most {MAX_CLUSTER_MEMBERS} members"),
+            );
+        }
+        Ok(peers)
+    }
+
+    /// The host clients are told to reach this node on.
+    pub fn advertised_host(&self) -> String {
+        self.advertise_host
+            .clone()
+            .unwrap_or_else(|| self.host.to_string())
+    }
+
     fn validate_event(&self) -> Result<(), ConfigError> {
         let invalid = |key, reason: String| Err(ConfigError::Invalid { key, reason });
         if !(MIN_MAX_REQUEST_SIZE..=MAX_MAX_REQUEST_SIZE).contains(&self.max_response_size) {
@@ -653,6 +775,57 @@ mod tests {
         let c: ServerConfig = toml::from_str("routing_rule = \"org_id\"\nnum_shards = 4").unwrap();
         assert_eq!(c.routing_rule, RoutingRule::OrgId);
         c.validate().unwrap();
+    }
+
+    #[test]
+    fn cluster_members_are_checked() {
+        let peer: PeerSpec = "2=127.0.0.2:10001".parse().unwrap();
+        assert_eq!(
+            peer,
+            PeerSpec {
+                id: 2,
+                host: "127.0.0.2".into(),
+                port: 10_001
+            }
+        );
+        let v6: PeerSpec = "3=[::1]:7".parse().unwrap();
+        assert_eq!((v6.host.as_str(), v6.port), ("::1", 7));
+        for bad in ["2", "0=h:1", "x=h:1", "2=h", "2=:1", "2=h:99999"] {
+            assert!(bad.parse::<PeerSpec>().is_err(), "{bad} accepted");
+        }
+        let ok = ServerConfig {
+            node_id: 1,
+            peers: vec!["2=a:1".into(), "3=b:1".into()],
+            ..ServerConfig::default()
+        };
+        ok.validate().unwrap();
+        assert!(ok.is_clustered());
+        assert_eq!(ok.cluster_peers().unwrap().len(), 2);
+        assert_eq!(ok.advertised_host(), "127.0.0.1");
+        for (bad, key) in [
+            (vec!["1=a:1".to_owned()], "peers"),
+            (vec!["2=a:1".to_owned(), "2=b:1".to_owned()], "peers"),
+            (vec!["2".to_owned()], "peers"),
+        ] {
+            let c = ServerConfig {
+                peers: bad,
+                ..ServerConfig::default()
+            };
+            assert!(
+                matches!(c.validate(), Err(ConfigError::Invalid { key: k, .. }) if k == key),
+                "{c:?}"
+            );
+        }
+        let zero = ServerConfig {
+            node_id: 0,
+            ..ServerConfig::default()
+        };
+        assert!(zero.validate().is_err());
+        let c: ServerConfig =
+            toml::from_str("node_id = 2\npeers = [\"1=a:1\", \"3=b:1\"]\nadvertise_host = \"n2\"")
+                .unwrap();
+        c.validate().unwrap();
+        assert_eq!(c.advertised_host(), "n2");
     }
 
     #[test]
