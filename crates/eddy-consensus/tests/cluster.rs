@@ -533,3 +533,79 @@ fn seeded_fault_schedules_keep_every_acknowledged_proposal() {
         chaos(seed, 5);
     }
 }
+
+/// Found by the simulator (`cargo xtask sim --seed 1 --nodes 3 --faults light`): with the
+/// engine's `batch_append`, a rejection that moves a follower's next index back made the
+/// leader merge the resent entries into an empty append already queued for that follower
+/// (a commit broadcast), keeping the queued append's previous index. The follower received
+/// "after index K+1 come entries from K+1", found no conflict and acknowledged K+2, an entry
+/// it did not have; the leader counted that acknowledgement and committed (and acknowledged
+/// to a client) an entry only it held. Every append a leader sends must start right after
+/// its previous index.
+#[test]
+fn seed_1_light_a_rejection_never_merges_entries_into_a_queued_empty_append() {
+    use protobuf::Message as _;
+    use raft::eraftpb::{Message, MessageType};
+
+    let decode = |bytes: &Bytes| Message::parse_from_bytes(bytes).unwrap();
+    let mut c = Cluster::new(3, 1);
+    c.node(1).campaign(G);
+    c.run(3);
+    assert_eq!(c.leaders(), [1]);
+    for i in 0..3 {
+        c.propose(1, &format!("warm{i}"));
+    }
+    c.run(3);
+    let k = c.node(1).status(G).unwrap().last_index;
+    let term = c.node(1).status(G).unwrap().term;
+    assert_eq!(c.node(2).status(G).unwrap().applied, k, "node 2 is in sync");
+
+    // Entry K+1 reaches node 3 only; node 3 acknowledges it.
+    c.propose(1, "x");
+    c.node(1).process();
+    let appends: Vec<(NodeId, Vec<(GroupId, Bytes)>)> = c.node(1).take_outbound();
+    let to_3 = appends.into_iter().find(|(to, _)| *to == 3).unwrap().1;
+    c.node(3).receive(1, to_3);
+    c.node(3).process();
+    let ack = c.node(3).take_outbound().into_iter().next().unwrap().1;
+
+    // A stale rejection from node 2 arrives together with node 3's acknowledgement: the
+    // acknowledgement commits K+1 (queueing an empty commit append for node 2), the rejection
+    // moves node 2 back to K+1 (resending entry K+1).
+    let mut reject = Message::default();
+    reject.set_msg_type(MessageType::MsgAppendResponse);
+    reject.from = 2;
+    reject.to = 1;
+    reject.term = term;
+    reject.index = k + 1;
+    reject.reject = true;
+    reject.reject_hint = k;
+    reject.log_term = term;
+    reject.commit = k;
+    c.node(1).receive(3, ack);
+    c.node(1)
+        .receive(2, vec![(G, Bytes::from(reject.write_to_bytes().unwrap()))]);
+    c.node(1).process();
+    let mut checked = 0;
+    for (to, batch) in c.node(1).take_outbound() {
+        for (_, bytes) in batch {
+            let m = decode(&bytes);
+            if m.get_msg_type() == MessageType::MsgAppend {
+                if let Some(first) = m.entries.first() {
+                    assert_eq!(
+                        first.index,
+                        m.index + 1,
+                        "append to node {to} anchored at {} carries entries from {}",
+                        m.index,
+                        first.index
+                    );
+                    checked += 1;
+                }
+            }
+        }
+    }
+    assert!(
+        checked > 0,
+        "the rejection made the leader resend entry K+1"
+    );
+}
