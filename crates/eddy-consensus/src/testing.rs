@@ -139,7 +139,8 @@ impl MemDisk {
     }
 
     /// Completes one sync: every held append becomes durable (or fails, under a fault) and is
-    /// reported, in append order. Appends stay held afterwards (unlike [`MemStore::sync`]).
+    /// reported, in append order. Once one fails, every later one fails too: a log has no
+    /// holes. Appends stay held afterwards (unlike [`MemStore::sync`]).
     pub fn flush(&self) {
         let done = {
             let mut d = self.lock();
@@ -147,14 +148,16 @@ impl MemDisk {
                 return;
             };
             let appends = std::mem::take(&mut held.0);
-            let fault = d.fault;
+            let mut fault = d.fault;
             let mut done = Vec::with_capacity(appends.len());
             if !appends.is_empty() {
                 d.fsyncs += 1;
             }
             for a in appends {
-                // A failed fdatasync leaves the written bytes untrusted: they are dropped.
-                let failed = a.failed.or(fault);
+                // A failed fdatasync leaves the written bytes untrusted: they are dropped, and
+                // so is everything written after a refused write.
+                let failed = fault.or(a.failed);
+                fault = failed;
                 if failed.is_none() {
                     d.write(&a.entries);
                 }
@@ -582,19 +585,26 @@ mod tests {
         assert_eq!(disk.hard_state(), HardState::default());
 
         // Held: an append written before the fault succeeds at the sync, the refused one
-        // fails, each reported in append order.
+        // fails, and so does one written after it once the disk has room again (it would
+        // leave a hole in the log); each is reported in append order.
         disk.fail_writes(None);
         store.hold_syncs();
         store.append(entries(1, 1, 1), report(&reports, 2));
         disk.fail_writes(Some(DiskFault::Full));
         store.append(entries(2, 2, 1), report(&reports, 3));
         disk.fail_writes(None);
+        store.append(entries(3, 3, 1), report(&reports, 4));
         disk.flush();
         assert_eq!(
             reports.lock().unwrap()[1..],
-            [(2, Ok(())), (3, Err(std::io::ErrorKind::StorageFull))]
+            [
+                (2, Ok(())),
+                (3, Err(std::io::ErrorKind::StorageFull)),
+                (4, Err(std::io::ErrorKind::StorageFull))
+            ]
         );
         assert_eq!(indexes(&disk), [(1, 1)]);
+        assert_eq!(MemStore::open(disk.clone()).last_index(), 1);
     }
 
     #[test]

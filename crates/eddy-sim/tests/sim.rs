@@ -77,12 +77,30 @@ fn smoke_campaign_over_both_sizes_and_every_profile_keeps_every_guarantee() {
     }
 }
 
-/// Found the engine's `batch_append` bug (see eddy-consensus tests/cluster.rs).
+/// Seeds that once failed, each with what it found.
 #[test]
-fn seed_1_light_keeps_every_guarantee() {
-    let cfg = SimConfig::new(1, 3, FaultConfig::light(3));
-    let report = eddy_sim::run(&cfg, false).unwrap();
-    assert!(report.acked > 1000, "{report:?}");
+fn regression_seeds_keep_every_guarantee() {
+    for (seed, nodes, profile, found) in [
+        (
+            1,
+            3,
+            "light",
+            "raft-rs batch_append merged resent entries into a queued empty append \
+             (eddy-consensus tests/cluster.rs, seed_1_light_...)",
+        ),
+        (
+            133,
+            3,
+            "heavy",
+            "MemDisk wrote an append held behind one a full disk refused, leaving a hole that \
+             made the reopened log unreadable (eddy-consensus testing.rs)",
+        ),
+    ] {
+        let cfg = SimConfig::new(seed, nodes, FaultConfig::profile(profile, nodes).unwrap());
+        let report = eddy_sim::run(&cfg, false)
+            .unwrap_or_else(|f| panic!("{f} (this seed once found: {found})"));
+        assert!(report.acked > 100, "{report:?}");
+    }
 }
 
 /// A data-directory loss is injected only when the other members hold everything a majority
