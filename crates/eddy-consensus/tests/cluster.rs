@@ -65,9 +65,14 @@ fn config(id: NodeId, n: u64) -> NodeConfig {
 
 impl Cluster {
     fn new(n: u64, seed: u64) -> Self {
+        Cluster::on_disks((1..=n).map(|_| MemDisk::new()).collect(), seed)
+    }
+
+    /// A cluster whose members start on these disks (member `i + 1` on `disks[i]`).
+    fn on_disks(disks: Vec<MemDisk>, seed: u64) -> Self {
+        let n = disks.len() as u64;
         let mut members = BTreeMap::new();
-        for id in 1..=n {
-            let disk = MemDisk::new();
+        for (id, disk) in (1..=n).zip(disks) {
             let (node, applied) = start(id, n, &disk);
             members.insert(
                 id,
@@ -608,4 +613,56 @@ fn seed_1_light_a_rejection_never_merges_entries_into_a_queued_empty_append() {
         checked > 0,
         "the rejection made the leader resend entry K+1"
     );
+}
+
+/// Found by the simulator (`cargo xtask sim --seed 427 --nodes 3 --faults heavy`): a follower
+/// replaced a conflicting tail with a new leader's entries and saved the new commit index, then
+/// lost the new entries (their write failed, or a crash came before the sync) while the commit
+/// index stayed on disk. On restart it trusted that commit index and applied the old tail it
+/// still held: entries never committed, diverging from every other member. The commit index
+/// recovered at open must never cover more than what was applied.
+#[test]
+fn seed_427_heavy_a_commit_index_saved_before_its_entries_never_applies_a_stale_tail() {
+    use eddy_consensus::{EntryKind, GroupStore, HardState, LogEntry};
+
+    let disk = |tail: &[(u64, u64, &str)]| {
+        let disk = MemDisk::new();
+        let mut store = MemStore::open(disk.clone());
+        let entries: Vec<LogEntry> = (1..=4)
+            .map(|i| (i, 1, format!("a{i}")))
+            .chain(tail.iter().map(|(i, t, d)| (*i, *t, (*d).to_owned())))
+            .map(|(index, term, data)| LogEntry {
+                index,
+                term,
+                kind: EntryKind::Normal,
+                data: Bytes::from(data),
+            })
+            .collect();
+        store.append(entries, Box::new(|r| r.unwrap()));
+        let hard = HardState {
+            term: 2,
+            vote: 1,
+            commit: 6,
+        };
+        store.save_hard_state(hard, true).unwrap();
+        disk
+    };
+    let committed = [(5, 2, "b5"), (6, 2, "b6")];
+    // Node 3 kept the old leader's tail under the commit index it saved for the new one.
+    let stale = [(5, 1, "stale5"), (6, 1, "stale6")];
+    let mut c = Cluster::on_disks(vec![disk(&committed), disk(&committed), disk(&stale)], 427);
+    c.run(2);
+    assert!(
+        c.payloads(3).iter().all(|p| !p.starts_with("stale")),
+        "node 3 applied its uncommitted tail: {:?}",
+        c.payloads(3)
+    );
+    let leader = c.await_leader(&[1, 2]);
+    let after = c.propose(leader, "after");
+    c.run(10);
+    assert!(matches!(outcome(&after), Some(Ok(_))));
+    let expected = ["a1", "a2", "a3", "a4", "b5", "b6", "after"];
+    for id in 1..=3 {
+        assert_eq!(c.payloads(id), expected, "member {id}");
+    }
 }
