@@ -74,6 +74,11 @@ impl<O: Send + 'static> Adapter<O> {
         self.last
     }
 
+    /// The ticket of the latest append handed to the store (0: none yet).
+    pub(crate) fn last_ticket(&self) -> u64 {
+        self.next_ticket
+    }
+
     /// Records entries handed to the store; returns the ticket its durability report carries.
     pub(crate) fn begin_append(&mut self, entries: &[LogEntry]) -> u64 {
         let first = entries[0].index;

@@ -666,3 +666,58 @@ fn seed_427_heavy_a_commit_index_saved_before_its_entries_never_applies_a_stale_
         assert_eq!(c.payloads(id), expected, "member {id}");
     }
 }
+
+/// Found by the simulator (`cargo xtask sim --seed 1742 --nodes 5 --faults heavy`): a follower
+/// whose earlier append was still waiting for its sync received a snapshot from the leader.
+/// The snapshot is durable once installed, but the group told the engine it had applied up to
+/// the snapshot before telling it the snapshot was persisted (the earlier append still held the
+/// queue), and raft-rs stopped the node with "applied(..) is out of range". A snapshot
+/// supersedes every append before it: those wait no longer.
+#[test]
+fn seed_1742_heavy_a_snapshot_behind_an_unsynced_append_applies_without_stopping_the_node() {
+    let mut c = Cluster::new(3, 1742);
+    c.node(1).campaign(G);
+    c.run(3);
+    assert_eq!(c.leaders(), [1]);
+    // Node 3 restarts on a disk that holds its appends until told to sync.
+    c.crash(3);
+    let mut store = MemStore::open(c.members[&3].disk.clone());
+    store.hold_syncs();
+    let mut node = Node::new(config(3, 3), || {});
+    c.members.get_mut(&3).unwrap().applied = store.applied();
+    node.add_group(G, Box::new(store)).unwrap();
+    c.members.get_mut(&3).unwrap().node = Some(node);
+    c.propose(1, "held");
+    c.run(2);
+    assert!(
+        c.members[&3].disk.unsynced_appends() > 0,
+        "node 3 has an append waiting for its sync"
+    );
+    // Cut off, node 3 falls behind a log the leader then compacts: when it is back, the
+    // leader probes it from its last acknowledged entry, which needs a snapshot, and the
+    // snapshot reaches node 3 behind its held append.
+    c.isolate(3);
+    for i in 0..10 {
+        c.propose(1, &format!("m{i}"));
+    }
+    c.run(3);
+    let last = c.applied(1).last().unwrap().0;
+    c.members[&1].disk.compact(last);
+    c.heal();
+    c.node(1).report_unreachable(3);
+    let after = c.propose(1, "after");
+    c.run(3);
+    assert!(
+        c.payloads(3).len() >= 11,
+        "node 3 applied the snapshot: {:?}",
+        c.payloads(3)
+    );
+    // Its disk syncs again: it keeps up with what follows.
+    for _ in 0..2 {
+        c.members[&3].disk.flush();
+        c.run(3);
+    }
+    assert!(matches!(outcome(&after), Some(Ok(_))));
+    assert_eq!(c.payloads(3), c.payloads(1));
+    assert_eq!(c.payloads(3).len(), 12);
+}
