@@ -95,6 +95,22 @@ fn regression_seeds_keep_every_guarantee() {
             "MemDisk wrote an append held behind one a full disk refused, leaving a hole that \
              made the reopened log unreadable (eddy-consensus testing.rs)",
         ),
+        (
+            427,
+            3,
+            "heavy",
+            "a restarted follower applied an uncommitted tail under a commit index saved for \
+             entries it then lost (eddy-consensus tests/cluster.rs, seed_427_heavy_...); \
+             seeds 523 and 2081 heavy, 154, 350 and 2798 with 5 nodes heavy found the same",
+        ),
+        (2798, 5, "heavy", "the same stale tail, in a 5-node cluster"),
+        (
+            1742,
+            5,
+            "heavy",
+            "a snapshot behind an unsynced append stopped the node: 'applied(90) is out of \
+             range' (eddy-consensus tests/cluster.rs, seed_1742_heavy_...)",
+        ),
     ] {
         let cfg = SimConfig::new(seed, nodes, FaultConfig::profile(profile, nodes).unwrap());
         let report = eddy_sim::run(&cfg, false)
