@@ -61,38 +61,19 @@ enum Event {
     /// A stalled clock catches up.
     Resume { node: NodeId, life: u64 },
     /// A batch arrives.
-    Deliver {
-        from: NodeId,
-        to: NodeId,
-        from_life: u64,
-        to_life: u64,
-        batch: Vec<(GroupId, Bytes)>,
-    },
+    Deliver(Flight),
     /// A node's fsync completes.
     Sync { node: NodeId, life: u64 },
     /// A client's attempt reaches a node.
     Request {
-        client: usize,
-        op: OpId,
-        attempt: u32,
-        node: NodeId,
+        attempt: Attempt,
         group: GroupId,
         payload: Bytes,
     },
     /// A node's answer reaches a client.
-    Answer {
-        client: usize,
-        op: OpId,
-        attempt: u32,
-        node: NodeId,
-        answer: Answer,
-    },
+    Answer { attempt: Attempt, answer: Answer },
     /// A client stops waiting for an attempt.
-    Timeout {
-        client: usize,
-        op: OpId,
-        attempt: u32,
-    },
+    Timeout(Attempt),
     /// A client acts: next attempt, or next operation.
     Wake { client: usize },
     /// The nemesis draws faults.
@@ -115,16 +96,49 @@ enum Event {
     Drain,
 }
 
+/// A batch between two nodes, each in the life it had when the batch was sent.
+#[derive(Debug)]
+struct Flight {
+    from: NodeId,
+    to: NodeId,
+    from_life: u64,
+    to_life: u64,
+    batch: Vec<(GroupId, Bytes)>,
+}
+
+/// One attempt of a client's operation, sent to one node.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+struct Attempt {
+    client: usize,
+    op: OpId,
+    /// Attempt number, from 1.
+    number: u32,
+    node: NodeId,
+}
+
+impl Attempt {
+    fn hash(&self, h: &mut Fnv) {
+        for v in [
+            self.client as u64,
+            self.op,
+            u64::from(self.number),
+            self.node,
+        ] {
+            h.write_u64(v);
+        }
+    }
+}
+
 impl Event {
     fn name(&self) -> &'static str {
         match self {
             Event::Tick { .. } => "tick",
             Event::Resume { .. } => "resume",
-            Event::Deliver { .. } => "deliver",
+            Event::Deliver(_) => "deliver",
             Event::Sync { .. } => "sync",
             Event::Request { .. } => "request",
             Event::Answer { .. } => "answer",
-            Event::Timeout { .. } => "timeout",
+            Event::Timeout(_) => "timeout",
             Event::Wake { .. } => "wake",
             Event::Nemesis => "nemesis",
             Event::Heal { .. } => "heal",
@@ -150,55 +164,29 @@ impl Event {
                 h.write_u64(*node);
                 h.write_u64(*life);
             }
-            Event::Deliver {
-                from,
-                to,
-                from_life,
-                to_life,
-                batch,
-            } => {
-                for v in [*from, *to, *from_life, *to_life] {
+            Event::Deliver(f) => {
+                for v in [f.from, f.to, f.from_life, f.to_life] {
                     h.write_u64(v);
                 }
-                for (group, bytes) in batch {
+                for (group, bytes) in &f.batch {
                     h.write_u64(group.0);
                     h.write(bytes);
                 }
             }
             Event::Request {
-                client,
-                op,
                 attempt,
-                node,
                 group,
                 payload,
             } => {
-                for v in [*client as u64, *op, u64::from(*attempt), *node, group.0] {
-                    h.write_u64(v);
-                }
+                attempt.hash(h);
+                h.write_u64(group.0);
                 h.write(payload);
             }
-            Event::Answer {
-                client,
-                op,
-                attempt,
-                node,
-                answer,
-            } => {
-                for v in [*client as u64, *op, u64::from(*attempt), *node] {
-                    h.write_u64(v);
-                }
+            Event::Answer { attempt, answer } => {
+                attempt.hash(h);
                 h.write(format!("{answer:?}").as_bytes());
             }
-            Event::Timeout {
-                client,
-                op,
-                attempt,
-            } => {
-                for v in [*client as u64, *op, u64::from(*attempt)] {
-                    h.write_u64(v);
-                }
-            }
+            Event::Timeout(attempt) => attempt.hash(h),
             Event::Wake { client } => h.write_u64(*client as u64),
             Event::Heal { epoch } => h.write_u64(*epoch),
             Event::Restart { node } => h.write_u64(*node),
@@ -261,11 +249,8 @@ struct SimNode<F: StoreFactory> {
 
 /// A proposal outcome, as a node's callback hands it over.
 struct Reply {
-    client: usize,
+    attempt: Attempt,
     group: GroupId,
-    op: OpId,
-    attempt: u32,
-    node: NodeId,
     /// On success: the entry the node had just applied (index, term, payload).
     result: Result<Option<(u64, u64, Bytes)>, ProposeError>,
 }
@@ -278,8 +263,8 @@ struct ClientOp {
     group: GroupId,
     payload: Bytes,
     attempts: u32,
-    /// The attempt awaiting an answer, and the node it went to.
-    waiting: Option<(u32, NodeId)>,
+    /// The number of the attempt awaiting an answer.
+    waiting: Option<u32>,
     /// Where the next attempt goes (`None`: any node).
     target: Option<NodeId>,
 }
@@ -511,46 +496,19 @@ impl<F: StoreFactory, W: Workload> Sim<F, W> {
         match event {
             Event::Tick { node, life } => self.tick(node, life),
             Event::Resume { node, life } => self.resume(node, life),
-            Event::Deliver {
-                from,
-                to,
-                from_life,
-                to_life,
-                batch,
-            } => self.deliver(from, to, from_life, to_life, batch),
+            Event::Deliver(flight) => self.deliver(flight),
             Event::Sync { node, life } => self.sync(node, life),
             Event::Request {
-                client,
-                op,
                 attempt,
-                node,
                 group,
                 payload,
-            } => self.request(client, op, attempt, node, group, payload),
-            Event::Answer {
-                client,
-                op,
-                attempt,
-                node,
-                answer,
-            } => {
-                self.answer(client, op, attempt, node, &answer);
+            } => self.request(attempt, group, payload),
+            Event::Answer { attempt, answer } => {
+                self.answer(attempt, &answer);
                 Ok(())
             }
-            Event::Timeout {
-                client,
-                op,
-                attempt,
-            } => {
-                let waiting = self.clients[client]
-                    .op
-                    .as_ref()
-                    .filter(|o| o.id == op)
-                    .and_then(|o| o.waiting)
-                    .filter(|(a, _)| *a == attempt);
-                if let Some((_, node)) = waiting {
-                    self.answer(client, op, attempt, node, &Answer::TimedOut);
-                }
+            Event::Timeout(attempt) => {
+                self.answer(attempt, &Answer::TimedOut);
                 Ok(())
             }
             Event::Wake { client } => {
@@ -701,26 +659,19 @@ impl<F: StoreFactory, W: Workload> Sim<F, W> {
         self.step(id)
     }
 
-    fn deliver(
-        &mut self,
-        from: NodeId,
-        to: NodeId,
-        from_life: u64,
-        to_life: u64,
-        batch: Vec<(GroupId, Bytes)>,
-    ) -> Step {
-        if self.nodes[Self::slot(from)].life != from_life || self.net.is_cut(from, to) {
+    fn deliver(&mut self, f: Flight) -> Step {
+        if self.nodes[Self::slot(f.from)].life != f.from_life || self.net.is_cut(f.from, f.to) {
             return Ok(());
         }
-        let n = &mut self.nodes[Self::slot(to)];
-        if n.life != to_life {
+        let n = &mut self.nodes[Self::slot(f.to)];
+        if n.life != f.to_life {
             return Ok(());
         }
         let Some(node) = n.node.as_mut() else {
             return Ok(());
         };
-        node.receive(from, batch);
-        self.step(to)
+        node.receive(f.from, f.batch);
+        self.step(f.to)
     }
 
     fn sync(&mut self, id: NodeId, life: u64) -> Step {
@@ -820,13 +771,13 @@ impl<F: StoreFactory, W: Workload> Sim<F, W> {
                     };
                     self.schedule(
                         delay,
-                        Event::Deliver {
+                        Event::Deliver(Flight {
                             from,
                             to,
                             from_life,
                             to_life,
                             batch,
-                        },
+                        }),
                     );
                 }
                 true
@@ -938,35 +889,28 @@ impl<F: StoreFactory, W: Workload> Sim<F, W> {
                 Ok(Some((index, term, payload))) => {
                     let carried = self.workload.op_id(&payload);
                     let durable_on = self.durable_on(r.group, index, term);
+                    let (op, node) = (r.attempt.op, r.attempt.node);
                     self.checker
-                        .acked(r.op, r.node, (index, term), carried, durable_on, self.now)
+                        .acked(op, node, (index, term), carried, durable_on, self.now)
                         .map_err(|e| format!("{e}; {}", self.durability_of(r.group, index)))?;
                     Answer::Acked { index }
                 }
                 Ok(None) => {
                     return Err(format!(
                         "node {}: op {} acknowledged before any entry was applied",
-                        r.node, r.op
+                        r.attempt.node, r.attempt.op
                     ))
                 }
                 Err(error) => {
                     if immediate || error == ProposeError::Superseded {
-                        self.checker.refused(r.op);
+                        self.checker.refused(r.attempt.op);
                     }
                     Answer::Error(error)
                 }
             };
             let delay = Network::client_delay(&self.faults, &mut self.rng);
-            self.schedule(
-                delay,
-                Event::Answer {
-                    client: r.client,
-                    op: r.op,
-                    attempt: r.attempt,
-                    node: r.node,
-                    answer,
-                },
-            );
+            let attempt = r.attempt;
+            self.schedule(delay, Event::Answer { attempt, answer });
         }
         Ok(())
     }
@@ -1009,58 +953,39 @@ impl<F: StoreFactory, W: Workload> Sim<F, W> {
             None => 1 + self.rng.below(self.cfg.nodes),
         };
         op.attempts += 1;
-        op.waiting = Some((op.attempts, to));
-        let (id, attempt, group, payload) = (op.id, op.attempts, op.group, op.payload.clone());
-        if attempt > 1 {
+        op.waiting = Some(op.attempts);
+        let attempt = Attempt {
+            client,
+            op: op.id,
+            number: op.attempts,
+            node: to,
+        };
+        let (group, payload) = (op.group, op.payload.clone());
+        if attempt.number > 1 {
             self.report.retries += 1;
         }
         let delay = Network::client_delay(&self.faults, &mut self.rng);
         self.schedule(
             delay,
             Event::Request {
-                client,
-                op: id,
                 attempt,
-                node: to,
                 group,
                 payload,
             },
         );
-        self.schedule(
-            REQUEST_TIMEOUT_MS,
-            Event::Timeout {
-                client,
-                op: id,
-                attempt,
-            },
-        );
+        self.schedule(REQUEST_TIMEOUT_MS, Event::Timeout(attempt));
     }
 
-    fn request(
-        &mut self,
-        client: usize,
-        op: OpId,
-        attempt: u32,
-        id: NodeId,
-        group: GroupId,
-        payload: Bytes,
-    ) -> Step {
+    fn request(&mut self, attempt: Attempt, group: GroupId, payload: Bytes) -> Step {
+        let id = attempt.node;
         let slot = Self::slot(id);
         if self.nodes[slot].node.is_none() {
             let delay = Network::client_delay(&self.faults, &mut self.rng);
-            self.schedule(
-                delay,
-                Event::Answer {
-                    client,
-                    op,
-                    attempt,
-                    node: id,
-                    answer: Answer::Refused,
-                },
-            );
+            let answer = Answer::Refused;
+            self.schedule(delay, Event::Answer { attempt, answer });
             return Ok(());
         }
-        self.checker.proposed(op, group, self.now);
+        self.checker.proposed(attempt.op, group, self.now);
         let replies = Arc::clone(&self.replies);
         let probe = self.nodes[slot].probes[&group].clone();
         let node = self.nodes[slot].node.as_mut().expect("up");
@@ -1073,11 +998,8 @@ impl<F: StoreFactory, W: Workload> Sim<F, W> {
                     .lock()
                     .unwrap_or_else(PoisonError::into_inner)
                     .push(Reply {
-                        client,
-                        group,
-                        op,
                         attempt,
-                        node: id,
+                        group,
                         result,
                     });
             }),
@@ -1086,17 +1008,19 @@ impl<F: StoreFactory, W: Workload> Sim<F, W> {
         self.step(id)
     }
 
-    fn answer(&mut self, client: usize, op: OpId, attempt: u32, node: NodeId, answer: &Answer) {
+    /// A client learns what became of an attempt (or stops waiting for it).
+    fn answer(&mut self, attempt: Attempt, answer: &Answer) {
         let phase = self.phase;
+        let client = attempt.client;
         let c = &mut self.clients[client];
         let Some(current) = c.op.as_mut() else {
             return;
         };
-        if current.id != op {
+        if current.id != attempt.op {
             return;
         }
         let acked = matches!(answer, Answer::Acked { .. });
-        if !acked && current.waiting.map(|(a, _)| a) != Some(attempt) {
+        if !acked && current.waiting != Some(attempt.number) {
             return; // an answer to an attempt already given up on
         }
         if answer.uncertain() {
@@ -1108,9 +1032,14 @@ impl<F: StoreFactory, W: Workload> Sim<F, W> {
             Some(MAX_ATTEMPTS)
         };
         let group = current.group;
-        let next = c
-            .leaders
-            .next(group, node, current.attempts, answer, max, &mut self.rng);
+        let next = c.leaders.next(
+            group,
+            attempt.node,
+            current.attempts,
+            answer,
+            max,
+            &mut self.rng,
+        );
         match next {
             Next::Done | Next::GiveUp => {
                 c.op = None;
