@@ -4,9 +4,10 @@
 //!
 //! # How a run goes
 //! 1. **Faults** (`fault_ms`): clients propose to every group while the nemesis partitions the
-//!    network, crashes nodes (mid-fsync included, tearing unsynced writes), wipes data
-//!    directories when that is survivable, stalls clocks, fills disks and fails fsyncs, and
-//!    compacts logs; the network loses, duplicates, delays and reorders batches.
+//!    network, crashes nodes (mid-fsync included, tearing unsynced writes), stalls clocks,
+//!    fills disks and fails fsyncs, and compacts logs (and, with
+//!    [`FaultConfig::with_data_loss`], wipes data directories when that is survivable); the
+//!    network loses, duplicates, delays and reorders batches.
 //! 2. **Calm** (`calm_ms`): faults stop, the network heals, every node runs; each group must
 //!    acknowledge a new proposal within `liveness_ms`.
 //! 3. **Drain**: clients finish, every member catches up, and the final states are checked.

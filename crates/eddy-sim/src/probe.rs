@@ -11,11 +11,12 @@
 //!
 //! It works over any [`GroupStore`], so real stores get the same checks.
 
+use std::collections::BTreeSet;
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 
 use bytes::Bytes;
 use eddy_consensus::{
-    Durable, EntryKind, GroupStore, HardState, LogEntry, Snapshot, SnapshotMeta, StoreError,
+    Durable, EntryKind, GroupStore, HardState, LogEntry, NodeId, Snapshot, SnapshotMeta, StoreError,
 };
 
 /// The entries a member has on stable storage, as far as its store reported.
@@ -77,6 +78,50 @@ impl DurableLog {
     pub fn last(&self) -> u64 {
         self.base.index + self.terms.len() as u64
     }
+}
+
+/// Why losing the data of member `id` now is not survivable, given every member's durable
+/// log and durable term (`members`: id, log, term), if it is not.
+///
+/// Raft with a fixed membership survives the loss of a member's disk only when the other
+/// members alone hold every entry a majority holds (else a committed entry could be lost), and
+/// when no other member is at a lower term than the lost one's (else an election in a term the
+/// lost member voted in could win its vote a second time).
+pub fn data_loss_hazard(members: &[(NodeId, DurableLog, u64)], id: NodeId) -> Option<String> {
+    let majority = members.len() / 2 + 1;
+    let term = members.iter().find(|(n, _, _)| *n == id)?.2;
+    if let Some((other, _, t)) = members.iter().find(|(n, _, t)| *n != id && *t < term) {
+        return Some(format!(
+            "node {other} is at term {t}, behind node {id}'s {term}"
+        ));
+    }
+    let from = members
+        .iter()
+        .map(|(_, l, _)| l.base().index)
+        .min()
+        .unwrap_or(0)
+        + 1;
+    let to = members.iter().map(|(_, l, _)| l.last()).max().unwrap_or(0);
+    for index in from..=to {
+        let terms: BTreeSet<u64> = members
+            .iter()
+            .filter_map(|(_, l, _)| l.term(index))
+            .collect();
+        for t in terms {
+            let holders: Vec<NodeId> = members
+                .iter()
+                .filter(|(_, l, _)| l.has(index, t))
+                .map(|(n, _, _)| *n)
+                .collect();
+            let others = holders.iter().filter(|n| **n != id).count();
+            if holders.len() >= majority && others < majority {
+                return Some(format!(
+                    "entry {index} (term {t}) is durable only on {holders:?}"
+                ));
+            }
+        }
+    }
+    None
 }
 
 /// Something the store did that the checker must see.
@@ -300,6 +345,47 @@ mod tests {
             "a snapshot covers everything before it"
         );
         assert_eq!(s.observed, [Observation::Snapshot(snap.meta)]);
+    }
+
+    fn log(base: u64, terms: &[u64]) -> DurableLog {
+        DurableLog {
+            base: SnapshotMeta {
+                index: base,
+                term: 1,
+            },
+            terms: terms.to_vec(),
+        }
+    }
+
+    #[test]
+    fn a_data_loss_is_survivable_only_when_the_others_hold_every_majority_entry() {
+        // Entry 3 (term 2) is on nodes 1 and 2 only: a majority of three, so losing either
+        // loses a committed entry; losing node 3 loses nothing.
+        let members = [
+            (1, log(0, &[1, 1, 2]), 2),
+            (2, log(0, &[1, 1, 2]), 2),
+            (3, log(0, &[1, 1]), 2),
+        ];
+        let why = data_loss_hazard(&members, 1).unwrap();
+        assert!(why.contains("entry 3 (term 2)"), "{why}");
+        assert!(data_loss_hazard(&members, 2).is_some());
+        assert_eq!(data_loss_hazard(&members, 3), None);
+        // A snapshot covers everything before it, whatever the term.
+        let members = [
+            (1, log(3, &[]), 2),
+            (2, log(0, &[1, 1, 2]), 2),
+            (3, log(3, &[]), 2),
+        ];
+        assert_eq!(data_loss_hazard(&members, 2), None);
+        // A member behind the lost one's term could still run an election it voted in.
+        let members = [
+            (1, log(0, &[1]), 3),
+            (2, log(0, &[1]), 2),
+            (3, log(0, &[1]), 3),
+        ];
+        let why = data_loss_hazard(&members, 1).unwrap();
+        assert!(why.contains("node 2 is at term 2"), "{why}");
+        assert_eq!(data_loss_hazard(&members, 2), None);
     }
 
     #[test]

@@ -17,7 +17,7 @@ use crate::client::{Answer, Leaders, Next, MAX_ATTEMPTS, REQUEST_TIMEOUT_MS};
 use crate::config::{FaultConfig, Millis, SimConfig};
 use crate::hash::Fnv;
 use crate::net::{Fate, Network, PartitionKind};
-use crate::probe::{digest, DurableLog, Observation, ProbeHandle};
+use crate::probe::{data_loss_hazard, digest, DurableLog, Observation, ProbeHandle};
 use crate::report::{FaultKind, Report};
 use crate::rng::SimRng;
 use crate::store::{DiskFault, StoreFactory};
@@ -1209,14 +1209,11 @@ impl<F: StoreFactory, W: Workload> Sim<F, W> {
         }
     }
 
-    /// Why losing `id`'s data now could lose acknowledged data or split a term's vote, if it
-    /// could. Raft with a fixed membership survives the loss of a member's disk only when the
-    /// other members alone hold every entry a majority holds, and when no member can still
-    /// run an election in a term the lost member voted in (it would vote again).
+    /// Why losing `id`'s data now is not survivable, if it is not (see
+    /// [`crate::probe::data_loss_hazard`]).
     fn data_loss_hazard(&self, id: NodeId) -> Option<String> {
-        let majority = self.nodes.len() / 2 + 1;
-        for &group in &self.groups {
-            let logs: Vec<(NodeId, DurableLog, u64)> = self
+        self.groups.iter().find_map(|&group| {
+            let members: Vec<(NodeId, DurableLog, u64)> = self
                 .nodes
                 .iter()
                 .map(|n| {
@@ -1224,38 +1221,8 @@ impl<F: StoreFactory, W: Workload> Sim<F, W> {
                     (n.id, s.durable.clone(), s.hard.term)
                 })
                 .collect();
-            let term = logs[Self::slot(id)].2;
-            if let Some((other, _, t)) = logs.iter().find(|(n, _, t)| *n != id && *t < term) {
-                return Some(format!(
-                    "{group}: node {other} is at term {t}, behind node {id}'s {term}"
-                ));
-            }
-            let from = logs
-                .iter()
-                .map(|(_, l, _)| l.base().index)
-                .min()
-                .unwrap_or(0)
-                + 1;
-            let to = logs.iter().map(|(_, l, _)| l.last()).max().unwrap_or(0);
-            for index in from..=to {
-                let terms: BTreeSet<u64> =
-                    logs.iter().filter_map(|(_, l, _)| l.term(index)).collect();
-                for t in terms {
-                    let holders: Vec<NodeId> = logs
-                        .iter()
-                        .filter(|(_, l, _)| l.has(index, t))
-                        .map(|(n, _, _)| *n)
-                        .collect();
-                    let others = holders.iter().filter(|n| **n != id).count();
-                    if holders.len() >= majority && others < majority {
-                        return Some(format!(
-                            "{group}: entry {index} (term {t}) is durable only on {holders:?}"
-                        ));
-                    }
-                }
-            }
-        }
-        None
+            data_loss_hazard(&members, id).map(|why| format!("{group}: {why}"))
+        })
     }
 
     fn heal(&mut self) {

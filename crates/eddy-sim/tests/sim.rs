@@ -119,27 +119,25 @@ fn regression_seeds_keep_every_guarantee() {
     }
 }
 
-/// A data-directory loss is injected only when the other members hold everything a majority
-/// holds, and the run says so when it refuses one.
+/// With data losses on, the nemesis tries them, injecting the survivable ones and refusing
+/// the others (`probe::data_loss_hazard` is tested on its own).
 #[test]
-fn data_losses_are_injected_only_when_survivable() {
-    let mut injected = 0;
-    let mut refused = 0;
+fn data_losses_are_tried_when_asked_for() {
+    let mut tried = 0;
     for seed in 1..=12 {
         let cfg = short(seed, 5, FaultConfig::light(5).with_data_loss());
         // The engine cannot take such a member back yet (see FaultConfig::with_data_loss):
         // only the injection is checked here, not the run's outcome.
         let sim = Sim::new(cfg, MemFactory, MixedWorkload::new(3));
-        let report = eddy_sim::run_guarded(seed, move || sim.run());
-        if let Ok(r) = report {
-            injected += r.faults.get(FaultKind::DataLoss);
-            refused += r.faults.get(FaultKind::DataLossRefused);
+        match eddy_sim::run_guarded(seed, move || sim.run()) {
+            Ok(r) => {
+                tried +=
+                    r.faults.get(FaultKind::DataLoss) + r.faults.get(FaultKind::DataLossRefused);
+            }
+            Err(f) => tried += u64::from(f.recent.iter().any(|l| l.contains("data directory"))),
         }
     }
-    assert!(
-        injected + refused > 0,
-        "the nemesis never tried a data loss"
-    );
+    assert!(tried > 0, "the nemesis never tried a data loss");
 }
 
 /// A disk whose fsyncs do nothing: a power cut loses everything, synced or not.
