@@ -108,6 +108,17 @@ fn dependencies_point_down() {
             "eddy-consensus",
             &["eddy-wire", "eddy-options", "eddy-codec", "eddy-storage"],
         ),
+        // The simulator runs the consensus crate, and later the real stores under it.
+        (
+            "eddy-sim",
+            &[
+                "eddy-wire",
+                "eddy-options",
+                "eddy-codec",
+                "eddy-storage",
+                "eddy-consensus",
+            ],
+        ),
     ];
     for (package, ok) in allowed {
         let ours: Vec<String> = closure(&meta, package)
@@ -117,6 +128,21 @@ fn dependencies_point_down() {
         for d in &ours {
             assert!(ok.contains(&d.as_str()), "{package} must not depend on {d}");
         }
+    }
+}
+
+#[test]
+fn nothing_ships_the_simulator() {
+    let meta = metadata();
+    for p in meta["packages"].as_array().unwrap() {
+        let name = p["name"].as_str().unwrap();
+        if !p["source"].is_null() || name == "eddy-sim" {
+            continue;
+        }
+        assert!(
+            !closure(&meta, name).contains("eddy-sim"),
+            "{name} depends on the simulator"
+        );
     }
 }
 

@@ -8,6 +8,9 @@
 //! - `cargo xtask stream-bench [ARGS...]`: the stream-protocol load tool against a release
 //!   server (Iggy's benchmark shapes, durable and not, with the raw disk baseline).
 //! - `cargo xtask train-dict`: train the event protocol's default zstd dictionary.
+//! - `cargo xtask sim [ARGS...]`: a campaign of the deterministic cluster simulator
+//!   (`--seeds N [--start S] [--nodes 3|5] [--faults none|light|heavy]`, or `--seed S` to replay
+//!   one run; `crates/eddy-sim/src/main.rs` lists every option).
 //! - `cargo xtask event-load [ARGS...]`: the event-protocol load sweep against a release build,
 //!   with the PostgreSQL OCC-append comparison and the network floor
 //!   (`tests/src/bin/eddy_event_load.rs`).
@@ -49,6 +52,7 @@ fn main() -> Result<()> {
         "train-dict" => train_dict::run(rest),
         "event-load" => event_load(rest),
         "stream-bench" => stream_bench(rest),
+        "sim" => sim(rest),
         "help" | "--help" | "-h" => {
             print_help();
             Ok(())
@@ -69,6 +73,9 @@ fn print_help() {
                                  1000 x 1000 x 1000 B, durable and not); ARGS go to the tool\n\
          train-dict [--check]    train the default zstd dictionary of the event protocol\n\
                                  (--check: retrain and compare with the committed one)\n\
+         sim [ARGS...]           deterministic simulation campaign (release build of eddy-sim):\n\
+                                 --seeds N [--start S] [--nodes 3|5] [--faults none|light|heavy]\n\
+                                 [--jobs J]; --seed S [--trace] replays one seed\n\
          event-load [ARGS...]    event-protocol load sweep (100, 1000, 4000 pinned connections,\n\
                                  plain and OCC) on a release build, and the same OCC append on\n\
                                  PostgreSQL and the network floor; ARGS go to eddy_event_load\n\
@@ -210,6 +217,23 @@ fn stream_bench(args: &[String]) -> Result<()> {
         .args(args)
         .env("TMPDIR", &scratch);
     run(load)
+}
+
+/// Builds the simulator in release and runs it with `args` (its exit status is the task's).
+fn sim(args: &[String]) -> Result<()> {
+    let mut cmd = cargo();
+    cmd.args([
+        "run",
+        "--release",
+        "--quiet",
+        "-p",
+        "eddy-sim",
+        "--bin",
+        "eddy-sim",
+        "--",
+    ])
+    .args(args);
+    run(cmd)
 }
 
 /// The long versions of the SIGKILL crash tests. By convention every such test is named

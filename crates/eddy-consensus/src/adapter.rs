@@ -74,6 +74,11 @@ impl<O: Send + 'static> Adapter<O> {
         self.last
     }
 
+    /// The ticket of the latest append handed to the store (0: none yet).
+    pub(crate) fn last_ticket(&self) -> u64 {
+        self.next_ticket
+    }
+
     /// Records entries handed to the store; returns the ticket its durability report carries.
     pub(crate) fn begin_append(&mut self, entries: &[LogEntry]) -> u64 {
         let first = entries[0].index;
@@ -176,12 +181,13 @@ impl<O: Send + 'static> Adapter<O> {
 impl<O: Send + 'static> Storage for Adapter<O> {
     fn initial_state(&self) -> raft::Result<RaftState> {
         let mut hard = self.store.hard_state();
-        // A commit index persisted lazily may trail what was applied, or (on a follower that
-        // learned it before its entries were durable) run past the durable log: clamp it.
-        hard.commit = hard
-            .commit
-            .max(self.store.applied_index())
-            .min(self.store.last_index());
+        // The persisted commit index is trusted only as far as the state machine got. A
+        // follower saves a new commit index in the same step that replaces a conflicting tail
+        // with the leader's entries; if those entries are lost (a crash before their sync, a
+        // failed write) the commit index survives over the old tail, and applying under it
+        // would apply entries that were never committed (found by the simulator, seed 427
+        // heavy). Raft needs no durable commit index: the leader sends it again.
+        hard.commit = self.store.applied_index();
         let mut conf = eraftpb::ConfState::default();
         conf.voters.clone_from(&self.voters);
         Ok(RaftState::new(hard_state_to_raft(hard), conf))

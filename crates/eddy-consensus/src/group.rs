@@ -52,6 +52,9 @@ pub(crate) struct Group<O: Send + 'static> {
     pending: BTreeMap<u64, Pending<O>>,
     waiting: VecDeque<Waiting>,
     applied: u64,
+    /// Appends with a ticket up to this one were superseded by an installed snapshot: their
+    /// reports no longer matter.
+    superseded_through: u64,
     failed: bool,
     role: Role,
     leader: Option<NodeId>,
@@ -65,6 +68,7 @@ impl<O: Send + 'static> Group<O> {
             pending: BTreeMap::new(),
             waiting: VecDeque::new(),
             applied,
+            superseded_through: 0,
             failed: false,
             role: Role::Follower,
             leader: None,
@@ -157,6 +161,15 @@ impl<O: Send + 'static> Group<O> {
             self.raw.mut_store().reset_to_snapshot(snapshot.meta.index);
             self.resolve_through(snapshot.meta.index, None);
             self.applied = snapshot.meta.index;
+            // The snapshot is durable and replaces everything appended before it: appends
+            // still in flight no longer matter, and what waited for them goes out now (found
+            // by the simulator, seed 1742 heavy: the snapshot's own ready waited behind them
+            // while its applied index was already reported).
+            self.superseded_through = self.raw.store().last_ticket();
+            for w in &mut self.waiting {
+                w.done = true;
+            }
+            self.flush_waiting(out);
             tracing::info!(group = %self.id, index = snapshot.meta.index, "installed a snapshot from the leader");
         }
 
@@ -204,7 +217,18 @@ impl<O: Send + 'static> Group<O> {
             self.raw.advance_append_async(rd);
             self.flush_waiting(out);
         }
-        self.raw.advance_apply_to(self.applied);
+        self.report_applied();
+    }
+
+    /// Tells the engine how far the state machine got, as far as the engine allows: never
+    /// past what it knows is persisted (a snapshot installed in a ready still waiting for
+    /// earlier appends counts once that ready is persisted).
+    fn report_applied(&mut self) {
+        let log = &self.raw.raft.raft_log;
+        let to = self.applied.min(log.committed).min(log.persisted);
+        if to > log.applied {
+            self.raw.advance_apply_to(to);
+        }
     }
 
     /// The store reports the append with `ticket` durable (or failed).
@@ -215,6 +239,9 @@ impl<O: Send + 'static> Group<O> {
         out: &mut Output<'_>,
     ) {
         if self.failed {
+            return;
+        }
+        if ticket <= self.superseded_through {
             return;
         }
         if let Err(error) = result {
@@ -239,6 +266,7 @@ impl<O: Send + 'static> Group<O> {
         }
         if let Some(number) = last {
             self.raw.on_persist_ready(number);
+            self.report_applied();
         }
     }
 

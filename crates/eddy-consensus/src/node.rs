@@ -78,7 +78,14 @@ impl NodeConfig {
             // A node returning from a partition does not depose a working leader.
             pre_vote: true,
             max_uncommitted_size: self.max_uncommitted_bytes,
-            batch_append: true,
+            // Never: raft-rs 0.7 batches by appending new entries to any append already queued
+            // for the peer whose entries are empty, keeping that append's previous index. When
+            // a rejection moves the peer's next index back below it, the merged append claims
+            // "after K+1 come entries from K+1", the follower acknowledges an index it does
+            // not hold, and the leader commits on that false acknowledgement (found by the
+            // simulator, seed 1 light; test `seed_1_light_...` in tests/cluster.rs). The node
+            // already sends one batch per peer per step, so nothing is lost.
+            batch_append: false,
             ..raft::Config::default()
         }
     }

@@ -57,6 +57,9 @@ pub type Durable = Box<dyn FnOnce(Result<(), StoreError>) + Send>;
 ///   durable entries; it must be deterministic: every member computes the same outcome;
 /// * [`save_hard_state`](GroupStore::save_hard_state) with `sync` is durable when it returns
 ///   (term and vote changes); without `sync` it may be persisted later (commit index only).
+///   The commit index read back at open is used only up to
+///   [`applied_index`](GroupStore::applied_index): entries after it are committed again by the
+///   leader, so `applied_index` must never count an entry that was not applied.
 pub trait GroupStore: Send {
     /// What applying one entry yields for the proposer (an ack, an error answer...).
     type Outcome: Send + 'static;

@@ -65,9 +65,14 @@ fn config(id: NodeId, n: u64) -> NodeConfig {
 
 impl Cluster {
     fn new(n: u64, seed: u64) -> Self {
+        Cluster::on_disks((1..=n).map(|_| MemDisk::new()).collect(), seed)
+    }
+
+    /// A cluster whose members start on these disks (member `i + 1` on `disks[i]`).
+    fn on_disks(disks: Vec<MemDisk>, seed: u64) -> Self {
+        let n = disks.len() as u64;
         let mut members = BTreeMap::new();
-        for id in 1..=n {
-            let disk = MemDisk::new();
+        for (id, disk) in (1..=n).zip(disks) {
             let (node, applied) = start(id, n, &disk);
             members.insert(
                 id,
@@ -532,4 +537,187 @@ fn seeded_fault_schedules_keep_every_acknowledged_proposal() {
     for seed in 100..=104 {
         chaos(seed, 5);
     }
+}
+
+/// Found by the simulator (`cargo xtask sim --seed 1 --nodes 3 --faults light`): with the
+/// engine's `batch_append`, a rejection that moves a follower's next index back made the
+/// leader merge the resent entries into an empty append already queued for that follower
+/// (a commit broadcast), keeping the queued append's previous index. The follower received
+/// "after index K+1 come entries from K+1", found no conflict and acknowledged K+2, an entry
+/// it did not have; the leader counted that acknowledgement and committed (and acknowledged
+/// to a client) an entry only it held. Every append a leader sends must start right after
+/// its previous index.
+#[test]
+fn seed_1_light_a_rejection_never_merges_entries_into_a_queued_empty_append() {
+    use protobuf::Message as _;
+    use raft::eraftpb::{Message, MessageType};
+
+    let decode = |bytes: &Bytes| Message::parse_from_bytes(bytes).unwrap();
+    let mut c = Cluster::new(3, 1);
+    c.node(1).campaign(G);
+    c.run(3);
+    assert_eq!(c.leaders(), [1]);
+    for i in 0..3 {
+        c.propose(1, &format!("warm{i}"));
+    }
+    c.run(3);
+    let k = c.node(1).status(G).unwrap().last_index;
+    let term = c.node(1).status(G).unwrap().term;
+    assert_eq!(c.node(2).status(G).unwrap().applied, k, "node 2 is in sync");
+
+    // Entry K+1 reaches node 3 only; node 3 acknowledges it.
+    c.propose(1, "x");
+    c.node(1).process();
+    let appends: Vec<(NodeId, Vec<(GroupId, Bytes)>)> = c.node(1).take_outbound();
+    let to_3 = appends.into_iter().find(|(to, _)| *to == 3).unwrap().1;
+    c.node(3).receive(1, to_3);
+    c.node(3).process();
+    let ack = c.node(3).take_outbound().into_iter().next().unwrap().1;
+
+    // A stale rejection from node 2 arrives together with node 3's acknowledgement: the
+    // acknowledgement commits K+1 (queueing an empty commit append for node 2), the rejection
+    // moves node 2 back to K+1 (resending entry K+1).
+    let mut reject = Message::default();
+    reject.set_msg_type(MessageType::MsgAppendResponse);
+    reject.from = 2;
+    reject.to = 1;
+    reject.term = term;
+    reject.index = k + 1;
+    reject.reject = true;
+    reject.reject_hint = k;
+    reject.log_term = term;
+    reject.commit = k;
+    c.node(1).receive(3, ack);
+    c.node(1)
+        .receive(2, vec![(G, Bytes::from(reject.write_to_bytes().unwrap()))]);
+    c.node(1).process();
+    let mut checked = 0;
+    for (to, batch) in c.node(1).take_outbound() {
+        for (_, bytes) in batch {
+            let m = decode(&bytes);
+            if m.get_msg_type() == MessageType::MsgAppend {
+                if let Some(first) = m.entries.first() {
+                    assert_eq!(
+                        first.index,
+                        m.index + 1,
+                        "append to node {to} anchored at {} carries entries from {}",
+                        m.index,
+                        first.index
+                    );
+                    checked += 1;
+                }
+            }
+        }
+    }
+    assert!(
+        checked > 0,
+        "the rejection made the leader resend entry K+1"
+    );
+}
+
+/// Found by the simulator (`cargo xtask sim --seed 427 --nodes 3 --faults heavy`): a follower
+/// replaced a conflicting tail with a new leader's entries and saved the new commit index, then
+/// lost the new entries (their write failed, or a crash came before the sync) while the commit
+/// index stayed on disk. On restart it trusted that commit index and applied the old tail it
+/// still held: entries never committed, diverging from every other member. The commit index
+/// recovered at open must never cover more than what was applied.
+#[test]
+fn seed_427_heavy_a_commit_index_saved_before_its_entries_never_applies_a_stale_tail() {
+    use eddy_consensus::{EntryKind, GroupStore, HardState, LogEntry};
+
+    let disk = |tail: &[(u64, u64, &str)]| {
+        let disk = MemDisk::new();
+        let mut store = MemStore::open(disk.clone());
+        let entries: Vec<LogEntry> = (1..=4)
+            .map(|i| (i, 1, format!("a{i}")))
+            .chain(tail.iter().map(|(i, t, d)| (*i, *t, (*d).to_owned())))
+            .map(|(index, term, data)| LogEntry {
+                index,
+                term,
+                kind: EntryKind::Normal,
+                data: Bytes::from(data),
+            })
+            .collect();
+        store.append(entries, Box::new(|r| r.unwrap()));
+        let hard = HardState {
+            term: 2,
+            vote: 1,
+            commit: 6,
+        };
+        store.save_hard_state(hard, true).unwrap();
+        disk
+    };
+    let committed = [(5, 2, "b5"), (6, 2, "b6")];
+    // Node 3 kept the old leader's tail under the commit index it saved for the new one.
+    let stale = [(5, 1, "stale5"), (6, 1, "stale6")];
+    let mut c = Cluster::on_disks(vec![disk(&committed), disk(&committed), disk(&stale)], 427);
+    c.run(2);
+    assert!(
+        c.payloads(3).iter().all(|p| !p.starts_with("stale")),
+        "node 3 applied its uncommitted tail: {:?}",
+        c.payloads(3)
+    );
+    let leader = c.await_leader(&[1, 2]);
+    let after = c.propose(leader, "after");
+    c.run(10);
+    assert!(matches!(outcome(&after), Some(Ok(_))));
+    let expected = ["a1", "a2", "a3", "a4", "b5", "b6", "after"];
+    for id in 1..=3 {
+        assert_eq!(c.payloads(id), expected, "member {id}");
+    }
+}
+
+/// Found by the simulator (`cargo xtask sim --seed 1742 --nodes 5 --faults heavy`): a follower
+/// whose earlier append was still waiting for its sync received a snapshot from the leader.
+/// The snapshot is durable once installed, but the group told the engine it had applied up to
+/// the snapshot before telling it the snapshot was persisted (the earlier append still held the
+/// queue), and raft-rs stopped the node with "applied(..) is out of range". A snapshot
+/// supersedes every append before it: those wait no longer.
+#[test]
+fn seed_1742_heavy_a_snapshot_behind_an_unsynced_append_applies_without_stopping_the_node() {
+    let mut c = Cluster::new(3, 1742);
+    c.node(1).campaign(G);
+    c.run(3);
+    assert_eq!(c.leaders(), [1]);
+    // Node 3 restarts on a disk that holds its appends until told to sync.
+    c.crash(3);
+    let mut store = MemStore::open(c.members[&3].disk.clone());
+    store.hold_syncs();
+    let mut node = Node::new(config(3, 3), || {});
+    c.members.get_mut(&3).unwrap().applied = store.applied();
+    node.add_group(G, Box::new(store)).unwrap();
+    c.members.get_mut(&3).unwrap().node = Some(node);
+    c.propose(1, "held");
+    c.run(2);
+    assert!(
+        c.members[&3].disk.unsynced_appends() > 0,
+        "node 3 has an append waiting for its sync"
+    );
+    // Cut off, node 3 falls behind a log the leader then compacts: when it is back, the
+    // leader probes it from its last acknowledged entry, which needs a snapshot, and the
+    // snapshot reaches node 3 behind its held append.
+    c.isolate(3);
+    for i in 0..10 {
+        c.propose(1, &format!("m{i}"));
+    }
+    c.run(3);
+    let last = c.applied(1).last().unwrap().0;
+    c.members[&1].disk.compact(last);
+    c.heal();
+    c.node(1).report_unreachable(3);
+    let after = c.propose(1, "after");
+    c.run(3);
+    assert!(
+        c.payloads(3).len() >= 11,
+        "node 3 applied the snapshot: {:?}",
+        c.payloads(3)
+    );
+    // Its disk syncs again: it keeps up with what follows.
+    for _ in 0..2 {
+        c.members[&3].disk.flush();
+        c.run(3);
+    }
+    assert!(matches!(outcome(&after), Some(Ok(_))));
+    assert_eq!(c.payloads(3), c.payloads(1));
+    assert_eq!(c.payloads(3).len(), 12);
 }

@@ -1,0 +1,144 @@
+//! Where the simulated nodes keep their groups: a [`StoreFactory`] opens each group's store on
+//! a node's data directory and plays the disk's part in faults (fsync completion, power cut,
+//! full disk, lost directory).
+//!
+//! [`MemFactory`] runs the consensus crate's in-memory store. The server's stream and event
+//! stores plug in the same way, over the crash-simulating file backend: one backend per data
+//! directory, `sync` completing their pending fdatasyncs on the caller's thread, `crash` being
+//! the backend's power cut.
+
+use std::collections::BTreeMap;
+
+use bytes::Bytes;
+use eddy_consensus::testing::{Applied, MemDisk, MemStore};
+use eddy_consensus::{GroupId, GroupStore, NodeId, StoreError};
+
+pub use eddy_consensus::testing::DiskFault;
+
+use crate::rng::SimRng;
+
+/// Opens the stores of simulated nodes and simulates their disks.
+///
+/// Every call happens on the simulator's thread, in an order fixed by the seed; durability
+/// callbacks must run inside [`StoreFactory::sync`] (or inside an append when the store syncs
+/// at once), never on a thread of the store's own, or a seed would not replay.
+pub trait StoreFactory {
+    /// What applying an entry yields (the node's proposal outcome type).
+    type Outcome: Send + 'static;
+    /// A node's data directory: outlives crashes, replaced when the node loses its data.
+    type Dir;
+
+    /// An empty data directory for `node` (at start, and after a data loss).
+    fn create(&mut self, node: NodeId) -> Self::Dir;
+
+    /// Opens (recovers) a group's store on a directory. Its appends must stay unsynced until
+    /// [`StoreFactory::sync`], so a crash can lose them.
+    fn open(
+        &mut self,
+        dir: &mut Self::Dir,
+        group: GroupId,
+    ) -> Result<Box<dyn GroupStore<Outcome = Self::Outcome>>, StoreError>;
+
+    /// Whether writes wait for a sync.
+    fn unsynced(&self, dir: &Self::Dir) -> bool;
+
+    /// An fsync completes: every pending write becomes durable (or fails under a fault) and
+    /// its callback runs, here.
+    fn sync(&mut self, dir: &mut Self::Dir);
+
+    /// A power cut: unsynced writes are lost, their callbacks never run. With `tear`, part of
+    /// the unsynced tail (chosen with `rng`) reaches the disk anyway. Write faults are cleared
+    /// (the node comes back on a repaired disk). Returns how many entries the tear kept.
+    fn crash(&mut self, dir: &mut Self::Dir, tear: bool, rng: &mut SimRng) -> u64;
+
+    /// Makes the directory's writes fail (`Some`) or succeed again (`None`).
+    fn set_fault(&mut self, dir: &mut Self::Dir, fault: Option<DiskFault>);
+
+    /// Retention: discards the group's log up to `through` (an index the node has applied),
+    /// leaving a snapshot in its place. A store that cannot compact does nothing.
+    fn compact(&mut self, dir: &mut Self::Dir, group: GroupId, through: u64);
+
+    /// The group's state machine as last opened on this directory: the payloads applied, each
+    /// with its index, in index order (what the checker reads at the end of a run).
+    fn state(&self, dir: &Self::Dir, group: GroupId) -> Vec<(u64, Bytes)>;
+}
+
+/// The consensus crate's [`MemStore`]s, one [`MemDisk`] per group.
+#[derive(Debug, Default)]
+pub struct MemFactory;
+
+/// A node's data directory for [`MemFactory`].
+#[derive(Debug, Default)]
+pub struct MemDir {
+    disks: BTreeMap<GroupId, MemDisk>,
+    applied: BTreeMap<GroupId, Applied>,
+}
+
+impl MemDir {
+    /// A group's disk (created empty when first asked for).
+    pub fn disk(&mut self, group: GroupId) -> &MemDisk {
+        self.disks.entry(group).or_default()
+    }
+}
+
+impl StoreFactory for MemFactory {
+    type Outcome = u64;
+    type Dir = MemDir;
+
+    fn create(&mut self, _node: NodeId) -> MemDir {
+        MemDir::default()
+    }
+
+    fn open(
+        &mut self,
+        dir: &mut MemDir,
+        group: GroupId,
+    ) -> Result<Box<dyn GroupStore<Outcome = u64>>, StoreError> {
+        let mut store = MemStore::open(dir.disk(group).clone());
+        store.hold_syncs();
+        dir.applied.insert(group, store.applied());
+        Ok(Box::new(store))
+    }
+
+    fn unsynced(&self, dir: &MemDir) -> bool {
+        dir.disks.values().any(|d| d.unsynced_appends() > 0)
+    }
+
+    fn sync(&mut self, dir: &mut MemDir) {
+        for disk in dir.disks.values() {
+            disk.flush();
+        }
+    }
+
+    fn crash(&mut self, dir: &mut MemDir, tear: bool, rng: &mut SimRng) -> u64 {
+        let mut kept = 0;
+        for disk in dir.disks.values() {
+            let survive = if tear && disk.unsynced_appends() > 0 {
+                usize::try_from(rng.below(16)).expect("small")
+            } else {
+                0
+            };
+            kept += disk.crash(survive) as u64;
+        }
+        kept
+    }
+
+    fn set_fault(&mut self, dir: &mut MemDir, fault: Option<DiskFault>) {
+        for disk in dir.disks.values() {
+            disk.fail_writes(fault);
+        }
+    }
+
+    fn compact(&mut self, dir: &mut MemDir, group: GroupId, through: u64) {
+        if let Some(disk) = dir.disks.get(&group) {
+            disk.compact(through);
+        }
+    }
+
+    fn state(&self, dir: &MemDir, group: GroupId) -> Vec<(u64, Bytes)> {
+        dir.applied
+            .get(&group)
+            .map(Applied::get)
+            .unwrap_or_default()
+    }
+}
