@@ -56,6 +56,8 @@ pub(crate) struct Group<O: Send + 'static> {
     /// reports no longer matter.
     superseded_through: u64,
     failed: bool,
+    /// Lost state, not yet caught up with a leader: no votes, no campaigns.
+    rebuilding: bool,
     role: Role,
     leader: Option<NodeId>,
 }
@@ -70,6 +72,7 @@ impl<O: Send + 'static> Group<O> {
             applied,
             superseded_through: 0,
             failed: false,
+            rebuilding: false,
             role: Role::Follower,
             leader: None,
         }
@@ -85,6 +88,27 @@ impl<O: Send + 'static> Group<O> {
 
     pub(crate) fn failed(&self) -> bool {
         self.failed
+    }
+
+    pub(crate) fn rebuilding(&self) -> bool {
+        self.rebuilding
+    }
+
+    pub(crate) fn set_rebuilding(&mut self, on: bool) {
+        self.rebuilding = on;
+    }
+
+    /// A rebuilding group is caught up once it applied what a known leader told it is
+    /// committed.
+    fn check_caught_up(&mut self) {
+        if self.rebuilding
+            && self.leader.is_some_and(|l| l != self.raw.raft.id)
+            && self.raw.raft.raft_log.committed > 0
+            && self.applied >= self.raw.raft.raft_log.committed
+        {
+            self.rebuilding = false;
+            tracing::info!(group = %self.id, applied = self.applied, "caught up after losing state: votes again");
+        }
     }
 
     pub(crate) fn role(&self) -> Role {
@@ -135,6 +159,7 @@ impl<O: Send + 'static> Group<O> {
         while !self.failed && self.raw.has_ready() {
             self.handle_ready(out);
         }
+        self.check_caught_up();
     }
 
     fn handle_ready(&mut self, out: &mut Output<'_>) {

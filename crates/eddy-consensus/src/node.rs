@@ -12,7 +12,7 @@ use std::sync::{Arc, Mutex, PoisonError};
 
 use bytes::Bytes;
 use protobuf::Message as _;
-use raft::eraftpb::Message;
+use raft::eraftpb::{Message, MessageType};
 use raft::{RawNode, StateRole};
 
 use crate::adapter::Adapter;
@@ -198,6 +198,8 @@ pub struct Node<O: Send + 'static> {
     outbound: BTreeMap<NodeId, Vec<(GroupId, Bytes)>>,
     events: Vec<Event>,
     dropped_messages: u64,
+    /// Groups added from now on start rebuilding (see [`Node::set_rebuilding`]).
+    rebuilding: bool,
 }
 
 impl<O: Send + 'static> std::fmt::Debug for Node<O> {
@@ -244,6 +246,7 @@ impl<O: Send + 'static> Node<O> {
             outbound: BTreeMap::new(),
             events: Vec::new(),
             dropped_messages: 0,
+            rebuilding: false,
         }
     }
 
@@ -276,7 +279,9 @@ impl<O: Send + 'static> Node<O> {
         let logger = self.logger.new(slog::o!("group" => id.0));
         let raw = RawNode::new(&self.config.raft_config(applied), adapter, &logger)
             .map_err(|source| NodeError::Engine { group: id, source })?;
-        self.groups.insert(id, Group::new(id, raw, applied));
+        let mut group = Group::new(id, raw, applied);
+        group.set_rebuilding(self.rebuilding);
+        self.groups.insert(id, group);
         self.dirty.insert(id);
         Ok(())
     }
@@ -356,6 +361,24 @@ impl<O: Send + 'static> Node<O> {
                 self.dropped_messages += 1;
                 continue;
             }
+            let mut message = message;
+            if group.rebuilding()
+                && matches!(
+                    message.get_msg_type(),
+                    MessageType::MsgRequestVote | MessageType::MsgRequestPreVote
+                )
+            {
+                // A member rebuilding lost state must not vote: its empty log would let a
+                // candidate that lacks committed entries win.
+                self.dropped_messages += 1;
+                continue;
+            }
+            if message.get_msg_type() == MessageType::MsgHeartbeat {
+                // A leader that still believes this member holds what it lost (its data
+                // directory was wiped) sends a commit index beyond the log; the engine treats
+                // that as fatal. Commit knowledge only ever arrives early: clamp it.
+                message.commit = message.commit.min(group.raw.raft.raft_log.last_index());
+            }
             if group.raw.step(message).is_err() {
                 self.dropped_messages += 1;
             }
@@ -363,15 +386,50 @@ impl<O: Send + 'static> Node<O> {
         }
     }
 
-    /// Advances every group's clock by one tick.
+    /// Advances every group's clock by one tick (a group rebuilding lost state does not
+    /// count election time: it never campaigns).
     pub fn tick(&mut self) {
         for (id, group) in &mut self.groups {
-            if !group.failed() && group.raw.tick() {
+            if !group.failed() && !group.rebuilding() && group.raw.tick() {
                 self.dirty.insert(*id);
             }
             // Ticks may produce heartbeats or elections without saying so: check them all.
             self.dirty.insert(*id);
         }
+    }
+
+    /// A peer came back without its state (its data directory was lost and it started empty):
+    /// every group this node leads forgets how far that peer had replicated, so it is rebuilt
+    /// from the start of the log (or a snapshot) and never again counted for entries it no
+    /// longer holds.
+    pub fn peer_lost_state(&mut self, peer: NodeId) {
+        for (id, group) in &mut self.groups {
+            if group.raw.raft.state != StateRole::Leader {
+                continue;
+            }
+            if let Some(pr) = group.raw.raft.mut_prs().get_mut(peer) {
+                pr.matched = 0;
+                pr.become_probe();
+                pr.next_idx = 1;
+                self.dirty.insert(*id);
+            }
+        }
+    }
+
+    /// This node starts without the state it had (its data directory was lost) in a cluster
+    /// that has data: until each group has caught up with a leader's commit index, the group
+    /// neither votes nor campaigns. (A fresh node of a new cluster must not call this: nobody
+    /// could be elected.)
+    pub fn set_rebuilding(&mut self) {
+        for group in self.groups.values_mut() {
+            group.set_rebuilding(true);
+        }
+        self.rebuilding = true;
+    }
+
+    /// Whether any group is still rebuilding lost state.
+    pub fn rebuilding(&self) -> bool {
+        self.groups.values().any(Group::rebuilding)
     }
 
     /// Tells the groups a peer is unreachable (its connection failed), so leaders probe it

@@ -721,3 +721,44 @@ fn seed_1742_heavy_a_snapshot_behind_an_unsynced_append_applies_without_stopping
     assert_eq!(c.payloads(3), c.payloads(1));
     assert_eq!(c.payloads(3).len(), 12);
 }
+
+#[test]
+fn a_member_that_lost_its_disk_rejoins_without_voting_until_it_caught_up() {
+    let mut c = Cluster::new(3, 21);
+    let leader = c.await_leader(&[]);
+    for i in 0..30 {
+        c.propose(leader, &format!("w{i}"));
+    }
+    c.run(5);
+    let lost = (1..=3).find(|&i| i != leader).unwrap();
+    let other = (1..=3).find(|&i| i != leader && i != lost).unwrap();
+    // The member loses its disk and comes back empty, rebuilding; the others learn it lost
+    // its state (the server learns it from the greeting's incarnation).
+    c.crash(lost);
+    c.members.get_mut(&lost).unwrap().disk = MemDisk::new();
+    c.restart(lost);
+    c.node(lost).set_rebuilding();
+    assert!(c.node(lost).rebuilding());
+    c.node(leader).peer_lost_state(lost);
+    c.node(other).peer_lost_state(lost);
+    // While it rebuilds, a candidate cannot count on its vote: isolate the leader (so it
+    // cannot catch up) and the remaining member, whose log may lack what the leader
+    // committed, cannot win.
+    c.isolate(leader);
+    c.run(60);
+    assert!(
+        c.leaders().iter().all(|&l| l == leader),
+        "a member without state voted: {:?}",
+        c.leaders()
+    );
+    // Healed, it catches up from the leader and votes again; nothing applied is lost.
+    c.heal();
+    let now = c.await_leader(&[]);
+    let s = c.propose(now, "after");
+    c.run(20);
+    assert!(matches!(outcome(&s), Some(Ok(_))));
+    assert!(!c.node(lost).rebuilding());
+    let leader = c.leaders()[0];
+    assert_eq!(c.payloads(lost), c.payloads(leader));
+    assert_eq!(c.payloads(lost).len(), 31);
+}

@@ -245,6 +245,18 @@ struct SimNode<F: StoreFactory> {
     reboot_scheduled: bool,
     /// Peers reported unreachable since the last heal.
     unreachable: BTreeSet<NodeId>,
+    /// How the next start finds its data directory.
+    next_start: NextStart,
+}
+
+/// Whether a node restarts on its own data or on a lost (new, empty) data directory.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum NextStart {
+    /// Recovers what its directory holds.
+    Recover,
+    /// Its directory was lost: it rebuilds, as the server does when it starts on an empty
+    /// directory while its peers have data.
+    Rebuild,
 }
 
 /// A proposal outcome, as a node's callback hands it over.
@@ -349,6 +361,7 @@ impl<F: StoreFactory, W: Workload> Sim<F, W> {
                         .map(|g| (*g, ProbeHandle::default()))
                         .collect(),
                     life: 0,
+                    next_start: NextStart::Recover,
                     sync_scheduled: false,
                     stalled: None,
                     disk_fault: false,
@@ -569,6 +582,19 @@ impl<F: StoreFactory, W: Workload> Sim<F, W> {
     fn start(&mut self, id: NodeId) -> Step {
         let slot = Self::slot(id);
         let mut node = Node::new(self.nodes[slot].config.clone(), || {});
+        let next = std::mem::replace(&mut self.nodes[slot].next_start, NextStart::Recover);
+        if next == NextStart::Rebuild {
+            // The server learns both facts from the replication greeting: this node's data
+            // directory is new while its peers have data, and the peers see a new incarnation.
+            node.set_rebuilding();
+            for peer in 1..=self.cfg.nodes {
+                if peer != id {
+                    if let Some(other) = self.nodes[Self::slot(peer)].node.as_mut() {
+                        other.peer_lost_state(id);
+                    }
+                }
+            }
+        }
         for &group in &self.groups.clone() {
             let n = &mut self.nodes[slot];
             let store = self
@@ -1132,6 +1158,7 @@ impl<F: StoreFactory, W: Workload> Sim<F, W> {
                 self.crash(id, false);
                 let n = &mut self.nodes[Self::slot(id)];
                 n.dir = self.factory.create(id);
+                n.next_start = NextStart::Rebuild;
                 for probe in n.probes.values() {
                     probe.wipe();
                 }
