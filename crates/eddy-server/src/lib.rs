@@ -6,6 +6,7 @@
 //! shutdown future fires, drains in-flight requests (bounded by `drain_timeout_ms`), flushes
 //! storage and releases the lock.
 
+pub mod clock;
 pub mod compaction;
 pub mod config;
 pub mod data_dir;
@@ -62,7 +63,7 @@ pub const MAINTENANCE_INTERVAL: Duration = Duration::from_secs(1);
 /// Why the server could not start or stopped abnormally.
 #[derive(Debug, thiserror::Error)]
 #[non_exhaustive]
-pub enum ServerError {
+pub enum ServeError {
     /// The configuration is invalid.
     #[error("bad configuration")]
     Config(#[from] ConfigError),
@@ -131,16 +132,16 @@ pub enum ServerError {
     },
 }
 
-impl ServerError {
+impl ServeError {
     /// True for errors a user fixes by changing configuration (exit code 78, `EX_CONFIG`).
     pub fn is_config(&self) -> bool {
         matches!(
             self,
-            ServerError::Config(_)
-                | ServerError::Tls(_)
-                | ServerError::ApiKeys { .. }
-                | ServerError::ApiKeysWithoutTls { .. }
-                | ServerError::Events(event::EventSetupError::DictionaryInvalid { .. })
+            ServeError::Config(_)
+                | ServeError::Tls(_)
+                | ServeError::ApiKeys { .. }
+                | ServeError::ApiKeysWithoutTls { .. }
+                | ServeError::Events(event::EventSetupError::DictionaryInvalid { .. })
         )
     }
 }
@@ -177,23 +178,20 @@ pub struct Server {
 
 /// Loads `api_keys.toml` when present, enforcing the rule that keys need TLS (or the explicit
 /// insecure opt-in).
-fn load_api_keys(
-    config: &ServerConfig,
-    data_dir: &DataDir,
-) -> Result<Option<ApiKeys>, ServerError> {
+fn load_api_keys(config: &ServerConfig, data_dir: &DataDir) -> Result<Option<ApiKeys>, ServeError> {
     let path = data_dir.api_keys_file();
     let text = match std::fs::read_to_string(&path) {
         Ok(text) => text,
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(None),
-        Err(source) => return Err(ServerError::ApiKeysRead { path, source }),
+        Err(source) => return Err(ServeError::ApiKeysRead { path, source }),
     };
-    let keys = ApiKeys::parse(&text).map_err(|source| ServerError::ApiKeys {
+    let keys = ApiKeys::parse(&text).map_err(|source| ServeError::ApiKeys {
         path: path.clone(),
         source,
     })?;
     if config.tls_mode == TlsMode::Disabled {
         if !config.insecure_allow_plaintext_auth {
-            return Err(ServerError::ApiKeysWithoutTls { path });
+            return Err(ServeError::ApiKeysWithoutTls { path });
         }
         tracing::warn!(path = %path.display(), "API keys are enabled without TLS (--insecure-allow-plaintext-auth)");
     }
@@ -201,10 +199,10 @@ fn load_api_keys(
 }
 
 /// Opens and recovers the stream store off the reactor (recovery reads and verifies files).
-async fn open_store(data_dir: &DataDir) -> Result<Arc<Store>, ServerError> {
+async fn open_store(data_dir: &DataDir) -> Result<Arc<Store>, ServeError> {
     let path = data_dir.streams_dir();
     let backend = FsBackend::new(&path).map_err(|source| {
-        ServerError::DataDir(DataDirError::Unusable {
+        ServeError::DataDir(DataDirError::Unusable {
             path: path.clone(),
             source,
         })
@@ -216,7 +214,7 @@ async fn open_store(data_dir: &DataDir) -> Result<Arc<Store>, ServerError> {
         Ok(opened) => opened,
         Err(join) => std::panic::resume_unwind(join.into_panic()),
     };
-    let (store, recovery) = opened.map_err(|source| ServerError::Storage {
+    let (store, recovery) = opened.map_err(|source| ServeError::Storage {
         path: path.clone(),
         source,
     })?;
@@ -242,7 +240,7 @@ async fn open_event_store(
     config: &ServerConfig,
     data_dir: &DataDir,
     dictionary: &eddy_wire::event::Dictionary,
-) -> Result<Arc<EventStore>, ServerError> {
+) -> Result<Arc<EventStore>, ServeError> {
     let root = data_dir.root().to_path_buf();
     let (config, dict) = (config.clone(), dictionary.bytes().to_vec());
     let opened =
@@ -251,7 +249,7 @@ async fn open_event_store(
         Ok(opened) => opened,
         Err(join) => std::panic::resume_unwind(join.into_panic()),
     };
-    let (store, recovery) = opened.map_err(|source| ServerError::Storage {
+    let (store, recovery) = opened.map_err(|source| ServeError::Storage {
         path: data_dir.events_dir(),
         source,
     })?;
@@ -325,7 +323,7 @@ async fn maintenance(store: Arc<Store>, stop: CancellationToken) {
         }
         let store = Arc::clone(&store);
         let done = tokio::task::spawn_blocking(move || {
-            let now_us = now_micros();
+            let now_us = clock::now_micros();
             if let Err(e) = store.run_retention(now_us) {
                 tracing::warn!(error = %e, "retention run failed");
             }
@@ -340,17 +338,10 @@ async fn maintenance(store: Arc<Store>, stop: CancellationToken) {
     }
 }
 
-/// Microseconds since the Unix epoch (0 if the clock is before it).
-pub fn now_micros() -> u64 {
-    std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map_or(0, |d| u64::try_from(d.as_micros()).unwrap_or(u64::MAX))
-}
-
-async fn bind(listener: &'static str, addr: SocketAddr) -> Result<TcpListener, ServerError> {
+async fn bind(listener: &'static str, addr: SocketAddr) -> Result<TcpListener, ServeError> {
     TcpListener::bind(addr)
         .await
-        .map_err(|source| ServerError::Bind {
+        .map_err(|source| ServeError::Bind {
             listener,
             addr,
             source,
@@ -361,8 +352,8 @@ fn local_addr(
     listener: &'static str,
     l: &TcpListener,
     asked: SocketAddr,
-) -> Result<SocketAddr, ServerError> {
-    l.local_addr().map_err(|source| ServerError::Bind {
+) -> Result<SocketAddr, ServeError> {
+    l.local_addr().map_err(|source| ServeError::Bind {
         listener,
         addr: asked,
         source,
@@ -372,7 +363,7 @@ fn local_addr(
 impl Server {
     /// Validates `config`, locks the data directory, starts `/health` (503 until [`Server::run`]),
     /// and binds every protocol listener.
-    pub async fn bind(config: ServerConfig) -> Result<Self, ServerError> {
+    pub async fn bind(config: ServerConfig) -> Result<Self, ServeError> {
         config.validate()?;
         let data_dir = DataDir::open(&config.data_dir)?;
         let api_keys = load_api_keys(&config, &data_dir)?;
@@ -411,7 +402,7 @@ impl Server {
         let events = Arc::new(event::EventService::new(&config, dictionary, event_store));
         stream::bootstrap_root(&store, &config)
             .await
-            .map_err(|source| ServerError::RootBootstrap { source })?;
+            .map_err(|source| ServeError::RootBootstrap { source })?;
 
         let stream_addr = at(config.stream_port);
         let stream = bind("stream", stream_addr).await?;
@@ -470,7 +461,7 @@ impl Server {
     ///
     /// Drain: stop accepting, let every connection finish its in-flight request (bounded by
     /// `drain_timeout_ms`), flush and sync storage, release the data directory lock.
-    pub async fn run(self, shutdown: impl Future<Output = ()>) -> Result<(), ServerError> {
+    pub async fn run(self, shutdown: impl Future<Output = ()>) -> Result<(), ServeError> {
         let Server {
             shared,
             data_dir,

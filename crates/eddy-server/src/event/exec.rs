@@ -280,7 +280,7 @@ async fn write(svc: &EventService, w: wire::WriteRequest) -> Result<EventRespons
     let request = st::WriteRequest {
         client_id: w.client_id,
         user_id: w.user_id,
-        now: super::conn::now_millis(),
+        now: crate::clock::now_millis(),
         writes: w
             .writes
             .into_iter()
@@ -348,7 +348,7 @@ async fn register_schema(
         schema: r.schema,
         client_id: r.client_id,
         user_id: r.user_id,
-        now: super::conn::now_millis(),
+        now: crate::clock::now_millis(),
     };
     match svc.store.register_schema(registration).await {
         Ok(()) => {
@@ -434,7 +434,7 @@ pub(super) async fn execute(
                     keep_from_version: r.keep_from_aggregate_version,
                     client_id: r.client_id,
                     user_id: r.user_id,
-                    now: super::conn::now_millis(),
+                    now: crate::clock::now_millis(),
                 })
                 .await
                 .map_err(|e| trim_error(&e))?;
@@ -446,7 +446,7 @@ pub(super) async fn execute(
             let request = st::DeleteRequest {
                 client_id: r.client_id,
                 user_id: r.user_id,
-                now: super::conn::now_millis(),
+                now: crate::clock::now_millis(),
                 deletes: r
                     .deletes
                     .iter()

@@ -24,7 +24,7 @@
 //!   truncated by the codec).
 
 mod codecs;
-mod conn;
+mod connection;
 mod exec;
 pub mod identify;
 pub mod routing;
@@ -241,7 +241,7 @@ impl EventService {
 /// Serves one event-protocol connection until the client leaves, a frame cannot be parsed,
 /// the idle deadline passes, an error that closes is sent, or the server drains.
 pub async fn serve_connection(socket: Conn, ctx: ConnectionContext) {
-    conn::Connection::new(socket, ctx).run().await;
+    connection::Connection::new(socket, ctx).run().await;
 }
 
 #[cfg(test)]

@@ -31,6 +31,7 @@ mod consumer_groups;
 mod dispatch;
 pub mod error;
 pub mod groups;
+mod handler;
 mod login;
 mod messages;
 mod snapshot;
@@ -154,7 +155,7 @@ impl StreamState {
             max_frame_size: config.stream_max_frame_size,
             heartbeat: (config.stream_heartbeat_interval_ms > 0)
                 .then(|| Duration::from_millis(config.stream_heartbeat_interval_ms)),
-            started_at_us: crate::now_micros(),
+            started_at_us: crate::clock::now_micros(),
             started: std::time::Instant::now(),
             data_dir: config.data_dir.clone(),
             config_toml: config.redacted_toml(),
@@ -252,7 +253,7 @@ pub async fn bootstrap_root(
             status: STATUS_ACTIVE,
             permissions: Some(views::encode_permissions(&permissions)),
             options: Vec::new(),
-            created_at: crate::now_micros(),
+            created_at: crate::clock::now_micros(),
         }))
         .await?;
     tracing::info!(username = %config.root_username, "root user created");

@@ -25,8 +25,8 @@ use eddy_options::{validate_block, Mode, Scope};
 use eddy_storage::error::Entity;
 use eddy_storage::MetadataOp;
 
-use super::dispatch::{Ctx, Outcome};
 use super::error::{Missing, StreamError};
+use super::handler::{Ctx, Outcome};
 use super::views;
 
 /// Hashes a password on the blocking pool (Argon2id takes tens of milliseconds).
@@ -105,7 +105,7 @@ pub(crate) async fn create_user(ctx: Ctx<'_>, request: CreateUser) -> Result<Out
                 status: normalize_status(request.status),
                 permissions,
                 options: request.options.0.as_bytes().to_vec(),
-                created_at: crate::now_micros(),
+                created_at: crate::clock::now_micros(),
             })
             .await?;
         id
@@ -244,7 +244,7 @@ pub(crate) async fn create_token(
     if !valid_token_name(&name) {
         return Err(StreamError::InvalidTokenName { len: name.len() });
     }
-    let now = crate::now_micros();
+    let now = crate::clock::now_micros();
     let expiry =
         TokenExpiry::from_wire(request.expiry, now).ok_or(StreamError::InvalidTokenExpiry {
             expiry: request.expiry,

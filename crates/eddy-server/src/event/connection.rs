@@ -124,15 +124,18 @@ impl Connection {
         let started = Instant::now();
         let first = match first {
             EventRequest::Identify(req) => {
-                let reply =
-                    match identify::verify(&req, self.shared.api_keys.as_ref(), now_millis()) {
-                        Ok(identity) => {
-                            self.identity = identity;
-                            let resp = identify::response(&req, identity, self.svc().dictionary());
-                            Reply::Response(EventResponse::Identify(resp))
-                        }
-                        Err(e) => Reply::Error(e),
-                    };
+                let reply = match identify::verify(
+                    &req,
+                    self.shared.api_keys.as_ref(),
+                    crate::clock::now_millis(),
+                ) {
+                    Ok(identity) => {
+                        self.identity = identity;
+                        let resp = identify::response(&req, identity, self.svc().dictionary());
+                        Reply::Response(EventResponse::Identify(resp))
+                    }
+                    Err(e) => Reply::Error(e),
+                };
                 self.finish(
                     RequestType::Identify,
                     version,
@@ -457,11 +460,4 @@ fn too_large(
         },
     };
     error.to_response(correlation_id)
-}
-
-/// Unix milliseconds of the server clock (0 before the epoch).
-pub(super) fn now_millis() -> u64 {
-    std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map_or(0, |d| u64::try_from(d.as_millis()).unwrap_or(u64::MAX))
 }
