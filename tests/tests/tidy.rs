@@ -84,6 +84,7 @@ fn lower_layers_never_depend_on_a_runtime_or_transport() {
         "eddy-codec",
         "eddy-options",
         "eddy-auth",
+        "eddy-log",
         "eddy-storage",
         "eddy-consensus",
     ] {
@@ -103,6 +104,7 @@ fn dependencies_point_down() {
         ("eddy-options", &[]),
         ("eddy-codec", &["eddy-wire", "eddy-options"]),
         ("eddy-auth", &["eddy-wire", "eddy-options", "eddy-codec"]),
+        ("eddy-log", &[]),
         ("eddy-storage", &["eddy-wire", "eddy-options", "eddy-codec"]),
         (
             "eddy-consensus",
