@@ -8,7 +8,7 @@
 //!   `truncate`, `sync`; [`StorageBackend`]: open, list, rename, remove, directory sync) and its
 //!   backends: [`FsBackend`] (real files) and [`MemBackend`] (in memory, with crash simulation
 //!   and fault injection for tests).
-//! * [`format`]: the record format (segment header, record header, sparse index entries).
+//! * [`format`](mod@format): the record format (segment header, record header, sparse index entries).
 //! * [`log`]: the segmented, checksummed, append-only [`Log`]: admission ([`Log::reserve`]),
 //!   group commit, recovery, index files, reads, rewrite of sealed segments, retention.
 //! * [`pool`]: the [`CommitPool`] of writer threads that runs group commits for every log.

@@ -275,7 +275,7 @@ impl Log {
         }
     }
 
-    /// Makes everything appended so far durable (a no-op with [`Durability::Fsync`] beyond
+    /// Makes everything appended so far durable (a no-op with [`Durability::Fsync`](crate::Durability::Fsync) beyond
     /// waiting for queued appends).
     pub fn flush(&self) -> Completion<()> {
         let (done, completion) = completion();

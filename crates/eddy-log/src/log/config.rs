@@ -24,7 +24,7 @@ pub enum Durability {
     Fsync,
     /// After the write reaches the page cache; the writer syncs once this many records or bytes
     /// are unsynced (Iggy's `messages_required_to_save` / `size_of_messages_required_to_save`),
-    /// and on [`Log::flush`], rolls and purges.
+    /// and on [`Log::flush`](crate::Log::flush), rolls and purges.
     Background {
         /// Sync when at least this many records are unsynced (at least 1).
         max_unsynced_records: u64,
@@ -60,7 +60,7 @@ pub struct LogConfig {
     /// Verify the payload checksum of every record a read returns.
     pub verify_on_read: bool,
     /// Instead of refusing to open on interior corruption, cut the damaged segment at the damage
-    /// (losing the rest of that segment) and report it in [`RecoveryReport::repairs`].
+    /// (losing the rest of that segment) and report it in [`RecoveryReport::repairs`](crate::RecoveryReport::repairs).
     pub repair: bool,
     /// Upper bound of the bytes one group commit writes.
     pub max_group_bytes: u64,

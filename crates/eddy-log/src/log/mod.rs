@@ -18,10 +18,10 @@
 //! unsynced records or bytes reach the configured bounds (or on [`Log::flush`]).
 //!
 //! * An fsync error is fatal for the log (fail-stop): every pending and future write is refused
-//!   with [`LogError::LogFailed`] and nothing more is acknowledged; the page cache is never
+//!   with [`LogError::LogFailed`](crate::LogError::LogFailed) and nothing more is acknowledged; the page cache is never
 //!   trusted again.
 //! * `ENOSPC` (or `EDQUOT`) while appending truncates the partial write away and refuses the
-//!   group and everything queued behind it with [`LogError::NoSpace`]; acknowledged records
+//!   group and everything queued behind it with [`LogError::NoSpace`](crate::LogError::NoSpace); acknowledged records
 //!   are untouched and the log keeps accepting writes once space returns.
 //!
 //! # Recovery
@@ -31,7 +31,7 @@
 //! *torn tail* when no later record proves that its bytes had been synced (each record header
 //! carries the file length that was durable when it was written); the tail is truncated. If a
 //! later record proves it, the damage is *interior corruption* and open refuses with
-//! [`LogError::Corrupt`] naming the file and byte offset, unless [`LogConfig::repair`] is
+//! [`LogError::Corrupt`](crate::LogError::Corrupt) naming the file and byte offset, unless [`LogConfig::repair`] is
 //! set. Sealed segments are synced before the next segment is created, so any damage in them
 //! is corruption. Indexes are derived data: an index that is missing, torn, zero-filled or
 //! inconsistent with its segment is rebuilt from the segment.

@@ -1,7 +1,8 @@
 //! The state every part of the log shares: the admission queue, the writer's active segment,
 //! the readers' view of the segments, and the [`Log`] handle itself. The other modules of the
 //! log each add one concern to it (`open`, `admission`, `writer`, `read`, `rewrite`,
-//! `retention`) and import only this module, `config`, `types` and `segment_files`.
+//! `retention`) and import this module, `config`, `types` and `segment_files` (and `rewrite`
+//! the read path); none of those imports them back.
 
 use std::collections::VecDeque;
 use std::fmt;

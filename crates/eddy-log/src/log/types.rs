@@ -72,7 +72,7 @@ pub struct LogBounds {
     pub segments: usize,
 }
 
-/// One repair performed because [`LogConfig::repair`] was set.
+/// One repair performed because [`LogConfig::repair`](crate::LogConfig::repair) was set.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Repair {
     /// The damaged file.
@@ -92,7 +92,7 @@ pub struct RecoveryReport {
     pub segments: usize,
     /// A torn tail that was truncated: (file, offset it was cut at, bytes cut).
     pub torn_tail: Option<(PathBuf, u64, u64)>,
-    /// Interior corruption cut away (only with [`LogConfig::repair`]).
+    /// Interior corruption cut away (only with [`LogConfig::repair`](crate::LogConfig::repair)).
     pub repairs: Vec<Repair>,
     /// Bases of the segments whose index was rebuilt.
     pub indexes_rebuilt: Vec<u64>,
@@ -117,7 +117,7 @@ pub trait CommitHook: Send + Sync + fmt::Debug {
         let _ = (next_seq, error);
     }
 
-    /// Records up to (not including) `end_seq` are durable **and** visible to [`Log::read`];
+    /// Records up to (not including) `end_seq` are durable **and** visible to [`Log::read`](crate::Log::read);
     /// their acknowledgements follow. Called on the writer thread, in log order, without the
     /// admission lock: the event store moves its per-aggregate state from speculative to
     /// committed here, so state never points at a record readers cannot see yet.

@@ -9,12 +9,11 @@ use eddy_codec::event::{
     decode_request, encode_response, AfterError, ErrorResponse, EventRequest, EventResponse,
     ServerError, WatchRequest, WatchResponse,
 };
-use eddy_storage::{EventError, StorageError};
 use eddy_wire::event::{Compression, Decoded, ProtocolVersion, RequestFrameDecoder, RequestType};
 use tokio::io::{AsyncReadExt as _, AsyncWriteExt as _};
 
 use super::identify::{self, Identity};
-use super::routing::Route;
+use super::routing::{self, Route};
 use super::{exec, watch};
 use super::{metric_index, EventService};
 use crate::listener::{Conn, ConnectionContext};
@@ -183,21 +182,25 @@ impl Connection {
                 debug_assert!(false, "identify routed after the first frame");
                 return Err(ConnectionEnd::Closed);
             }
-            Ok(Route::Shard(shard)) => match request {
+            Ok(Route::Watch(shard)) => match request {
                 EventRequest::Watch(w) => return self.watch(version, w, shard, started).await,
-                other => match exec::execute(&self.shared.events, shard, other).await {
-                    Ok(response) => Reply::Response(response),
-                    Err(e) => Reply::Error(e),
-                },
+                _ => unreachable!("only a watch routes to a watch"),
+            },
+            Ok(Route::Store) => match exec::execute(&self.shared.events, request).await {
+                Ok(response) => Reply::Response(response),
+                Err(e) => Reply::Error(e),
             },
         };
         self.finish(kind, version, correlation_id, reply, started)
             .await
     }
 
-    /// Routing first, then the client-id and access-level checks of mutations (§1.9 step 3).
+    /// Routing first, then the client-id and access-level checks of mutations (§1.9 step 3):
+    /// the store routes what it executes, so a failed mutation check asks the placement
+    /// whether a routing error comes first.
     fn admit(&self, request: &EventRequest) -> Result<Route, ServerError> {
-        let route = self.svc().placement().route(request)?;
+        let placement = self.svc().placement();
+        let route = routing::route(placement, request)?;
         let mutation_client = match request {
             EventRequest::Write(r) => Some(r.client_id),
             EventRequest::TrimStart(r) => Some(r.client_id),
@@ -206,7 +209,9 @@ impl Connection {
             _ => None,
         };
         if let Some(client_id) = mutation_client {
-            self.identity.check_mutation(client_id)?;
+            if let Err(refused) = self.identity.check_mutation(client_id) {
+                return Err(routing::precedes_identity(placement, request).unwrap_or(refused));
+            }
         }
         Ok(route)
     }
@@ -242,17 +247,7 @@ impl Connection {
         let id = match svc.store.subscribe(shard, watch::filter(&request), sink) {
             Ok(id) => id,
             Err(e) => {
-                let e = match e {
-                    StorageError::Event(EventError::TooManySubscribers { active, max }) => {
-                        ServerError::WatchTooManySubscribers {
-                            active_subscribers: active as u64,
-                            max_subscribers: max as u64,
-                        }
-                    }
-                    other => ServerError::WatchReadOther {
-                        detail: other.to_string(),
-                    },
-                };
+                let e = exec::subscribe_error(&e);
                 return self
                     .finish(kind, version, cid, Reply::Error(e), started)
                     .await;

@@ -8,8 +8,8 @@ use eddy_codec::stream::commands::sync_consumer_group::GroupAssignment;
 use eddy_codec::stream::commands::Maybe;
 use eddy_codec::stream::entities::ConsumerGroupResponse;
 use eddy_codec::stream::Identifier;
-use eddy_storage::error::Entity;
-use eddy_storage::MetadataOp;
+use eddy_stream_store::Entity;
+use eddy_stream_store::MetadataOp;
 
 use super::error::{Missing, StreamError};
 use super::groups::GroupKey;

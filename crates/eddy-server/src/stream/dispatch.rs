@@ -21,7 +21,7 @@ use eddy_auth::credentials::{normalize_status, STATUS_ACTIVE};
 use eddy_auth::permissions::{authorize, Caller, Resource, ROOT_USER_ID};
 use eddy_auth::sessions::ClientId;
 use eddy_codec::stream::{route, CommandCode, Permissions, Request, Route};
-use eddy_storage::MetadataState;
+use eddy_stream_store::MetadataState;
 use eddy_wire::stream::{
     request_checksum, EvictionHeader, EvictionReason, Operation, RequestHeader,
 };

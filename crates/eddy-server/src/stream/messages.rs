@@ -31,7 +31,9 @@ use eddy_codec::stream::commands::Maybe;
 use eddy_codec::stream::{
     admit, AdmittedBatch, Consumer, ConsumerKind, Partitioning, PollingStrategy,
 };
-use eddy_storage::{ConsumerKey, MetadataOp, PartitionAddr, PollStrategy, Stamp, StampableBatch};
+use eddy_stream_store::{
+    ConsumerKey, MetadataOp, PartitionAddr, PollStrategy, Stamp, StampableBatch,
+};
 
 use super::error::{Missing, StreamError};
 use super::groups::GroupKey;

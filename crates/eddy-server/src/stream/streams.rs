@@ -17,9 +17,9 @@ use eddy_codec::stream::commands::update_stream::UpdateStream;
 use eddy_codec::stream::commands::update_topic::UpdateTopic;
 use eddy_codec::stream::commands::Maybe;
 use eddy_options::{validate_block, Mode, Scope, TopicOptions, TopicSettings};
-use eddy_storage::error::Entity;
-use eddy_storage::metadata::MAX_PARTITIONS_PER_TOPIC;
-use eddy_storage::{MetadataOp, Operation, PartitionAddr};
+use eddy_stream_store::metadata::MAX_PARTITIONS_PER_TOPIC;
+use eddy_stream_store::Entity;
+use eddy_stream_store::{MetadataOp, Operation, PartitionAddr};
 
 use super::error::{Missing, StreamError};
 use super::handler::{Ctx, Outcome};

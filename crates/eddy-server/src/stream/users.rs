@@ -22,8 +22,8 @@ use eddy_codec::stream::commands::update_permissions::UpdatePermissions;
 use eddy_codec::stream::commands::update_user::UpdateUser;
 use eddy_codec::stream::commands::Maybe;
 use eddy_options::{validate_block, Mode, Scope};
-use eddy_storage::error::Entity;
-use eddy_storage::MetadataOp;
+use eddy_stream_store::Entity;
+use eddy_stream_store::MetadataOp;
 
 use super::error::{Missing, StreamError};
 use super::handler::{Ctx, Outcome};
@@ -96,7 +96,7 @@ pub(crate) async fn create_user(ctx: Ctx<'_>, request: CreateUser) -> Result<Out
         let _creating = ctx.state.creation.lock().await;
         let id = ctx
             .state
-            .read(eddy_storage::MetadataState::lowest_free_user_id);
+            .read(eddy_stream_store::MetadataState::lowest_free_user_id);
         ctx.state
             .commit(MetadataOp::CreateUser {
                 id,
