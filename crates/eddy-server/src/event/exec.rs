@@ -9,74 +9,104 @@
 use std::sync::Arc;
 
 use eddy_codec::event as wire;
-use eddy_codec::event::{EventRequest, EventResponse, ServerError};
-use eddy_storage::events as st;
-use eddy_storage::{EventError, StorageError};
+use eddy_codec::event::{EventRequest, EventResponse, RoutingField, ServerError};
+use eddy_event_store as st;
+use eddy_event_store::{EventStoreError, Placement, Refusal, RoutingRule};
+use eddy_wire::event::RequestType;
 
-use super::schema;
 use super::EventService;
+use crate::error_chain;
 
+/// The store's key of a wire key.
 pub(super) fn key(k: &wire::AggregateKey) -> st::AggregateKey {
     st::AggregateKey::new(k.org_id, k.aggregate_type_id, k.aggregate_id)
 }
 
-fn detail(e: &StorageError) -> String {
-    let mut s = e.to_string();
-    let mut cause = std::error::Error::source(e);
-    while let Some(c) = cause {
-        s.push_str(": ");
-        s.push_str(&c.to_string());
-        cause = c.source();
-    }
-    s
+/// Whether a refusal is a routing refusal (answered with 9001 or 9002 whatever the request).
+fn is_routing(r: &Refusal) -> bool {
+    matches!(
+        r,
+        Refusal::CrossShard { .. }
+            | Refusal::NoSuchShard { .. }
+            | Refusal::WatchFilterRequired { .. }
+    )
 }
 
-fn event_error(e: &StorageError) -> Option<&EventError> {
-    match e {
-        StorageError::Event(ev) => Some(ev),
-        _ => None,
-    }
-}
-
-/// Routing refusals the store may still raise (the server routes first, so these are only
-/// reached if the layouts ever disagreed).
-fn routing(e: &EventError) -> Option<ServerError> {
-    match e {
-        EventError::CrossShard { num_shards } => Some(ServerError::ShardRoutingMultipleShards {
-            num_shards: u64::from(*num_shards),
-        }),
-        EventError::NoSuchShard { shard, num_shards } => Some(ServerError::invalid_shard_id(
-            *shard,
-            u64::from(*num_shards),
-        )),
-        _ => None,
+/// The 9001/9002 answer to a routing refusal of a `kind` request; every one carries
+/// `"num_shards":N`.
+pub(super) fn routing_refusal(r: &Refusal, kind: RequestType, placement: Placement) -> ServerError {
+    let n = u64::from(placement.num_shards());
+    match r {
+        Refusal::EmptyRequest if kind == RequestType::Delete => ServerError::empty_delete(n),
+        Refusal::EmptyRequest => ServerError::empty_write(n),
+        Refusal::NoSuchShard { shard, .. } => ServerError::invalid_shard_id(*shard, n),
+        Refusal::WatchFilterRequired { rule, .. } => ServerError::watch_filter_required(
+            match rule {
+                RoutingRule::AggregateId => RoutingField::Aggregate,
+                RoutingRule::OrgId => RoutingField::Org,
+                RoutingRule::AggregateTypeId => RoutingField::AggregateType,
+            },
+            n,
+        ),
+        _ => ServerError::ShardRoutingMultipleShards { num_shards: n },
     }
 }
 
-fn write_error(e: &StorageError, num_shards: u64) -> ServerError {
-    let Some(ev) = event_error(e) else {
-        return ServerError::WriteFsyncError { detail: detail(e) };
+fn write_error(e: &EventStoreError, placement: Placement) -> ServerError {
+    let r = match e {
+        EventStoreError::Refused(r) => r,
+        EventStoreError::SchemaLookup { source } => {
+            return ServerError::WriteCacheAggregateClientError {
+                detail: Some(error_chain(source)),
+            }
+        }
+        _ => {
+            return ServerError::WriteFsyncError {
+                detail: error_chain(e),
+            }
+        }
     };
-    if let Some(r) = routing(ev) {
-        return r;
-    }
-    match ev {
-        EventError::EmptyRequest => ServerError::empty_write(num_shards),
-        EventError::EmptyEvents { .. } => ServerError::WriteEmptyEventsList,
-        EventError::ZeroEventType { client_seq, .. } => ServerError::WriteZeroEventType {
+    match r {
+        r if is_routing(r) || *r == Refusal::EmptyRequest => {
+            routing_refusal(r, RequestType::Write, placement)
+        }
+        Refusal::EmptyEvents { .. } => ServerError::WriteEmptyEventsList,
+        Refusal::ZeroEventType { client_seq, .. } => ServerError::WriteZeroEventType {
             client_seq: *client_seq,
         },
-        EventError::NotFound { .. } => ServerError::WriteAggregateNotExists,
-        EventError::RecreateNotAllowed { .. } | EventError::Deleted { .. } => {
+        Refusal::SchemaValidationFailed {
+            event_type_major,
+            event_type_minor,
+            client_seq,
+            validation_error,
+        } => ServerError::WriteSchemaValidationFailed {
+            event_type_major: *event_type_major,
+            event_type_minor: *event_type_minor,
+            client_seq: *client_seq,
+            validation_error: validation_error.clone(),
+        },
+        Refusal::SchemaCompilationFailed {
+            event_type_major,
+            event_type_minor,
+            client_seq,
+            compilation_error,
+        } => ServerError::WriteSchemaCompilationFailed {
+            event_type_major: *event_type_major,
+            event_type_minor: *event_type_minor,
+            client_seq: *client_seq,
+            compilation_error: compilation_error.clone(),
+        },
+        Refusal::NotFound { .. } => ServerError::WriteAggregateNotExists,
+        Refusal::RecreateNotAllowed { .. } | Refusal::Deleted { .. } => {
             ServerError::WriteAggregateRecreateNotAllowed
         }
-        EventError::VersionConflict {
+        Refusal::VersionConflict {
             expected, current, ..
         } => ServerError::WriteOptimisticConcurrencyViolation {
             expected_version: *expected,
             current_aggregate_version: *current,
         },
-        EventError::Duplicate {
+        Refusal::Duplicate {
             last_client_seq,
             attempted_client_seq,
             ..
@@ -84,7 +114,7 @@ fn write_error(e: &StorageError, num_shards: u64) -> ServerError {
             last_client_seq: *last_client_seq,
             attempted_client_seq: *attempted_client_seq,
         },
-        EventError::InFlightDuplicate {
+        Refusal::InFlightDuplicate {
             last_client_seq,
             attempted_client_seq,
             ..
@@ -98,84 +128,125 @@ fn write_error(e: &StorageError, num_shards: u64) -> ServerError {
     }
 }
 
-fn read_error(e: &StorageError) -> ServerError {
-    match event_error(e) {
-        Some(EventError::NotFound { .. } | EventError::Deleted { .. }) => {
+fn read_error(e: &EventStoreError, placement: Placement) -> ServerError {
+    match e.refusal() {
+        Some(Refusal::NotFound { .. } | Refusal::Deleted { .. }) => {
             ServerError::ReadAggregateNotExists
         }
-        Some(EventError::Trimmed {
+        Some(Refusal::Trimmed {
             requested,
             minimum_available,
         }) => ServerError::ReadUnavailableVersion {
             requested: *requested,
             minimum_available: *minimum_available,
         },
-        Some(ev) if routing(ev).is_some() => routing(ev).unwrap_or(ServerError::ShardRoutingNoKey),
+        Some(r) if is_routing(r) => routing_refusal(r, RequestType::Read, placement),
         _ => ServerError::ReadFetchDatablocks {
-            detail: Some(detail(e)),
+            detail: Some(error_chain(e)),
         },
     }
 }
 
-fn details_error(e: &StorageError) -> ServerError {
-    match event_error(e) {
-        Some(EventError::NotFound { .. }) => ServerError::ExistsAggregateNotExists,
-        _ => ServerError::ExistsMetablockReadError { detail: detail(e) },
+fn details_error(e: &EventStoreError) -> ServerError {
+    match e.refusal() {
+        Some(Refusal::NotFound { .. }) => ServerError::ExistsAggregateNotExists,
+        _ => ServerError::ExistsMetablockReadError {
+            detail: error_chain(e),
+        },
     }
 }
 
-fn trim_error(e: &StorageError) -> ServerError {
-    match event_error(e) {
-        Some(EventError::NotFound { .. } | EventError::Deleted { .. }) => {
+fn trim_error(e: &EventStoreError) -> ServerError {
+    match e.refusal() {
+        Some(Refusal::NotFound { .. } | Refusal::Deleted { .. }) => {
             ServerError::TrimAggregateNotExists
         }
-        Some(EventError::TrimOutOfRange {
+        Some(Refusal::TrimOutOfRange {
             requested,
             max_aggregate_version,
         }) => ServerError::TrimIndexOutOfRange {
             requested: *requested,
             max_aggregate_version: *max_aggregate_version,
         },
-        _ => ServerError::TrimFsyncError { detail: detail(e) },
+        _ => ServerError::TrimFsyncError {
+            detail: error_chain(e),
+        },
     }
 }
 
-fn delete_error(e: &StorageError, num_shards: u64) -> ServerError {
-    match event_error(e) {
-        Some(EventError::NotFound { .. } | EventError::Deleted { .. }) => {
+fn delete_error(e: &EventStoreError, placement: Placement) -> ServerError {
+    match e.refusal() {
+        Some(Refusal::NotFound { .. } | Refusal::Deleted { .. }) => {
             ServerError::DeleteAggregateNotExists
         }
-        Some(EventError::VersionConflict {
+        Some(Refusal::VersionConflict {
             expected, current, ..
         }) => ServerError::DeleteOptimisticConcurrencyViolation {
             expected_version: *expected,
             current_aggregate_version: *current,
         },
-        Some(EventError::EmptyRequest) => ServerError::empty_delete(num_shards),
-        Some(ev) if routing(ev).is_some() => routing(ev).unwrap_or(ServerError::ShardRoutingNoKey),
-        _ => ServerError::DeleteFsyncError { detail: detail(e) },
+        Some(r) if is_routing(r) || *r == Refusal::EmptyRequest => {
+            routing_refusal(r, RequestType::Delete, placement)
+        }
+        _ => ServerError::DeleteFsyncError {
+            detail: error_chain(e),
+        },
     }
 }
 
-fn list_error(kind: wire_list::Kind, e: &StorageError) -> ServerError {
-    if let Some(r) = event_error(e).and_then(routing) {
-        return r;
+fn list_error(kind: RequestType, e: &EventStoreError, placement: Placement) -> ServerError {
+    if let Some(r) = e.refusal().filter(|r| is_routing(r)) {
+        return routing_refusal(r, kind, placement);
     }
-    let detail = detail(e);
+    let detail = error_chain(e);
     match kind {
-        wire_list::Kind::Orgs => ServerError::ListOrgsDiskRead { detail },
-        wire_list::Kind::Types => ServerError::ListAggregateTypesDiskRead { detail },
-        wire_list::Kind::Aggregates => ServerError::ListAggregatesDiskRead { detail },
+        RequestType::ListOrgs => ServerError::ListOrgsDiskRead { detail },
+        RequestType::ListAggregateTypes => ServerError::ListAggregateTypesDiskRead { detail },
+        _ => ServerError::ListAggregatesDiskRead { detail },
     }
 }
 
-mod wire_list {
-    /// Which list a failure belongs to.
-    #[derive(Debug, Clone, Copy)]
-    pub(super) enum Kind {
-        Orgs,
-        Types,
-        Aggregates,
+fn register_error(e: &EventStoreError, schema_type: u8) -> ServerError {
+    match e.refusal() {
+        Some(Refusal::SchemaTypeUnsupported { schema_type }) => {
+            ServerError::RegisterSchemaUnsupportedType {
+                schema_type: *schema_type,
+            }
+        }
+        Some(Refusal::SchemaInvalid {
+            schema_type,
+            parse_error,
+        }) => ServerError::RegisterSchemaInvalid {
+            schema_type: *schema_type,
+            parse_error: parse_error.clone(),
+        },
+        Some(Refusal::SchemaExists {
+            event_type_major,
+            event_type_minor,
+        }) => ServerError::RegisterSchemaAlreadyExists {
+            event_type_major: *event_type_major,
+            event_type_minor: *event_type_minor,
+        },
+        Some(Refusal::Limit { .. }) => ServerError::RegisterSchemaInvalid {
+            schema_type,
+            parse_error: error_chain(e),
+        },
+        _ => ServerError::RegisterSchemaFsyncError {
+            detail: error_chain(e),
+        },
+    }
+}
+
+/// The answer to a refused watch subscription (after routing).
+pub(super) fn subscribe_error(e: &EventStoreError) -> ServerError {
+    match e.refusal() {
+        Some(Refusal::TooManySubscribers { active, max }) => ServerError::WatchTooManySubscribers {
+            active_subscribers: *active as u64,
+            max_subscribers: *max as u64,
+        },
+        _ => ServerError::WatchReadOther {
+            detail: e.to_string(),
+        },
     }
 }
 
@@ -217,70 +288,19 @@ fn read_query(f: wire::ReadFilters, max_bytes: u64) -> st::ReadQuery {
         max_event_timestamp: f.max_event_timestamp,
         min_event_seq: f.min_event_seq,
         max_event_seq: f.max_event_seq,
-        max_batches: eddy_storage::events::DEFAULT_READ_MAX_BATCHES,
+        max_batches: st::DEFAULT_READ_MAX_BATCHES,
         max_bytes,
     }
 }
 
-/// Validates every unencrypted event of a write against its registered schema (2022/2023).
-fn validate_schemas(svc: &EventService, w: &wire::WriteRequest) -> Result<(), ServerError> {
-    for (k, part) in &w.writes {
-        for e in part.events.iter().filter(|e| e.iv.is_none()) {
-            let skey = st::SchemaKey {
-                org_id: k.org_id,
-                aggregate_type_id: k.aggregate_type_id,
-                event_type_major: e.event_type_major,
-                event_type_minor: e.event_type_minor,
-            };
-            let found = svc.schemas.lookup(&svc.store, &skey).map_err(|err| {
-                ServerError::WriteCacheAggregateClientError {
-                    detail: Some(detail(&err)),
-                }
-            })?;
-            match found {
-                Ok(None) => {}
-                Ok(Some(compiled)) => compiled.validate(&e.event_value).map_err(|msg| {
-                    ServerError::WriteSchemaValidationFailed {
-                        event_type_major: e.event_type_major,
-                        event_type_minor: e.event_type_minor,
-                        client_seq: e.client_seq,
-                        validation_error: msg,
-                    }
-                })?,
-                Err(msg) => {
-                    return Err(ServerError::WriteSchemaCompilationFailed {
-                        event_type_major: e.event_type_major,
-                        event_type_minor: e.event_type_minor,
-                        client_seq: e.client_seq,
-                        compilation_error: msg,
-                    })
-                }
-            }
-        }
-    }
-    Ok(())
-}
-
+/// A write: converted, then handed to the store, which runs the whole check order (§4.3:
+/// routing, input checks, schema validation, per-aggregate checks) and answers once.
 async fn write(svc: &EventService, w: wire::WriteRequest) -> Result<EventResponse, ServerError> {
-    let n = u64::from(svc.placement.num_shards());
-    // Input checks come before per-aggregate ones (§4.3 step 4), schema validation last; the
-    // store repeats the input checks, so only the schema pass is done here first when needed.
-    for part in w.writes.values() {
-        if part.events.is_empty() {
-            return Err(ServerError::WriteEmptyEventsList);
-        }
-        if let Some(e) = part.events.iter().find(|e| e.event_type_major == 0) {
-            return Err(ServerError::WriteZeroEventType {
-                client_seq: e.client_seq,
-            });
-        }
-    }
-    validate_schemas(svc, &w)?;
     let correlation_id = w.correlation_id;
     let request = st::WriteRequest {
         client_id: w.client_id,
         user_id: w.user_id,
-        now: super::conn::now_millis(),
+        now: crate::clock::now_millis(),
         writes: w
             .writes
             .into_iter()
@@ -309,77 +329,48 @@ async fn write(svc: &EventService, w: wire::WriteRequest) -> Result<EventRespons
         .store
         .write(request)
         .await
-        .map_err(|e| write_error(&e, n))?;
+        .map_err(|e| write_error(&e, *svc.store.placement()))?;
     Ok(EventResponse::Write(wire::WriteResponse {
         correlation_id,
         max_aggregate_version: outcome.max_aggregate_version(),
     }))
 }
 
+/// A schema registration: the store checks, compiles, stores and caches it.
 async fn register_schema(
     svc: &EventService,
     r: wire::RegisterSchemaRequest,
 ) -> Result<EventResponse, ServerError> {
-    if wire::SchemaType::from_u8(r.schema_type).is_none() {
-        return Err(ServerError::RegisterSchemaUnsupportedType {
-            schema_type: r.schema_type,
-        });
-    }
-    if r.schema.len() > svc.max_schema_size {
-        return Err(schema::invalid(
-            r.schema_type,
-            format!(
-                "Schema exceeds maximum size of {} bytes",
-                svc.max_schema_size
-            ),
-        ));
-    }
-    let compiled =
-        schema::compile(r.schema_type, &r.schema).map_err(|e| schema::invalid(r.schema_type, e))?;
-    let skey = st::SchemaKey {
-        org_id: r.schema_key.org_id,
-        aggregate_type_id: r.schema_key.aggregate_type_id,
-        event_type_major: r.schema_key.event_type_major,
-        event_type_minor: r.schema_key.event_type_minor,
-    };
     let registration = st::SchemaRegistration {
-        key: skey,
+        key: st::SchemaKey {
+            org_id: r.schema_key.org_id,
+            aggregate_type_id: r.schema_key.aggregate_type_id,
+            event_type_major: r.schema_key.event_type_major,
+            event_type_minor: r.schema_key.event_type_minor,
+        },
         schema_type: r.schema_type,
         schema: r.schema,
         client_id: r.client_id,
         user_id: r.user_id,
-        now: super::conn::now_millis(),
+        now: crate::clock::now_millis(),
     };
-    match svc.store.register_schema(registration).await {
-        Ok(()) => {
-            svc.schemas.insert(skey, Some(Arc::new(compiled)));
-            Ok(EventResponse::RegisterSchema(
-                wire::RegisterSchemaResponse {
-                    correlation_id: r.correlation_id,
-                },
-            ))
-        }
-        Err(e) => Err(match event_error(&e) {
-            Some(EventError::SchemaExists {
-                event_type_major,
-                event_type_minor,
-            }) => ServerError::RegisterSchemaAlreadyExists {
-                event_type_major: *event_type_major,
-                event_type_minor: *event_type_minor,
-            },
-            Some(EventError::Limit { .. }) => schema::invalid(r.schema_type, detail(&e)),
-            _ => ServerError::RegisterSchemaFsyncError { detail: detail(&e) },
-        }),
-    }
+    svc.store
+        .register_schema(registration)
+        .await
+        .map_err(|e| register_error(&e, r.schema_type))?;
+    Ok(EventResponse::RegisterSchema(
+        wire::RegisterSchemaResponse {
+            correlation_id: r.correlation_id,
+        },
+    ))
 }
 
-/// Executes one request (not Identify, not Watch) on `shard`.
+/// Executes one request (not Identify, not Watch) on the store.
 pub(super) async fn execute(
     svc: &Arc<EventService>,
-    shard: u32,
     request: EventRequest,
 ) -> Result<EventResponse, ServerError> {
-    let num_shards = u64::from(svc.placement.num_shards());
+    let placement = *svc.store.placement();
     match request {
         EventRequest::AggregateDetails(r) => {
             let svc2 = Arc::clone(svc);
@@ -409,7 +400,7 @@ pub(super) async fn execute(
             let query = read_query(r.filters, svc.read_page_bytes);
             let page = blocking(move || svc2.store.read(&k, &query))
                 .await
-                .map_err(|e| read_error(&e))?;
+                .map_err(|e| read_error(&e, placement))?;
             Ok(EventResponse::Read(wire::ReadResponse {
                 correlation_id: r.correlation_id,
                 event_batches: page
@@ -434,7 +425,7 @@ pub(super) async fn execute(
                     keep_from_version: r.keep_from_aggregate_version,
                     client_id: r.client_id,
                     user_id: r.user_id,
-                    now: super::conn::now_millis(),
+                    now: crate::clock::now_millis(),
                 })
                 .await
                 .map_err(|e| trim_error(&e))?;
@@ -446,7 +437,7 @@ pub(super) async fn execute(
             let request = st::DeleteRequest {
                 client_id: r.client_id,
                 user_id: r.user_id,
-                now: super::conn::now_millis(),
+                now: crate::clock::now_millis(),
                 deletes: r
                     .deletes
                     .iter()
@@ -461,19 +452,16 @@ pub(super) async fn execute(
             svc.store
                 .delete(&request)
                 .await
-                .map_err(|e| delete_error(&e, num_shards))?;
+                .map_err(|e| delete_error(&e, placement))?;
             Ok(EventResponse::Delete(wire::DeleteResponse {
                 correlation_id: r.correlation_id,
             }))
         }
         EventRequest::ListOrgs(r) => {
             let svc2 = Arc::clone(svc);
-            let page = blocking(move || {
-                svc2.store
-                    .list_orgs(u64::from(shard), r.cursor, svc2.list_page)
-            })
-            .await
-            .map_err(|e| list_error(wire_list::Kind::Orgs, &e))?;
+            let page = blocking(move || svc2.store.list_orgs(r.shard_id, r.cursor, svc2.list_page))
+                .await
+                .map_err(|e| list_error(RequestType::ListOrgs, &e, placement))?;
             Ok(EventResponse::ListOrgs(wire::ListOrgsResponse {
                 correlation_id: r.correlation_id,
                 orgs: page
@@ -487,15 +475,11 @@ pub(super) async fn execute(
         EventRequest::ListAggregateTypes(r) => {
             let svc2 = Arc::clone(svc);
             let page = blocking(move || {
-                svc2.store.list_aggregate_types(
-                    u64::from(shard),
-                    r.org_id,
-                    r.cursor,
-                    svc2.list_page,
-                )
+                svc2.store
+                    .list_aggregate_types(r.shard_id, r.org_id, r.cursor, svc2.list_page)
             })
             .await
-            .map_err(|e| list_error(wire_list::Kind::Types, &e))?;
+            .map_err(|e| list_error(RequestType::ListAggregateTypes, &e, placement))?;
             Ok(EventResponse::ListAggregateTypes(
                 wire::ListAggregateTypesResponse {
                     correlation_id: r.correlation_id,
@@ -515,7 +499,7 @@ pub(super) async fn execute(
             let svc2 = Arc::clone(svc);
             let page = blocking(move || {
                 svc2.store.list_aggregates(
-                    u64::from(shard),
+                    r.shard_id,
                     r.org_id,
                     r.aggregate_type_id,
                     r.cursor,
@@ -523,7 +507,7 @@ pub(super) async fn execute(
                 )
             })
             .await
-            .map_err(|e| list_error(wire_list::Kind::Aggregates, &e))?;
+            .map_err(|e| list_error(RequestType::ListAggregates, &e, placement))?;
             Ok(EventResponse::ListAggregates(
                 wire::ListAggregatesResponse {
                     correlation_id: r.correlation_id,
@@ -557,5 +541,58 @@ pub(super) async fn execute(
             // Both take over the connection and are handled before execution.
             Err(ServerError::WatchRequestInvalid)
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use eddy_codec::event::ErrorCode;
+
+    use super::*;
+
+    #[test]
+    fn list_shard_ids_at_or_above_n_end_discovery() {
+        let p = Placement::new(2, RoutingRule::AggregateId, false);
+        for bad in [2, u64::from(u32::MAX) + 5, u64::MAX] {
+            let refused = EventStoreError::Refused(p.shard(bad).unwrap_err());
+            for kind in [
+                RequestType::ListOrgs,
+                RequestType::ListAggregateTypes,
+                RequestType::ListAggregates,
+            ] {
+                let e = list_error(kind, &refused, p);
+                assert_eq!(e.code(), ErrorCode::ShardRoutingIncompatibleFilters);
+                assert!(e.message().contains("\"num_shards\":2"), "{}", e.message());
+            }
+        }
+    }
+
+    #[test]
+    fn a_refusal_maps_to_its_code_and_a_failure_to_the_request_s_fsync_error() {
+        let p = Placement::new(1, RoutingRule::AggregateId, false);
+        let conflict = EventStoreError::Refused(Refusal::VersionConflict {
+            part: 0,
+            key: st::AggregateKey::new(1, 2, 3),
+            expected: 1,
+            current: 2,
+        });
+        assert_eq!(
+            write_error(&conflict, p).code(),
+            ErrorCode::WriteOptimisticConcurrencyViolation
+        );
+        assert_eq!(
+            delete_error(&conflict, p).code(),
+            ErrorCode::DeleteOptimisticConcurrencyViolation
+        );
+        let failed = EventStoreError::Log(eddy_log::LogError::Shutdown);
+        assert_eq!(write_error(&failed, p).code(), ErrorCode::WriteFsyncError);
+        assert_eq!(trim_error(&failed).code(), ErrorCode::TrimFsyncError);
+        let empty = EventStoreError::Refused(Refusal::EmptyRequest);
+        assert!(write_error(&empty, p)
+            .message()
+            .contains("at least one write"));
+        assert!(delete_error(&empty, p)
+            .message()
+            .contains("at least one delete"));
     }
 }

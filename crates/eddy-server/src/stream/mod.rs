@@ -31,6 +31,7 @@ mod consumer_groups;
 mod dispatch;
 pub mod error;
 pub mod groups;
+mod handler;
 mod login;
 mod messages;
 mod snapshot;
@@ -43,14 +44,15 @@ pub mod views;
 use std::collections::HashMap;
 use std::net::SocketAddr;
 use std::path::PathBuf;
-use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
+use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::Duration;
 
 use eddy_auth::credentials::STATUS_ACTIVE;
 use eddy_auth::permissions::ROOT_USER_ID;
 use eddy_auth::sessions::ClientsTable;
 use eddy_codec::stream::{CommandCode, GlobalPermissions, Permissions, COMMANDS};
-use eddy_storage::{MetadataOp, MetadataState, Operation, Store};
+use eddy_log::lock;
+use eddy_stream_store::{MetadataOp, MetadataState, Operation, StreamStore};
 
 pub use connection::serve_connection;
 use error::StreamError;
@@ -107,7 +109,7 @@ pub struct NodeInfo {
 #[derive(Debug)]
 pub struct StreamState {
     /// The store (metadata and partitions).
-    pub store: Arc<Store>,
+    pub store: Arc<StreamStore>,
     /// Connected clients and their sessions.
     pub clients: ClientsTable,
     /// Consumer-group members and assignments.
@@ -133,14 +135,10 @@ pub struct StreamState {
     host: stats::HostSampler,
 }
 
-fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
-    m.lock().unwrap_or_else(PoisonError::into_inner)
-}
-
 impl StreamState {
     /// State for a server whose stream listener is bound at `stream_addr`.
     pub fn new(
-        store: Arc<Store>,
+        store: Arc<StreamStore>,
         config: &crate::config::ServerConfig,
         stream_addr: SocketAddr,
     ) -> Self {
@@ -154,7 +152,7 @@ impl StreamState {
             max_frame_size: config.stream_max_frame_size,
             heartbeat: (config.stream_heartbeat_interval_ms > 0)
                 .then(|| Duration::from_millis(config.stream_heartbeat_interval_ms)),
-            started_at_us: crate::now_micros(),
+            started_at_us: crate::clock::now_micros(),
             started: std::time::Instant::now(),
             data_dir: config.data_dir.clone(),
             config_toml: config.redacted_toml(),
@@ -229,7 +227,7 @@ impl StreamState {
 /// Creates the root user (id 0, every permission) on first start, from `root_username` and
 /// `root_password`. Returns true if it was created. Later starts leave it as it is.
 pub async fn bootstrap_root(
-    store: &Arc<Store>,
+    store: &Arc<StreamStore>,
     config: &crate::config::ServerConfig,
 ) -> Result<bool, StreamError> {
     if store.read_metadata(|meta| meta.users.contains_key(&ROOT_USER_ID)) {
@@ -252,7 +250,7 @@ pub async fn bootstrap_root(
             status: STATUS_ACTIVE,
             permissions: Some(views::encode_permissions(&permissions)),
             options: Vec::new(),
-            created_at: crate::now_micros(),
+            created_at: crate::clock::now_micros(),
         }))
         .await?;
     tracing::info!(username = %config.root_username, "root user created");

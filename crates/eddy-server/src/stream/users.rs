@@ -22,11 +22,11 @@ use eddy_codec::stream::commands::update_permissions::UpdatePermissions;
 use eddy_codec::stream::commands::update_user::UpdateUser;
 use eddy_codec::stream::commands::Maybe;
 use eddy_options::{validate_block, Mode, Scope};
-use eddy_storage::error::Entity;
-use eddy_storage::MetadataOp;
+use eddy_stream_store::Entity;
+use eddy_stream_store::MetadataOp;
 
-use super::dispatch::{Ctx, Outcome};
 use super::error::{Missing, StreamError};
+use super::handler::{Ctx, Outcome};
 use super::views;
 
 /// Hashes a password on the blocking pool (Argon2id takes tens of milliseconds).
@@ -96,7 +96,7 @@ pub(crate) async fn create_user(ctx: Ctx<'_>, request: CreateUser) -> Result<Out
         let _creating = ctx.state.creation.lock().await;
         let id = ctx
             .state
-            .read(eddy_storage::MetadataState::lowest_free_user_id);
+            .read(eddy_stream_store::MetadataState::lowest_free_user_id);
         ctx.state
             .commit(MetadataOp::CreateUser {
                 id,
@@ -105,7 +105,7 @@ pub(crate) async fn create_user(ctx: Ctx<'_>, request: CreateUser) -> Result<Out
                 status: normalize_status(request.status),
                 permissions,
                 options: request.options.0.as_bytes().to_vec(),
-                created_at: crate::now_micros(),
+                created_at: crate::clock::now_micros(),
             })
             .await?;
         id
@@ -244,7 +244,7 @@ pub(crate) async fn create_token(
     if !valid_token_name(&name) {
         return Err(StreamError::InvalidTokenName { len: name.len() });
     }
-    let now = crate::now_micros();
+    let now = crate::clock::now_micros();
     let expiry =
         TokenExpiry::from_wire(request.expiry, now).ok_or(StreamError::InvalidTokenExpiry {
             expiry: request.expiry,

@@ -1,0 +1,586 @@
+//! The `eddy` command line: argument parsing, configuration layering, logging and start-up.
+//!
+//! The binary (`bins/eddy`) is a thin call of [`main`]; it lives here so the real-process tests
+//! (`tests/`) start the very same entry point without depending on the binary crate.
+//!
+//! Configuration precedence, highest first: flags, environment (`EDDY_*`), the TOML file given
+//! by `--config`, built-in defaults. Every option has one name in all three: `--data-dir`,
+//! `EDDY_DATA_DIR`, `data_dir`.
+//!
+//! Exit codes: 0 clean stop, 1 runtime failure (port in use, data dir locked or unwritable),
+//! 2 usage error (clap), 78 configuration error (`EX_CONFIG`).
+
+use std::ffi::OsString;
+use std::path::PathBuf;
+use std::process::ExitCode;
+
+use clap::parser::ValueSource;
+use clap::{ArgMatches, CommandFactory, FromArgMatches, Parser, Subcommand};
+use serde::Serialize;
+
+use crate::config::{self as cfg, LogFormat, ServerConfig};
+
+/// Exit code for configuration errors (sysexits `EX_CONFIG`).
+pub const EXIT_CONFIG: u8 = 78;
+/// Exit code for runtime failures.
+pub const EXIT_FAILURE: u8 = 1;
+
+/// eddy: a durable log server. One binary serves Apache Iggy's stream protocol and Celeriant's
+/// event protocol on one storage engine.
+#[derive(Debug, Parser)]
+#[command(name = "eddy", version, propagate_version = true)]
+pub struct Cli {
+    /// What to do.
+    #[command(subcommand)]
+    pub command: Command,
+}
+
+/// Sub-commands.
+#[derive(Debug, Subcommand)]
+pub enum Command {
+    /// Run the server.
+    #[command(long_about = SERVE_ABOUT)]
+    Serve(Box<ServeArgs>),
+}
+
+const SERVE_ABOUT: &str = "Run the server.
+
+Listens on 127.0.0.1 by default: the stream (Iggy) protocol on 8090, the event (Celeriant)
+protocol on 10000, replication on 10001 and HTTP (/health, /metrics) on 10002.
+
+Every option can be set three ways, highest precedence first: the flag (--data-dir), the
+environment variable (EDDY_DATA_DIR), or the key in the TOML file given by --config (data_dir).
+
+Examples:
+  eddy serve
+  eddy serve --data-dir /var/lib/eddy --host 0.0.0.0
+  EDDY_ROOT_PASSWORD=change-me eddy serve --config /etc/eddy/eddy.toml";
+
+/// Options of `eddy serve`. Field names are the TOML keys of [`ServerConfig`]; a test checks the
+/// two stay in step.
+#[derive(Debug, clap::Args, Serialize)]
+pub struct ServeArgs {
+    /// TOML configuration file (keys as the flags, with '_' for '-').
+    #[arg(long, env = "EDDY_CONFIG", value_name = "FILE")]
+    #[serde(skip)]
+    pub config: Option<PathBuf>,
+
+    /// Data directory; created if missing and locked while the server runs.
+    #[arg(long, env = "EDDY_DATA_DIR", value_name = "DIR", default_value = cfg::DEFAULT_DATA_DIR)]
+    pub data_dir: PathBuf,
+
+    /// Address every listener binds.
+    #[arg(long, env = "EDDY_HOST", default_value = cfg::DEFAULT_HOST)]
+    pub host: std::net::IpAddr,
+
+    /// Stream (Iggy) protocol port.
+    #[arg(long, env = "EDDY_STREAM_PORT", default_value_t = cfg::DEFAULT_STREAM_PORT)]
+    pub stream_port: u16,
+
+    /// Event (Celeriant) protocol port.
+    #[arg(long, env = "EDDY_CLIENT_PORT", default_value_t = cfg::DEFAULT_CLIENT_PORT)]
+    pub client_port: u16,
+
+    /// Replication port.
+    #[arg(long, env = "EDDY_REPLICATION_PORT", default_value_t = cfg::DEFAULT_REPLICATION_PORT)]
+    pub replication_port: u16,
+
+    /// HTTP port for /health and /metrics.
+    #[arg(long, env = "EDDY_HTTP_PORT", default_value_t = cfg::DEFAULT_HTTP_PORT)]
+    pub http_port: u16,
+
+    /// Root user name, created on first start.
+    #[arg(long, env = "EDDY_ROOT_USERNAME", default_value = cfg::DEFAULT_ROOT_USERNAME)]
+    pub root_username: String,
+
+    /// Root password, set on first start. Prefer the environment variable to the flag.
+    #[arg(
+        long,
+        env = "EDDY_ROOT_PASSWORD",
+        default_value = cfg::DEFAULT_ROOT_PASSWORD,
+        hide_env_values = true,
+        hide_default_value = false
+    )]
+    pub root_password: String,
+
+    /// Largest event-protocol request body in bytes (both declared lengths are checked).
+    #[arg(long, env = "EDDY_MAX_REQUEST_SIZE", default_value_t = cfg::DEFAULT_MAX_REQUEST_SIZE)]
+    pub max_request_size: u32,
+
+    /// The first frame on the event port must be Identify.
+    #[arg(long, env = "EDDY_REQUIRE_CLIENT_IDENTITY", default_value_t = false, num_args = 0..=1, default_missing_value = "true")]
+    pub require_client_identity: bool,
+
+    /// TLS on the client ports: disabled or strict (TLS 1.3 only).
+    #[arg(long, env = "EDDY_TLS_MODE", default_value = "disabled", value_parser = ["disabled", "strict"])]
+    pub tls_mode: String,
+
+    /// Client certificates under TLS: require (mTLS), optional or none.
+    #[arg(long, env = "EDDY_TLS_CLIENT_AUTH", default_value = "require", value_parser = ["require", "optional", "none"])]
+    pub tls_client_auth: String,
+
+    /// Allow API keys or --require-client-identity without TLS.
+    #[arg(long, env = "EDDY_INSECURE_ALLOW_PLAINTEXT_AUTH", default_value_t = false, num_args = 0..=1, default_missing_value = "true")]
+    pub insecure_allow_plaintext_auth: bool,
+
+    /// PEM certificate chain the client ports present under --tls-mode strict.
+    #[arg(long, env = "EDDY_TLS_CERT", value_name = "FILE")]
+    pub tls_cert: Option<PathBuf>,
+
+    /// PEM private key of --tls-cert (PKCS#8, PKCS#1 or SEC1).
+    #[arg(long, env = "EDDY_TLS_KEY", value_name = "FILE")]
+    pub tls_key: Option<PathBuf>,
+
+    /// PEM CA bundle client certificates must chain to (needed unless --tls-client-auth none).
+    #[arg(long, env = "EDDY_TLS_CA_CERT", value_name = "FILE")]
+    pub tls_ca_cert: Option<PathBuf>,
+
+    /// zstd level (1-22) for stored events and compressed responses.
+    #[arg(long, env = "EDDY_WAL_COMPRESSION_LEVEL", default_value_t = cfg::DEFAULT_WAL_COMPRESSION_LEVEL)]
+    pub wal_compression_level: i32,
+
+    /// Log level or filter directive (RUST_LOG applies when this is not set).
+    #[arg(long, env = "EDDY_LOG_LEVEL", default_value = "info")]
+    pub log_level: String,
+
+    /// Log format: text or json.
+    #[arg(long, env = "EDDY_LOG_FORMAT", default_value = "text", value_parser = ["text", "json"])]
+    pub log_format: String,
+
+    /// Longest wait for in-flight requests at shutdown, in milliseconds.
+    #[arg(long, env = "EDDY_DRAIN_TIMEOUT_MS", default_value_t = cfg::DEFAULT_DRAIN_TIMEOUT_MS)]
+    pub drain_timeout_ms: u64,
+
+    /// Most concurrent connections per protocol port.
+    #[arg(long, env = "EDDY_MAX_CONNECTIONS", default_value_t = cfg::DEFAULT_MAX_CONNECTIONS)]
+    pub max_connections: u32,
+
+    /// Largest event-protocol response body in bytes; also bounds one read page.
+    #[arg(long, env = "EDDY_MAX_RESPONSE_SIZE", default_value_t = cfg::DEFAULT_MAX_RESPONSE_SIZE)]
+    pub max_response_size: u32,
+
+    /// Event port: deadline for a complete request frame (idle close) and for each response write, in milliseconds.
+    #[arg(long, env = "EDDY_CLIENT_CONNECTION_TIMEOUT_MS", default_value_t = cfg::DEFAULT_CLIENT_CONNECTION_TIMEOUT_MS)]
+    pub client_connection_timeout_ms: u64,
+
+    /// Largest requested_latency_ms a watch may ask for (error 8001 above it).
+    #[arg(long, env = "EDDY_MAX_REQUESTED_LATENCY_MS", default_value_t = cfg::DEFAULT_MAX_REQUESTED_LATENCY_MS)]
+    pub max_requested_latency_ms: u64,
+
+    /// Most watch subscribers per event shard (error 8005 at the cap).
+    #[arg(long, env = "EDDY_MAX_WATCH_SUBSCRIBERS", default_value_t = cfg::DEFAULT_MAX_WATCH_SUBSCRIBERS)]
+    pub max_watch_subscribers: u32,
+
+    /// Items per page of the event list requests.
+    #[arg(long, env = "EDDY_LIST_PAGE_SIZE", default_value_t = cfg::DEFAULT_LIST_PAGE_SIZE)]
+    pub list_page_size: u32,
+
+    /// Event shards, fixed when the event store is created [default: the stored value, else the number of CPUs].
+    #[arg(long, env = "EDDY_NUM_SHARDS")]
+    pub num_shards: Option<u32>,
+
+    /// Which id places an aggregate on an event shard (fixed when the store is created).
+    #[arg(long, env = "EDDY_ROUTING_RULE", default_value = "aggregate_id", value_parser = ["aggregate_id", "org_id", "aggregate_type_id"])]
+    pub routing_rule: String,
+
+    /// Event shard 0 holds no data (fixed when the store is created; needs 2+ shards).
+    #[arg(long, env = "EDDY_RESERVE_COORDINATOR_SHARD", default_value_t = false, num_args = 0..=1, default_missing_value = "true")]
+    pub reserve_coordinator_shard: bool,
+
+    /// Largest schema text a RegisterSchema may carry, in bytes (error 2021 above it).
+    #[arg(long, env = "EDDY_MAX_SCHEMA_SIZE_BYTES", default_value_t = cfg::DEFAULT_MAX_SCHEMA_SIZE_BYTES)]
+    pub max_schema_size_bytes: u32,
+
+    /// Seconds between two event store compaction passes, which physically remove trimmed and
+    /// deleted events (the first pass comes one interval after the start).
+    #[arg(long, env = "EDDY_COMPACTION_CHECK_INTERVAL_SECS", default_value_t = cfg::DEFAULT_COMPACTION_CHECK_INTERVAL_SECS)]
+    pub compaction_check_interval_secs: u64,
+
+    /// Share (0..=1) of a sealed event segment that must be reclaimable before compaction rewrites it.
+    #[arg(long, env = "EDDY_COMPACTION_MIN_RECLAIMABLE_RATIO", default_value_t = cfg::DEFAULT_COMPACTION_MIN_RECLAIMABLE_RATIO)]
+    pub compaction_min_reclaimable_ratio: f64,
+
+    /// Size in bytes at which an event shard's log rolls to a new segment (Celeriant's
+    /// --shard-log-preallocate-bytes; eddy does not preallocate).
+    #[arg(long, env = "EDDY_SHARD_LOG_SEGMENT_BYTES", default_value_t = cfg::DEFAULT_SHARD_LOG_SEGMENT_BYTES)]
+    pub shard_log_segment_bytes: u64,
+    /// Event-store group-commit window in microseconds (Celeriant's --fsync-delay-us): writes
+    /// arriving while an event shard's fdatasync is in flight wait this long after it, so one
+    /// fdatasync covers more of them; an idle shard writes at once. 0 (the default) disables
+    /// the window; it saves CPU when the server is CPU-bound and costs ack latency.
+    #[arg(long, env = "EDDY_FSYNC_DELAY_US", default_value_t = cfg::DEFAULT_FSYNC_DELAY_US)]
+    pub fsync_delay_us: u64,
+    /// Largest stream-protocol frame in bytes, header included; a larger one closes its
+    /// connection unread.
+    #[arg(long, env = "EDDY_STREAM_MAX_FRAME_SIZE", default_value_t = cfg::DEFAULT_STREAM_MAX_FRAME_SIZE)]
+    pub stream_max_frame_size: u32,
+
+    /// Stream-protocol heartbeat interval in milliseconds: consumer-group members silent for
+    /// 1.2 intervals are evicted as stale (0 disables).
+    #[arg(long, env = "EDDY_STREAM_HEARTBEAT_INTERVAL_MS", default_value_t = cfg::DEFAULT_STREAM_HEARTBEAT_INTERVAL_MS)]
+    pub stream_heartbeat_interval_ms: u64,
+
+    /// This node's id in the cluster (1, 2, 3...; each member's differs).
+    #[arg(long, env = "EDDY_NODE_ID", default_value_t = 1)]
+    pub node_id: u64,
+
+    /// Another member of the cluster, ID=HOST:REPLICATION_PORT; repeat for each (env: comma-separated). None: a single node.
+    #[arg(long = "peer", id = "peers", env = "EDDY_PEERS", value_name = "ID=HOST:PORT", value_delimiter = ',', action = clap::ArgAction::Append)]
+    pub peers: Vec<String>,
+
+    /// Host clients are sent to for this node (redirects, cluster metadata) [default: --host].
+    #[arg(long, env = "EDDY_ADVERTISE_HOST", value_name = "HOST")]
+    pub advertise_host: Option<String>,
+
+    /// The consensus clock in milliseconds: heartbeats every 2 ticks, elections after 10-20 silent ticks.
+    #[arg(long, env = "EDDY_RAFT_TICK_MS", default_value_t = cfg::DEFAULT_RAFT_TICK_MS)]
+    pub raft_tick_ms: u64,
+}
+
+/// A failure that ends the process, with the exit code it maps to.
+#[derive(Debug)]
+pub struct Failure {
+    /// One line for stderr.
+    pub message: String,
+    /// Process exit code.
+    pub code: u8,
+}
+
+fn config_error(message: String) -> Failure {
+    Failure {
+        message,
+        code: EXIT_CONFIG,
+    }
+}
+
+/// The resolved configuration plus what logging needs to know about it.
+#[derive(Debug)]
+pub struct Resolved {
+    /// The merged configuration.
+    pub config: ServerConfig,
+    /// Whether the log level was set by flag, env or file (otherwise `RUST_LOG` applies).
+    pub log_level_explicit: bool,
+}
+
+/// Layers flags and env (from `matches`), the config file and defaults into one [`ServerConfig`].
+pub fn resolve(args: &ServeArgs, matches: &ArgMatches) -> Result<Resolved, Failure> {
+    let defaults = toml::Table::try_from(ServerConfig::default())
+        .map_err(|e| config_error(format!("internal: cannot serialize defaults: {e}")))?;
+    let mut merged = defaults;
+
+    let mut file_keys = Vec::new();
+    if let Some(path) = &args.config {
+        let text = std::fs::read_to_string(path).map_err(|e| {
+            config_error(format!("cannot read config file {}: {e}", path.display()))
+        })?;
+        // Parse as the typed config first so unknown keys and wrong types get a precise message.
+        toml::from_str::<ServerConfig>(&text).map_err(|e| {
+            config_error(format!(
+                "config file {}: {}",
+                path.display(),
+                e.message().trim()
+            ))
+        })?;
+        let table: toml::Table = toml::from_str(&text).map_err(|e| {
+            config_error(format!(
+                "config file {}: {}",
+                path.display(),
+                e.message().trim()
+            ))
+        })?;
+        for (k, v) in table {
+            file_keys.push(k.clone());
+            merged.insert(k, v);
+        }
+    }
+
+    let given = toml::Table::try_from(args)
+        .map_err(|e| config_error(format!("internal: cannot serialize flags: {e}")))?;
+    let mut log_level_explicit = file_keys.iter().any(|k| k == "log_level");
+    for (key, value) in given {
+        let from_user = matches!(
+            matches.value_source(&key),
+            Some(ValueSource::CommandLine | ValueSource::EnvVariable)
+        );
+        if from_user {
+            if key == "log_level" {
+                log_level_explicit = true;
+            }
+            merged.insert(key, value);
+        }
+    }
+    let config: ServerConfig = merged.try_into().map_err(|e: toml::de::Error| {
+        config_error(format!("configuration: {}", e.message().trim()))
+    })?;
+    config
+        .validate()
+        .map_err(|e| config_error(format!("configuration: {e}")))?;
+    Ok(Resolved {
+        config,
+        log_level_explicit,
+    })
+}
+
+fn init_logging(resolved: &Resolved) -> Result<(), Failure> {
+    use tracing_subscriber::EnvFilter;
+    let filter = if !resolved.log_level_explicit && std::env::var_os("RUST_LOG").is_some() {
+        EnvFilter::try_from_default_env().map_err(|e| config_error(format!("RUST_LOG: {e}")))?
+    } else {
+        EnvFilter::try_new(&resolved.config.log_level).map_err(|e| {
+            config_error(format!(
+                "invalid value for log_level {:?}: {e}",
+                resolved.config.log_level
+            ))
+        })?
+    };
+    let builder = tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_writer(std::io::stderr)
+        .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()));
+    let result = match resolved.config.log_format {
+        LogFormat::Json => builder.json().flatten_event(true).try_init(),
+        LogFormat::Text => builder.try_init(),
+    };
+    // A subscriber already installed (tests calling `run` twice) is fine.
+    drop(result);
+    Ok(())
+}
+
+/// SIGTERM and SIGINT handlers, installed before anything else so an early signal is never lost
+/// to the default action.
+struct Signals {
+    term: tokio::signal::unix::Signal,
+    int: tokio::signal::unix::Signal,
+}
+
+impl Signals {
+    fn install() -> std::io::Result<Self> {
+        use tokio::signal::unix::{signal, SignalKind};
+        Ok(Self {
+            term: signal(SignalKind::terminate())?,
+            int: signal(SignalKind::interrupt())?,
+        })
+    }
+
+    /// Resolves at the first SIGTERM or SIGINT; a second signal exits at once.
+    async fn first(mut self) {
+        tokio::select! {
+            _ = self.term.recv() => tracing::info!("SIGTERM received"),
+            _ = self.int.recv() => tracing::info!("SIGINT received"),
+        }
+        tokio::spawn(async move {
+            tokio::select! {
+                _ = self.term.recv() => {},
+                _ = self.int.recv() => {},
+            }
+            tracing::warn!("second signal: exiting without draining");
+            std::process::exit(i32::from(EXIT_FAILURE));
+        });
+    }
+}
+
+/// Runs `eddy serve` with already-parsed arguments; returns the process exit code.
+pub fn serve(args: &ServeArgs, matches: &ArgMatches) -> Result<(), Failure> {
+    let resolved = resolve(args, matches)?;
+    init_logging(&resolved)?;
+    tracing::info!(config = ?resolved.config, version = env!("CARGO_PKG_VERSION"), "starting eddy");
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .thread_name("eddy")
+        .build()
+        .map_err(|e| Failure {
+            message: format!("cannot start the async runtime: {e}"),
+            code: EXIT_FAILURE,
+        })?;
+    runtime.block_on(async {
+        let signals = Signals::install().map_err(|e| Failure {
+            message: format!("cannot install signal handlers: {e}"),
+            code: EXIT_FAILURE,
+        })?;
+        let server = crate::Server::bind(resolved.config)
+            .await
+            .map_err(|e| Failure {
+                code: if e.is_config() {
+                    EXIT_CONFIG
+                } else {
+                    EXIT_FAILURE
+                },
+                message: crate::error_chain(&e),
+            })?;
+        server.run(signals.first()).await.map_err(|e| Failure {
+            code: EXIT_FAILURE,
+            message: crate::error_chain(&e),
+        })
+    })
+}
+
+/// Entry point of the `eddy` binary.
+pub fn main() -> ExitCode {
+    main_from(std::env::args_os())
+}
+
+/// Entry point with explicit arguments (tests).
+pub fn main_from<I, T>(args: I) -> ExitCode
+where
+    I: IntoIterator<Item = T>,
+    T: Into<OsString> + Clone,
+{
+    let matches = Cli::command().get_matches_from(args);
+    let cli = match Cli::from_arg_matches(&matches) {
+        Ok(cli) => cli,
+        Err(e) => e.exit(),
+    };
+    let result = match &cli.command {
+        Command::Serve(args) => {
+            let Some(("serve", sub)) = matches.subcommand() else {
+                unreachable!("clap parsed the serve subcommand")
+            };
+            serve(args, sub)
+        }
+    };
+    match result {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("eddy: error: {}", e.message);
+            ExitCode::from(e.code)
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn parse(args: &[&str]) -> (ServeArgs, ArgMatches) {
+        let m = Cli::command().try_get_matches_from(args).unwrap();
+        let sub = m.subcommand_matches("serve").unwrap().clone();
+        let cli = Cli::from_arg_matches(&m).unwrap();
+        let Command::Serve(a) = cli.command;
+        (*a, sub)
+    }
+
+    #[test]
+    fn peers_repeat_as_flags() {
+        let (args, m) = parse(&[
+            "eddy",
+            "serve",
+            "--node-id",
+            "2",
+            "--peer",
+            "1=127.0.0.1:10001",
+            "--peer",
+            "3=127.0.0.3:10001",
+        ]);
+        let r = resolve(&args, &m).unwrap();
+        assert_eq!(r.config.node_id, 2);
+        assert_eq!(r.config.peers, ["1=127.0.0.1:10001", "3=127.0.0.3:10001"]);
+        let (args, m) = parse(&["eddy", "serve", "--peer", "1=x:1,3=y:1", "--node-id", "2"]);
+        assert_eq!(resolve(&args, &m).unwrap().config.peers, ["1=x:1", "3=y:1"]);
+        let (args, m) = parse(&["eddy", "serve", "--peer", "1=x:1"]);
+        assert!(
+            resolve(&args, &m).is_err(),
+            "a peer with this node's own id"
+        );
+    }
+
+    #[test]
+    fn cli_is_well_formed() {
+        Cli::command().debug_assert();
+    }
+
+    #[test]
+    fn every_config_key_has_a_flag_and_env_of_the_same_name() {
+        // Optional keys are only serialized when set, so set them all.
+        let full = ServerConfig {
+            tls_cert: Some("c".into()),
+            tls_key: Some("k".into()),
+            tls_ca_cert: Some("ca".into()),
+            num_shards: Some(2),
+            advertise_host: Some("h".into()),
+            peers: vec!["2=h:1".into()],
+            ..ServerConfig::default()
+        };
+        let keys: Vec<String> = toml::Table::try_from(full)
+            .unwrap()
+            .keys()
+            .cloned()
+            .collect();
+        let cmd = Cli::command();
+        let serve = cmd.find_subcommand("serve").unwrap();
+        for key in &keys {
+            let arg = serve
+                .get_arguments()
+                .find(|a| a.get_id().as_str() == key)
+                .unwrap_or_else(|| panic!("config key {key} has no flag"));
+            // `peers` is the one list: its flag is the singular `--peer`, repeated.
+            let long = if key == "peers" {
+                "peer".to_owned()
+            } else {
+                key.replace('_', "-")
+            };
+            assert_eq!(arg.get_long(), Some(long.as_str()));
+            assert_eq!(
+                arg.get_env().and_then(|e| e.to_str()),
+                Some(format!("EDDY_{}", key.to_uppercase()).as_str())
+            );
+        }
+        let flags = serve
+            .get_arguments()
+            .filter(|a| !["config", "help", "version"].contains(&a.get_id().as_str()))
+            .count();
+        assert_eq!(flags, keys.len(), "a flag without a config key");
+    }
+
+    #[test]
+    fn defaults_resolve_to_the_default_config() {
+        let (a, m) = parse(&["eddy", "serve"]);
+        let r = resolve(&a, &m).unwrap();
+        assert_eq!(r.config, ServerConfig::default());
+        assert!(!r.log_level_explicit);
+    }
+
+    #[test]
+    fn flags_beat_file_and_file_beats_defaults() {
+        let dir = tempfile_dir();
+        let file = dir.join("eddy.toml");
+        std::fs::write(
+            &file,
+            "stream_port = 9100\nclient_port = 9200\nlog_level = \"debug\"\n",
+        )
+        .unwrap();
+        let file_s = file.to_str().unwrap();
+        let (a, m) = parse(&["eddy", "serve", "--config", file_s, "--stream-port", "9300"]);
+        let r = resolve(&a, &m).unwrap();
+        assert_eq!(r.config.stream_port, 9300);
+        assert_eq!(r.config.client_port, 9200);
+        assert_eq!(r.config.http_port, cfg::DEFAULT_HTTP_PORT);
+        assert!(r.log_level_explicit);
+    }
+
+    #[test]
+    fn bad_file_value_is_a_config_error() {
+        let dir = tempfile_dir();
+        let file = dir.join("bad.toml");
+        std::fs::write(&file, "stream_port = \"eighty\"\n").unwrap();
+        let (a, m) = parse(&["eddy", "serve", "--config", file.to_str().unwrap()]);
+        let e = resolve(&a, &m).unwrap_err();
+        assert_eq!(e.code, EXIT_CONFIG);
+        assert!(e.message.contains("bad.toml"), "{}", e.message);
+        std::fs::write(&file, "wal_compression_level = 40\n").unwrap();
+        let e = resolve(&a, &m).unwrap_err();
+        assert!(e.message.contains("wal_compression_level"), "{}", e.message);
+    }
+
+    fn tempfile_dir() -> PathBuf {
+        let dir = std::env::temp_dir().join(format!(
+            "eddy-cli-test-{}-{}",
+            std::process::id(),
+            std::time::SystemTime::now()
+                .duration_since(std::time::UNIX_EPOCH)
+                .unwrap()
+                .as_nanos()
+        ));
+        std::fs::create_dir_all(&dir).unwrap();
+        dir
+    }
+}
