@@ -222,6 +222,11 @@ pub struct ServeArgs {
     /// 1.2 intervals are evicted as stale (0 disables).
     #[arg(long, env = "EDDY_STREAM_HEARTBEAT_INTERVAL_MS", default_value_t = cfg::DEFAULT_STREAM_HEARTBEAT_INTERVAL_MS)]
     pub stream_heartbeat_interval_ms: u64,
+
+    /// After a member joins a consumer group, a partition whose owner has polled and not yet
+    /// committed stays with it until it commits, or at most this many milliseconds (0: moves at once).
+    #[arg(long, env = "EDDY_STREAM_GROUP_REBALANCING_TIMEOUT_MS", default_value_t = cfg::DEFAULT_STREAM_GROUP_REBALANCING_TIMEOUT_MS)]
+    pub stream_group_rebalancing_timeout_ms: u64,
 }
 
 /// A failure before the server could start, with the exit code it maps to.

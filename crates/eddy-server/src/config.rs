@@ -76,6 +76,9 @@ pub const DEFAULT_STREAM_MAX_FRAME_SIZE: u32 = 64 * 1024 * 1024;
 /// Default stream-protocol heartbeat interval: a consumer-group member silent for 1.2 intervals
 /// is evicted as stale (the reference server's 30 s).
 pub const DEFAULT_STREAM_HEARTBEAT_INTERVAL_MS: u64 = 30_000;
+/// Default longest time a consumer-group partition stays pending revocation after a join
+/// before it moves to its new owner anyway (the reference server's 30 s).
+pub const DEFAULT_STREAM_GROUP_REBALANCING_TIMEOUT_MS: u64 = 30_000;
 
 /// TLS on the two client ports.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, Default)]
@@ -212,6 +215,10 @@ pub struct ServerConfig {
     pub stream_max_frame_size: u32,
     /// Stream-protocol heartbeat interval in milliseconds; 0 disables stale-client eviction.
     pub stream_heartbeat_interval_ms: u64,
+    /// After a member joins a consumer group, a partition whose owner has polled and not yet
+    /// committed moves once the owner commits, or at the latest after this many milliseconds
+    /// (0: at once).
+    pub stream_group_rebalancing_timeout_ms: u64,
 }
 
 impl Default for ServerConfig {
@@ -253,6 +260,7 @@ impl Default for ServerConfig {
             fsync_delay_us: DEFAULT_FSYNC_DELAY_US,
             stream_max_frame_size: DEFAULT_STREAM_MAX_FRAME_SIZE,
             stream_heartbeat_interval_ms: DEFAULT_STREAM_HEARTBEAT_INTERVAL_MS,
+            stream_group_rebalancing_timeout_ms: DEFAULT_STREAM_GROUP_REBALANCING_TIMEOUT_MS,
         }
     }
 }
@@ -323,6 +331,10 @@ impl std::fmt::Debug for ServerConfig {
             .field(
                 "stream_heartbeat_interval_ms",
                 &self.stream_heartbeat_interval_ms,
+            )
+            .field(
+                "stream_group_rebalancing_timeout_ms",
+                &self.stream_group_rebalancing_timeout_ms,
             )
             .finish()
     }
