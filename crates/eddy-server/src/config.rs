@@ -360,6 +360,9 @@ pub const MIN_MAX_REQUEST_SIZE: u32 = 1024;
 pub const MAX_MAX_REQUEST_SIZE: u32 = 1 << 30;
 /// Smallest accepted `stream_max_frame_size` (64 KiB): every non-message request fits.
 pub const MIN_STREAM_MAX_FRAME_SIZE: u32 = 64 * 1024;
+/// Largest accepted `max_schema_size_bytes` (1 MiB): a schema is compiled on every server
+/// start that looks it up, and its size bounds the work.
+pub const MAX_MAX_SCHEMA_SIZE_BYTES: u32 = 1024 * 1024;
 /// Largest accepted `stream_max_frame_size` (1 GiB).
 pub const MAX_STREAM_MAX_FRAME_SIZE: u32 = 1 << 30;
 
@@ -486,8 +489,14 @@ impl ServerConfig {
                 );
             }
         }
-        if self.max_schema_size_bytes == 0 {
-            return invalid("max_schema_size_bytes", "must be at least 1".into());
+        if !(1..=MAX_MAX_SCHEMA_SIZE_BYTES).contains(&self.max_schema_size_bytes) {
+            return invalid(
+                "max_schema_size_bytes",
+                format!(
+                    "{} is outside 1..={MAX_MAX_SCHEMA_SIZE_BYTES}",
+                    self.max_schema_size_bytes
+                ),
+            );
         }
         if self.compaction_check_interval_secs == 0 {
             return invalid(
@@ -656,6 +665,10 @@ mod tests {
             },
             ServerConfig {
                 fsync_delay_us: MAX_FSYNC_DELAY_US + 1,
+                ..ServerConfig::default()
+            },
+            ServerConfig {
+                max_schema_size_bytes: MAX_MAX_SCHEMA_SIZE_BYTES + 1,
                 ..ServerConfig::default()
             },
         ];
