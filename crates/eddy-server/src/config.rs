@@ -128,6 +128,33 @@ pub enum LogFormat {
     Json,
 }
 
+/// Default size at which the log file rotates under `log_rotation = "size"`, 64 MiB.
+pub const DEFAULT_LOG_MAX_FILE_BYTES: u64 = 64 * 1024 * 1024;
+/// Smallest accepted `log_max_file_bytes`.
+pub const MIN_LOG_MAX_FILE_BYTES: u64 = 4096;
+/// Default number of rotated log files kept beside the current one.
+pub const DEFAULT_LOG_MAX_FILES: u32 = 10;
+/// Largest accepted `log_max_files`.
+pub const MAX_LOG_MAX_FILES: u32 = 10_000;
+/// Name of the current log file under `log_dir`; rotated files add a suffix to it.
+pub const LOG_FILE_NAME: &str = "eddy.log";
+
+/// When the log file under `log_dir` is rotated.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, Default)]
+#[serde(rename_all = "lowercase")]
+pub enum LogRotation {
+    /// Once the file has grown past `log_max_file_bytes` (whole lines are kept together);
+    /// rotated files are `eddy.log.1` (newest) to `eddy.log.N`.
+    #[default]
+    Size,
+    /// At the first line of a new hour; rotated files carry their rotation time.
+    Hourly,
+    /// At the first line of a new day; rotated files carry their rotation time.
+    Daily,
+    /// Never: one file that grows.
+    Never,
+}
+
 /// The whole server configuration. Field names are the TOML keys; flags and environment
 /// variables are derived from them (`data_dir` -> `--data-dir`, `EDDY_DATA_DIR`).
 #[derive(Clone, PartialEq, Serialize, Deserialize)]
@@ -171,6 +198,15 @@ pub struct ServerConfig {
     pub log_level: String,
     /// Log format.
     pub log_format: LogFormat,
+    /// Directory for log files, besides stderr (unset: stderr only). The current file is
+    /// `eddy.log`.
+    pub log_dir: Option<PathBuf>,
+    /// When the log file rotates.
+    pub log_rotation: LogRotation,
+    /// Size past which the log file rotates under `log_rotation = "size"`.
+    pub log_max_file_bytes: u64,
+    /// Rotated log files kept beside the current one; older ones are deleted.
+    pub log_max_files: u32,
     /// Bound on the graceful drain at shutdown, in milliseconds.
     pub drain_timeout_ms: u64,
     /// Cap on concurrent connections per protocol listener.
@@ -243,6 +279,10 @@ impl Default for ServerConfig {
             wal_compression_level: DEFAULT_WAL_COMPRESSION_LEVEL,
             log_level: "info".to_owned(),
             log_format: LogFormat::Text,
+            log_dir: None,
+            log_rotation: LogRotation::Size,
+            log_max_file_bytes: DEFAULT_LOG_MAX_FILE_BYTES,
+            log_max_files: DEFAULT_LOG_MAX_FILES,
             drain_timeout_ms: DEFAULT_DRAIN_TIMEOUT_MS,
             max_connections: DEFAULT_MAX_CONNECTIONS,
             max_response_size: DEFAULT_MAX_RESPONSE_SIZE,
@@ -303,6 +343,10 @@ impl std::fmt::Debug for ServerConfig {
             .field("wal_compression_level", &self.wal_compression_level)
             .field("log_level", &self.log_level)
             .field("log_format", &self.log_format)
+            .field("log_dir", &self.log_dir)
+            .field("log_rotation", &self.log_rotation)
+            .field("log_max_file_bytes", &self.log_max_file_bytes)
+            .field("log_max_files", &self.log_max_files)
             .field("drain_timeout_ms", &self.drain_timeout_ms)
             .field("max_connections", &self.max_connections)
             .field("max_response_size", &self.max_response_size)
@@ -407,6 +451,18 @@ impl ServerConfig {
         }
         if self.max_connections == 0 {
             return invalid("max_connections", "must be at least 1".into());
+        }
+        if self.log_max_file_bytes < MIN_LOG_MAX_FILE_BYTES {
+            return invalid(
+                "log_max_file_bytes",
+                format!("must be at least {MIN_LOG_MAX_FILE_BYTES}"),
+            );
+        }
+        if !(1..=MAX_LOG_MAX_FILES).contains(&self.log_max_files) {
+            return invalid(
+                "log_max_files",
+                format!("{} is outside 1..={MAX_LOG_MAX_FILES}", self.log_max_files),
+            );
         }
         self.validate_event()?;
         let ports = [
@@ -677,6 +733,31 @@ mod tests {
         }
         let c: ServerConfig = toml::from_str("routing_rule = \"org_id\"\nnum_shards = 4").unwrap();
         assert_eq!(c.routing_rule, RoutingRule::OrgId);
+        c.validate().unwrap();
+    }
+
+    #[test]
+    fn log_file_limits_are_checked() {
+        for bad in [
+            ServerConfig {
+                log_max_file_bytes: MIN_LOG_MAX_FILE_BYTES - 1,
+                ..ServerConfig::default()
+            },
+            ServerConfig {
+                log_max_files: 0,
+                ..ServerConfig::default()
+            },
+            ServerConfig {
+                log_max_files: MAX_LOG_MAX_FILES + 1,
+                ..ServerConfig::default()
+            },
+        ] {
+            assert!(bad.validate().is_err(), "{bad:?}");
+        }
+        let c: ServerConfig =
+            toml::from_str("log_dir = \"/var/log/eddy\"\nlog_rotation = \"daily\"").unwrap();
+        assert_eq!(c.log_rotation, LogRotation::Daily);
+        assert_eq!(c.log_max_files, DEFAULT_LOG_MAX_FILES);
         c.validate().unwrap();
     }
 
