@@ -160,7 +160,7 @@ impl Group {
         }
         let after = self.owners();
         self.in_flight
-            .retain(|p, _| before.get(p).is_some() && before.get(p) == after.get(p));
+            .retain(|p, _| before.contains_key(p) && before.get(p) == after.get(p));
         self.revoking.clear();
         self.generation += 1;
         self.check(partitions);

@@ -363,11 +363,8 @@ mod tests {
         huge.push(n as u8);
         assert!(array.check(&huge).unwrap_err().contains("block of"));
         // Many one-byte blocks of as many null items as bytes left: the value budget stops it.
-        let mut blocks = Vec::new();
-        for _ in 0..4000 {
-            blocks.push(0x7e); // 63 items
-        }
-        blocks.resize(8000, 0x7e);
+        // 8000 one-byte blocks of 63 items each.
+        let blocks = vec![0x7e; 8000];
         assert!(array
             .check(&blocks)
             .unwrap_err()
