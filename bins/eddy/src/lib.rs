@@ -13,7 +13,7 @@ use std::process::ExitCode;
 
 use clap::parser::ValueSource;
 use clap::{ArgMatches, CommandFactory, FromArgMatches, Parser, Subcommand};
-use eddy_server::config::{self as cfg, LogFormat, ServerConfig};
+use eddy_server::config::{self as cfg, LogFormat, LogRotation, ServerConfig};
 use serde::Serialize;
 
 /// The server's allocator. Connection tasks allocate requests and replies on the runtime's
@@ -150,6 +150,22 @@ pub struct ServeArgs {
     #[arg(long, env = "EDDY_LOG_FORMAT", default_value = "text", value_parser = ["text", "json"])]
     pub log_format: String,
 
+    /// Also log to files in this directory (the current one is eddy.log) [default: stderr only].
+    #[arg(long, env = "EDDY_LOG_DIR", value_name = "DIR")]
+    pub log_dir: Option<PathBuf>,
+
+    /// When the log file rotates: size (past --log-max-file-bytes), hourly, daily or never.
+    #[arg(long, env = "EDDY_LOG_ROTATION", default_value = "size", value_parser = ["size", "hourly", "daily", "never"])]
+    pub log_rotation: String,
+
+    /// Size in bytes past which the log file rotates (--log-rotation size).
+    #[arg(long, env = "EDDY_LOG_MAX_FILE_BYTES", default_value_t = cfg::DEFAULT_LOG_MAX_FILE_BYTES)]
+    pub log_max_file_bytes: u64,
+
+    /// Rotated log files kept beside the current one; older ones are deleted.
+    #[arg(long, env = "EDDY_LOG_MAX_FILES", default_value_t = cfg::DEFAULT_LOG_MAX_FILES)]
+    pub log_max_files: u32,
+
     /// Longest wait for in-flight requests at shutdown, in milliseconds.
     #[arg(long, env = "EDDY_DRAIN_TIMEOUT_MS", default_value_t = cfg::DEFAULT_DRAIN_TIMEOUT_MS)]
     pub drain_timeout_ms: u64,
@@ -222,6 +238,11 @@ pub struct ServeArgs {
     /// 1.2 intervals are evicted as stale (0 disables).
     #[arg(long, env = "EDDY_STREAM_HEARTBEAT_INTERVAL_MS", default_value_t = cfg::DEFAULT_STREAM_HEARTBEAT_INTERVAL_MS)]
     pub stream_heartbeat_interval_ms: u64,
+
+    /// After a member joins a consumer group, a partition whose owner has polled and not yet
+    /// committed stays with it until it commits, or at most this many milliseconds (0: moves at once).
+    #[arg(long, env = "EDDY_STREAM_GROUP_REBALANCING_TIMEOUT_MS", default_value_t = cfg::DEFAULT_STREAM_GROUP_REBALANCING_TIMEOUT_MS)]
+    pub stream_group_rebalancing_timeout_ms: u64,
 }
 
 /// A failure before the server could start, with the exit code it maps to.
@@ -309,28 +330,115 @@ pub fn resolve(args: &ServeArgs, matches: &ArgMatches) -> Result<Resolved, Start
 }
 
 fn init_logging(resolved: &Resolved) -> Result<(), StartError> {
+    use tracing_subscriber::layer::SubscriberExt as _;
+    use tracing_subscriber::util::SubscriberInitExt as _;
     use tracing_subscriber::EnvFilter;
+    let config = &resolved.config;
     let filter = if !resolved.log_level_explicit && std::env::var_os("RUST_LOG").is_some() {
         EnvFilter::try_from_default_env().map_err(|e| config_error(format!("RUST_LOG: {e}")))?
     } else {
-        EnvFilter::try_new(&resolved.config.log_level).map_err(|e| {
+        EnvFilter::try_new(&config.log_level).map_err(|e| {
             config_error(format!(
                 "invalid value for log_level {:?}: {e}",
-                resolved.config.log_level
+                config.log_level
             ))
         })?
     };
-    let builder = tracing_subscriber::fmt()
-        .with_env_filter(filter)
-        .with_writer(std::io::stderr)
-        .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()));
-    let result = match resolved.config.log_format {
-        LogFormat::Json => builder.json().flatten_event(true).try_init(),
-        LogFormat::Text => builder.try_init(),
+    let json = config.log_format == LogFormat::Json;
+    let stderr = fmt_layer(
+        json,
+        std::io::stderr,
+        std::io::IsTerminal::is_terminal(&std::io::stderr()),
+    );
+    let file = match &config.log_dir {
+        Some(dir) => Some(fmt_layer(
+            json,
+            std::sync::Mutex::new(log_file(dir, config)?),
+            false,
+        )),
+        None => None,
     };
+    let result = tracing_subscriber::registry()
+        .with(filter)
+        .with(stderr)
+        .with(file)
+        .try_init();
     // A subscriber already installed (tests calling `run` twice) is fine.
     drop(result);
     Ok(())
+}
+
+/// One formatting layer (text or JSON) writing to `writer`.
+fn fmt_layer<S, W>(
+    json: bool,
+    writer: W,
+    ansi: bool,
+) -> Box<dyn tracing_subscriber::Layer<S> + Send + Sync>
+where
+    S: tracing::Subscriber + for<'a> tracing_subscriber::registry::LookupSpan<'a>,
+    W: for<'w> tracing_subscriber::fmt::MakeWriter<'w> + Send + Sync + 'static,
+{
+    use tracing_subscriber::Layer as _;
+    let layer = tracing_subscriber::fmt::layer()
+        .with_writer(writer)
+        .with_ansi(ansi);
+    if json {
+        layer.json().flatten_event(true).boxed()
+    } else {
+        layer.boxed()
+    }
+}
+
+/// The rotating log file `<dir>/eddy.log`; the directory is created, and must be writable.
+fn log_file(
+    dir: &std::path::Path,
+    config: &ServerConfig,
+) -> Result<Box<dyn std::io::Write + Send>, StartError> {
+    use file_rotate::compression::Compression;
+    use file_rotate::suffix::{AppendCount, AppendTimestamp, FileLimit};
+    use file_rotate::{ContentLimit, FileRotate, TimeFrequency};
+    let path = dir.join(cfg::LOG_FILE_NAME);
+    std::fs::create_dir_all(dir)
+        .and_then(|()| {
+            std::fs::OpenOptions::new()
+                .create(true)
+                .append(true)
+                .open(&path)
+        })
+        .map_err(|e| StartError {
+            message: format!("cannot write the log file {}: {e}", path.display()),
+            code: EXIT_FAILURE,
+        })?;
+    let keep = config.log_max_files as usize;
+    let by_time = |frequency| -> Box<dyn std::io::Write + Send> {
+        Box::new(FileRotate::new(
+            &path,
+            AppendTimestamp::default(FileLimit::MaxFiles(keep)),
+            ContentLimit::Time(frequency),
+            Compression::None,
+            None,
+        ))
+    };
+    Ok(match config.log_rotation {
+        LogRotation::Size => Box::new(FileRotate::new(
+            &path,
+            AppendCount::new(keep),
+            ContentLimit::BytesSurpassed(
+                usize::try_from(config.log_max_file_bytes).unwrap_or(usize::MAX),
+            ),
+            Compression::None,
+            None,
+        )),
+        LogRotation::Hourly => by_time(TimeFrequency::Hourly),
+        LogRotation::Daily => by_time(TimeFrequency::Daily),
+        LogRotation::Never => Box::new(FileRotate::new(
+            &path,
+            AppendCount::new(keep),
+            ContentLimit::None,
+            Compression::None,
+            None,
+        )),
+    })
 }
 
 /// SIGTERM and SIGINT handlers, installed before anything else so an early signal is never lost
@@ -470,6 +578,7 @@ mod tests {
             tls_key: Some("k".into()),
             tls_ca_cert: Some("ca".into()),
             num_shards: Some(2),
+            log_dir: Some("logs".into()),
             ..ServerConfig::default()
         };
         let keys: Vec<String> = toml::Table::try_from(full)

@@ -76,6 +76,9 @@ pub const DEFAULT_STREAM_MAX_FRAME_SIZE: u32 = 64 * 1024 * 1024;
 /// Default stream-protocol heartbeat interval: a consumer-group member silent for 1.2 intervals
 /// is evicted as stale (the reference server's 30 s).
 pub const DEFAULT_STREAM_HEARTBEAT_INTERVAL_MS: u64 = 30_000;
+/// Default longest time a consumer-group partition stays pending revocation after a join
+/// before it moves to its new owner anyway (the reference server's 30 s).
+pub const DEFAULT_STREAM_GROUP_REBALANCING_TIMEOUT_MS: u64 = 30_000;
 
 /// TLS on the two client ports.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, Default)]
@@ -125,6 +128,33 @@ pub enum LogFormat {
     Json,
 }
 
+/// Default size at which the log file rotates under `log_rotation = "size"`, 64 MiB.
+pub const DEFAULT_LOG_MAX_FILE_BYTES: u64 = 64 * 1024 * 1024;
+/// Smallest accepted `log_max_file_bytes`.
+pub const MIN_LOG_MAX_FILE_BYTES: u64 = 4096;
+/// Default number of rotated log files kept beside the current one.
+pub const DEFAULT_LOG_MAX_FILES: u32 = 10;
+/// Largest accepted `log_max_files`.
+pub const MAX_LOG_MAX_FILES: u32 = 10_000;
+/// Name of the current log file under `log_dir`; rotated files add a suffix to it.
+pub const LOG_FILE_NAME: &str = "eddy.log";
+
+/// When the log file under `log_dir` is rotated.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, Default)]
+#[serde(rename_all = "lowercase")]
+pub enum LogRotation {
+    /// Once the file has grown past `log_max_file_bytes` (whole lines are kept together);
+    /// rotated files are `eddy.log.1` (newest) to `eddy.log.N`.
+    #[default]
+    Size,
+    /// At the first line of a new hour; rotated files carry their rotation time.
+    Hourly,
+    /// At the first line of a new day; rotated files carry their rotation time.
+    Daily,
+    /// Never: one file that grows.
+    Never,
+}
+
 /// The whole server configuration. Field names are the TOML keys; flags and environment
 /// variables are derived from them (`data_dir` -> `--data-dir`, `EDDY_DATA_DIR`).
 #[derive(Clone, PartialEq, Serialize, Deserialize)]
@@ -168,6 +198,15 @@ pub struct ServerConfig {
     pub log_level: String,
     /// Log format.
     pub log_format: LogFormat,
+    /// Directory for log files, besides stderr (unset: stderr only). The current file is
+    /// `eddy.log`.
+    pub log_dir: Option<PathBuf>,
+    /// When the log file rotates.
+    pub log_rotation: LogRotation,
+    /// Size past which the log file rotates under `log_rotation = "size"`.
+    pub log_max_file_bytes: u64,
+    /// Rotated log files kept beside the current one; older ones are deleted.
+    pub log_max_files: u32,
     /// Bound on the graceful drain at shutdown, in milliseconds.
     pub drain_timeout_ms: u64,
     /// Cap on concurrent connections per protocol listener.
@@ -212,6 +251,10 @@ pub struct ServerConfig {
     pub stream_max_frame_size: u32,
     /// Stream-protocol heartbeat interval in milliseconds; 0 disables stale-client eviction.
     pub stream_heartbeat_interval_ms: u64,
+    /// After a member joins a consumer group, a partition whose owner has polled and not yet
+    /// committed moves once the owner commits, or at the latest after this many milliseconds
+    /// (0: at once).
+    pub stream_group_rebalancing_timeout_ms: u64,
 }
 
 impl Default for ServerConfig {
@@ -236,6 +279,10 @@ impl Default for ServerConfig {
             wal_compression_level: DEFAULT_WAL_COMPRESSION_LEVEL,
             log_level: "info".to_owned(),
             log_format: LogFormat::Text,
+            log_dir: None,
+            log_rotation: LogRotation::Size,
+            log_max_file_bytes: DEFAULT_LOG_MAX_FILE_BYTES,
+            log_max_files: DEFAULT_LOG_MAX_FILES,
             drain_timeout_ms: DEFAULT_DRAIN_TIMEOUT_MS,
             max_connections: DEFAULT_MAX_CONNECTIONS,
             max_response_size: DEFAULT_MAX_RESPONSE_SIZE,
@@ -253,6 +300,7 @@ impl Default for ServerConfig {
             fsync_delay_us: DEFAULT_FSYNC_DELAY_US,
             stream_max_frame_size: DEFAULT_STREAM_MAX_FRAME_SIZE,
             stream_heartbeat_interval_ms: DEFAULT_STREAM_HEARTBEAT_INTERVAL_MS,
+            stream_group_rebalancing_timeout_ms: DEFAULT_STREAM_GROUP_REBALANCING_TIMEOUT_MS,
         }
     }
 }
@@ -295,6 +343,10 @@ impl std::fmt::Debug for ServerConfig {
             .field("wal_compression_level", &self.wal_compression_level)
             .field("log_level", &self.log_level)
             .field("log_format", &self.log_format)
+            .field("log_dir", &self.log_dir)
+            .field("log_rotation", &self.log_rotation)
+            .field("log_max_file_bytes", &self.log_max_file_bytes)
+            .field("log_max_files", &self.log_max_files)
             .field("drain_timeout_ms", &self.drain_timeout_ms)
             .field("max_connections", &self.max_connections)
             .field("max_response_size", &self.max_response_size)
@@ -324,6 +376,10 @@ impl std::fmt::Debug for ServerConfig {
                 "stream_heartbeat_interval_ms",
                 &self.stream_heartbeat_interval_ms,
             )
+            .field(
+                "stream_group_rebalancing_timeout_ms",
+                &self.stream_group_rebalancing_timeout_ms,
+            )
             .finish()
     }
 }
@@ -348,6 +404,9 @@ pub const MIN_MAX_REQUEST_SIZE: u32 = 1024;
 pub const MAX_MAX_REQUEST_SIZE: u32 = 1 << 30;
 /// Smallest accepted `stream_max_frame_size` (64 KiB): every non-message request fits.
 pub const MIN_STREAM_MAX_FRAME_SIZE: u32 = 64 * 1024;
+/// Largest accepted `max_schema_size_bytes` (1 MiB): a schema is compiled on every server
+/// start that looks it up, and its size bounds the work.
+pub const MAX_MAX_SCHEMA_SIZE_BYTES: u32 = 1024 * 1024;
 /// Largest accepted `stream_max_frame_size` (1 GiB).
 pub const MAX_STREAM_MAX_FRAME_SIZE: u32 = 1 << 30;
 
@@ -392,6 +451,18 @@ impl ServerConfig {
         }
         if self.max_connections == 0 {
             return invalid("max_connections", "must be at least 1".into());
+        }
+        if self.log_max_file_bytes < MIN_LOG_MAX_FILE_BYTES {
+            return invalid(
+                "log_max_file_bytes",
+                format!("must be at least {MIN_LOG_MAX_FILE_BYTES}"),
+            );
+        }
+        if !(1..=MAX_LOG_MAX_FILES).contains(&self.log_max_files) {
+            return invalid(
+                "log_max_files",
+                format!("{} is outside 1..={MAX_LOG_MAX_FILES}", self.log_max_files),
+            );
         }
         self.validate_event()?;
         let ports = [
@@ -474,8 +545,14 @@ impl ServerConfig {
                 );
             }
         }
-        if self.max_schema_size_bytes == 0 {
-            return invalid("max_schema_size_bytes", "must be at least 1".into());
+        if !(1..=MAX_MAX_SCHEMA_SIZE_BYTES).contains(&self.max_schema_size_bytes) {
+            return invalid(
+                "max_schema_size_bytes",
+                format!(
+                    "{} is outside 1..={MAX_MAX_SCHEMA_SIZE_BYTES}",
+                    self.max_schema_size_bytes
+                ),
+            );
         }
         if self.compaction_check_interval_secs == 0 {
             return invalid(
@@ -646,12 +723,41 @@ mod tests {
                 fsync_delay_us: MAX_FSYNC_DELAY_US + 1,
                 ..ServerConfig::default()
             },
+            ServerConfig {
+                max_schema_size_bytes: MAX_MAX_SCHEMA_SIZE_BYTES + 1,
+                ..ServerConfig::default()
+            },
         ];
         for c in bad {
             assert!(c.validate().is_err(), "{c:?}");
         }
         let c: ServerConfig = toml::from_str("routing_rule = \"org_id\"\nnum_shards = 4").unwrap();
         assert_eq!(c.routing_rule, RoutingRule::OrgId);
+        c.validate().unwrap();
+    }
+
+    #[test]
+    fn log_file_limits_are_checked() {
+        for bad in [
+            ServerConfig {
+                log_max_file_bytes: MIN_LOG_MAX_FILE_BYTES - 1,
+                ..ServerConfig::default()
+            },
+            ServerConfig {
+                log_max_files: 0,
+                ..ServerConfig::default()
+            },
+            ServerConfig {
+                log_max_files: MAX_LOG_MAX_FILES + 1,
+                ..ServerConfig::default()
+            },
+        ] {
+            assert!(bad.validate().is_err(), "{bad:?}");
+        }
+        let c: ServerConfig =
+            toml::from_str("log_dir = \"/var/log/eddy\"\nlog_rotation = \"daily\"").unwrap();
+        assert_eq!(c.log_rotation, LogRotation::Daily);
+        assert_eq!(c.log_max_files, DEFAULT_LOG_MAX_FILES);
         c.validate().unwrap();
     }
 

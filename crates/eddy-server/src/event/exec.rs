@@ -222,7 +222,28 @@ fn read_query(f: wire::ReadFilters, max_bytes: u64) -> st::ReadQuery {
     }
 }
 
+/// The schema keys of a write's unencrypted events, with what a 2022 answer names for each.
+fn schema_checks(w: &wire::WriteRequest) -> Vec<(st::SchemaKey, (u64, u64, u64))> {
+    w.writes
+        .iter()
+        .flat_map(|(k, part)| {
+            part.events.iter().filter(|e| e.iv.is_none()).map(|e| {
+                (
+                    st::SchemaKey {
+                        org_id: k.org_id,
+                        aggregate_type_id: k.aggregate_type_id,
+                        event_type_major: e.event_type_major,
+                        event_type_minor: e.event_type_minor,
+                    },
+                    (e.event_type_major, e.event_type_minor, e.client_seq),
+                )
+            })
+        })
+        .collect()
+}
+
 /// Validates every unencrypted event of a write against its registered schema (2022/2023).
+/// CPU-bound: runs on the blocking pool.
 fn validate_schemas(svc: &EventService, w: &wire::WriteRequest) -> Result<(), ServerError> {
     for (k, part) in &w.writes {
         for e in part.events.iter().filter(|e| e.iv.is_none()) {
@@ -261,7 +282,43 @@ fn validate_schemas(svc: &EventService, w: &wire::WriteRequest) -> Result<(), Se
     Ok(())
 }
 
-async fn write(svc: &EventService, w: wire::WriteRequest) -> Result<EventResponse, ServerError> {
+/// Schema validation of a write, off the reactor and within the validation deadline; the
+/// write comes back when it passes. Skipped when every key is known to have no schema.
+async fn validated(
+    svc: &Arc<EventService>,
+    w: wire::WriteRequest,
+) -> Result<wire::WriteRequest, ServerError> {
+    let checks = schema_checks(&w);
+    let Some(&(_, (major, minor, client_seq))) = checks.first() else {
+        return Ok(w);
+    };
+    if svc.schemas.known_absent(checks.iter().map(|(k, _)| k)) {
+        return Ok(w);
+    }
+    let service = Arc::clone(svc);
+    let outcome = svc
+        .schemas
+        .bounded(move || {
+            let result = validate_schemas(&service, &w);
+            (w, result)
+        })
+        .await;
+    match outcome {
+        Ok((w, Ok(()))) => Ok(w),
+        Ok((_, Err(e))) => Err(e),
+        Err(unfinished) => Err(ServerError::WriteSchemaValidationFailed {
+            event_type_major: major,
+            event_type_minor: minor,
+            client_seq,
+            validation_error: unfinished.text(),
+        }),
+    }
+}
+
+async fn write(
+    svc: &Arc<EventService>,
+    w: wire::WriteRequest,
+) -> Result<EventResponse, ServerError> {
     let n = u64::from(svc.placement.num_shards());
     // Input checks come before per-aggregate ones (§4.3 step 4), schema validation last; the
     // store repeats the input checks, so only the schema pass is done here first when needed.
@@ -275,7 +332,7 @@ async fn write(svc: &EventService, w: wire::WriteRequest) -> Result<EventRespons
             });
         }
     }
-    validate_schemas(svc, &w)?;
+    let w = validated(svc, w).await?;
     let correlation_id = w.correlation_id;
     let request = st::WriteRequest {
         client_id: w.client_id,
@@ -317,7 +374,7 @@ async fn write(svc: &EventService, w: wire::WriteRequest) -> Result<EventRespons
 }
 
 async fn register_schema(
-    svc: &EventService,
+    svc: &Arc<EventService>,
     r: wire::RegisterSchemaRequest,
 ) -> Result<EventResponse, ServerError> {
     if wire::SchemaType::from_u8(r.schema_type).is_none() {
@@ -334,8 +391,17 @@ async fn register_schema(
             ),
         ));
     }
-    let compiled =
-        schema::compile(r.schema_type, &r.schema).map_err(|e| schema::invalid(r.schema_type, e))?;
+    // Compiling may compile regexes and descriptors: off the reactor, within the deadline.
+    let (schema_type, text) = (r.schema_type, r.schema);
+    let (text, compiled) = svc
+        .schemas
+        .bounded(move || {
+            let compiled = schema::compile(schema_type, &text);
+            (text, compiled)
+        })
+        .await
+        .map_err(|unfinished| schema::invalid(schema_type, unfinished.text()))?;
+    let compiled = compiled.map_err(|e| schema::invalid(schema_type, e))?;
     let skey = st::SchemaKey {
         org_id: r.schema_key.org_id,
         aggregate_type_id: r.schema_key.aggregate_type_id,
@@ -344,8 +410,8 @@ async fn register_schema(
     };
     let registration = st::SchemaRegistration {
         key: skey,
-        schema_type: r.schema_type,
-        schema: r.schema,
+        schema_type,
+        schema: text,
         client_id: r.client_id,
         user_id: r.user_id,
         now: super::conn::now_millis(),
@@ -367,7 +433,7 @@ async fn register_schema(
                 event_type_major: *event_type_major,
                 event_type_minor: *event_type_minor,
             },
-            Some(EventError::Limit { .. }) => schema::invalid(r.schema_type, detail(&e)),
+            Some(EventError::Limit { .. }) => schema::invalid(schema_type, detail(&e)),
             _ => ServerError::RegisterSchemaFsyncError { detail: detail(&e) },
         }),
     }

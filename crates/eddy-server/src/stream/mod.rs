@@ -147,7 +147,9 @@ impl StreamState {
         Self {
             store,
             clients: ClientsTable::new(),
-            groups: Mutex::new(Coordinator::default()),
+            groups: Mutex::new(Coordinator::new(Duration::from_millis(
+                config.stream_group_rebalancing_timeout_ms,
+            ))),
             creation: tokio::sync::Mutex::new(()),
             balanced: Mutex::new(HashMap::new()),
             node: NodeInfo { stream_addr },
@@ -162,9 +164,12 @@ impl StreamState {
         }
     }
 
-    /// The consumer-group coordinator (held briefly, never across an await).
+    /// The consumer-group coordinator (held briefly, never across an await), with the pending
+    /// revocations whose rebalancing timeout has passed completed.
     pub(crate) fn groups(&self) -> MutexGuard<'_, Coordinator> {
-        lock(&self.groups)
+        let mut groups = lock(&self.groups);
+        groups.settle(std::time::Instant::now());
+        groups
     }
 
     /// Reads the durable, applied metadata.
