@@ -247,6 +247,12 @@ impl Eddy {
         self.addrs.expect("server is running")
     }
 
+    /// The options the next (re)start uses: a test changes flags or environment between
+    /// restarts on the same data directory.
+    pub fn options_mut(&mut self) -> &mut Options {
+        &mut self.options
+    }
+
     /// The data directory (kept across restarts).
     pub fn data_dir(&self) -> &Path {
         &self.data_dir
@@ -356,6 +362,18 @@ pub fn http_get(addr: SocketAddr, path: &str) -> std::io::Result<(u16, String)> 
         .map(|(_, b)| b.to_owned())
         .unwrap_or_default();
     Ok((status, body))
+}
+
+/// Writes an `api_keys.toml` into `data_dir` (created if missing) whose four keys hash to a
+/// fixed value: enough to turn API keys on.
+pub fn write_api_keys(data_dir: &Path) {
+    std::fs::create_dir_all(data_dir).expect("create the data dir");
+    let hash = "630dcd2966c4336691125448bbb25b4ff412a49c732db2c8abc1b8581bd710dd";
+    std::fs::write(
+        data_dir.join("api_keys.toml"),
+        format!("[keys]\nprimary_rw = \"{hash}\"\nsecondary_rw = \"{hash}\"\nprimary_ro = \"{hash}\"\nsecondary_ro = \"{hash}\"\n"),
+    )
+    .expect("write api_keys.toml");
 }
 
 /// A free TCP port on loopback (bound then released; only for tests that must name a port).

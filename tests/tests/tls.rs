@@ -152,13 +152,7 @@ fn authentication_without_tls_refuses_to_start_unless_allowed() {
     // api_keys.toml in the data dir enables API keys.
     let tmp = tempfile::tempdir().unwrap();
     let data = tmp.path().join("data");
-    std::fs::create_dir_all(&data).unwrap();
-    let hash = "630dcd2966c4336691125448bbb25b4ff412a49c732db2c8abc1b8581bd710dd";
-    std::fs::write(
-        data.join("api_keys.toml"),
-        format!("[keys]\nprimary_rw = \"{hash}\"\nsecondary_rw = \"{hash}\"\nprimary_ro = \"{hash}\"\nsecondary_ro = \"{hash}\"\n"),
-    )
-    .unwrap();
+    eddy_tests::write_api_keys(&data);
     let ports = [
         "--stream-port",
         "0",

@@ -294,7 +294,10 @@ mod tests {
         assert_eq!(table.login_failures(a), 0, "a login resets the count");
         let digest = TokenDigest::of("a-token");
         let (s5, _) = table.login_with(b, 5, Credential::Token(digest)).unwrap();
-        assert_eq!(table.session(b).unwrap().credential, Credential::Token(digest));
+        assert_eq!(
+            table.session(b).unwrap().credential,
+            Credential::Token(digest)
+        );
         assert_eq!(s5.number, 5);
     }
 

@@ -16,6 +16,8 @@
 //! partition it does not own is answered with the re-sync sentinel (`partition_id = u32::MAX`,
 //! no messages), which makes the SDK sync and retry.
 
+use std::sync::Arc;
+
 use bytes::{Bytes, BytesMut};
 use eddy_codec::stream::batch::BATCH_HEADER_SIZE;
 use eddy_codec::stream::commands::delete_consumer_offset::DeleteConsumerOffset;
@@ -119,10 +121,21 @@ pub(crate) async fn send(
         topic_id,
         partition_id,
     };
-    let appended = state
-        .store
-        .append(addr, Stampable(admitted), crate::now_micros())?
-        .await?;
+    // Submitted inline unless this server has so many bytes in flight that the partition's
+    // log may push back (then from the blocking pool); the acknowledgement is awaited.
+    let (_in_flight, offload) = state.appends.enter(admitted.len() as u64);
+    let ticket = if offload {
+        let store = Arc::clone(&state.store);
+        crate::offload::blocking(move || {
+            store.append(addr, Stampable(admitted), crate::now_micros())
+        })
+        .await?
+    } else {
+        state
+            .store
+            .append(addr, Stampable(admitted), crate::now_micros())?
+    };
+    let appended = ticket.await?;
     Ok(Outcome::payload(&SendMessagesReply {
         confirmations: vec![SendConfirmation {
             stream_id,
