@@ -120,6 +120,19 @@ impl Log {
     }
 }
 
+/// Flags that put every listener on an OS-assigned port (the bound ports are in the
+/// `listening` log event).
+pub const EPHEMERAL_PORTS: [&str; 8] = [
+    "--stream-port",
+    "0",
+    "--client-port",
+    "0",
+    "--replication-port",
+    "0",
+    "--http-port",
+    "0",
+];
+
 /// Options for starting a server.
 #[derive(Debug, Clone, Default)]
 pub struct Options {
@@ -214,15 +227,7 @@ impl Eddy {
             "json".to_owned(),
         ];
         if !self.options.keep_ports {
-            for p in [
-                "--stream-port",
-                "--client-port",
-                "--replication-port",
-                "--http-port",
-            ] {
-                args.push(p.to_owned());
-                args.push("0".to_owned());
-            }
+            args.extend(EPHEMERAL_PORTS.map(str::to_owned));
         }
         args.extend(self.options.args.iter().cloned());
         let (child, log) = spawn(&self.bin, &args, &self.options.env);

@@ -2,6 +2,8 @@
 //! told when storage fails, credentials at start-up, login throttling, token revocation, the
 //! stream port's deadlines and pre-login frame cap, the HTTP port's limits, and responsiveness
 //! while storage is slow. Each test names the limit it checks; OPERATIONS.md lists them all.
+// Metric samples compared here are small counts, exact in an f64.
+#![allow(clippy::float_cmp)]
 
 mod event_support;
 mod stream_support;
@@ -165,19 +167,13 @@ fn api_keys_without_required_identity_need_the_explicit_opt_in() {
         "--data-dir",
         data.to_str().unwrap(),
         "--insecure-allow-plaintext-auth",
-        "--stream-port",
-        "0",
-        "--client-port",
-        "0",
-        "--replication-port",
-        "0",
-        "--http-port",
-        "0",
         "--log-format",
         "json",
     ]
+    .into_iter()
+    .chain(eddy_tests::EPHEMERAL_PORTS)
     .map(str::to_owned)
-    .to_vec();
+    .collect();
     let bin = std::path::Path::new(eddy_tests::server_bin!());
     let (mut child, log) = eddy_tests::spawn(bin, &args, &[]);
     assert_eq!(child.wait().unwrap().code(), Some(78));
@@ -425,7 +421,7 @@ async fn failed_logins_are_throttled_and_close_their_connection() {
     }
     let took = started.elapsed();
     assert!(
-        took >= Duration::from_millis(1_000),
+        took >= Duration::from_secs(1),
         "four attempts after failures took only {took:?}"
     );
 

@@ -153,19 +153,8 @@ fn authentication_without_tls_refuses_to_start_unless_allowed() {
     let tmp = tempfile::tempdir().unwrap();
     let data = tmp.path().join("data");
     eddy_tests::write_api_keys(&data);
-    let ports = [
-        "--stream-port",
-        "0",
-        "--client-port",
-        "0",
-        "--replication-port",
-        "0",
-        "--http-port",
-        "0",
-    ]
-    .map(s);
     let mut args = vec![s("--data-dir"), data.display().to_string()];
-    args.extend(ports.iter().cloned());
+    args.extend(eddy_tests::EPHEMERAL_PORTS.map(s));
     let (mut child, log) = spawn(Path::new(server_bin!()), &args, &[]);
     assert_eq!(child.wait().unwrap().code(), Some(78));
     let err = log
