@@ -4,7 +4,8 @@
 //! - `cargo xtask fuzz TARGET SECONDS`: one cargo-fuzz target for a fixed time.
 //! - `cargo xtask fuzz-all SECONDS`: every fuzz target, SECONDS each.
 //! - `cargo xtask bench [ARGS...]`: the criterion benches of every crate (release profile).
-//! - `cargo xtask soak SECONDS`: the long crash-and-recover soaks (SIGKILL loops).
+//! - `cargo xtask soak SECONDS`: the long crash-and-recover soaks (SIGKILL loops) and the
+//!   hostile-client soak.
 //! - `cargo xtask stream-bench [ARGS...]`: the stream-protocol load tool against a release
 //!   server (Iggy's benchmark shapes, durable and not, with the raw disk baseline).
 //! - `cargo xtask train-dict`: train the event protocol's default zstd dictionary.
@@ -64,7 +65,8 @@ fn print_help() {
          fuzz TARGET SECONDS     run one fuzz target (cargo-fuzz) for SECONDS\n\
          fuzz-all SECONDS        run every fuzz target for SECONDS each\n\
          bench [ARGS...]         criterion benches of every crate; ARGS go to criterion\n\
-         soak SECONDS            crash-and-recover soaks (SIGKILL loops) for SECONDS\n\
+         soak SECONDS            crash-and-recover soaks (SIGKILL loops) and the hostile-client\n\
+                                 soak for SECONDS\n\
          stream-bench [ARGS...]  release build, then eddy-stream-load (8 producers x 8 streams,\n\
                                  1000 x 1000 x 1000 B, durable and not); ARGS go to the tool\n\
          train-dict [--check]    train the default zstd dictionary of the event protocol\n\
@@ -212,11 +214,20 @@ fn stream_bench(args: &[String]) -> Result<()> {
     run(load)
 }
 
-/// The long versions of the SIGKILL crash tests. By convention every such test is named
-/// `sigkill_*` and reads `EDDY_SOAK_SECONDS`; `cargo test` runs each for a few seconds.
+/// The long versions of the soaks: the SIGKILL crash tests (named `sigkill_*`) and the
+/// hostile-client soak (`soak_hostile_clients`: half-open connections, login floods, clients
+/// that stop reading on every port). Each reads `EDDY_SOAK_SECONDS`; `cargo test` runs each
+/// for a few seconds.
 fn soak(seconds: u64) -> Result<()> {
     let mut cmd = cargo();
-    cmd.args(["test", "--release", "--workspace", "--", "sigkill"])
-        .env("EDDY_SOAK_SECONDS", seconds.to_string());
+    cmd.args([
+        "test",
+        "--release",
+        "--workspace",
+        "--",
+        "sigkill",
+        "soak_hostile_clients",
+    ])
+    .env("EDDY_SOAK_SECONDS", seconds.to_string());
     run(cmd)
 }

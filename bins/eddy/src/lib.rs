@@ -62,6 +62,8 @@ Examples:
 /// Options of `eddy serve`. Field names are the TOML keys of [`ServerConfig`]; a test checks the
 /// two stay in step.
 #[derive(Debug, clap::Args, Serialize)]
+// One field per flag: the switches are independent options, not a state to model as an enum.
+#[allow(clippy::struct_excessive_bools)]
 pub struct ServeArgs {
     /// TOML configuration file (keys as the flags, with '_' for '-').
     #[arg(long, env = "EDDY_CONFIG", value_name = "FILE")]
@@ -125,6 +127,12 @@ pub struct ServeArgs {
     /// Allow API keys or --require-client-identity without TLS.
     #[arg(long, env = "EDDY_INSECURE_ALLOW_PLAINTEXT_AUTH", default_value_t = false, num_args = 0..=1, default_missing_value = "true")]
     pub insecure_allow_plaintext_auth: bool,
+
+    /// With API keys (api_keys.toml) but without --require-client-identity, serve event-port
+    /// clients that never identify; they get read-write access. Without this flag the server
+    /// refuses to start in that configuration.
+    #[arg(long, env = "EDDY_ALLOW_ANONYMOUS_CLIENTS", default_value_t = false, num_args = 0..=1, default_missing_value = "true")]
+    pub allow_anonymous_clients: bool,
 
     /// PEM certificate chain the client ports present under --tls-mode strict.
     #[arg(long, env = "EDDY_TLS_CERT", value_name = "FILE")]
@@ -243,6 +251,57 @@ pub struct ServeArgs {
     /// committed stays with it until it commits, or at most this many milliseconds (0: moves at once).
     #[arg(long, env = "EDDY_STREAM_GROUP_REBALANCING_TIMEOUT_MS", default_value_t = cfg::DEFAULT_STREAM_GROUP_REBALANCING_TIMEOUT_MS)]
     pub stream_group_rebalancing_timeout_ms: u64,
+    /// Seconds between two purges of expired personal access tokens (they stop working at
+    /// their expiry whatever this is; the purge frees their names and the per-user limit).
+    #[arg(long, env = "EDDY_TOKEN_PURGE_INTERVAL_SECS", default_value_t = cfg::DEFAULT_TOKEN_PURGE_INTERVAL_SECS)]
+    pub token_purge_interval_secs: u64,
+
+    /// Stream port: milliseconds a connection has to log in, from its accept or its logout;
+    /// then it is evicted (NoSession) and closed.
+    #[arg(long, env = "EDDY_STREAM_LOGIN_TIMEOUT_MS", default_value_t = cfg::DEFAULT_STREAM_LOGIN_TIMEOUT_MS)]
+    pub stream_login_timeout_ms: u64,
+
+    /// Stream port: milliseconds a session may go without completing a request (heartbeat
+    /// pings count) before it is evicted (StaleClient) and closed; 0 disables.
+    #[arg(long, env = "EDDY_STREAM_IDLE_TIMEOUT_MS", default_value_t = cfg::DEFAULT_STREAM_IDLE_TIMEOUT_MS)]
+    pub stream_idle_timeout_ms: u64,
+
+    /// Stream port: largest frame in bytes (header included) read before login; a larger one
+    /// closes its connection unread.
+    #[arg(long, env = "EDDY_STREAM_MAX_PRELOGIN_FRAME_SIZE", default_value_t = cfg::DEFAULT_STREAM_MAX_PRELOGIN_FRAME_SIZE)]
+    pub stream_max_prelogin_frame_size: u32,
+
+    /// Stream port: milliseconds an answer may take to write; a client that stops reading is
+    /// disconnected after it.
+    #[arg(long, env = "EDDY_STREAM_WRITE_TIMEOUT_MS", default_value_t = cfg::DEFAULT_STREAM_WRITE_TIMEOUT_MS)]
+    pub stream_write_timeout_ms: u64,
+
+    /// Most Argon2id computations (password checks and hashes) at once; further logins wait.
+    #[arg(long, env = "EDDY_MAX_CONCURRENT_PASSWORD_HASHES", default_value_t = cfg::DEFAULT_MAX_CONCURRENT_PASSWORD_HASHES)]
+    pub max_concurrent_password_hashes: u32,
+
+    /// Failed logins after which a stream connection is closed.
+    #[arg(long, env = "EDDY_LOGIN_MAX_FAILURES_PER_CONNECTION", default_value_t = cfg::DEFAULT_LOGIN_MAX_FAILURES_PER_CONNECTION)]
+    pub login_max_failures_per_connection: u32,
+
+    /// Longest delay in milliseconds before a login attempt that follows failed ones (of the
+    /// same connection or address; the delay starts at 100 ms after two failures and doubles).
+    #[arg(long, env = "EDDY_LOGIN_BACKOFF_MAX_MS", default_value_t = cfg::DEFAULT_LOGIN_BACKOFF_MAX_MS)]
+    pub login_backoff_max_ms: u64,
+
+    /// HTTP port: most connections at once; further ones wait in the kernel backlog.
+    #[arg(long, env = "EDDY_HTTP_MAX_CONNECTIONS", default_value_t = cfg::DEFAULT_HTTP_MAX_CONNECTIONS)]
+    pub http_max_connections: u32,
+
+    /// HTTP port: milliseconds a client has to send a request head (also the idle limit of a
+    /// kept-alive connection).
+    #[arg(long, env = "EDDY_HTTP_HEADER_READ_TIMEOUT_MS", default_value_t = cfg::DEFAULT_HTTP_HEADER_READ_TIMEOUT_MS)]
+    pub http_header_read_timeout_ms: u64,
+
+    /// HTTP port: milliseconds a response write may make no progress (the client stopped
+    /// reading) before the connection is closed.
+    #[arg(long, env = "EDDY_HTTP_WRITE_TIMEOUT_MS", default_value_t = cfg::DEFAULT_HTTP_WRITE_TIMEOUT_MS)]
+    pub http_write_timeout_ms: u64,
 }
 
 /// A failure before the server could start, with the exit code it maps to.

@@ -73,6 +73,35 @@ pub const MAX_LIST_PAGE_SIZE: u32 = 100_000;
 /// Default cap on a stream-protocol frame (header included), 64 MiB: the reference server's
 /// `message_bus.max_message_size`.
 pub const DEFAULT_STREAM_MAX_FRAME_SIZE: u32 = 64 * 1024 * 1024;
+/// Default deadline for a stream-protocol connection to log in (from its accept or its
+/// logout), as the event port's idle deadline.
+pub const DEFAULT_STREAM_LOGIN_TIMEOUT_MS: u64 = 30_000;
+/// Default idle timeout of a logged-in stream-protocol session (the SDK's heartbeat pings
+/// every few seconds keep a live client well inside it).
+pub const DEFAULT_STREAM_IDLE_TIMEOUT_MS: u64 = 300_000;
+/// Default cap on a stream-protocol frame before login, header included: every command served
+/// before login (login, ping, logout) fits in a few hundred bytes.
+pub const DEFAULT_STREAM_MAX_PRELOGIN_FRAME_SIZE: u32 = 4 * 1024;
+/// Default deadline for writing one stream-protocol answer (as the event port's).
+pub const DEFAULT_STREAM_WRITE_TIMEOUT_MS: u64 = 30_000;
+/// Smallest accepted `stream_max_prelogin_frame_size`.
+pub const MIN_STREAM_MAX_PRELOGIN_FRAME_SIZE: u32 = 1024;
+/// Default cap on concurrent Argon2id computations (login, user creation, password change);
+/// each takes 19 MiB and tens of milliseconds of CPU.
+pub const DEFAULT_MAX_CONCURRENT_PASSWORD_HASHES: u32 = 4;
+/// Default failed logins after which a stream connection is closed.
+pub const DEFAULT_LOGIN_MAX_FAILURES_PER_CONNECTION: u32 = 5;
+/// Default cap on the delay before a login attempt that follows failures.
+pub const DEFAULT_LOGIN_BACKOFF_MAX_MS: u64 = 2_000;
+/// Default cap on concurrent connections of the HTTP admin port.
+pub const DEFAULT_HTTP_MAX_CONNECTIONS: u32 = 256;
+/// Default deadline for an HTTP request head (and for the next one on a kept-alive connection).
+pub const DEFAULT_HTTP_HEADER_READ_TIMEOUT_MS: u64 = 5_000;
+/// Default longest an HTTP response write may make no progress before its connection closes.
+pub const DEFAULT_HTTP_WRITE_TIMEOUT_MS: u64 = 10_000;
+/// Default seconds between two purges of expired personal access tokens (the reference
+/// server's cleaner interval). Expired tokens stop working at their expiry regardless.
+pub const DEFAULT_TOKEN_PURGE_INTERVAL_SECS: u64 = 60;
 /// Default stream-protocol heartbeat interval: a consumer-group member silent for 1.2 intervals
 /// is evicted as stale (the reference server's 30 s).
 pub const DEFAULT_STREAM_HEARTBEAT_INTERVAL_MS: u64 = 30_000;
@@ -159,6 +188,8 @@ pub enum LogRotation {
 /// variables are derived from them (`data_dir` -> `--data-dir`, `EDDY_DATA_DIR`).
 #[derive(Clone, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields, default)]
+// One field per flag: the switches are independent options, not a state to model as an enum.
+#[allow(clippy::struct_excessive_bools)]
 pub struct ServerConfig {
     /// Data directory, created if missing and locked while the server runs.
     pub data_dir: PathBuf,
@@ -186,6 +217,9 @@ pub struct ServerConfig {
     pub tls_client_auth: TlsClientAuth,
     /// Allow API keys or required identity without TLS.
     pub insecure_allow_plaintext_auth: bool,
+    /// With API keys configured, also serve event-port clients that never identify (they get
+    /// read-write access). Without it, API keys need `require_client_identity`.
+    pub allow_anonymous_clients: bool,
     /// PEM certificate chain the client ports present (TLS strict).
     pub tls_cert: Option<PathBuf>,
     /// PEM private key of `tls_cert` (PKCS#8, PKCS#1 or SEC1).
@@ -255,6 +289,33 @@ pub struct ServerConfig {
     /// committed moves once the owner commits, or at the latest after this many milliseconds
     /// (0: at once).
     pub stream_group_rebalancing_timeout_ms: u64,
+    /// Seconds between two purges of expired personal access tokens.
+    pub token_purge_interval_secs: u64,
+    /// Stream port: a connection not logged in this many milliseconds after its accept (or its
+    /// logout) is closed.
+    pub stream_login_timeout_ms: u64,
+    /// Stream port: a session that completes no request (pings count) for this many
+    /// milliseconds is closed; 0 never closes an idle session.
+    pub stream_idle_timeout_ms: u64,
+    /// Stream port: largest frame read before login, header included; a larger one closes its
+    /// connection before its body is read.
+    pub stream_max_prelogin_frame_size: u32,
+    /// Stream port: an answer not written within this many milliseconds (the client stopped
+    /// reading) closes its connection.
+    pub stream_write_timeout_ms: u64,
+    /// Most Argon2id computations (password checks and hashes) running at once; more wait.
+    pub max_concurrent_password_hashes: u32,
+    /// Failed logins after which a stream connection is closed (after the failure's eviction).
+    pub login_max_failures_per_connection: u32,
+    /// Cap on the delay a login attempt waits after failures of its connection or address.
+    pub login_backoff_max_ms: u64,
+    /// HTTP admin port: most connections at once (further ones wait in the kernel backlog).
+    pub http_max_connections: u32,
+    /// HTTP admin port: deadline for a request head, and for the next one on a kept-alive
+    /// connection.
+    pub http_header_read_timeout_ms: u64,
+    /// HTTP admin port: a response write making no progress this long closes its connection.
+    pub http_write_timeout_ms: u64,
 }
 
 impl Default for ServerConfig {
@@ -273,6 +334,7 @@ impl Default for ServerConfig {
             tls_mode: TlsMode::Disabled,
             tls_client_auth: TlsClientAuth::Require,
             insecure_allow_plaintext_auth: false,
+            allow_anonymous_clients: false,
             tls_cert: None,
             tls_key: None,
             tls_ca_cert: None,
@@ -301,6 +363,17 @@ impl Default for ServerConfig {
             stream_max_frame_size: DEFAULT_STREAM_MAX_FRAME_SIZE,
             stream_heartbeat_interval_ms: DEFAULT_STREAM_HEARTBEAT_INTERVAL_MS,
             stream_group_rebalancing_timeout_ms: DEFAULT_STREAM_GROUP_REBALANCING_TIMEOUT_MS,
+            token_purge_interval_secs: DEFAULT_TOKEN_PURGE_INTERVAL_SECS,
+            stream_login_timeout_ms: DEFAULT_STREAM_LOGIN_TIMEOUT_MS,
+            stream_idle_timeout_ms: DEFAULT_STREAM_IDLE_TIMEOUT_MS,
+            stream_max_prelogin_frame_size: DEFAULT_STREAM_MAX_PRELOGIN_FRAME_SIZE,
+            stream_write_timeout_ms: DEFAULT_STREAM_WRITE_TIMEOUT_MS,
+            max_concurrent_password_hashes: DEFAULT_MAX_CONCURRENT_PASSWORD_HASHES,
+            login_max_failures_per_connection: DEFAULT_LOGIN_MAX_FAILURES_PER_CONNECTION,
+            login_backoff_max_ms: DEFAULT_LOGIN_BACKOFF_MAX_MS,
+            http_max_connections: DEFAULT_HTTP_MAX_CONNECTIONS,
+            http_header_read_timeout_ms: DEFAULT_HTTP_HEADER_READ_TIMEOUT_MS,
+            http_write_timeout_ms: DEFAULT_HTTP_WRITE_TIMEOUT_MS,
         }
     }
 }
@@ -337,6 +410,7 @@ impl std::fmt::Debug for ServerConfig {
                 "insecure_allow_plaintext_auth",
                 &self.insecure_allow_plaintext_auth,
             )
+            .field("allow_anonymous_clients", &self.allow_anonymous_clients)
             .field("tls_cert", &self.tls_cert)
             .field("tls_key", &self.tls_key)
             .field("tls_ca_cert", &self.tls_ca_cert)
@@ -380,6 +454,29 @@ impl std::fmt::Debug for ServerConfig {
                 "stream_group_rebalancing_timeout_ms",
                 &self.stream_group_rebalancing_timeout_ms,
             )
+            .field("token_purge_interval_secs", &self.token_purge_interval_secs)
+            .field("stream_login_timeout_ms", &self.stream_login_timeout_ms)
+            .field("stream_idle_timeout_ms", &self.stream_idle_timeout_ms)
+            .field(
+                "stream_max_prelogin_frame_size",
+                &self.stream_max_prelogin_frame_size,
+            )
+            .field("stream_write_timeout_ms", &self.stream_write_timeout_ms)
+            .field(
+                "max_concurrent_password_hashes",
+                &self.max_concurrent_password_hashes,
+            )
+            .field(
+                "login_max_failures_per_connection",
+                &self.login_max_failures_per_connection,
+            )
+            .field("login_backoff_max_ms", &self.login_backoff_max_ms)
+            .field("http_max_connections", &self.http_max_connections)
+            .field(
+                "http_header_read_timeout_ms",
+                &self.http_header_read_timeout_ms,
+            )
+            .field("http_write_timeout_ms", &self.http_write_timeout_ms)
             .finish()
     }
 }
@@ -437,6 +534,40 @@ impl ServerConfig {
                 ),
             );
         }
+        if !(MIN_STREAM_MAX_PRELOGIN_FRAME_SIZE..=self.stream_max_frame_size)
+            .contains(&self.stream_max_prelogin_frame_size)
+        {
+            return invalid(
+                "stream_max_prelogin_frame_size",
+                format!(
+                    "{} is outside {MIN_STREAM_MAX_PRELOGIN_FRAME_SIZE}..=stream_max_frame_size ({})",
+                    self.stream_max_prelogin_frame_size, self.stream_max_frame_size
+                ),
+            );
+        }
+        let at_least_one = [
+            ("stream_login_timeout_ms", self.stream_login_timeout_ms),
+            ("stream_write_timeout_ms", self.stream_write_timeout_ms),
+            (
+                "max_concurrent_password_hashes",
+                u64::from(self.max_concurrent_password_hashes),
+            ),
+            (
+                "login_max_failures_per_connection",
+                u64::from(self.login_max_failures_per_connection),
+            ),
+            ("http_max_connections", u64::from(self.http_max_connections)),
+            (
+                "http_header_read_timeout_ms",
+                self.http_header_read_timeout_ms,
+            ),
+            ("http_write_timeout_ms", self.http_write_timeout_ms),
+        ];
+        for (key, value) in at_least_one {
+            if value == 0 {
+                return invalid(key, "must be at least 1".into());
+            }
+        }
         if !(1..=22).contains(&self.wal_compression_level) {
             return invalid(
                 "wal_compression_level",
@@ -463,6 +594,9 @@ impl ServerConfig {
                 "log_max_files",
                 format!("{} is outside 1..={MAX_LOG_MAX_FILES}", self.log_max_files),
             );
+        }
+        if self.token_purge_interval_secs == 0 {
+            return invalid("token_purge_interval_secs", "must be at least 1".into());
         }
         self.validate_event()?;
         let ports = [

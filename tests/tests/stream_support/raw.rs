@@ -150,6 +150,23 @@ impl Raw {
         }
     }
 
+    /// Reads until the server closes the connection (EOF or reset) or `limit` passes: the
+    /// bytes it sent before closing, or `None` if it is still open.
+    pub async fn closed_within(&mut self, limit: Duration) -> Option<Vec<u8>> {
+        let mut got = Vec::new();
+        let read = tokio::time::timeout(limit, async {
+            let mut buf = [0u8; 4096];
+            loop {
+                match self.socket.read(&mut buf).await {
+                    Ok(0) | Err(_) => return,
+                    Ok(n) => got.extend_from_slice(&buf[..n]),
+                }
+            }
+        })
+        .await;
+        read.ok().map(|()| got)
+    }
+
     /// A request header for `operation` (and `code` for reads) around `body`.
     pub fn header(&mut self, operation: Operation, code: u32, body: &[u8]) -> RequestHeader {
         let mut header = RequestHeader::new(operation, body.len()).unwrap();

@@ -247,7 +247,7 @@ impl Connection {
                         }
                     }
                     other => ServerError::WatchReadOther {
-                        detail: other.to_string(),
+                        detail: exec::detail(&other),
                     },
                 };
                 return self

@@ -5,13 +5,18 @@
 //! record is fdatasynced and visible (§4.12); its refusals mean nothing was written. Reads,
 //! details and listings see committed data only, and run on the blocking pool because a cold
 //! index block or log segment is read from disk.
+//!
+//! A storage failure (as opposed to a refusal) reaches the client as its request type's code
+//! with a generic text and a log reference ([`detail`]): paths and OS error texts stay in the
+//! server log.
 
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 
 use eddy_codec::event as wire;
 use eddy_codec::event::{EventRequest, EventResponse, ServerError};
 use eddy_storage::events as st;
-use eddy_storage::{EventError, StorageError};
+use eddy_storage::{Completion, EventError, EventStore, StorageError};
 
 use super::schema;
 use super::EventService;
@@ -20,7 +25,7 @@ pub(super) fn key(k: &wire::AggregateKey) -> st::AggregateKey {
     st::AggregateKey::new(k.org_id, k.aggregate_type_id, k.aggregate_id)
 }
 
-fn detail(e: &StorageError) -> String {
+fn chain(e: &StorageError) -> String {
     let mut s = e.to_string();
     let mut cause = std::error::Error::source(e);
     while let Some(c) = cause {
@@ -29,6 +34,26 @@ fn detail(e: &StorageError) -> String {
         cause = c.source();
     }
     s
+}
+
+/// Numbers the storage failures logged by [`detail`], so a client's error names its log line.
+static FAILURE_REFERENCE: AtomicU64 = AtomicU64::new(1);
+
+/// What a client is told about a storage failure. A refusal (the request's own fault, its text
+/// names no file) is described in full; anything else (an I/O error, corruption, a fail-stopped
+/// log, a full disk) would hand storage paths and operating-system texts to a client that may
+/// not even be identified, so it is logged here with its whole cause chain and the client gets
+/// a generic text carrying the reference of that log line.
+pub(super) fn detail(e: &StorageError) -> String {
+    match e {
+        StorageError::Event(_) | StorageError::LimitExceeded { .. } => chain(e),
+        StorageError::Shutdown => "the server is shutting down".to_owned(),
+        _ => {
+            let reference = FAILURE_REFERENCE.fetch_add(1, Ordering::Relaxed);
+            tracing::error!(reference, error = %chain(e), "event store failure");
+            format!("internal storage error (server log reference {reference})")
+        }
+    }
 }
 
 fn event_error(e: &StorageError) -> Option<&EventError> {
@@ -179,13 +204,8 @@ mod wire_list {
     }
 }
 
-/// Runs synchronous store work off the reactor (a cold index block or segment is a disk read).
-async fn blocking<T: Send + 'static>(f: impl FnOnce() -> T + Send + 'static) -> T {
-    match tokio::task::spawn_blocking(f).await {
-        Ok(v) => v,
-        Err(join) => std::panic::resume_unwind(join.into_panic()),
-    }
-}
+// Synchronous store work runs off the reactor (a cold index block or segment is a disk read).
+use crate::offload::blocking;
 
 fn stored_event(e: st::StoredEvent) -> wire::Event {
     wire::Event {
@@ -362,9 +382,13 @@ async fn write(
             })
             .collect(),
     };
-    let outcome = svc
-        .store
-        .write(request)
+    let bytes = request
+        .writes
+        .iter()
+        .flat_map(|w| w.events.iter())
+        .map(|e| e.value.len() as u64)
+        .sum();
+    let outcome = submit(svc, bytes, move |store| store.write(request))
         .await
         .map_err(|e| write_error(&e, n))?;
     Ok(EventResponse::Write(wire::WriteResponse {
@@ -439,6 +463,24 @@ async fn register_schema(
     }
 }
 
+/// Submits a mutation of `bytes` payload bytes and awaits its completion. The submission runs
+/// inline unless this server has enough bytes in flight that a shard log may push back; then
+/// it runs on the blocking pool (see `crate::offload`).
+async fn submit<T: Send + 'static>(
+    svc: &EventService,
+    bytes: u64,
+    mutation: impl FnOnce(&EventStore) -> Completion<T> + Send + 'static,
+) -> Result<T, StorageError> {
+    let (_in_flight, offload) = svc.in_flight.enter(bytes);
+    let completion = if offload {
+        let store = Arc::clone(&svc.store);
+        blocking(move || mutation(store.as_ref())).await
+    } else {
+        mutation(svc.store.as_ref())
+    };
+    completion.await
+}
+
 /// Executes one request (not Identify, not Watch) on `shard`.
 pub(super) async fn execute(
     svc: &Arc<EventService>,
@@ -494,14 +536,14 @@ pub(super) async fn execute(
         }
         EventRequest::Write(w) => write(svc, w).await,
         EventRequest::TrimStart(r) => {
-            svc.store
-                .trim(st::TrimRequest {
-                    key: key(&r.aggregate_key),
-                    keep_from_version: r.keep_from_aggregate_version,
-                    client_id: r.client_id,
-                    user_id: r.user_id,
-                    now: super::conn::now_millis(),
-                })
+            let request = st::TrimRequest {
+                key: key(&r.aggregate_key),
+                keep_from_version: r.keep_from_aggregate_version,
+                client_id: r.client_id,
+                user_id: r.user_id,
+                now: super::conn::now_millis(),
+            };
+            submit(svc, 0, move |store| store.trim(request))
                 .await
                 .map_err(|e| trim_error(&e))?;
             Ok(EventResponse::TrimStart(wire::TrimStartResponse {
@@ -524,8 +566,7 @@ pub(super) async fn execute(
                     })
                     .collect(),
             };
-            svc.store
-                .delete(&request)
+            submit(svc, 0, move |store| store.delete(&request))
                 .await
                 .map_err(|e| delete_error(&e, num_shards))?;
             Ok(EventResponse::Delete(wire::DeleteResponse {

@@ -193,6 +193,8 @@ pub struct EventService {
     read_page_bytes: u64,
     max_schema_size: usize,
     max_requested_latency_ms: u64,
+    /// Event bytes submitted to the store and not yet acknowledged.
+    in_flight: crate::offload::InFlight,
 }
 
 impl EventService {
@@ -219,6 +221,7 @@ impl EventService {
                 .clamp(1, eddy_storage::events::DEFAULT_READ_MAX_BYTES),
             max_schema_size: config.max_schema_size_bytes as usize,
             max_requested_latency_ms: config.max_requested_latency_ms,
+            in_flight: crate::offload::InFlight::default(),
         }
     }
 

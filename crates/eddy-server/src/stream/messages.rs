@@ -18,6 +18,8 @@
 //! SDK sync and retry. Group polls and commits are reported to the coordinator, which hands a
 //! pending partition over once its owner has committed what it polled.
 
+use std::sync::Arc;
+
 use bytes::{Bytes, BytesMut};
 use eddy_codec::stream::batch::BATCH_HEADER_SIZE;
 use eddy_codec::stream::commands::delete_consumer_offset::DeleteConsumerOffset;
@@ -121,10 +123,21 @@ pub(crate) async fn send(
         topic_id,
         partition_id,
     };
-    let appended = state
-        .store
-        .append(addr, Stampable(admitted), crate::now_micros())?
-        .await?;
+    // Submitted inline unless this server has so many bytes in flight that the partition's
+    // log may push back (then from the blocking pool); the acknowledgement is awaited.
+    let (_in_flight, offload) = state.appends.enter(admitted.len() as u64);
+    let ticket = if offload {
+        let store = Arc::clone(&state.store);
+        crate::offload::blocking(move || {
+            store.append(addr, Stampable(admitted), crate::now_micros())
+        })
+        .await?
+    } else {
+        state
+            .store
+            .append(addr, Stampable(admitted), crate::now_micros())?
+    };
+    let appended = ticket.await?;
     Ok(Outcome::payload(&SendMessagesReply {
         confirmations: vec![SendConfirmation {
             stream_id,
