@@ -665,9 +665,9 @@ async fn watch(
         });
     }
     drop(sender);
-    if settings.format == Format::Table {
-        eprintln!("watching {shards} shard(s); Ctrl-C stops");
-    }
+    // On stderr in every format: scripts reading stdout can wait for this line to know the
+    // watch is acknowledged on every shard.
+    eprintln!("watching {shards} shard(s); Ctrl-C stops");
     let mut printed = 0u64;
     while let Some(push) = receiver.recv().await {
         let push = push.context(|| "watch".into())?;
