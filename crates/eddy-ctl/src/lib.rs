@@ -13,6 +13,7 @@
 //! Output goes to stdout (a table, or `--output json|jsonl`), errors to stderr as one line;
 //! the exit code says what kind of failure it was ([`error::EXIT_CODES_HELP`]).
 
+pub mod bench;
 pub mod conn;
 pub mod error;
 pub mod events;
@@ -147,29 +148,30 @@ creation; log in with it with --token (or EDDY_TOKEN).",
   eddy events watch --org 1"
     ))]
     Events(events::EventsArgs),
+    /// Load benchmarks with a live progress bar, a summary, a JSON result and an HTML report.
+    #[command(long_about = help(
+        "Benchmarks: `streams` (producers then consumers, durable and not, against the raw disk),
+`events` (N connections writing one event per request, plain and OCC, against the network
+floor and PostgreSQL), `compare` (two result files side by side). A server is started from
+this binary (or --server PATH) in a temp directory unless --running is given. Progress goes
+to stderr, the summary to stdout, result.json and report.html (throughput over time, latency
+percentiles) to --out.",
+        "Examples:
+  eddy bench streams --producers 4 --batches 200
+  eddy bench events --connections 100,1000 --seconds 10 --floor --pg
+  eddy bench events --compare ./eddy-before --repeat 3
+  eddy bench compare eddy-bench/events-1/result.json eddy-bench/events-2/result.json"
+    ))]
+    Bench(bench::BenchArgs),
 }
 
-/// Runs a subcommand on a fresh runtime, printing its output to stdout and its error (one
-/// line) to stderr; returns the process exit code.
+/// Runs a subcommand, printing its output to stdout and its error (one line) to stderr;
+/// returns the process exit code.
 pub fn run(command: &Command) -> ExitCode {
-    let runtime = match tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(2)
-        .enable_all()
-        .build()
-    {
-        Ok(rt) => rt,
-        Err(e) => {
-            eprintln!("eddy: error: cannot start the async runtime: {e}");
-            return ExitCode::from(error::EXIT_FAILURE);
-        }
-    };
     let stdout = std::io::stdout();
     let mut out = stdout.lock();
-    let result = runtime.block_on(execute(command, &mut out));
+    let result = execute(command, &mut out);
     let _ = out.flush();
-    drop(out);
-    // Watch and tail tasks may still be blocked on sockets: do not wait for them.
-    runtime.shutdown_background();
     match result {
         Ok(()) => ExitCode::SUCCESS,
         Err(e) => {
@@ -179,20 +181,35 @@ pub fn run(command: &Command) -> ExitCode {
     }
 }
 
-/// Runs a subcommand, writing its output to `out`.
-pub async fn execute(command: &Command, out: &mut dyn Write) -> Result<(), CtlError> {
-    match command {
-        Command::Status(args) => status::run(args, out).await,
-        Command::Stream(args) => streams::stream(args, out).await,
-        Command::Topic(args) => streams::topic(args, out).await,
-        Command::Partition(args) => streams::partition(args, out).await,
-        Command::Send(args) => streams::send(args, out).await,
-        Command::Poll(args) => streams::poll(args, out).await,
-        Command::Tail(args) => streams::tail(args, out).await,
-        Command::User(args) => streams::user(args, out).await,
-        Command::Token(args) => streams::token(args, out).await,
-        Command::Events(args) => events::run(args, out).await,
+/// Runs a subcommand, writing its output to `out`. Client commands run on a small runtime of
+/// their own; `bench` sizes its runtimes itself.
+pub fn execute(command: &Command, out: &mut dyn Write) -> Result<(), CtlError> {
+    if let Command::Bench(args) = command {
+        return bench::run(args, out);
     }
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .map_err(|e| CtlError::Failed(format!("cannot start the async runtime: {e}")))?;
+    let result = runtime.block_on(async {
+        match command {
+            Command::Status(args) => status::run(args, out).await,
+            Command::Stream(args) => streams::stream(args, out).await,
+            Command::Topic(args) => streams::topic(args, out).await,
+            Command::Partition(args) => streams::partition(args, out).await,
+            Command::Send(args) => streams::send(args, out).await,
+            Command::Poll(args) => streams::poll(args, out).await,
+            Command::Tail(args) => streams::tail(args, out).await,
+            Command::User(args) => streams::user(args, out).await,
+            Command::Token(args) => streams::token(args, out).await,
+            Command::Events(args) => events::run(args, out).await,
+            Command::Bench(args) => bench::run(args, out),
+        }
+    });
+    // Watch and tail tasks may still be blocked on sockets: do not wait for them.
+    runtime.shutdown_background();
+    result
 }
 
 #[cfg(test)]
@@ -274,7 +291,15 @@ mod tests {
         assert_eq!(e.exit_code(), 2);
     }
 
-    fn walk(c: &clap::Command, globals: &[String]) {
+    /// Checks that no argument below `c` reuses the id of a global argument of `c` or of
+    /// its ancestors (`inherited`).
+    fn walk(c: &clap::Command, inherited: &[String]) {
+        let mut globals = inherited.to_vec();
+        globals.extend(
+            c.get_arguments()
+                .filter(|a| a.is_global_set())
+                .map(|a| a.get_id().to_string()),
+        );
         for sub in c.get_subcommands() {
             for a in sub.get_arguments().filter(|a| !a.is_global_set()) {
                 assert!(
@@ -284,7 +309,7 @@ mod tests {
                     a.get_id()
                 );
             }
-            walk(sub, globals);
+            walk(sub, &globals);
         }
     }
 
@@ -298,15 +323,9 @@ mod tests {
         assert!(
             matches!(u.command, streams::UserCommand::Create { ref name, .. } if name == "alice")
         );
-        // Every argument id of every subcommand is distinct from the global ones.
+        // Every argument id of every subcommand is distinct from the global ones above it.
         let cmd = Cli::command();
-        let globals: Vec<String> = cmd
-            .find_subcommand("status")
-            .unwrap()
-            .get_arguments()
-            .map(|a| a.get_id().to_string())
-            .collect();
-        walk(&cmd, &globals);
+        walk(&cmd, &[]);
     }
 
     #[test]
