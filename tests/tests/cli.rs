@@ -60,6 +60,16 @@ impl Cli {
         cmd
     }
 
+    /// Starts the command with stdout and stderr piped, for commands that keep running.
+    fn spawn(&self, args: &[&str]) -> Child {
+        self.command(args)
+            .stdin(Stdio::null())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .expect("the eddy binary runs")
+    }
+
     fn run(&self, args: &[&str]) -> Output {
         self.command(args)
             .stdin(Stdio::null())
@@ -365,7 +375,7 @@ fn send_poll_and_tail() {
     assert!(payloads(by_time.as_array().unwrap()).contains(&"f"));
 
     // A consumer's offset moves with --auto-commit, so --next continues.
-    let first = cli.json(&[
+    let billing = [
         "poll",
         "s",
         "t",
@@ -375,19 +385,10 @@ fn send_poll_and_tail() {
         "-n",
         "4",
         "--auto-commit",
-    ]);
+    ];
+    let first = cli.json(&billing);
     assert_eq!(payloads(first.as_array().unwrap()), ["a", "b", "c", "d"]);
-    let next = cli.json(&[
-        "poll",
-        "s",
-        "t",
-        "--consumer",
-        "billing",
-        "--next",
-        "-n",
-        "4",
-        "--auto-commit",
-    ]);
+    let next = cli.json(&billing);
     assert_eq!(payloads(next.as_array().unwrap()), ["e", "f"]);
 
     // A missing topic is a refusal.
@@ -396,28 +397,22 @@ fn send_poll_and_tail() {
     cli.fails(&["send", "s", "t"], USAGE);
 
     // tail -f: the last messages, then what arrives while it follows.
-    let mut tail = cli
-        .command(&[
-            "tail",
-            "s",
-            "t",
-            "-f",
-            "-n",
-            "1",
-            "--partition",
-            "0",
-            "--limit",
-            "3",
-            "-o",
-            "jsonl",
-            "--interval-ms",
-            "50",
-        ])
-        .stdin(Stdio::null())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap();
+    let mut tail = cli.spawn(&[
+        "tail",
+        "s",
+        "t",
+        "-f",
+        "-n",
+        "1",
+        "--partition",
+        "0",
+        "--limit",
+        "3",
+        "-o",
+        "jsonl",
+        "--interval-ms",
+        "50",
+    ]);
     let mut lines = BufReader::new(tail.stdout.take().unwrap()).lines();
     let first: Value = serde_json::from_str(&lines.next().unwrap().unwrap()).unwrap();
     assert_eq!(first["payload"], "f");
@@ -561,15 +556,9 @@ fn events_write_read_occ_lists_schemas_and_watch() {
     let cli = Cli::new(&eddy);
 
     // watch first, so it sees the writes below.
-    let mut watch = cli
-        .command(&[
-            "events", "watch", "--org", "1", "--ops", "write", "--limit", "2", "-o", "jsonl",
-        ])
-        .stdin(Stdio::null())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap();
+    let mut watch = cli.spawn(&[
+        "events", "watch", "--org", "1", "--ops", "write", "--limit", "2", "-o", "jsonl",
+    ]);
     let mut watched = BufReader::new(watch.stdout.take().unwrap()).lines();
     let mut ready = String::new();
     BufReader::new(watch.stderr.take().unwrap())

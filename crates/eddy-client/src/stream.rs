@@ -113,6 +113,40 @@ pub fn now_micros() -> u64 {
         .map_or(0, |d| u64::try_from(d.as_micros()).unwrap_or(u64::MAX))
 }
 
+/// A request header filled the way the 0.11 SDK fills it (stream protocol §1.5): `Register`
+/// with request 0, session 0 and the body's checksum; non-replicated reads with the command
+/// code and the current request counter (not consumed); replicated commands with the bound
+/// session and the counter, which metadata-plane commands (those carrying a body checksum)
+/// consume.
+pub fn request_header(
+    operation: Operation,
+    code: u32,
+    body: &[u8],
+    client: u128,
+    session: u64,
+    counter: &mut u64,
+) -> Result<RequestHeader, eddy_wire::stream::WireError> {
+    let mut header = RequestHeader::new(operation, body.len())?;
+    header.client = client;
+    match operation {
+        Operation::Register => header.request_checksum = request_checksum(body),
+        Operation::NonReplicated => {
+            header.command_code = code;
+            header.request = *counter;
+            header.session = session;
+        }
+        op => {
+            header.request = *counter;
+            header.session = session;
+            if op.carries_request_checksum() {
+                header.request_checksum = request_checksum(body);
+                *counter += 1;
+            }
+        }
+    }
+    Ok(header)
+}
+
 impl StreamClient {
     /// Connects (not logged in; only [`StreamClient::ping`] and the logins work before one).
     pub async fn connect(addr: &str, options: &ConnectOptions) -> Result<Self, ClientError> {
@@ -180,8 +214,7 @@ impl StreamClient {
     }
 
     async fn register(&mut self, body: Vec<u8>) -> Result<Login, ClientError> {
-        let mut header = self.header(Operation::Register, 0, &body)?;
-        header.request_checksum = request_checksum(&body);
+        let header = self.header(Operation::Register, 0, &body)?;
         let payload = self.exchange(&header, &body).await?;
         let reply = LoginRegisterReply::decode(&payload).map_err(ClientError::StreamCodec)?;
         self.session = reply.session;
@@ -206,26 +239,15 @@ impl StreamClient {
         code: u32,
         body: &[u8],
     ) -> Result<RequestHeader, ClientError> {
-        let mut header =
-            RequestHeader::new(operation, body.len()).map_err(ClientError::StreamFrame)?;
-        header.client = self.client_id;
-        match operation {
-            Operation::Register => {}
-            Operation::NonReplicated => {
-                header.command_code = code;
-                header.request = self.request;
-                header.session = self.session;
-            }
-            op => {
-                header.request = self.request;
-                header.session = self.session;
-                if op.carries_request_checksum() {
-                    header.request_checksum = request_checksum(body);
-                    self.request += 1;
-                }
-            }
-        }
-        Ok(header)
+        request_header(
+            operation,
+            code,
+            body,
+            self.client_id,
+            self.session,
+            &mut self.request,
+        )
+        .map_err(ClientError::StreamFrame)
     }
 
     /// Sends any request of the catalog and decodes its reply payload.
@@ -650,5 +672,36 @@ impl StreamClient {
         self.call(&DeletePersonalAccessToken { name: name(token)? })
             .await
             .map(|_| ())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn headers_follow_the_sdk() {
+        let mut counter = 1;
+        let login = request_header(Operation::Register, 0, b"body", 7, 0, &mut counter).unwrap();
+        assert_eq!((login.request, login.session), (0, 0));
+        assert_eq!(login.request_checksum, request_checksum(b"body"));
+        let read = request_header(Operation::NonReplicated, 1, b"", 7, 9, &mut counter).unwrap();
+        assert_eq!((read.command_code, read.request, read.session), (1, 1, 9));
+        assert_eq!(read.request_checksum, 0);
+        let send = request_header(Operation::SendMessages, 0, b"x", 7, 9, &mut counter).unwrap();
+        assert_eq!(
+            (send.request, counter),
+            (1, 1),
+            "partition plane: not consumed"
+        );
+        let create = request_header(Operation::CreateStream, 0, b"x", 7, 9, &mut counter).unwrap();
+        assert_eq!(
+            (create.request, counter),
+            (1, 2),
+            "metadata plane: consumed"
+        );
+        assert_eq!(create.request_checksum, request_checksum(b"x"));
+        assert_eq!(create.client, 7);
+        assert_eq!(create.frame.size, 257);
     }
 }

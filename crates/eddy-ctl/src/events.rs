@@ -379,15 +379,14 @@ pub async fn run(args: &EventsArgs, out: &mut dyn Write) -> Result<(), CtlError>
             keep_from,
             client_id,
         } => {
-            client
-                .trim(parse_key(key)?, *keep_from, *client_id)
-                .await
-                .context(|| format!("trim aggregate {key}"))?;
-            confirm(
+            output::act(
                 out,
                 settings.format,
+                client.trim(parse_key(key)?, *keep_from, *client_id),
+                format!("trim aggregate {key}"),
                 format!("trimmed {key} below version {keep_from}"),
             )
+            .await
         }
         EventsCommand::Delete {
             key,
@@ -401,11 +400,14 @@ pub async fn run(args: &EventsArgs, out: &mut dyn Write) -> Result<(), CtlError>
                 allow_sequence_continuation: *continue_sequence,
                 expected_version: *expected_version,
             };
-            client
-                .delete(parse_key(key)?, options, *client_id)
-                .await
-                .context(|| format!("delete aggregate {key}"))?;
-            confirm(out, settings.format, format!("deleted {key}"))
+            output::act(
+                out,
+                settings.format,
+                client.delete(parse_key(key)?, options, *client_id),
+                format!("delete aggregate {key}"),
+                format!("deleted {key}"),
+            )
+            .await
         }
         EventsCommand::Orgs => {
             let mut orgs = BTreeSet::new();
@@ -535,29 +537,9 @@ pub async fn run(args: &EventsArgs, out: &mut dyn Write) -> Result<(), CtlError>
                 event_type_major: *event_type,
                 event_type_minor: *minor,
             };
-            client
-                .register_schema(key, text, *client_id)
-                .await
-                .context(|| format!("register the schema of event type {event_type}.{minor}"))?;
-            confirm(
-                out,
-                settings.format,
-                format!("registered the schema of {org}/{aggregate_type} event type {event_type}.{minor}"),
-            )
+            output::act(out, settings.format, client.register_schema(key, text, *client_id), format!("register the schema of event type {event_type}.{minor}"), format!("registered the schema of {org}/{aggregate_type} event type {event_type}.{minor}")).await
         }
         EventsCommand::Watch(_) => unreachable!("handled above"),
-    }
-}
-
-fn confirm(out: &mut dyn Write, format: Format, message: String) -> Result<(), CtlError> {
-    match format {
-        Format::Table => writeln!(out, "{message}").map_err(CtlError::Output),
-        format => print_record(
-            out,
-            format,
-            &Record::new().field("ok", true).field("message", message),
-        )
-        .map_err(CtlError::Output),
     }
 }
 

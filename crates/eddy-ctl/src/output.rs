@@ -198,6 +198,32 @@ pub fn print_record(out: &mut dyn Write, format: Format, record: &Record) -> std
     }
 }
 
+/// Prints a confirmation: the message for people, `{"ok":true,"message":...}` for scripts.
+pub fn print_done(out: &mut dyn Write, format: Format, message: &str) -> std::io::Result<()> {
+    match format {
+        Format::Table => writeln!(out, "{message}"),
+        format => print_record(
+            out,
+            format,
+            &Record::new().field("ok", true).field("message", message),
+        ),
+    }
+}
+
+/// Awaits a request that answers nothing but success, then confirms it: `what` names the
+/// request in an error, `message` is printed on success.
+pub async fn act<T>(
+    out: &mut dyn Write,
+    format: Format,
+    call: impl std::future::Future<Output = Result<T, eddy_client::ClientError>>,
+    what: String,
+    message: String,
+) -> Result<(), crate::error::CtlError> {
+    call.await
+        .map_err(|e| crate::error::CtlError::from(e).context(what))?;
+    print_done(out, format, &message).map_err(crate::error::CtlError::Output)
+}
+
 /// Bytes in binary units (`1.5 MiB`).
 #[allow(clippy::cast_precision_loss)]
 pub fn bytes(n: u64) -> String {

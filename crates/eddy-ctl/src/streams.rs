@@ -20,7 +20,7 @@ use eddy_codec::stream::{
 };
 use serde_json::{json, Value};
 
-use crate::conn::{ConnArgs, Settings};
+use crate::conn::ConnArgs;
 use crate::error::{Context as _, CtlError};
 use crate::output::{self, print_record, print_table, Format, Record, Table};
 
@@ -182,25 +182,15 @@ pub async fn stream(args: &StreamArgs, out: &mut dyn Write) -> Result<(), CtlErr
             print_record(out, settings.format, &record).map_err(CtlError::Output)
         }
         StreamCommand::Delete { stream } => {
-            client
-                .delete_stream(&ident(stream)?)
-                .await
-                .context(|| format!("delete stream {stream:?}"))?;
-            done(out, &settings, format!("deleted stream {stream}"))
+            output::act(
+                out,
+                settings.format,
+                client.delete_stream(&ident(stream)?),
+                format!("delete stream {stream:?}"),
+                format!("deleted stream {stream}"),
+            )
+            .await
         }
-    }
-}
-
-/// Prints a confirmation: a line for people, `{"ok":true,"message":...}` for scripts.
-fn done(out: &mut dyn Write, settings: &Settings, message: String) -> Result<(), CtlError> {
-    match settings.format {
-        Format::Table => writeln!(out, "{message}").map_err(CtlError::Output),
-        format => print_record(
-            out,
-            format,
-            &Record::new().field("ok", true).field("message", message),
-        )
-        .map_err(CtlError::Output),
     }
 }
 
@@ -400,15 +390,14 @@ pub async fn topic(args: &TopicArgs, out: &mut dyn Write) -> Result<(), CtlError
             print_record(out, settings.format, &record).map_err(CtlError::Output)
         }
         TopicCommand::Delete { stream, topic } => {
-            client
-                .delete_topic(&ident(stream)?, &ident(topic)?)
-                .await
-                .context(|| format!("delete topic {topic:?} of stream {stream:?}"))?;
-            done(
+            output::act(
                 out,
-                &settings,
+                settings.format,
+                client.delete_topic(&ident(stream)?, &ident(topic)?),
+                format!("delete topic {topic:?} of stream {stream:?}"),
                 format!("deleted topic {topic} of stream {stream}"),
             )
+            .await
         }
     }
 }
@@ -461,34 +450,28 @@ pub async fn partition(args: &PartitionArgs, out: &mut dyn Write) -> Result<(), 
             topic,
             count,
         } => {
-            client
-                .create_partitions(&ident(stream)?, &ident(topic)?, *count)
-                .await
-                .context(|| {
-                    format!("add {count} partitions to topic {topic:?} of stream {stream:?}")
-                })?;
-            done(
+            output::act(
                 out,
-                &settings,
+                settings.format,
+                client.create_partitions(&ident(stream)?, &ident(topic)?, *count),
+                format!("add {count} partitions to topic {topic:?} of stream {stream:?}"),
                 format!("added {count} partitions to {stream}/{topic}"),
             )
+            .await
         }
         PartitionCommand::Delete {
             stream,
             topic,
             count,
         } => {
-            client
-                .delete_partitions(&ident(stream)?, &ident(topic)?, *count)
-                .await
-                .context(|| {
-                    format!("remove {count} partitions of topic {topic:?} of stream {stream:?}")
-                })?;
-            done(
+            output::act(
                 out,
-                &settings,
+                settings.format,
+                client.delete_partitions(&ident(stream)?, &ident(topic)?, *count),
+                format!("remove {count} partitions of topic {topic:?} of stream {stream:?}"),
                 format!("removed {count} partitions of {stream}/{topic}"),
             )
+            .await
         }
     }
 }
@@ -1279,22 +1262,24 @@ pub async fn user(args: &UserArgs, out: &mut dyn Write) -> Result<(), CtlError> 
             print_record(out, settings.format, &record).map_err(CtlError::Output)
         }
         UserCommand::Delete { user } => {
-            client
-                .delete_user(&ident(user)?)
-                .await
-                .context(|| format!("delete user {user:?}"))?;
-            done(out, &settings, format!("deleted user {user}"))
+            output::act(
+                out,
+                settings.format,
+                client.delete_user(&ident(user)?),
+                format!("delete user {user:?}"),
+                format!("deleted user {user}"),
+            )
+            .await
         }
         UserCommand::Password { user, current, new } => {
-            client
-                .change_password(&ident(user)?, current, new)
-                .await
-                .context(|| format!("change the password of user {user:?}"))?;
-            done(
+            output::act(
                 out,
-                &settings,
+                settings.format,
+                client.change_password(&ident(user)?, current, new),
+                format!("change the password of user {user:?}"),
                 format!("changed the password of user {user}"),
             )
+            .await
         }
         UserCommand::Permissions { user, permissions } => {
             let p = if permissions.is_empty() {
@@ -1302,15 +1287,14 @@ pub async fn user(args: &UserArgs, out: &mut dyn Write) -> Result<(), CtlError> 
             } else {
                 Some(permissions.build(&mut client).await?)
             };
-            client
-                .update_permissions(&ident(user)?, p)
-                .await
-                .context(|| format!("update the permissions of user {user:?}"))?;
-            done(
+            output::act(
                 out,
-                &settings,
+                settings.format,
+                client.update_permissions(&ident(user)?, p),
+                format!("update the permissions of user {user:?}"),
                 format!("updated the permissions of user {user}"),
             )
+            .await
         }
     }
 }
@@ -1399,11 +1383,14 @@ pub async fn token(args: &TokenArgs, out: &mut dyn Write) -> Result<(), CtlError
             }
         }
         TokenCommand::Delete { name } => {
-            client
-                .delete_token(name)
-                .await
-                .context(|| format!("delete token {name:?}"))?;
-            done(out, &settings, format!("deleted token {name}"))
+            output::act(
+                out,
+                settings.format,
+                client.delete_token(name),
+                format!("delete token {name:?}"),
+                format!("deleted token {name}"),
+            )
+            .await
         }
     }
 }

@@ -68,15 +68,16 @@ impl LocalServer {
             .args(["--stream-port", "0", "--client-port", "0"])
             .args(["--replication-port", "0", "--http-port", "0"])
             .args(extra)
+            // The benchmark's own EDDY_* settings (addresses, credentials) are not the
+            // server's: it gets the environment without them.
+            .env_clear()
+            .envs(std::env::vars_os().filter(|(k, _)| {
+                let k = k.to_string_lossy();
+                !k.starts_with("EDDY_") && k != "RUST_LOG"
+            }))
             .stdin(Stdio::null())
             .stdout(Stdio::null())
             .stderr(Stdio::piped());
-        // The benchmark's own EDDY_* settings (addresses, credentials) are not the server's.
-        for (k, _) in std::env::vars() {
-            if k.starts_with("EDDY_") || k == "RUST_LOG" {
-                cmd.env_remove(k);
-            }
-        }
         let mut child = cmd.spawn().map_err(|source| CtlError::Io {
             what: "start the server",
             path: bin.to_path_buf(),

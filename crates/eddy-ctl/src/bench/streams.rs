@@ -237,6 +237,17 @@ struct Worker {
     error: Option<String>,
 }
 
+impl Default for Worker {
+    fn default() -> Self {
+        Self {
+            latencies: histogram(),
+            messages: 0,
+            bytes: 0,
+            error: None,
+        }
+    }
+}
+
 async fn produce(
     mut client: StreamClient,
     request: SendMessages,
@@ -244,12 +255,7 @@ async fn produce(
     payload: u64,
     counters: Arc<super::result::Counters>,
 ) -> Worker {
-    let mut w = Worker {
-        latencies: histogram(),
-        messages: 0,
-        bytes: 0,
-        error: None,
-    };
+    let mut w = Worker::default();
     for _ in 0..batches {
         let at = Instant::now();
         match client.call(&request).await {
@@ -276,12 +282,7 @@ async fn consume(
     step: u32,
     counters: Arc<super::result::Counters>,
 ) -> Worker {
-    let mut w = Worker {
-        latencies: histogram(),
-        messages: 0,
-        bytes: 0,
-        error: None,
-    };
+    let mut w = Worker::default();
     let (Ok(stream_id), topic_id) = (Identifier::named(&stream), Identifier::numeric(0)) else {
         w.error = Some(format!("bad stream name {stream}"));
         return w;
