@@ -108,6 +108,8 @@ fn dependencies_point_down() {
             "eddy-consensus",
             &["eddy-wire", "eddy-options", "eddy-codec", "eddy-storage"],
         ),
+        // The embeddable client: eddy's protocol crates only.
+        ("eddy-client", &["eddy-wire", "eddy-options", "eddy-codec"]),
     ];
     for (package, ok) in allowed {
         let ours: Vec<String> = closure(&meta, package)

@@ -44,6 +44,9 @@ pub enum Command {
     /// Run the server.
     #[command(long_about = SERVE_ABOUT)]
     Serve(Box<ServeArgs>),
+    /// The client subcommands (`eddy_ctl`): status, streams, events, bench.
+    #[command(flatten)]
+    Client(Box<eddy_ctl::Command>),
 }
 
 const SERVE_ABOUT: &str = "Run the server.
@@ -602,6 +605,7 @@ where
             };
             serve(args, sub)
         }
+        Command::Client(command) => return eddy_ctl::run(command),
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,
@@ -620,7 +624,9 @@ mod tests {
         let m = Cli::command().try_get_matches_from(args).unwrap();
         let sub = m.subcommand_matches("serve").unwrap().clone();
         let cli = Cli::from_arg_matches(&m).unwrap();
-        let Command::Serve(a) = cli.command;
+        let Command::Serve(a) = cli.command else {
+            panic!("not serve")
+        };
         (*a, sub)
     }
 

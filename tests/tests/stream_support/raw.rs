@@ -10,7 +10,7 @@ use eddy_codec::stream::commands::login_register::{ClientVersionInfo, LoginRegis
 use eddy_codec::stream::commands::login_register_with_pat::LoginRegisterWithPat;
 use eddy_codec::stream::{reply_payload, Request, WireName};
 use eddy_wire::stream::{
-    request_checksum, EvictionHeader, Header, Operation, ReplyHeader, RequestHeader, HEADER_SIZE,
+    EvictionHeader, Header, Operation, ReplyHeader, RequestHeader, HEADER_SIZE,
 };
 use tokio::io::{AsyncReadExt as _, AsyncWriteExt as _};
 use tokio::net::TcpStream;
@@ -167,29 +167,18 @@ impl Raw {
         read.ok().map(|()| got)
     }
 
-    /// A request header for `operation` (and `code` for reads) around `body`.
+    /// A request header for `operation` (and `code` for reads) around `body`, filled the way
+    /// the SDK fills it.
     pub fn header(&mut self, operation: Operation, code: u32, body: &[u8]) -> RequestHeader {
-        let mut header = RequestHeader::new(operation, body.len()).unwrap();
-        header.client = self.client;
-        match operation {
-            Operation::Register => {
-                header.request_checksum = request_checksum(body);
-            }
-            Operation::NonReplicated => {
-                header.command_code = code;
-                header.request = self.request;
-                header.session = self.session;
-            }
-            op => {
-                header.request = self.request;
-                header.session = self.session;
-                if op.carries_request_checksum() {
-                    header.request_checksum = request_checksum(body);
-                    self.request += 1;
-                }
-            }
-        }
-        header
+        eddy_client::stream::request_header(
+            operation,
+            code,
+            body,
+            self.client,
+            self.session,
+            &mut self.request,
+        )
+        .expect("a body below the frame limit")
     }
 
     /// Sends a frame and reads the answer.
