@@ -470,8 +470,8 @@ async fn ping_and_health_stay_responsive_while_storage_is_slow() {
     let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
 
     // Creators keep making 200-partition topics until the pinger has measured at least
-    // `BUSY` of slow storage (a fixed amount of work is too quick on an idle machine).
-    const BUSY: Duration = Duration::from_millis(1500);
+    // `busy_at_least` of slow storage (a fixed amount of work is too quick on an idle machine).
+    let busy_at_least = Duration::from_millis(1500);
     let creating = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(true));
     let mut work: Vec<tokio::task::JoinHandle<Result<(), String>>> = Vec::new();
     for creator in 0..3 {
@@ -516,7 +516,7 @@ async fn ping_and_health_stay_responsive_while_storage_is_slow() {
     let ping = eddy_codec::stream::Request::Ping(eddy_codec::stream::commands::ping::Ping);
     let (mut worst_ping, mut worst_health) = (Duration::ZERO, Duration::ZERO);
     while work.iter().any(|w| !w.is_finished()) {
-        if started.elapsed() >= BUSY {
+        if started.elapsed() >= busy_at_least {
             creating.store(false, std::sync::atomic::Ordering::Relaxed);
         }
         let t = std::time::Instant::now();
@@ -540,7 +540,7 @@ async fn ping_and_health_stay_responsive_while_storage_is_slow() {
         }
     }
     assert!(
-        busy >= BUSY,
+        busy >= busy_at_least,
         "storage was not slow enough to test anything ({busy:?})"
     );
     assert!(
