@@ -316,8 +316,13 @@ fn log_files_get_the_startup_lines_and_keep_at_most_n_rotations() {
             ..Options::default()
         },
     );
-    // The startup lines go to stderr and to the file, one JSON object per line.
-    let text = std::fs::read_to_string(dir.join("eddy.log")).unwrap();
+    // The startup lines go to stderr and to the file, one JSON object per line (they may
+    // already fill more than the 4 KiB of one file: read the rotated ones too).
+    let text: String = log_files(&dir)
+        .iter()
+        .rev()
+        .map(|f| std::fs::read_to_string(dir.join(f)).unwrap())
+        .collect();
     let messages: Vec<String> = text
         .lines()
         .map(|l| {
