@@ -1,2 +1,5 @@
 #![no_main]
-libfuzzer_sys::fuzz_target!(|data: &[u8]| eddy_storage::fuzzing::fuzz_decoders(data));
+libfuzzer_sys::fuzz_target!(|data: &[u8]| {
+    eddy_log::fuzzing::fuzz_decoders(data);
+    eddy_stream_store::fuzzing::fuzz_decoders(data);
+});

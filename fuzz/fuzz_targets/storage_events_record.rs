@@ -1,2 +1,2 @@
 #![no_main]
-libfuzzer_sys::fuzz_target!(|data: &[u8]| eddy_storage::events::fuzzing::fuzz_event_record(data));
+libfuzzer_sys::fuzz_target!(|data: &[u8]| eddy_event_store::fuzzing::fuzz_event_record(data));

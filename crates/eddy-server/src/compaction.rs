@@ -13,8 +13,7 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
-use eddy_storage::events::{CompactionPolicy, CompactionReport};
-use eddy_storage::EventStore;
+use eddy_event_store::{CompactionPolicy, CompactionReport, EventStore};
 use tokio_util::sync::CancellationToken;
 
 /// Totals over the server's life, read by `/metrics`.

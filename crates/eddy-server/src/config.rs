@@ -2,7 +2,7 @@
 //!
 //! Every option has the same name in all three places it can be set: the flag `--data-dir`, the
 //! environment variable `EDDY_DATA_DIR` and the TOML key `data_dir`. Precedence, highest first:
-//! flags, environment, config file, built-in defaults. The binary (`bins/eddy`) does the layering;
+//! flags, environment, config file, built-in defaults. The command line ([`crate::cli`]) does the layering;
 //! this module owns the names, the defaults and the validation.
 
 use std::net::IpAddr;
@@ -49,10 +49,10 @@ pub const DEFAULT_LIST_PAGE_SIZE: u32 = 2_000;
 pub const DEFAULT_MAX_SCHEMA_SIZE_BYTES: u32 = 16_384;
 /// Default seconds between two event store compaction passes.
 pub const DEFAULT_COMPACTION_CHECK_INTERVAL_SECS: u64 =
-    eddy_storage::events::DEFAULT_COMPACTION_CHECK_INTERVAL_SECS;
+    eddy_event_store::DEFAULT_COMPACTION_CHECK_INTERVAL_SECS;
 /// Default share of a sealed event segment that must be reclaimable before it is rewritten.
 pub const DEFAULT_COMPACTION_MIN_RECLAIMABLE_RATIO: f64 =
-    eddy_storage::events::DEFAULT_COMPACTION_MIN_RECLAIMABLE_RATIO;
+    eddy_event_store::DEFAULT_COMPACTION_MIN_RECLAIMABLE_RATIO;
 /// Default size at which an event shard's log rolls to a new segment.
 pub const DEFAULT_SHARD_LOG_SEGMENT_BYTES: u64 = 256 * 1024 * 1024;
 /// Default event-store group-commit window in microseconds (`--fsync-delay-us`): none. The
@@ -133,18 +133,9 @@ pub enum TlsClientAuth {
     None,
 }
 
-/// Which id of an aggregate key places it on an event shard (immutable once the store exists).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, Default)]
-#[serde(rename_all = "snake_case")]
-pub enum RoutingRule {
-    /// Shard = `aggregate_id mod N` (the default).
-    #[default]
-    AggregateId,
-    /// Shard = `org_id mod N`.
-    OrgId,
-    /// Shard = `aggregate_type_id mod N`.
-    AggregateTypeId,
-}
+/// Which id of an aggregate key places it on an event shard (immutable once the store exists):
+/// the event store's own rule, spelled `aggregate_id`, `org_id` or `aggregate_type_id`.
+pub use eddy_event_store::RoutingRule;
 
 /// Log output format.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, Default)]

@@ -5,9 +5,9 @@
 //! ```text
 //! <data_dir>/
 //!   eddy.lock        exclusive advisory lock held for the server's lifetime; holds the owner's pid
-//!   streams/         the stream store (eddy-storage `Store`): metadata/ (log and snapshots of
+//!   streams/         the stream store (eddy-stream-store `StreamStore`): metadata/ (log and snapshots of
 //!                    streams, topics, users, tokens, groups, offsets) and partitions/
-//!   events/          event store shards (eddy-storage)
+//!   events/          event store shards (eddy-event-store)
 //!   dictionary.zstd_dict   optional custom zstd dictionary for the event protocol
 //!   api_keys.toml    optional API keys for the event protocol
 //! ```

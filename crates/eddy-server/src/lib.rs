@@ -6,6 +6,8 @@
 //! shutdown future fires, drains in-flight requests (bounded by `drain_timeout_ms`), flushes
 //! storage and releases the lock.
 
+pub mod cli;
+pub mod clock;
 pub mod compaction;
 pub mod config;
 pub mod data_dir;
@@ -24,7 +26,9 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use eddy_auth::api_keys::{ApiKeys, ApiKeysFileError};
-use eddy_storage::{EventStore, FsBackend, StorageError, Store, StoreConfig};
+use eddy_event_store::{EventStore, EventStoreError};
+use eddy_log::{Cache, CommitPool, FsBackend};
+use eddy_stream_store::{StreamStore, StreamStoreConfig, StreamStoreError};
 use tokio::net::TcpListener;
 use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
@@ -49,7 +53,7 @@ pub struct Shared {
     pub api_keys: Option<ApiKeys>,
     /// The stream protocol's store: metadata (streams, topics, users, tokens, groups, offsets)
     /// and partitions, under `<data_dir>/streams`.
-    pub store: Arc<Store>,
+    pub store: Arc<StreamStore>,
     /// The event protocol: its store, dictionary, shard layout, limits.
     pub events: Arc<event::EventService>,
     /// Stream-protocol state: clients and sessions, consumer-group membership.
@@ -64,7 +68,7 @@ pub const MAINTENANCE_INTERVAL: Duration = Duration::from_secs(1);
 /// Why the server could not start or stopped abnormally.
 #[derive(Debug, thiserror::Error)]
 #[non_exhaustive]
-pub enum ServerError {
+pub enum ServeError {
     /// The configuration is invalid.
     #[error("bad configuration")]
     Config(#[from] ConfigError),
@@ -114,14 +118,28 @@ pub enum ServerError {
     /// The event protocol could not be set up (its dictionary).
     #[error(transparent)]
     Events(#[from] event::EventSetupError),
-    /// Storage could not be opened or recovered (corruption is named with file and offset).
+    /// The storage engine's writer threads could not be started.
+    #[error("cannot start the storage writer threads")]
+    CommitPool(#[source] std::io::Error),
+    /// The stream store could not be opened or recovered (corruption is named with file and
+    /// offset).
     #[error("cannot open the store in {path}")]
-    Storage {
+    StreamStore {
         /// The store's directory.
         path: std::path::PathBuf,
         /// The cause.
         #[source]
-        source: StorageError,
+        source: StreamStoreError,
+    },
+    /// The event store could not be opened or recovered (corruption is named with file and
+    /// offset; a changed immutable setting is refused).
+    #[error("cannot open the store in {path}")]
+    EventStore {
+        /// The store's directory.
+        path: std::path::PathBuf,
+        /// The cause.
+        #[source]
+        source: EventStoreError,
     },
     /// The root user could not be created on first start.
     #[error("cannot create the root user")]
@@ -143,19 +161,32 @@ pub enum ServerError {
     },
 }
 
-impl ServerError {
+impl ServeError {
     /// True for errors a user fixes by changing configuration (exit code 78, `EX_CONFIG`).
     pub fn is_config(&self) -> bool {
         matches!(
             self,
-            ServerError::Config(_)
-                | ServerError::Tls(_)
-                | ServerError::ApiKeys { .. }
-                | ServerError::ApiKeysWithoutTls { .. }
-                | ServerError::ApiKeysWithAnonymousClients { .. }
-                | ServerError::Events(event::EventSetupError::DictionaryInvalid { .. })
+            ServeError::Config(_)
+                | ServeError::Tls(_)
+                | ServeError::ApiKeys { .. }
+                | ServeError::ApiKeysWithoutTls { .. }
+                | ServeError::ApiKeysWithAnonymousClients { .. }
+                | ServeError::Events(event::EventSetupError::DictionaryInvalid { .. })
         )
     }
+}
+
+/// An error and every cause below it on one line (`outer: cause: root cause`): what the
+/// command line prints and what error details sent to clients carry.
+pub fn error_chain(e: &dyn std::error::Error) -> String {
+    let mut line = e.to_string();
+    let mut cause = e.source();
+    while let Some(c) = cause {
+        line.push_str(": ");
+        line.push_str(&c.to_string());
+        cause = c.source();
+    }
+    line
 }
 
 /// The addresses the server's listeners are bound to (ports resolved when 0 was asked).
@@ -190,29 +221,26 @@ pub struct Server {
 
 /// Loads `api_keys.toml` when present, enforcing the rules that keys need TLS and required
 /// identity (each unless its explicit opt-in is given).
-fn load_api_keys(
-    config: &ServerConfig,
-    data_dir: &DataDir,
-) -> Result<Option<ApiKeys>, ServerError> {
+fn load_api_keys(config: &ServerConfig, data_dir: &DataDir) -> Result<Option<ApiKeys>, ServeError> {
     let path = data_dir.api_keys_file();
     let text = match std::fs::read_to_string(&path) {
         Ok(text) => text,
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(None),
-        Err(source) => return Err(ServerError::ApiKeysRead { path, source }),
+        Err(source) => return Err(ServeError::ApiKeysRead { path, source }),
     };
-    let keys = ApiKeys::parse(&text).map_err(|source| ServerError::ApiKeys {
+    let keys = ApiKeys::parse(&text).map_err(|source| ServeError::ApiKeys {
         path: path.clone(),
         source,
     })?;
     if config.tls_mode == TlsMode::Disabled {
         if !config.insecure_allow_plaintext_auth {
-            return Err(ServerError::ApiKeysWithoutTls { path });
+            return Err(ServeError::ApiKeysWithoutTls { path });
         }
         tracing::warn!(path = %path.display(), "API keys are enabled without TLS (--insecure-allow-plaintext-auth)");
     }
     if !config.require_client_identity {
         if !config.allow_anonymous_clients {
-            return Err(ServerError::ApiKeysWithAnonymousClients { path });
+            return Err(ServeError::ApiKeysWithAnonymousClients { path });
         }
         tracing::warn!(
             path = %path.display(),
@@ -222,23 +250,46 @@ fn load_api_keys(
     Ok(Some(keys))
 }
 
+/// The storage engine both stores run on: one commit pool (the stream store's writer threads
+/// plus the event store's) and one block cache (both budgets).
+fn storage_engine(config: &ServerConfig) -> Result<(CommitPool, Arc<Cache>), ServeError> {
+    let stream = StreamStoreConfig::default();
+    let asked = config.num_shards.unwrap_or_else(event::default_num_shards);
+    let events = event::store_config(config, asked, &[]);
+    let pool = CommitPool::new(stream.pool_threads + events.commit_threads())
+        .map_err(ServeError::CommitPool)?;
+    let cache = Arc::new(Cache::new(stream.cache_bytes + events.cache_bytes));
+    Ok((pool, cache))
+}
+
 /// Opens and recovers the stream store off the reactor (recovery reads and verifies files).
-async fn open_store(data_dir: &DataDir) -> Result<Arc<Store>, ServerError> {
+async fn open_store(
+    data_dir: &DataDir,
+    pool: &CommitPool,
+    cache: &Arc<Cache>,
+) -> Result<Arc<StreamStore>, ServeError> {
     let path = data_dir.streams_dir();
     let backend = FsBackend::new(&path).map_err(|source| {
-        ServerError::DataDir(DataDirError::Unusable {
+        ServeError::DataDir(DataDirError::Unusable {
             path: path.clone(),
             source,
         })
     })?;
-    let opened =
-        tokio::task::spawn_blocking(move || Store::open(Arc::new(backend), StoreConfig::default()))
-            .await;
+    let (pool, cache) = (pool.clone(), Arc::clone(cache));
+    let opened = tokio::task::spawn_blocking(move || {
+        StreamStore::open_shared(
+            Arc::new(backend),
+            StreamStoreConfig::default(),
+            &pool,
+            cache,
+        )
+    })
+    .await;
     let opened = match opened {
         Ok(opened) => opened,
         Err(join) => std::panic::resume_unwind(join.into_panic()),
     };
-    let (store, recovery) = opened.map_err(|source| ServerError::Storage {
+    let (store, recovery) = opened.map_err(|source| ServeError::StreamStore {
         path: path.clone(),
         source,
     })?;
@@ -264,16 +315,21 @@ async fn open_event_store(
     config: &ServerConfig,
     data_dir: &DataDir,
     dictionary: &eddy_wire::event::Dictionary,
-) -> Result<Arc<EventStore>, ServerError> {
+    pool: &CommitPool,
+    cache: &Arc<Cache>,
+) -> Result<Arc<EventStore>, ServeError> {
     let root = data_dir.root().to_path_buf();
     let (config, dict) = (config.clone(), dictionary.bytes().to_vec());
-    let opened =
-        tokio::task::spawn_blocking(move || event::open_store(&config, &root, &dict)).await;
+    let (pool, cache) = (pool.clone(), Arc::clone(cache));
+    let opened = tokio::task::spawn_blocking(move || {
+        event::open_store(&config, &root, &dict, &pool, &cache)
+    })
+    .await;
     let opened = match opened {
         Ok(opened) => opened,
         Err(join) => std::panic::resume_unwind(join.into_panic()),
     };
-    let (store, recovery) = opened.map_err(|source| ServerError::Storage {
+    let (store, recovery) = opened.map_err(|source| ServeError::EventStore {
         path: data_dir.events_dir(),
         source,
     })?;
@@ -320,7 +376,7 @@ fn event_metrics(store: &EventStore, out: &mut String) {
 }
 
 /// Storage figures sampled at scrape time.
-fn storage_metrics(store: &Store, out: &mut String) {
+fn storage_metrics(store: &StreamStore, out: &mut String) {
     let stats = store.commit_stats();
     metrics::write_counter(
         out,
@@ -337,7 +393,7 @@ fn storage_metrics(store: &Store, out: &mut String) {
 }
 
 /// Periodic retention and background flush, off the reactor.
-async fn maintenance(store: Arc<Store>, stop: CancellationToken) {
+async fn maintenance(store: Arc<StreamStore>, stop: CancellationToken) {
     let mut tick = tokio::time::interval(MAINTENANCE_INTERVAL);
     tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     loop {
@@ -347,7 +403,7 @@ async fn maintenance(store: Arc<Store>, stop: CancellationToken) {
         }
         let store = Arc::clone(&store);
         let done = tokio::task::spawn_blocking(move || {
-            let now_us = now_micros();
+            let now_us = clock::now_micros();
             if let Err(e) = store.run_retention(now_us) {
                 tracing::warn!(error = %e, "retention run failed");
             }
@@ -362,17 +418,10 @@ async fn maintenance(store: Arc<Store>, stop: CancellationToken) {
     }
 }
 
-/// Microseconds since the Unix epoch (0 if the clock is before it).
-pub fn now_micros() -> u64 {
-    std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map_or(0, |d| u64::try_from(d.as_micros()).unwrap_or(u64::MAX))
-}
-
-async fn bind(listener: &'static str, addr: SocketAddr) -> Result<TcpListener, ServerError> {
+async fn bind(listener: &'static str, addr: SocketAddr) -> Result<TcpListener, ServeError> {
     TcpListener::bind(addr)
         .await
-        .map_err(|source| ServerError::Bind {
+        .map_err(|source| ServeError::Bind {
             listener,
             addr,
             source,
@@ -383,8 +432,8 @@ fn local_addr(
     listener: &'static str,
     l: &TcpListener,
     asked: SocketAddr,
-) -> Result<SocketAddr, ServerError> {
-    l.local_addr().map_err(|source| ServerError::Bind {
+) -> Result<SocketAddr, ServeError> {
+    l.local_addr().map_err(|source| ServeError::Bind {
         listener,
         addr: asked,
         source,
@@ -394,7 +443,7 @@ fn local_addr(
 impl Server {
     /// Validates `config`, locks the data directory, starts `/health` (503 until [`Server::run`]),
     /// and binds every protocol listener.
-    pub async fn bind(config: ServerConfig) -> Result<Self, ServerError> {
+    pub async fn bind(config: ServerConfig) -> Result<Self, ServeError> {
         config.validate()?;
         fds::raise_nofile_limit();
         let data_dir = DataDir::open(&config.data_dir)?;
@@ -427,14 +476,15 @@ impl Server {
         let sampled = Arc::clone(&http_stats);
         metrics.add_sampler(Box::new(move |out| sampled.sample(out)));
 
-        let store = open_store(&data_dir).await?;
+        let (pool, cache) = storage_engine(&config)?;
+        let store = open_store(&data_dir, &pool, &cache).await?;
         let dictionary =
             event::load_dictionary(&data_dir.dictionary_file(), config.wal_compression_level)?;
-        let event_store = open_event_store(&config, &data_dir, &dictionary).await?;
+        let event_store = open_event_store(&config, &data_dir, &dictionary, &pool, &cache).await?;
         let events = Arc::new(event::EventService::new(&config, dictionary, event_store));
         stream::bootstrap_root(&store, &config)
             .await
-            .map_err(|source| ServerError::RootBootstrap { source })?;
+            .map_err(|source| ServeError::RootBootstrap { source })?;
         stream::check_root_credentials(&store, &config).await;
 
         let stream_addr = at(config.stream_port);
@@ -503,7 +553,7 @@ impl Server {
     ///
     /// Drain: stop accepting, let every connection finish its in-flight request (bounded by
     /// `drain_timeout_ms`), flush and sync storage, release the data directory lock.
-    pub async fn run(self, shutdown: impl Future<Output = ()>) -> Result<(), ServerError> {
+    pub async fn run(self, shutdown: impl Future<Output = ()>) -> Result<(), ServeError> {
         let Server {
             shared,
             data_dir,
@@ -565,9 +615,9 @@ impl Server {
         };
         let compaction_task = tokio::spawn(compaction::run(
             Arc::clone(shared.events.store()),
-            eddy_storage::events::CompactionPolicy {
+            eddy_event_store::CompactionPolicy {
                 min_reclaimable_ratio: config.compaction_min_reclaimable_ratio,
-                ..eddy_storage::events::CompactionPolicy::default()
+                ..eddy_event_store::CompactionPolicy::default()
             },
             Duration::from_secs(config.compaction_check_interval_secs),
             Arc::clone(&shared.compaction),

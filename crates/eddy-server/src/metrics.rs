@@ -221,10 +221,7 @@ impl Metrics {
 
     /// Adds a scrape-time sampler (storage figures, session counts...).
     pub fn add_sampler(&self, sampler: Sampler) {
-        self.samplers
-            .lock()
-            .unwrap_or_else(std::sync::PoisonError::into_inner)
-            .push(sampler);
+        eddy_log::lock(&self.samplers).push(sampler);
     }
 
     /// Renders every series in the Prometheus text exposition format (version 0.0.4).
@@ -304,12 +301,7 @@ impl Metrics {
                 .render(&mut hist, "eddy_request_duration_seconds", &labels);
         });
         out.push_str(&hist);
-        for sampler in self
-            .samplers
-            .lock()
-            .unwrap_or_else(std::sync::PoisonError::into_inner)
-            .iter()
-        {
+        for sampler in eddy_log::lock(&self.samplers).iter() {
             sampler(&mut out);
         }
         out

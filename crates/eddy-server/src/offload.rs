@@ -20,7 +20,7 @@
 
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 
-use eddy_storage::MetadataOp;
+use eddy_stream_store::MetadataOp;
 
 /// Bytes of appends and event mutations this server may have submitted and not yet seen
 /// acknowledged before new submissions move to the blocking pool.

@@ -51,7 +51,7 @@ use bytes::Bytes;
 use eddy_wire::event::ProtocolVersion;
 
 mod error;
-mod error_codes;
+mod error_code;
 mod frame;
 mod json;
 mod model;
@@ -65,7 +65,7 @@ mod value;
 pub mod fuzzing;
 
 pub use error::{DecodeError, EventCodecError};
-pub use error_codes::{AfterError, ErrorCode, InvalidKeyReason, RoutingField, ServerError};
+pub use error_code::{AfterError, ErrorCode, InvalidKeyReason, RoutingField, ServerError};
 pub use frame::{decode_request, decode_response, encode_request, encode_response};
 pub use json::JsonObject;
 pub use model::{

@@ -6,7 +6,9 @@
 //! it back: the pool holds about as many contexts as there are concurrent compressions, never
 //! one per connection. At most [`MAX_POOLED_CODECS`] idle contexts are kept.
 
-use std::sync::{Arc, Mutex, PoisonError};
+use std::sync::{Arc, Mutex};
+
+use eddy_log::lock;
 
 use eddy_wire::event::{DictCodec, Dictionary};
 
@@ -36,14 +38,10 @@ impl CodecPool {
 
     /// Runs `f` with a context, creating one if none is idle.
     pub fn with<T>(&self, f: impl FnOnce(&mut DictCodec) -> T) -> T {
-        let pooled = self
-            .idle
-            .lock()
-            .unwrap_or_else(PoisonError::into_inner)
-            .pop();
+        let pooled = lock(&self.idle).pop();
         let mut codec = pooled.unwrap_or_else(|| DictCodec::new(Arc::clone(&self.dictionary)));
         let out = f(&mut codec);
-        let mut idle = self.idle.lock().unwrap_or_else(PoisonError::into_inner);
+        let mut idle = lock(&self.idle);
         if idle.len() < MAX_POOLED_CODECS {
             idle.push(codec);
         }
@@ -52,10 +50,7 @@ impl CodecPool {
 
     /// Idle contexts (for tests and metrics).
     pub fn idle(&self) -> usize {
-        self.idle
-            .lock()
-            .unwrap_or_else(PoisonError::into_inner)
-            .len()
+        lock(&self.idle).len()
     }
 }
 

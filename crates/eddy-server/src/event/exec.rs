@@ -4,7 +4,10 @@
 //! Every mutation is acknowledged only when the store's completion resolves, i.e. after the
 //! record is fdatasynced and visible (§4.12); its refusals mean nothing was written. Reads,
 //! details and listings see committed data only, and run on the blocking pool because a cold
-//! index block or log segment is read from disk.
+//! index block or log segment is read from disk. Mutations are submitted inline while this
+//! server's bytes in flight stay low, from the blocking pool past that (`crate::offload`); a
+//! write with schema work to do and every registration are submitted from the blocking pool,
+//! because the store waits for its schema threads (at most its validation deadline).
 //!
 //! A storage failure (as opposed to a refusal) reaches the client as its request type's code
 //! with a generic text and a log reference ([`detail`]): paths and OS error texts stay in the
@@ -14,26 +17,20 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 
 use eddy_codec::event as wire;
-use eddy_codec::event::{EventRequest, EventResponse, ServerError};
-use eddy_storage::events as st;
-use eddy_storage::{Completion, EventError, EventStore, StorageError};
+use eddy_codec::event::{EventRequest, EventResponse, RoutingField, ServerError};
+use eddy_event_store as st;
+use eddy_event_store::{EventStore, EventStoreError, Placement, Refusal, RoutingRule};
+use eddy_log::{Completion, LogError};
+use eddy_wire::event::RequestType;
 
-use super::schema;
 use super::EventService;
+use crate::error_chain;
+// Synchronous store work runs off the reactor (a cold index block or segment is a disk read).
+use crate::offload::blocking;
 
+/// The store's key of a wire key.
 pub(super) fn key(k: &wire::AggregateKey) -> st::AggregateKey {
     st::AggregateKey::new(k.org_id, k.aggregate_type_id, k.aggregate_id)
-}
-
-fn chain(e: &StorageError) -> String {
-    let mut s = e.to_string();
-    let mut cause = std::error::Error::source(e);
-    while let Some(c) = cause {
-        s.push_str(": ");
-        s.push_str(&c.to_string());
-        cause = c.source();
-    }
-    s
 }
 
 /// Numbers the storage failures logged by [`detail`], so a client's error names its log line.
@@ -44,64 +41,101 @@ static FAILURE_REFERENCE: AtomicU64 = AtomicU64::new(1);
 /// log, a full disk) would hand storage paths and operating-system texts to a client that may
 /// not even be identified, so it is logged here with its whole cause chain and the client gets
 /// a generic text carrying the reference of that log line.
-pub(super) fn detail(e: &StorageError) -> String {
+pub(super) fn detail(e: &EventStoreError) -> String {
     match e {
-        StorageError::Event(_) | StorageError::LimitExceeded { .. } => chain(e),
-        StorageError::Shutdown => "the server is shutting down".to_owned(),
+        EventStoreError::Refused(_) | EventStoreError::Log(LogError::LimitExceeded { .. }) => {
+            error_chain(e)
+        }
+        EventStoreError::Log(LogError::Shutdown) => "the server is shutting down".to_owned(),
         _ => {
             let reference = FAILURE_REFERENCE.fetch_add(1, Ordering::Relaxed);
-            tracing::error!(reference, error = %chain(e), "event store failure");
+            tracing::error!(reference, error = %error_chain(e), "event store failure");
             format!("internal storage error (server log reference {reference})")
         }
     }
 }
 
-fn event_error(e: &StorageError) -> Option<&EventError> {
-    match e {
-        StorageError::Event(ev) => Some(ev),
-        _ => None,
+/// Whether a refusal is a routing refusal (answered with 9001 or 9002 whatever the request).
+fn is_routing(r: &Refusal) -> bool {
+    matches!(
+        r,
+        Refusal::CrossShard { .. }
+            | Refusal::NoSuchShard { .. }
+            | Refusal::WatchFilterRequired { .. }
+    )
+}
+
+/// The 9001/9002 answer to a routing refusal of a `kind` request; every one carries
+/// `"num_shards":N`.
+pub(super) fn routing_refusal(r: &Refusal, kind: RequestType, placement: Placement) -> ServerError {
+    let n = u64::from(placement.num_shards());
+    match r {
+        Refusal::EmptyRequest if kind == RequestType::Delete => ServerError::empty_delete(n),
+        Refusal::EmptyRequest => ServerError::empty_write(n),
+        Refusal::NoSuchShard { shard, .. } => ServerError::invalid_shard_id(*shard, n),
+        Refusal::WatchFilterRequired { rule, .. } => ServerError::watch_filter_required(
+            match rule {
+                RoutingRule::AggregateId => RoutingField::Aggregate,
+                RoutingRule::OrgId => RoutingField::Org,
+                RoutingRule::AggregateTypeId => RoutingField::AggregateType,
+            },
+            n,
+        ),
+        _ => ServerError::ShardRoutingMultipleShards { num_shards: n },
     }
 }
 
-/// Routing refusals the store may still raise (the server routes first, so these are only
-/// reached if the layouts ever disagreed).
-fn routing(e: &EventError) -> Option<ServerError> {
-    match e {
-        EventError::CrossShard { num_shards } => Some(ServerError::ShardRoutingMultipleShards {
-            num_shards: u64::from(*num_shards),
-        }),
-        EventError::NoSuchShard { shard, num_shards } => Some(ServerError::invalid_shard_id(
-            *shard,
-            u64::from(*num_shards),
-        )),
-        _ => None,
-    }
-}
-
-fn write_error(e: &StorageError, num_shards: u64) -> ServerError {
-    let Some(ev) = event_error(e) else {
-        return ServerError::WriteFsyncError { detail: detail(e) };
+fn write_error(e: &EventStoreError, placement: Placement) -> ServerError {
+    let r = match e {
+        EventStoreError::Refused(r) => r,
+        EventStoreError::SchemaLookup { source } => {
+            return ServerError::WriteCacheAggregateClientError {
+                detail: Some(detail(source)),
+            }
+        }
+        _ => return ServerError::WriteFsyncError { detail: detail(e) },
     };
-    if let Some(r) = routing(ev) {
-        return r;
-    }
-    match ev {
-        EventError::EmptyRequest => ServerError::empty_write(num_shards),
-        EventError::EmptyEvents { .. } => ServerError::WriteEmptyEventsList,
-        EventError::ZeroEventType { client_seq, .. } => ServerError::WriteZeroEventType {
+    match r {
+        r if is_routing(r) || *r == Refusal::EmptyRequest => {
+            routing_refusal(r, RequestType::Write, placement)
+        }
+        Refusal::EmptyEvents { .. } => ServerError::WriteEmptyEventsList,
+        Refusal::ZeroEventType { client_seq, .. } => ServerError::WriteZeroEventType {
             client_seq: *client_seq,
         },
-        EventError::NotFound { .. } => ServerError::WriteAggregateNotExists,
-        EventError::RecreateNotAllowed { .. } | EventError::Deleted { .. } => {
+        Refusal::SchemaValidationFailed {
+            event_type_major,
+            event_type_minor,
+            client_seq,
+            validation_error,
+        } => ServerError::WriteSchemaValidationFailed {
+            event_type_major: *event_type_major,
+            event_type_minor: *event_type_minor,
+            client_seq: *client_seq,
+            validation_error: validation_error.clone(),
+        },
+        Refusal::SchemaCompilationFailed {
+            event_type_major,
+            event_type_minor,
+            client_seq,
+            compilation_error,
+        } => ServerError::WriteSchemaCompilationFailed {
+            event_type_major: *event_type_major,
+            event_type_minor: *event_type_minor,
+            client_seq: *client_seq,
+            compilation_error: compilation_error.clone(),
+        },
+        Refusal::NotFound { .. } => ServerError::WriteAggregateNotExists,
+        Refusal::RecreateNotAllowed { .. } | Refusal::Deleted { .. } => {
             ServerError::WriteAggregateRecreateNotAllowed
         }
-        EventError::VersionConflict {
+        Refusal::VersionConflict {
             expected, current, ..
         } => ServerError::WriteOptimisticConcurrencyViolation {
             expected_version: *expected,
             current_aggregate_version: *current,
         },
-        EventError::Duplicate {
+        Refusal::Duplicate {
             last_client_seq,
             attempted_client_seq,
             ..
@@ -109,7 +143,7 @@ fn write_error(e: &StorageError, num_shards: u64) -> ServerError {
             last_client_seq: *last_client_seq,
             attempted_client_seq: *attempted_client_seq,
         },
-        EventError::InFlightDuplicate {
+        Refusal::InFlightDuplicate {
             last_client_seq,
             attempted_client_seq,
             ..
@@ -123,38 +157,38 @@ fn write_error(e: &StorageError, num_shards: u64) -> ServerError {
     }
 }
 
-fn read_error(e: &StorageError) -> ServerError {
-    match event_error(e) {
-        Some(EventError::NotFound { .. } | EventError::Deleted { .. }) => {
+fn read_error(e: &EventStoreError, placement: Placement) -> ServerError {
+    match e.refusal() {
+        Some(Refusal::NotFound { .. } | Refusal::Deleted { .. }) => {
             ServerError::ReadAggregateNotExists
         }
-        Some(EventError::Trimmed {
+        Some(Refusal::Trimmed {
             requested,
             minimum_available,
         }) => ServerError::ReadUnavailableVersion {
             requested: *requested,
             minimum_available: *minimum_available,
         },
-        Some(ev) if routing(ev).is_some() => routing(ev).unwrap_or(ServerError::ShardRoutingNoKey),
+        Some(r) if is_routing(r) => routing_refusal(r, RequestType::Read, placement),
         _ => ServerError::ReadFetchDatablocks {
             detail: Some(detail(e)),
         },
     }
 }
 
-fn details_error(e: &StorageError) -> ServerError {
-    match event_error(e) {
-        Some(EventError::NotFound { .. }) => ServerError::ExistsAggregateNotExists,
+fn details_error(e: &EventStoreError) -> ServerError {
+    match e.refusal() {
+        Some(Refusal::NotFound { .. }) => ServerError::ExistsAggregateNotExists,
         _ => ServerError::ExistsMetablockReadError { detail: detail(e) },
     }
 }
 
-fn trim_error(e: &StorageError) -> ServerError {
-    match event_error(e) {
-        Some(EventError::NotFound { .. } | EventError::Deleted { .. }) => {
+fn trim_error(e: &EventStoreError) -> ServerError {
+    match e.refusal() {
+        Some(Refusal::NotFound { .. } | Refusal::Deleted { .. }) => {
             ServerError::TrimAggregateNotExists
         }
-        Some(EventError::TrimOutOfRange {
+        Some(Refusal::TrimOutOfRange {
             requested,
             max_aggregate_version,
         }) => ServerError::TrimIndexOutOfRange {
@@ -165,47 +199,75 @@ fn trim_error(e: &StorageError) -> ServerError {
     }
 }
 
-fn delete_error(e: &StorageError, num_shards: u64) -> ServerError {
-    match event_error(e) {
-        Some(EventError::NotFound { .. } | EventError::Deleted { .. }) => {
+fn delete_error(e: &EventStoreError, placement: Placement) -> ServerError {
+    match e.refusal() {
+        Some(Refusal::NotFound { .. } | Refusal::Deleted { .. }) => {
             ServerError::DeleteAggregateNotExists
         }
-        Some(EventError::VersionConflict {
+        Some(Refusal::VersionConflict {
             expected, current, ..
         }) => ServerError::DeleteOptimisticConcurrencyViolation {
             expected_version: *expected,
             current_aggregate_version: *current,
         },
-        Some(EventError::EmptyRequest) => ServerError::empty_delete(num_shards),
-        Some(ev) if routing(ev).is_some() => routing(ev).unwrap_or(ServerError::ShardRoutingNoKey),
+        Some(r) if is_routing(r) || *r == Refusal::EmptyRequest => {
+            routing_refusal(r, RequestType::Delete, placement)
+        }
         _ => ServerError::DeleteFsyncError { detail: detail(e) },
     }
 }
 
-fn list_error(kind: wire_list::Kind, e: &StorageError) -> ServerError {
-    if let Some(r) = event_error(e).and_then(routing) {
-        return r;
+fn list_error(kind: RequestType, e: &EventStoreError, placement: Placement) -> ServerError {
+    if let Some(r) = e.refusal().filter(|r| is_routing(r)) {
+        return routing_refusal(r, kind, placement);
     }
     let detail = detail(e);
     match kind {
-        wire_list::Kind::Orgs => ServerError::ListOrgsDiskRead { detail },
-        wire_list::Kind::Types => ServerError::ListAggregateTypesDiskRead { detail },
-        wire_list::Kind::Aggregates => ServerError::ListAggregatesDiskRead { detail },
+        RequestType::ListOrgs => ServerError::ListOrgsDiskRead { detail },
+        RequestType::ListAggregateTypes => ServerError::ListAggregateTypesDiskRead { detail },
+        _ => ServerError::ListAggregatesDiskRead { detail },
     }
 }
 
-mod wire_list {
-    /// Which list a failure belongs to.
-    #[derive(Debug, Clone, Copy)]
-    pub(super) enum Kind {
-        Orgs,
-        Types,
-        Aggregates,
+fn register_error(e: &EventStoreError, schema_type: u8) -> ServerError {
+    match e.refusal() {
+        Some(Refusal::SchemaTypeUnsupported { schema_type }) => {
+            ServerError::RegisterSchemaUnsupportedType {
+                schema_type: *schema_type,
+            }
+        }
+        Some(Refusal::SchemaInvalid {
+            schema_type,
+            parse_error,
+        }) => ServerError::RegisterSchemaInvalid {
+            schema_type: *schema_type,
+            parse_error: parse_error.clone(),
+        },
+        Some(Refusal::SchemaExists {
+            event_type_major,
+            event_type_minor,
+        }) => ServerError::RegisterSchemaAlreadyExists {
+            event_type_major: *event_type_major,
+            event_type_minor: *event_type_minor,
+        },
+        Some(Refusal::Limit { .. }) => ServerError::RegisterSchemaInvalid {
+            schema_type,
+            parse_error: detail(e),
+        },
+        _ => ServerError::RegisterSchemaFsyncError { detail: detail(e) },
     }
 }
 
-// Synchronous store work runs off the reactor (a cold index block or segment is a disk read).
-use crate::offload::blocking;
+/// The answer to a refused watch subscription (after routing).
+pub(super) fn subscribe_error(e: &EventStoreError) -> ServerError {
+    match e.refusal() {
+        Some(Refusal::TooManySubscribers { active, max }) => ServerError::WatchTooManySubscribers {
+            active_subscribers: *active as u64,
+            max_subscribers: *max as u64,
+        },
+        _ => ServerError::WatchReadOther { detail: detail(e) },
+    }
+}
 
 fn stored_event(e: st::StoredEvent) -> wire::Event {
     wire::Event {
@@ -237,127 +299,21 @@ fn read_query(f: wire::ReadFilters, max_bytes: u64) -> st::ReadQuery {
         max_event_timestamp: f.max_event_timestamp,
         min_event_seq: f.min_event_seq,
         max_event_seq: f.max_event_seq,
-        max_batches: eddy_storage::events::DEFAULT_READ_MAX_BATCHES,
+        max_batches: st::DEFAULT_READ_MAX_BATCHES,
         max_bytes,
     }
 }
 
-/// The schema keys of a write's unencrypted events, with what a 2022 answer names for each.
-fn schema_checks(w: &wire::WriteRequest) -> Vec<(st::SchemaKey, (u64, u64, u64))> {
-    w.writes
-        .iter()
-        .flat_map(|(k, part)| {
-            part.events.iter().filter(|e| e.iv.is_none()).map(|e| {
-                (
-                    st::SchemaKey {
-                        org_id: k.org_id,
-                        aggregate_type_id: k.aggregate_type_id,
-                        event_type_major: e.event_type_major,
-                        event_type_minor: e.event_type_minor,
-                    },
-                    (e.event_type_major, e.event_type_minor, e.client_seq),
-                )
-            })
-        })
-        .collect()
-}
-
-/// Validates every unencrypted event of a write against its registered schema (2022/2023).
-/// CPU-bound: runs on the blocking pool.
-fn validate_schemas(svc: &EventService, w: &wire::WriteRequest) -> Result<(), ServerError> {
-    for (k, part) in &w.writes {
-        for e in part.events.iter().filter(|e| e.iv.is_none()) {
-            let skey = st::SchemaKey {
-                org_id: k.org_id,
-                aggregate_type_id: k.aggregate_type_id,
-                event_type_major: e.event_type_major,
-                event_type_minor: e.event_type_minor,
-            };
-            let found = svc.schemas.lookup(&svc.store, &skey).map_err(|err| {
-                ServerError::WriteCacheAggregateClientError {
-                    detail: Some(detail(&err)),
-                }
-            })?;
-            match found {
-                Ok(None) => {}
-                Ok(Some(compiled)) => compiled.validate(&e.event_value).map_err(|msg| {
-                    ServerError::WriteSchemaValidationFailed {
-                        event_type_major: e.event_type_major,
-                        event_type_minor: e.event_type_minor,
-                        client_seq: e.client_seq,
-                        validation_error: msg,
-                    }
-                })?,
-                Err(msg) => {
-                    return Err(ServerError::WriteSchemaCompilationFailed {
-                        event_type_major: e.event_type_major,
-                        event_type_minor: e.event_type_minor,
-                        client_seq: e.client_seq,
-                        compilation_error: msg,
-                    })
-                }
-            }
-        }
-    }
-    Ok(())
-}
-
-/// Schema validation of a write, off the reactor and within the validation deadline; the
-/// write comes back when it passes. Skipped when every key is known to have no schema.
-async fn validated(
-    svc: &Arc<EventService>,
-    w: wire::WriteRequest,
-) -> Result<wire::WriteRequest, ServerError> {
-    let checks = schema_checks(&w);
-    let Some(&(_, (major, minor, client_seq))) = checks.first() else {
-        return Ok(w);
-    };
-    if svc.schemas.known_absent(checks.iter().map(|(k, _)| k)) {
-        return Ok(w);
-    }
-    let service = Arc::clone(svc);
-    let outcome = svc
-        .schemas
-        .bounded(move || {
-            let result = validate_schemas(&service, &w);
-            (w, result)
-        })
-        .await;
-    match outcome {
-        Ok((w, Ok(()))) => Ok(w),
-        Ok((_, Err(e))) => Err(e),
-        Err(unfinished) => Err(ServerError::WriteSchemaValidationFailed {
-            event_type_major: major,
-            event_type_minor: minor,
-            client_seq,
-            validation_error: unfinished.text(),
-        }),
-    }
-}
-
-async fn write(
-    svc: &Arc<EventService>,
-    w: wire::WriteRequest,
-) -> Result<EventResponse, ServerError> {
-    let n = u64::from(svc.placement.num_shards());
-    // Input checks come before per-aggregate ones (§4.3 step 4), schema validation last; the
-    // store repeats the input checks, so only the schema pass is done here first when needed.
-    for part in w.writes.values() {
-        if part.events.is_empty() {
-            return Err(ServerError::WriteEmptyEventsList);
-        }
-        if let Some(e) = part.events.iter().find(|e| e.event_type_major == 0) {
-            return Err(ServerError::WriteZeroEventType {
-                client_seq: e.client_seq,
-            });
-        }
-    }
-    let w = validated(svc, w).await?;
+/// A write: converted, then handed to the store, which runs the whole check order (§4.3:
+/// routing, input checks, schema validation, per-aggregate checks) and answers once. A write
+/// with schema work to do is submitted from the blocking pool (the store waits for its schema
+/// threads); one whose event types are known to have no schema, as any other mutation.
+async fn write(svc: &EventService, w: wire::WriteRequest) -> Result<EventResponse, ServerError> {
     let correlation_id = w.correlation_id;
     let request = st::WriteRequest {
         client_id: w.client_id,
         user_id: w.user_id,
-        now: super::conn::now_millis(),
+        now: crate::clock::now_millis(),
         writes: w
             .writes
             .into_iter()
@@ -388,91 +344,58 @@ async fn write(
         .flat_map(|w| w.events.iter())
         .map(|e| e.value.len() as u64)
         .sum();
-    let outcome = submit(svc, bytes, move |store| store.write(request))
+    let schema_work = svc.store.needs_schema_work(&request);
+    let outcome = submit(svc, bytes, schema_work, move |store| store.write(request))
         .await
-        .map_err(|e| write_error(&e, n))?;
+        .map_err(|e| write_error(&e, *svc.store.placement()))?;
     Ok(EventResponse::Write(wire::WriteResponse {
         correlation_id,
         max_aggregate_version: outcome.max_aggregate_version(),
     }))
 }
 
+/// A schema registration: the store checks, compiles (on its schema threads, within its
+/// deadline, so the call is made from the blocking pool), stores and caches it.
 async fn register_schema(
-    svc: &Arc<EventService>,
+    svc: &EventService,
     r: wire::RegisterSchemaRequest,
 ) -> Result<EventResponse, ServerError> {
-    if wire::SchemaType::from_u8(r.schema_type).is_none() {
-        return Err(ServerError::RegisterSchemaUnsupportedType {
-            schema_type: r.schema_type,
-        });
-    }
-    if r.schema.len() > svc.max_schema_size {
-        return Err(schema::invalid(
-            r.schema_type,
-            format!(
-                "Schema exceeds maximum size of {} bytes",
-                svc.max_schema_size
-            ),
-        ));
-    }
-    // Compiling may compile regexes and descriptors: off the reactor, within the deadline.
-    let (schema_type, text) = (r.schema_type, r.schema);
-    let (text, compiled) = svc
-        .schemas
-        .bounded(move || {
-            let compiled = schema::compile(schema_type, &text);
-            (text, compiled)
-        })
-        .await
-        .map_err(|unfinished| schema::invalid(schema_type, unfinished.text()))?;
-    let compiled = compiled.map_err(|e| schema::invalid(schema_type, e))?;
-    let skey = st::SchemaKey {
-        org_id: r.schema_key.org_id,
-        aggregate_type_id: r.schema_key.aggregate_type_id,
-        event_type_major: r.schema_key.event_type_major,
-        event_type_minor: r.schema_key.event_type_minor,
-    };
     let registration = st::SchemaRegistration {
-        key: skey,
-        schema_type,
-        schema: text,
+        key: st::SchemaKey {
+            org_id: r.schema_key.org_id,
+            aggregate_type_id: r.schema_key.aggregate_type_id,
+            event_type_major: r.schema_key.event_type_major,
+            event_type_minor: r.schema_key.event_type_minor,
+        },
+        schema_type: r.schema_type,
+        schema: r.schema,
         client_id: r.client_id,
         user_id: r.user_id,
-        now: super::conn::now_millis(),
+        now: crate::clock::now_millis(),
     };
-    match svc.store.register_schema(registration).await {
-        Ok(()) => {
-            svc.schemas.insert(skey, Some(Arc::new(compiled)));
-            Ok(EventResponse::RegisterSchema(
-                wire::RegisterSchemaResponse {
-                    correlation_id: r.correlation_id,
-                },
-            ))
-        }
-        Err(e) => Err(match event_error(&e) {
-            Some(EventError::SchemaExists {
-                event_type_major,
-                event_type_minor,
-            }) => ServerError::RegisterSchemaAlreadyExists {
-                event_type_major: *event_type_major,
-                event_type_minor: *event_type_minor,
-            },
-            Some(EventError::Limit { .. }) => schema::invalid(schema_type, detail(&e)),
-            _ => ServerError::RegisterSchemaFsyncError { detail: detail(&e) },
-        }),
-    }
+    submit(svc, 0, true, move |store| {
+        store.register_schema(registration)
+    })
+    .await
+    .map_err(|e| register_error(&e, r.schema_type))?;
+    Ok(EventResponse::RegisterSchema(
+        wire::RegisterSchemaResponse {
+            correlation_id: r.correlation_id,
+        },
+    ))
 }
 
 /// Submits a mutation of `bytes` payload bytes and awaits its completion. The submission runs
-/// inline unless this server has enough bytes in flight that a shard log may push back; then
-/// it runs on the blocking pool (see `crate::offload`).
+/// inline unless it `may_wait` (schema work) or this server has enough bytes in flight that a
+/// shard log may push back; then it runs on the blocking pool (see `crate::offload`).
 async fn submit<T: Send + 'static>(
     svc: &EventService,
     bytes: u64,
-    mutation: impl FnOnce(&EventStore) -> Completion<T> + Send + 'static,
-) -> Result<T, StorageError> {
+    may_wait: bool,
+    mutation: impl FnOnce(&EventStore) -> Completion<T, EventStoreError> + Send + 'static,
+) -> Result<T, EventStoreError> {
     let (_in_flight, offload) = svc.in_flight.enter(bytes);
-    let completion = if offload {
+    let completion = if offload || may_wait {
         let store = Arc::clone(&svc.store);
         blocking(move || mutation(store.as_ref())).await
     } else {
@@ -481,13 +404,12 @@ async fn submit<T: Send + 'static>(
     completion.await
 }
 
-/// Executes one request (not Identify, not Watch) on `shard`.
+/// Executes one request (not Identify, not Watch) on the store.
 pub(super) async fn execute(
     svc: &Arc<EventService>,
-    shard: u32,
     request: EventRequest,
 ) -> Result<EventResponse, ServerError> {
-    let num_shards = u64::from(svc.placement.num_shards());
+    let placement = *svc.store.placement();
     match request {
         EventRequest::AggregateDetails(r) => {
             let svc2 = Arc::clone(svc);
@@ -517,7 +439,7 @@ pub(super) async fn execute(
             let query = read_query(r.filters, svc.read_page_bytes);
             let page = blocking(move || svc2.store.read(&k, &query))
                 .await
-                .map_err(|e| read_error(&e))?;
+                .map_err(|e| read_error(&e, placement))?;
             Ok(EventResponse::Read(wire::ReadResponse {
                 correlation_id: r.correlation_id,
                 event_batches: page
@@ -541,9 +463,9 @@ pub(super) async fn execute(
                 keep_from_version: r.keep_from_aggregate_version,
                 client_id: r.client_id,
                 user_id: r.user_id,
-                now: super::conn::now_millis(),
+                now: crate::clock::now_millis(),
             };
-            submit(svc, 0, move |store| store.trim(request))
+            submit(svc, 0, false, move |store| store.trim(request))
                 .await
                 .map_err(|e| trim_error(&e))?;
             Ok(EventResponse::TrimStart(wire::TrimStartResponse {
@@ -554,7 +476,7 @@ pub(super) async fn execute(
             let request = st::DeleteRequest {
                 client_id: r.client_id,
                 user_id: r.user_id,
-                now: super::conn::now_millis(),
+                now: crate::clock::now_millis(),
                 deletes: r
                     .deletes
                     .iter()
@@ -566,21 +488,18 @@ pub(super) async fn execute(
                     })
                     .collect(),
             };
-            submit(svc, 0, move |store| store.delete(&request))
+            submit(svc, 0, false, move |store| store.delete(&request))
                 .await
-                .map_err(|e| delete_error(&e, num_shards))?;
+                .map_err(|e| delete_error(&e, placement))?;
             Ok(EventResponse::Delete(wire::DeleteResponse {
                 correlation_id: r.correlation_id,
             }))
         }
         EventRequest::ListOrgs(r) => {
             let svc2 = Arc::clone(svc);
-            let page = blocking(move || {
-                svc2.store
-                    .list_orgs(u64::from(shard), r.cursor, svc2.list_page)
-            })
-            .await
-            .map_err(|e| list_error(wire_list::Kind::Orgs, &e))?;
+            let page = blocking(move || svc2.store.list_orgs(r.shard_id, r.cursor, svc2.list_page))
+                .await
+                .map_err(|e| list_error(RequestType::ListOrgs, &e, placement))?;
             Ok(EventResponse::ListOrgs(wire::ListOrgsResponse {
                 correlation_id: r.correlation_id,
                 orgs: page
@@ -594,15 +513,11 @@ pub(super) async fn execute(
         EventRequest::ListAggregateTypes(r) => {
             let svc2 = Arc::clone(svc);
             let page = blocking(move || {
-                svc2.store.list_aggregate_types(
-                    u64::from(shard),
-                    r.org_id,
-                    r.cursor,
-                    svc2.list_page,
-                )
+                svc2.store
+                    .list_aggregate_types(r.shard_id, r.org_id, r.cursor, svc2.list_page)
             })
             .await
-            .map_err(|e| list_error(wire_list::Kind::Types, &e))?;
+            .map_err(|e| list_error(RequestType::ListAggregateTypes, &e, placement))?;
             Ok(EventResponse::ListAggregateTypes(
                 wire::ListAggregateTypesResponse {
                     correlation_id: r.correlation_id,
@@ -622,7 +537,7 @@ pub(super) async fn execute(
             let svc2 = Arc::clone(svc);
             let page = blocking(move || {
                 svc2.store.list_aggregates(
-                    u64::from(shard),
+                    r.shard_id,
                     r.org_id,
                     r.aggregate_type_id,
                     r.cursor,
@@ -630,7 +545,7 @@ pub(super) async fn execute(
                 )
             })
             .await
-            .map_err(|e| list_error(wire_list::Kind::Aggregates, &e))?;
+            .map_err(|e| list_error(RequestType::ListAggregates, &e, placement))?;
             Ok(EventResponse::ListAggregates(
                 wire::ListAggregatesResponse {
                     correlation_id: r.correlation_id,
@@ -664,5 +579,58 @@ pub(super) async fn execute(
             // Both take over the connection and are handled before execution.
             Err(ServerError::WatchRequestInvalid)
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use eddy_codec::event::ErrorCode;
+
+    use super::*;
+
+    #[test]
+    fn list_shard_ids_at_or_above_n_end_discovery() {
+        let p = Placement::new(2, RoutingRule::AggregateId, false);
+        for bad in [2, u64::from(u32::MAX) + 5, u64::MAX] {
+            let refused = EventStoreError::Refused(p.shard(bad).unwrap_err());
+            for kind in [
+                RequestType::ListOrgs,
+                RequestType::ListAggregateTypes,
+                RequestType::ListAggregates,
+            ] {
+                let e = list_error(kind, &refused, p);
+                assert_eq!(e.code(), ErrorCode::ShardRoutingIncompatibleFilters);
+                assert!(e.message().contains("\"num_shards\":2"), "{}", e.message());
+            }
+        }
+    }
+
+    #[test]
+    fn a_refusal_maps_to_its_code_and_a_failure_to_the_request_s_fsync_error() {
+        let p = Placement::new(1, RoutingRule::AggregateId, false);
+        let conflict = EventStoreError::Refused(Refusal::VersionConflict {
+            part: 0,
+            key: st::AggregateKey::new(1, 2, 3),
+            expected: 1,
+            current: 2,
+        });
+        assert_eq!(
+            write_error(&conflict, p).code(),
+            ErrorCode::WriteOptimisticConcurrencyViolation
+        );
+        assert_eq!(
+            delete_error(&conflict, p).code(),
+            ErrorCode::DeleteOptimisticConcurrencyViolation
+        );
+        let failed = EventStoreError::Log(eddy_log::LogError::Shutdown);
+        assert_eq!(write_error(&failed, p).code(), ErrorCode::WriteFsyncError);
+        assert_eq!(trim_error(&failed).code(), ErrorCode::TrimFsyncError);
+        let empty = EventStoreError::Refused(Refusal::EmptyRequest);
+        assert!(write_error(&empty, p)
+            .message()
+            .contains("at least one write"));
+        assert!(delete_error(&empty, p)
+            .message()
+            .contains("at least one delete"));
     }
 }

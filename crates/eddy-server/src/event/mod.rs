@@ -24,26 +24,25 @@
 //!   truncated by the codec).
 
 mod codecs;
-mod conn;
+mod connection;
 mod exec;
 pub mod identify;
 pub mod routing;
-pub mod schema;
 mod watch;
 
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::Duration;
 
-use eddy_storage::{
-    EventError, EventStore, EventStoreConfig, EventStoreRecovery, FsBackend, StorageError,
+use eddy_event_store::{
+    EventStore, EventStoreConfig, EventStoreError, EventStoreRecovery, Placement, Refusal,
 };
+use eddy_log::{write_atomic, Cache, CommitPool, FsBackend, IoOp, LogError};
 use eddy_wire::event::{Dictionary, DictionaryError, FrameLimits, RequestType};
 
-use crate::config::{RoutingRule, ServerConfig};
+use crate::config::ServerConfig;
 use crate::listener::{Conn, ConnectionContext};
 pub use codecs::CodecPool;
-use routing::Placement;
 
 /// Event-protocol request type names, in the order `Metrics::record_request` indexes them
 /// ([`metric_index`]). Registered at start-up so every series exists from the first scrape.
@@ -91,6 +90,15 @@ pub enum EventSetupError {
         #[source]
         source: std::io::Error,
     },
+    /// The built-in dictionary cannot be written on first boot.
+    #[error("cannot write the zstd dictionary {path}")]
+    DictionaryWrite {
+        /// The file.
+        path: PathBuf,
+        /// The cause.
+        #[source]
+        source: LogError,
+    },
     /// The dictionary file holds no usable zstd dictionary.
     #[error("{path} is not a usable zstd dictionary")]
     DictionaryInvalid {
@@ -113,12 +121,18 @@ pub fn load_dictionary(path: &Path, level: i32) -> Result<Dictionary, EventSetup
         Ok(bytes) => bytes,
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
             let bytes = eddy_wire::event::BUILTIN_DICTIONARY_BYTES.to_vec();
-            let tmp = path.with_extension("zstd_dict.tmp");
-            std::fs::write(&tmp, &bytes).map_err(io)?;
-            std::fs::File::open(&tmp)
-                .and_then(|f| f.sync_all())
-                .map_err(io)?;
-            std::fs::rename(&tmp, path).map_err(io)?;
+            let (Some(dir), Some(name)) =
+                (path.parent(), path.file_name().and_then(|n| n.to_str()))
+            else {
+                return Err(io(std::io::ErrorKind::InvalidInput.into()));
+            };
+            let written = FsBackend::new(dir)
+                .map_err(|e| LogError::io(IoOp::Open, dir, e))
+                .and_then(|fs| write_atomic(&fs, Path::new(""), name, &bytes));
+            written.map_err(|source| EventSetupError::DictionaryWrite {
+                path: path.to_path_buf(),
+                source,
+            })?;
             tracing::info!(path = %path.display(), "wrote the built-in zstd dictionary");
             bytes
         }
@@ -135,46 +149,52 @@ pub fn default_num_shards() -> u32 {
     std::thread::available_parallelism().map_or(1, |n| u32::try_from(n.get()).unwrap_or(1))
 }
 
-/// Opens (or creates) the event store under `<data_dir>/events`, with the cluster
-/// dictionary. With `num_shards` unset, an existing store keeps its shard count and a new one
-/// gets one shard per CPU; a configured count must match the stored one.
-pub fn open_store(
-    config: &ServerConfig,
-    data_root: &Path,
-    dictionary: &[u8],
-) -> Result<(EventStore, EventStoreRecovery), StorageError> {
-    let backend = Arc::new(
-        FsBackend::new(data_root).map_err(|source| StorageError::Io {
-            op: eddy_storage::IoOp::Open,
-            path: data_root.to_path_buf(),
-            source,
-        })?,
-    );
-    let store_config = |num_shards| EventStoreConfig {
+/// The event store's configuration from the server's (`num_shards` to be chosen by the
+/// caller).
+pub fn store_config(config: &ServerConfig, num_shards: u32, dictionary: &[u8]) -> EventStoreConfig {
+    EventStoreConfig {
         num_shards,
-        routing_rule: match config.routing_rule {
-            RoutingRule::AggregateId => eddy_storage::RoutingRule::AggregateId,
-            RoutingRule::OrgId => eddy_storage::RoutingRule::OrgId,
-            RoutingRule::AggregateTypeId => eddy_storage::RoutingRule::AggregateTypeId,
-        },
+        routing_rule: config.routing_rule,
         reserve_coordinator_shard: config.reserve_coordinator_shard,
         compression_level: config.wal_compression_level,
         dictionary: Some(bytes::Bytes::copy_from_slice(dictionary)),
         max_subscribers_per_shard: config.max_watch_subscribers as usize,
         segment_size: config.shard_log_segment_bytes,
         fsync_delay: Duration::from_micros(config.fsync_delay_us),
+        max_schema_bytes: config.max_schema_size_bytes as usize,
         ..EventStoreConfig::default()
-    };
+    }
+}
+
+/// Opens (or creates) the event store under `<data_dir>/events`, with the cluster
+/// dictionary, on the engine's commit pool and cache. With `num_shards` unset, an existing
+/// store keeps its shard count and a new one gets one shard per CPU; a configured count must
+/// match the stored one.
+pub fn open_store(
+    config: &ServerConfig,
+    data_root: &Path,
+    dictionary: &[u8],
+    pool: &CommitPool,
+    cache: &Arc<Cache>,
+) -> Result<(EventStore, EventStoreRecovery), EventStoreError> {
+    let backend = Arc::new(
+        FsBackend::new(data_root).map_err(|source| LogError::io(IoOp::Open, data_root, source))?,
+    );
     let asked = config.num_shards.unwrap_or_else(default_num_shards);
-    match EventStore::open(Arc::clone(&backend) as _, store_config(asked)) {
-        Err(StorageError::Event(EventError::ImmutableConfig {
+    let open = |num_shards| {
+        EventStore::open_shared(
+            Arc::clone(&backend) as _,
+            store_config(config, num_shards, dictionary),
+            pool,
+            Arc::clone(cache),
+        )
+    };
+    match open(asked) {
+        Err(EventStoreError::Refused(Refusal::ImmutableConfig {
             field: "num_shards",
             stored,
             ..
-        })) if config.num_shards.is_none() => {
-            let stored = u32::try_from(stored).unwrap_or(u32::MAX);
-            EventStore::open(backend, store_config(stored))
-        }
+        })) if config.num_shards.is_none() => open(u32::try_from(stored).unwrap_or(u32::MAX)),
         other => other,
     }
 }
@@ -183,15 +203,12 @@ pub fn open_store(
 #[derive(Debug)]
 pub struct EventService {
     codecs: CodecPool,
-    placement: Placement,
     request_limits: FrameLimits,
     max_response_size: u64,
     timeout: Duration,
     store: Arc<EventStore>,
-    schemas: schema::Schemas,
     list_page: usize,
     read_page_bytes: u64,
-    max_schema_size: usize,
     max_requested_latency_ms: u64,
     /// Event bytes submitted to the store and not yet acknowledged.
     in_flight: crate::offload::InFlight,
@@ -200,26 +217,17 @@ pub struct EventService {
 impl EventService {
     /// Sets the protocol up for `config` over an opened store and its dictionary.
     pub fn new(config: &ServerConfig, dictionary: Dictionary, store: Arc<EventStore>) -> Self {
-        let sc = store.config();
-        let placement = Placement::new(
-            store.num_shards(),
-            config.routing_rule,
-            sc.reserve_coordinator_shard,
-        );
         Self {
             codecs: CodecPool::new(Arc::new(dictionary)),
-            placement,
             request_limits: FrameLimits::new(u64::from(config.max_request_size)),
             max_response_size: u64::from(config.max_response_size),
             timeout: Duration::from_millis(config.client_connection_timeout_ms),
             store,
-            schemas: schema::Schemas::new(),
             list_page: config.list_page_size as usize,
             // Encoded batches cost a little more than stored ones; a quarter of the response
             // cap leaves ample room, and the store's own page bound applies on top.
             read_page_bytes: (u64::from(config.max_response_size) / 4)
-                .clamp(1, eddy_storage::events::DEFAULT_READ_MAX_BYTES),
-            max_schema_size: config.max_schema_size_bytes as usize,
+                .clamp(1, eddy_event_store::DEFAULT_READ_MAX_BYTES),
             max_requested_latency_ms: config.max_requested_latency_ms,
             in_flight: crate::offload::InFlight::default(),
         }
@@ -235,16 +243,16 @@ impl EventService {
         self.codecs.dictionary()
     }
 
-    /// The shard layout.
+    /// The shard layout (the store's).
     pub fn placement(&self) -> &Placement {
-        &self.placement
+        self.store.placement()
     }
 }
 
 /// Serves one event-protocol connection until the client leaves, a frame cannot be parsed,
 /// the idle deadline passes, an error that closes is sent, or the server drains.
 pub async fn serve_connection(socket: Conn, ctx: ConnectionContext) {
-    conn::Connection::new(socket, ctx).run().await;
+    connection::Connection::new(socket, ctx).run().await;
 }
 
 #[cfg(test)]

@@ -16,7 +16,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use eddy_codec::event::{WatchRequest, WatchResponseEvent};
-use eddy_storage::{
+use eddy_event_store::{
     EventStore, SubscriptionId, WatchEvent, WatchFilter, WatchOperation, WatchSink,
 };
 use tokio::sync::mpsc;
@@ -170,7 +170,7 @@ fn min_some(a: Option<u64>, b: Option<u64>) -> Option<u64> {
 
 #[cfg(test)]
 mod tests {
-    use eddy_storage::AggregateKey;
+    use eddy_event_store::AggregateKey;
 
     use super::*;
 

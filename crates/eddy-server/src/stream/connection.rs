@@ -42,7 +42,8 @@ use eddy_wire::stream::{
 use tokio::io::{AsyncRead, AsyncReadExt as _, AsyncWrite, AsyncWriteExt as _};
 use tracing::Instrument as _;
 
-use super::dispatch::{self, Outcome};
+use super::dispatch;
+use super::handler::Outcome;
 use super::StreamState;
 use crate::listener::{Conn, ConnectionContext};
 use crate::metrics::Protocol;

@@ -8,12 +8,12 @@ use eddy_codec::stream::commands::sync_consumer_group::GroupAssignment;
 use eddy_codec::stream::commands::Maybe;
 use eddy_codec::stream::entities::ConsumerGroupResponse;
 use eddy_codec::stream::Identifier;
-use eddy_storage::error::Entity;
-use eddy_storage::MetadataOp;
+use eddy_stream_store::Entity;
+use eddy_stream_store::MetadataOp;
 
-use super::dispatch::{Ctx, Outcome};
 use super::error::{Missing, StreamError};
 use super::groups::GroupKey;
+use super::handler::{Ctx, Outcome};
 use super::views;
 
 fn key(ctx: Ctx<'_>, stream_id: u32, topic_id: u32, group: &Identifier) -> Option<GroupKey> {
@@ -107,7 +107,7 @@ pub(crate) async fn create(
                 topic_id,
                 id,
                 name: name.clone(),
-                created_at: crate::now_micros(),
+                created_at: crate::clock::now_micros(),
             })
             .await?;
         id

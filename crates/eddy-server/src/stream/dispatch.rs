@@ -22,51 +22,18 @@ use bytes::Bytes;
 use eddy_auth::credentials::{normalize_status, token_session_valid, STATUS_ACTIVE};
 use eddy_auth::permissions::{authorize, Caller, Resource, ROOT_USER_ID};
 use eddy_auth::sessions::{ClientId, Credential};
-use eddy_codec::stream::codec::WireEncode;
 use eddy_codec::stream::{route, CommandCode, Permissions, Request, Route};
-use eddy_storage::MetadataState;
+use eddy_stream_store::MetadataState;
 use eddy_wire::stream::{
     request_checksum, EvictionHeader, EvictionReason, Operation, RequestHeader,
 };
 
 use super::error::{Missing, StreamError};
+use super::handler::{Ctx, Outcome};
 use super::{
     consumer_groups, login, messages, metric_index, streams, system, users, views, StreamState,
     INVALID_METRIC,
 };
-
-/// What a request is answered with (errors travel as [`StreamError`]).
-#[derive(Debug)]
-pub(crate) enum Outcome {
-    /// Success: the payload (the result section, where the operation has one, is added when the
-    /// reply is framed).
-    Reply(Vec<Bytes>),
-    /// An eviction in the reply's place; the connection stays open.
-    Evict(Box<EvictionHeader>),
-}
-
-impl Outcome {
-    /// A success carrying an encoded payload.
-    pub(crate) fn payload<T: WireEncode + ?Sized>(payload: &T) -> Self {
-        Outcome::Reply(vec![Bytes::from(payload.to_vec())])
-    }
-
-    /// A success with an empty payload.
-    pub(crate) fn empty() -> Self {
-        Outcome::Reply(Vec::new())
-    }
-}
-
-/// Everything a handler knows about the request besides its body.
-#[derive(Debug, Clone, Copy)]
-pub(crate) struct Ctx<'a> {
-    /// Shared state.
-    pub state: &'a StreamState,
-    /// The connection.
-    pub client_id: ClientId,
-    /// The authenticated user (meaningful once past the login gate).
-    pub user_id: u32,
-}
 
 /// Handles one request. Returns the metrics index of the command and the outcome.
 pub(crate) async fn handle(
@@ -161,7 +128,7 @@ async fn handle_command(
         return run(ctx, request, Resource::default()).await;
     }
     let credential = session.map_or(Credential::Password, |s| s.credential);
-    let now = crate::now_micros();
+    let now = crate::clock::now_micros();
     let checked = state.read(|meta| {
         let permissions =
             caller_permissions(meta, user_id, credential, now).map_err(Refused::Session)?;

@@ -6,9 +6,10 @@
 
 use eddy_auth::permissions::Denied;
 use eddy_codec::stream::{BatchError, CodecError, CommandCode, ErrorCode};
+use eddy_log::LogError;
 use eddy_options::OptionsError;
-use eddy_storage::error::Entity;
-use eddy_storage::{MetadataError, StorageError};
+use eddy_stream_store::Entity;
+use eddy_stream_store::{MetadataError, StreamStoreError};
 
 /// A resource a request named that does not exist.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -62,7 +63,7 @@ pub enum StreamError {
     Batch(#[source] BatchError),
     /// The storage layer refused or failed.
     #[error("storage refused the request")]
-    Storage(#[source] StorageError),
+    Storage(#[source] StreamStoreError),
     /// Hashing a password failed.
     #[error("cannot hash the password")]
     Auth(#[source] eddy_auth::AuthError),
@@ -214,8 +215,8 @@ impl From<BatchError> for StreamError {
     }
 }
 
-impl From<StorageError> for StreamError {
-    fn from(e: StorageError) -> Self {
+impl From<StreamStoreError> for StreamError {
+    fn from(e: StreamStoreError) -> Self {
         StreamError::Storage(e)
     }
 }
@@ -232,7 +233,7 @@ impl StreamError {
     pub fn is_server_fault(&self) -> bool {
         match self {
             StreamError::Storage(
-                StorageError::Metadata(_) | StorageError::PartitionNotFound { .. },
+                StreamStoreError::Metadata(_) | StreamStoreError::PartitionNotFound { .. },
             ) => false,
             StreamError::Storage(_) | StreamError::Auth(_) => true,
             _ => false,
@@ -316,9 +317,9 @@ fn batch_code(e: &BatchError) -> ErrorCode {
     }
 }
 
-fn storage_code(e: &StorageError) -> ErrorCode {
+fn storage_code(e: &StreamStoreError) -> ErrorCode {
     match e {
-        StorageError::Metadata(m) => match m {
+        StreamStoreError::Metadata(m) => match m {
             MetadataError::StreamNotFound(_) => ErrorCode::StreamIdNotFound,
             MetadataError::TopicNotFound { .. } => ErrorCode::TopicIdNotFound,
             MetadataError::PartitionNotFound { .. } => ErrorCode::PartitionNotFound,
@@ -330,8 +331,8 @@ fn storage_code(e: &StorageError) -> ErrorCode {
             MetadataError::NameTaken { entity, .. } => name_taken_code(*entity),
             _ => ErrorCode::Error,
         },
-        StorageError::PartitionNotFound { .. } => ErrorCode::PartitionNotFound,
-        StorageError::LimitExceeded { .. } => ErrorCode::InvalidCommand,
+        StreamStoreError::PartitionNotFound { .. } => ErrorCode::PartitionNotFound,
+        StreamStoreError::Log(LogError::LimitExceeded { .. }) => ErrorCode::InvalidCommand,
         _ => ErrorCode::Error,
     }
 }
@@ -355,7 +356,7 @@ mod tests {
                 1012,
             ),
             (
-                StreamError::Storage(StorageError::Metadata(MetadataError::NameTaken {
+                StreamError::Storage(StreamStoreError::Metadata(MetadataError::NameTaken {
                     entity: Entity::Topic,
                     name: "t".into(),
                 })),

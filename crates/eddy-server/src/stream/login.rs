@@ -31,12 +31,9 @@ use eddy_codec::stream::CommandCode;
 use eddy_wire::stream::version::{is_compatible, PROTOCOL_VERSION, PROTOCOL_VERSION_MIN};
 use eddy_wire::stream::{EvictionHeader, EvictionReason, RequestHeader};
 
-use super::dispatch::{Ctx, Outcome};
 use super::error::StreamError;
+use super::handler::{Ctx, Outcome, SERVER_VERSION};
 use super::{views, StreamState};
-
-/// The version string login replies carry.
-pub const SERVER_VERSION: &str = env!("CARGO_PKG_VERSION");
 
 /// Handles a Register body. Returns the command it turned out to be (for metrics).
 pub(crate) async fn register(
@@ -117,7 +114,7 @@ pub(crate) async fn register(
         }
     }
     if let Some(login) = attempts.token {
-        let now = crate::now_micros();
+        let now = crate::clock::now_micros();
         let checked = state.read(|meta| {
             let candidates = meta.users.values().flat_map(|user| {
                 user.tokens.values().map(move |token| TokenCandidate {

@@ -24,7 +24,9 @@ use bytes::{Bytes, BytesMut};
 use eddy_codec::stream::batch::BATCH_HEADER_SIZE;
 use eddy_codec::stream::commands::delete_consumer_offset::DeleteConsumerOffset;
 use eddy_codec::stream::commands::get_consumer_offset::{ConsumerOffsetInfo, GetConsumerOffset};
-use eddy_codec::stream::commands::poll_messages::{PollMessages, RESYNC_PARTITION};
+use eddy_codec::stream::commands::poll_messages::{
+    PollMessages, PollMessagesReply, RESYNC_PARTITION,
+};
 use eddy_codec::stream::commands::send_messages::{
     SendConfirmation, SendMessages, SendMessagesReply,
 };
@@ -33,11 +35,13 @@ use eddy_codec::stream::commands::Maybe;
 use eddy_codec::stream::{
     admit, AdmittedBatch, Consumer, ConsumerKind, Partitioning, PollingStrategy,
 };
-use eddy_storage::{ConsumerKey, MetadataOp, PartitionAddr, PollStrategy, Stamp, StampableBatch};
+use eddy_stream_store::{
+    ConsumerKey, MetadataOp, PartitionAddr, PollStrategy, Stamp, StampableBatch,
+};
 
-use super::dispatch::{Ctx, Outcome};
 use super::error::{Missing, StreamError};
 use super::groups::GroupKey;
+use super::handler::{Ctx, Outcome};
 use super::{views, MAX_POLL_BYTES};
 
 /// The codec's admitted batch as storage's [`StampableBatch`]: stamping rewrites the 256-byte
@@ -129,13 +133,13 @@ pub(crate) async fn send(
     let ticket = if offload {
         let store = Arc::clone(&state.store);
         crate::offload::blocking(move || {
-            store.append(addr, Stampable(admitted), crate::now_micros())
+            store.append(addr, Stampable(admitted), crate::clock::now_micros())
         })
         .await?
     } else {
         state
             .store
-            .append(addr, Stampable(admitted), crate::now_micros())?
+            .append(addr, Stampable(admitted), crate::clock::now_micros())?
     };
     let appended = ticket.await?;
     Ok(Outcome::payload(&SendMessagesReply {
@@ -182,10 +186,7 @@ fn poll_reply(
     count: u32,
     mut records: Vec<Bytes>,
 ) -> Outcome {
-    let mut prefix = [0u8; 16];
-    prefix[..4].copy_from_slice(&partition_id.to_le_bytes());
-    prefix[4..12].copy_from_slice(&current_offset.to_le_bytes());
-    prefix[12..].copy_from_slice(&count.to_le_bytes());
+    let prefix = PollMessagesReply::encode_prefix(partition_id, current_offset, count);
     records.insert(0, Bytes::copy_from_slice(&prefix));
     Outcome::Reply(records)
 }

@@ -31,6 +31,7 @@ mod consumer_groups;
 mod dispatch;
 pub mod error;
 pub mod groups;
+mod handler;
 mod login;
 mod messages;
 mod snapshot;
@@ -44,14 +45,15 @@ pub mod views;
 use std::collections::HashMap;
 use std::net::SocketAddr;
 use std::path::PathBuf;
-use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
+use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::Duration;
 
 use eddy_auth::credentials::STATUS_ACTIVE;
 use eddy_auth::permissions::ROOT_USER_ID;
 use eddy_auth::sessions::ClientsTable;
 use eddy_codec::stream::{CommandCode, GlobalPermissions, Permissions, COMMANDS};
-use eddy_storage::{MetadataOp, MetadataState, Operation, Store};
+use eddy_log::lock;
+use eddy_stream_store::{MetadataOp, MetadataState, Operation, StreamStore};
 
 pub use connection::serve_connection;
 use error::StreamError;
@@ -135,7 +137,7 @@ impl ConnectionLimits {
 #[derive(Debug)]
 pub struct StreamState {
     /// The store (metadata and partitions).
-    pub store: Arc<Store>,
+    pub store: Arc<StreamStore>,
     /// Connected clients and their sessions.
     pub clients: ClientsTable,
     /// Consumer-group members and assignments.
@@ -169,14 +171,10 @@ pub struct StreamState {
     host: stats::HostSampler,
 }
 
-fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
-    m.lock().unwrap_or_else(PoisonError::into_inner)
-}
-
 impl StreamState {
     /// State for a server whose stream listener is bound at `stream_addr`.
     pub fn new(
-        store: Arc<Store>,
+        store: Arc<StreamStore>,
         config: &crate::config::ServerConfig,
         stream_addr: SocketAddr,
     ) -> Self {
@@ -196,7 +194,7 @@ impl StreamState {
             appends: crate::offload::InFlight::default(),
             heartbeat: (config.stream_heartbeat_interval_ms > 0)
                 .then(|| Duration::from_millis(config.stream_heartbeat_interval_ms)),
-            started_at_us: crate::now_micros(),
+            started_at_us: crate::clock::now_micros(),
             started: std::time::Instant::now(),
             data_dir: config.data_dir.clone(),
             config_toml: config.redacted_toml(),
@@ -297,7 +295,7 @@ pub async fn purge_expired_tokens(
             () = stop.cancelled() => return,
             _ = tick.tick() => {}
         }
-        match users::purge_expired_tokens(state, None, crate::now_micros()).await {
+        match users::purge_expired_tokens(state, None, crate::clock::now_micros()).await {
             Ok(0) => {}
             Ok(n) => tracing::info!(tokens = n, "purged expired personal access tokens"),
             Err(e) => tracing::warn!(error = %e, "purging expired personal access tokens failed"),
@@ -308,7 +306,7 @@ pub async fn purge_expired_tokens(
 /// Creates the root user (id 0, every permission) on first start, from `root_username` and
 /// `root_password`. Returns true if it was created. Later starts leave it as it is.
 pub async fn bootstrap_root(
-    store: &Arc<Store>,
+    store: &Arc<StreamStore>,
     config: &crate::config::ServerConfig,
 ) -> Result<bool, StreamError> {
     if store.read_metadata(|meta| meta.users.contains_key(&ROOT_USER_ID)) {
@@ -331,7 +329,7 @@ pub async fn bootstrap_root(
             status: STATUS_ACTIVE,
             permissions: Some(views::encode_permissions(&permissions)),
             options: Vec::new(),
-            created_at: crate::now_micros(),
+            created_at: crate::clock::now_micros(),
         }))
         .await?;
     tracing::info!(username = %config.root_username, "root user created");
@@ -356,7 +354,7 @@ pub struct RootCredentialCheck {
 /// would be silenced by setting `EDDY_ROOT_PASSWORD` while root still logs in with the default.
 /// Runs two Argon2id verifications on the blocking pool.
 pub async fn check_root_credentials(
-    store: &Store,
+    store: &StreamStore,
     config: &crate::config::ServerConfig,
 ) -> RootCredentialCheck {
     let Some((username, hash)) = store.read_metadata(|meta| {

@@ -193,11 +193,7 @@ impl HostSampler {
             host_busy: busy,
             host_total: total,
         };
-        let previous = self
-            .previous
-            .lock()
-            .unwrap_or_else(std::sync::PoisonError::into_inner)
-            .replace(current);
+        let previous = eddy_log::lock(&self.previous).replace(current);
         let (cpu_usage, total_cpu_usage) = match previous {
             Some(p) => {
                 let secs = now.duration_since(p.at).as_secs_f64();

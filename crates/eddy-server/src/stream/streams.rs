@@ -17,12 +17,12 @@ use eddy_codec::stream::commands::update_stream::UpdateStream;
 use eddy_codec::stream::commands::update_topic::UpdateTopic;
 use eddy_codec::stream::commands::Maybe;
 use eddy_options::{validate_block, Mode, Scope, TopicOptions, TopicSettings};
-use eddy_storage::error::Entity;
-use eddy_storage::metadata::MAX_PARTITIONS_PER_TOPIC;
-use eddy_storage::{MetadataOp, Operation, PartitionAddr};
+use eddy_stream_store::metadata::MAX_PARTITIONS_PER_TOPIC;
+use eddy_stream_store::Entity;
+use eddy_stream_store::{MetadataOp, Operation, PartitionAddr};
 
-use super::dispatch::{Ctx, Outcome};
 use super::error::{Missing, StreamError};
+use super::handler::{Ctx, Outcome};
 use super::{views, MAX_STREAMS, MAX_TOPICS_PER_STREAM};
 
 /// `GET_STREAM`: the stream and its topic headers (empty body if it is gone).
@@ -75,7 +75,7 @@ pub(crate) async fn create_stream(
             .commit(MetadataOp::CreateStream {
                 id,
                 name,
-                created_at: crate::now_micros(),
+                created_at: crate::clock::now_micros(),
                 options: request.options.0.as_bytes().to_vec(),
             })
             .await?;
@@ -191,7 +191,7 @@ pub(crate) async fn create_topic(
                 stream_id,
                 id,
                 name,
-                created_at: crate::now_micros(),
+                created_at: crate::clock::now_micros(),
                 partitions: request.partitions_count,
                 config: views::config_of(&settings),
                 explicit_options: options.to_block().as_bytes().to_vec(),
@@ -331,7 +331,7 @@ pub(crate) async fn create_partitions(
             stream_id,
             topic_id,
             count,
-            created_at: crate::now_micros(),
+            created_at: crate::clock::now_micros(),
         })
         .await?;
     repartition(ctx, stream_id, topic_id);

@@ -9,9 +9,8 @@ use eddy_codec::stream::commands::get_snapshot::{GetSnapshot, Snapshot};
 use eddy_codec::stream::commands::get_stats::Stats;
 use eddy_options::{DescribeOptionsReply, TopicSettings};
 
-use super::dispatch::{Ctx, Outcome};
 use super::error::StreamError;
-use super::login::SERVER_VERSION;
+use super::handler::{Ctx, Outcome, SERVER_VERSION};
 use super::{stats, views};
 
 /// Cluster name of a single node.

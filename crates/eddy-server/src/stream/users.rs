@@ -24,11 +24,10 @@ use eddy_codec::stream::commands::update_permissions::UpdatePermissions;
 use eddy_codec::stream::commands::update_user::UpdateUser;
 use eddy_codec::stream::commands::Maybe;
 use eddy_options::{validate_block, Mode, Scope};
-use eddy_storage::error::{Entity, MetadataError};
-use eddy_storage::{MetadataOp, StorageError};
+use eddy_stream_store::{Entity, MetadataError, MetadataOp, StreamStoreError};
 
-use super::dispatch::{Ctx, Outcome};
 use super::error::{Missing, StreamError};
+use super::handler::{Ctx, Outcome};
 use super::{views, StreamState};
 
 /// Hashes a password on the blocking pool (Argon2id takes tens of milliseconds), within the
@@ -105,7 +104,7 @@ pub(crate) async fn create_user(ctx: Ctx<'_>, request: CreateUser) -> Result<Out
         let _creating = ctx.state.creation.lock().await;
         let id = ctx
             .state
-            .read(eddy_storage::MetadataState::lowest_free_user_id);
+            .read(eddy_stream_store::MetadataState::lowest_free_user_id);
         ctx.state
             .commit(MetadataOp::CreateUser {
                 id,
@@ -114,7 +113,7 @@ pub(crate) async fn create_user(ctx: Ctx<'_>, request: CreateUser) -> Result<Out
                 status: normalize_status(request.status),
                 permissions,
                 options: request.options.0.as_bytes().to_vec(),
-                created_at: crate::now_micros(),
+                created_at: crate::clock::now_micros(),
             })
             .await?;
         id
@@ -253,7 +252,7 @@ pub(crate) async fn create_token(
     if !valid_token_name(&name) {
         return Err(StreamError::InvalidTokenName { len: name.len() });
     }
-    let now = crate::now_micros();
+    let now = crate::clock::now_micros();
     let expiry =
         TokenExpiry::from_wire(request.expiry, now).ok_or(StreamError::InvalidTokenExpiry {
             expiry: request.expiry,
@@ -335,7 +334,7 @@ pub(crate) async fn purge_expired_tokens(
             .await
         {
             Ok(()) => purged += 1,
-            Err(StreamError::Storage(StorageError::Metadata(
+            Err(StreamError::Storage(StreamStoreError::Metadata(
                 MetadataError::TokenNotFound { .. } | MetadataError::UserNotFound(_),
             ))) => {}
             Err(e) => return Err(e),

@@ -13,8 +13,8 @@ use eddy_codec::stream::entities::{
 use eddy_codec::stream::{Identifier, Permissions, WireName};
 use eddy_options::topic::{NEVER_EXPIRE, UNLIMITED};
 use eddy_options::{Compression, Mode, OptionsBlock, TopicOptions, TopicSettings};
-use eddy_storage::metadata::{StreamRecord, TopicRecord, UserRecord};
-use eddy_storage::{MetadataState, PartitionAddr, PartitionStats, Store, TopicConfig};
+use eddy_stream_store::metadata::{StreamRecord, TopicRecord, UserRecord};
+use eddy_stream_store::{MetadataState, PartitionAddr, PartitionStats, StreamStore, TopicConfig};
 
 use super::groups::{GroupKey, MemberView};
 
@@ -141,7 +141,7 @@ fn block(bytes: &[u8]) -> OptionsBlock {
 }
 
 /// Counters of one partition (zeros if its log is gone).
-pub fn partition_stats(store: &Store, addr: PartitionAddr) -> PartitionStats {
+pub fn partition_stats(store: &StreamStore, addr: PartitionAddr) -> PartitionStats {
     store.partition(addr).map_or(
         PartitionStats {
             first_offset: 0,
@@ -156,7 +156,7 @@ pub fn partition_stats(store: &Store, addr: PartitionAddr) -> PartitionStats {
 }
 
 fn topic_totals(
-    store: &Store,
+    store: &StreamStore,
     stream_id: u32,
     topic: &TopicRecord,
 ) -> (Vec<PartitionResponse>, u64, u64) {
@@ -190,7 +190,7 @@ fn topic_totals(
 }
 
 /// `GetTopicResponse`: the topic header and one entry per partition.
-pub fn topic_details(store: &Store, stream_id: u32, topic: &TopicRecord) -> TopicDetails {
+pub fn topic_details(store: &StreamStore, stream_id: u32, topic: &TopicRecord) -> TopicDetails {
     let (partitions, size, messages) = topic_totals(store, stream_id, topic);
     TopicDetails {
         topic: header_of(topic, size, messages),
@@ -199,7 +199,7 @@ pub fn topic_details(store: &Store, stream_id: u32, topic: &TopicRecord) -> Topi
 }
 
 /// The topic header alone.
-pub fn topic_header(store: &Store, stream_id: u32, topic: &TopicRecord) -> TopicHeader {
+pub fn topic_header(store: &StreamStore, stream_id: u32, topic: &TopicRecord) -> TopicHeader {
     let (_, size, messages) = topic_totals(store, stream_id, topic);
     header_of(topic, size, messages)
 }
@@ -223,7 +223,7 @@ fn header_of(topic: &TopicRecord, size_bytes: u64, messages_count: u64) -> Topic
 }
 
 /// `StreamResponse` of a stream.
-pub fn stream_response(store: &Store, stream: &StreamRecord) -> StreamResponse {
+pub fn stream_response(store: &StreamStore, stream: &StreamRecord) -> StreamResponse {
     let mut size = 0;
     let mut messages = 0;
     for topic in stream.topics.values() {
@@ -243,7 +243,7 @@ pub fn stream_response(store: &Store, stream: &StreamRecord) -> StreamResponse {
 }
 
 /// `GetStreamResponse`: the stream and its topic headers.
-pub fn stream_details(store: &Store, stream: &StreamRecord) -> StreamDetails {
+pub fn stream_details(store: &StreamStore, stream: &StreamRecord) -> StreamDetails {
     let topics: Vec<TopicHeader> = stream
         .topics
         .values()

@@ -75,10 +75,16 @@ impl PollMessagesReply {
 
     /// The 16-byte prefix.
     pub fn prefix(&self) -> [u8; 16] {
+        Self::encode_prefix(self.partition_id, self.current_offset, self.messages_count)
+    }
+
+    /// The 16-byte prefix of a reply whose records are assembled elsewhere (the server serves
+    /// stored batches and sliced views as they are, behind this prefix).
+    pub fn encode_prefix(partition_id: u32, current_offset: u64, messages_count: u32) -> [u8; 16] {
         let mut out = [0u8; 16];
-        out[..4].copy_from_slice(&self.partition_id.to_le_bytes());
-        out[4..12].copy_from_slice(&self.current_offset.to_le_bytes());
-        out[12..].copy_from_slice(&self.messages_count.to_le_bytes());
+        out[..4].copy_from_slice(&partition_id.to_le_bytes());
+        out[4..12].copy_from_slice(&current_offset.to_le_bytes());
+        out[12..].copy_from_slice(&messages_count.to_le_bytes());
         out
     }
 

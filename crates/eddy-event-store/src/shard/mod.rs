@@ -1,0 +1,525 @@
+//! One shard: a [`Log`] of committed requests, its [`Index`], the write-ahead (pending) state
+//! of requests queued but not yet durable, and its watch subscribers.
+//!
+//! # Write path
+//!
+//! Under the shard's admission lock a request is validated against the write-ahead state
+//! (pending first, then committed) and turned into one record; the shard reserves the log's
+//! next record ([`Log::reserve`]: its sequence number and timestamp, under the log's own
+//! admission lock, so in log order), links the record into the hash chain, queues its
+//! [`Update`](crate::state::Update) as pending and appends it. The request is answered by the
+//! log's own acknowledgement of that record, mapped to the request's outcome
+//! ([`Completion::map`]): down once, up once. The log's writer makes the group durable,
+//! publishes it to readers and calls the hook
+//! ([`CommitHook::after_publish`](eddy_log::CommitHook::after_publish)), which applies the
+//! updates to the index (now readers see them) and notifies watchers, before the
+//! acknowledgements go out. A refused group
+//! ([`CommitHook::on_refused`](eddy_log::CommitHook::on_refused)) drops its pending updates
+//! (the log refuses the acknowledgements itself); the refusal generation makes a validation
+//! that raced with it start over.
+//!
+//! Lock order: shard admission → log admission → pending; writer → pending, then index.
+
+mod pending;
+mod read;
+mod validate;
+
+use std::fmt;
+use std::sync::{Arc, Mutex};
+
+use bytes::Bytes;
+use eddy_log::format::MAX_RECORD_PAYLOAD;
+use eddy_log::{lock, Completion, Corruption, Log, RecordMeta};
+
+use crate::error::{EventStoreError, Refusal, Result};
+use crate::index::Index;
+use crate::record::{
+    chain_tip, encode_record, DeletePart, EncodedEvents, EventCodec, EventRecord, RecordBody,
+    WritePart, RECORD_HEADER_LEN, WRITE_PART_HEADER_LEN,
+};
+use crate::state::{decode_schema, derive_update, key_agg, key_mark, key_schema, AggState, Mark};
+use crate::types::{
+    AggregateDelete, AggregateKey, AggregateWrite, DeleteOutcome, SchemaKey, SchemaRegistration,
+    StoredSchema, TrimOutcome, TrimRequest, WriteOutcome,
+};
+use crate::watch::Watchers;
+use crate::FastMap as HashMap;
+use pending::{Pending, PendingRecord, ShardHook};
+use validate::validate_write;
+
+pub(crate) use pending::FlushSignal;
+
+/// One shard.
+pub(crate) struct Shard {
+    pub(crate) id: u32,
+    pub(crate) log: Log,
+    pub(crate) index: Arc<Index>,
+    pub(crate) codec: Arc<EventCodec>,
+    pub(crate) watchers: Arc<Watchers>,
+    admission: Mutex<()>,
+    pending: Arc<Mutex<Pending>>,
+}
+
+impl fmt::Debug for Shard {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Shard")
+            .field("id", &self.id)
+            .field("log", &self.log)
+            .finish_non_exhaustive()
+    }
+}
+
+/// Who appends a record and when (the record header fields besides the chain link).
+#[derive(Clone, Copy)]
+struct RecordHeading {
+    client_id: u128,
+    user_id: Option<u128>,
+    now: u64,
+}
+
+/// Damage found in the record at `seq` of `log`.
+fn corrupt_in(log: &Log, seq: u64) -> impl Fn(Corruption) -> EventStoreError + '_ {
+    move |kind| EventStoreError::corrupt(log.dir().to_path_buf(), seq, kind)
+}
+
+impl Shard {
+    pub(crate) fn hook(
+        shard: u32,
+        index: &Arc<Index>,
+        watchers: &Arc<Watchers>,
+        flush: Arc<dyn FlushSignal>,
+    ) -> (Arc<ShardHook>, Arc<Mutex<Pending>>) {
+        let pending = Arc::new(Mutex::new(Pending::default()));
+        let hook = Arc::new(ShardHook {
+            shard,
+            pending: Arc::clone(&pending),
+            index: Arc::clone(index),
+            watchers: Arc::clone(watchers),
+            flush,
+        });
+        (hook, pending)
+    }
+
+    pub(crate) fn new(
+        id: u32,
+        log: Log,
+        index: Arc<Index>,
+        codec: Arc<EventCodec>,
+        watchers: Arc<Watchers>,
+        pending: Arc<Mutex<Pending>>,
+        tip: [u8; 32],
+    ) -> Self {
+        {
+            let mut p = lock(&pending);
+            p.tip = tip;
+            p.committed_tip = tip;
+        }
+        Shard {
+            id,
+            log,
+            index,
+            codec,
+            watchers,
+            admission: Mutex::new(()),
+            pending,
+        }
+    }
+
+    /// Sets the chain tip after recovery replayed the log.
+    pub(crate) fn set_tip(&self, tip: [u8; 32]) {
+        let mut p = lock(&self.pending);
+        debug_assert!(p.records.is_empty());
+        p.tip = tip;
+        p.committed_tip = tip;
+    }
+
+    /// The chain tip of the last committed record.
+    pub(crate) fn committed_tip(&self) -> [u8; 32] {
+        lock(&self.pending).committed_tip
+    }
+
+    /// How many committed changes so far may have made batches unreadable (all of them
+    /// visible in the index); counts from zero at every open.
+    pub(crate) fn deaths(&self) -> u64 {
+        lock(&self.pending).deaths
+    }
+
+    // --------------------------------------------------------------------------------------------
+    // State lookups.
+
+    pub(crate) fn committed_agg(&self, key: &AggregateKey) -> Result<Option<AggState>> {
+        match self.index.get(&key_agg(key))? {
+            Some(v) => AggState::decode(&v)
+                .map(Some)
+                .map_err(|k| EventStoreError::corrupt(self.log.dir().join("index"), 0, k)),
+            None => Ok(None),
+        }
+    }
+
+    fn committed_mark(&self, key: &AggregateKey, client: u128) -> Result<Option<Mark>> {
+        match self.index.get(&key_mark(key, client))? {
+            Some(v) => Mark::decode(&v)
+                .map(Some)
+                .map_err(|k| EventStoreError::corrupt(self.log.dir().join("index"), 0, k)),
+            None => Ok(None),
+        }
+    }
+
+    /// Write-ahead state: (state, whether it comes from a not-yet-committed record).
+    fn ahead_agg(&self, key: &AggregateKey) -> Result<(Option<AggState>, bool)> {
+        if let Some((s, _)) = lock(&self.pending).aggs.get(key) {
+            return Ok((Some(*s), true));
+        }
+        Ok((self.committed_agg(key)?, false))
+    }
+
+    fn ahead_mark(&self, key: &AggregateKey, client: u128) -> Result<(Option<Mark>, bool)> {
+        if let Some((m, _)) = lock(&self.pending).marks.get(&(*key, client)) {
+            return Ok((Some(*m), true));
+        }
+        Ok((self.committed_mark(key, client)?, false))
+    }
+
+    pub(crate) fn schema(&self, key: &SchemaKey) -> Result<Option<StoredSchema>> {
+        match self.index.get(&key_schema(key))? {
+            Some(v) => decode_schema(&v)
+                .map(Some)
+                .map_err(|k| EventStoreError::corrupt(self.log.dir().join("index"), 0, k)),
+            None => Ok(None),
+        }
+    }
+
+    // --------------------------------------------------------------------------------------------
+    // Appending.
+
+    /// Appends `body` (validated against the write-ahead state `priors` / `marks`, taken at
+    /// refusal generation `generation`) and returns the log's acknowledgement of its record.
+    /// `None` when a refusal raced with the validation (start over).
+    fn append(
+        &self,
+        header: RecordHeading,
+        body: RecordBody,
+        priors: &HashMap<AggregateKey, Option<AggState>>,
+        marks: &HashMap<AggregateKey, Option<Mark>>,
+        generation: u64,
+    ) -> Option<Result<Completion<RecordMeta>>> {
+        let tag = body.tag();
+        let reservation = match self.log.reserve(1, tag, header.now) {
+            Ok(r) => r,
+            Err(e) => return Some(Err(e.into())),
+        };
+        let assigned = reservation.assigned();
+        let mut p = lock(&self.pending);
+        if p.generation != generation {
+            return None;
+        }
+        let record = EventRecord {
+            prev_tip: p.tip,
+            client_id: header.client_id,
+            user_id: header.user_id,
+            body,
+            compacted_tip: None,
+        };
+        let payload = encode_record(&record);
+        let tip_after = chain_tip(assigned.seq, &payload);
+        let update = match derive_update(
+            assigned.seq,
+            assigned.timestamp,
+            &record,
+            |k| Ok(priors.get(k).copied().flatten()),
+            |k, _| Ok(marks.get(k).copied().flatten()),
+            corrupt_in(&self.log, assigned.seq),
+        ) {
+            Ok(u) => u,
+            Err(e) => return Some(Err(e)),
+        };
+        // Pending before the record is queued: the writer may publish it as soon as it is.
+        p.add(&update);
+        p.tip = tip_after;
+        p.records.push_back(PendingRecord {
+            seq: assigned.seq,
+            update,
+            tip_after,
+        });
+        drop(p);
+        match reservation.append(payload) {
+            Ok(ack) => Some(Ok(ack)),
+            Err(e) => {
+                // The log refused the record (it queued nothing): take it back.
+                let mut p = lock(&self.pending);
+                if let Some(r) = p.records.pop_back() {
+                    p.release(&r.update);
+                    p.tip = p.records.back().map_or(p.committed_tip, |r| r.tip_after);
+                }
+                Some(Err(e.into()))
+            }
+        }
+    }
+
+    /// Validates and appends a write whose events were encoded already.
+    pub(crate) fn write(
+        &self,
+        client_id: u128,
+        user_id: Option<u128>,
+        now: u64,
+        parts: &[(AggregateWrite, EncodedEvents)],
+    ) -> Completion<WriteOutcome, EventStoreError> {
+        let size = RECORD_HEADER_LEN
+            + 4
+            + parts
+                .iter()
+                .map(|(_, e)| WRITE_PART_HEADER_LEN + e.stored.len())
+                .sum::<usize>();
+        if size > MAX_RECORD_PAYLOAD as usize {
+            return Completion::ready(Err(Refusal::Limit {
+                what: "write record bytes",
+                value: size as u64,
+                limit: u64::from(MAX_RECORD_PAYLOAD),
+            }
+            .into()));
+        }
+        let _admission = lock(&self.admission);
+        loop {
+            let generation = lock(&self.pending).generation;
+            let mut priors = HashMap::with_capacity_and_hasher(
+                parts.len(),
+                foldhash::fast::RandomState::default(),
+            );
+            let mut marks = HashMap::with_capacity_and_hasher(
+                parts.len(),
+                foldhash::fast::RandomState::default(),
+            );
+            let mut planned = Vec::with_capacity(parts.len());
+            for (part, (w, events)) in parts.iter().enumerate() {
+                let (state, _) = match self.ahead_agg(&w.key) {
+                    Ok(s) => s,
+                    Err(e) => return Completion::ready(Err(e)),
+                };
+                let plan =
+                    match validate_write(part, w, events, state, |k| self.ahead_mark(k, client_id))
+                    {
+                        Ok(p) => p,
+                        Err(e) => return Completion::ready(Err(e)),
+                    };
+                let mark = if state.is_some() {
+                    match self.ahead_mark(&w.key, client_id) {
+                        Ok((m, _)) => m,
+                        Err(e) => return Completion::ready(Err(e)),
+                    }
+                } else {
+                    None
+                };
+                priors.insert(w.key, state);
+                marks.insert(w.key, mark);
+                planned.push(plan);
+            }
+            let versions: Vec<u64> = planned.iter().map(|p| p.version).collect();
+            let body = RecordBody::Write(
+                parts
+                    .iter()
+                    .zip(&planned)
+                    .map(|((w, events), p)| WritePart {
+                        key: w.key,
+                        version: p.version,
+                        first_event_seq: p.first_event_seq,
+                        recreate: p.recreate,
+                        events: events.clone(),
+                        elided: None,
+                    })
+                    .collect(),
+            );
+            let heading = RecordHeading {
+                client_id,
+                user_id,
+                now,
+            };
+            match self.append(heading, body, &priors, &marks, generation) {
+                None => {}
+                Some(Ok(ack)) => {
+                    let shard = self.id;
+                    return ack.map(move |meta| {
+                        let meta = meta?;
+                        Ok(WriteOutcome {
+                            shard,
+                            log_seq: meta.seq,
+                            server_timestamp: meta.timestamp,
+                            versions,
+                        })
+                    });
+                }
+                Some(Err(e)) => return Completion::ready(Err(e)),
+            }
+        }
+    }
+
+    pub(crate) fn trim(&self, req: &TrimRequest) -> Completion<TrimOutcome, EventStoreError> {
+        let _admission = lock(&self.admission);
+        loop {
+            let generation = lock(&self.pending).generation;
+            let state = match self.ahead_agg(&req.key) {
+                Ok((s, _)) => s,
+                Err(e) => return Completion::ready(Err(e)),
+            };
+            let Some(s) = state.filter(|s| !s.deleted) else {
+                return Completion::ready(Err(if state.is_some() {
+                    Refusal::Deleted {
+                        part: 0,
+                        key: req.key,
+                    }
+                } else {
+                    Refusal::NotFound {
+                        part: 0,
+                        key: req.key,
+                    }
+                }
+                .into()));
+            };
+            if req.keep_from_version <= s.floor {
+                return Completion::ready(Ok(TrimOutcome {
+                    written: false,
+                    floor: s.floor,
+                }));
+            }
+            if req.keep_from_version > s.version {
+                return Completion::ready(Err(Refusal::TrimOutOfRange {
+                    requested: req.keep_from_version,
+                    max_aggregate_version: s.version,
+                }
+                .into()));
+            }
+            let priors = HashMap::from_iter([(req.key, Some(s))]);
+            let floor = req.keep_from_version;
+            let body = RecordBody::Trim {
+                key: req.key,
+                keep_from: floor,
+            };
+            let heading = RecordHeading {
+                client_id: req.client_id,
+                user_id: req.user_id,
+                now: req.now,
+            };
+            match self.append(heading, body, &priors, &HashMap::default(), generation) {
+                None => {}
+                Some(Ok(ack)) => {
+                    return ack.map(move |meta| {
+                        meta?;
+                        Ok(TrimOutcome {
+                            written: true,
+                            floor,
+                        })
+                    });
+                }
+                Some(Err(e)) => return Completion::ready(Err(e)),
+            }
+        }
+    }
+
+    pub(crate) fn delete(
+        &self,
+        client_id: u128,
+        user_id: Option<u128>,
+        now: u64,
+        deletes: &[AggregateDelete],
+    ) -> Completion<DeleteOutcome, EventStoreError> {
+        let _admission = lock(&self.admission);
+        loop {
+            let generation = lock(&self.pending).generation;
+            let mut priors = HashMap::default();
+            let mut parts = Vec::with_capacity(deletes.len());
+            for (part, d) in deletes.iter().enumerate() {
+                let state = match self.ahead_agg(&d.key) {
+                    Ok((s, _)) => s,
+                    Err(e) => return Completion::ready(Err(e)),
+                };
+                let Some(s) = state.filter(|s| !s.deleted) else {
+                    return Completion::ready(Err(if state.is_some() {
+                        Refusal::Deleted { part, key: d.key }
+                    } else {
+                        Refusal::NotFound { part, key: d.key }
+                    }
+                    .into()));
+                };
+                if let Some(e) = d.expected_version {
+                    if e != s.version {
+                        return Completion::ready(Err(Refusal::VersionConflict {
+                            part,
+                            key: d.key,
+                            expected: e,
+                            current: s.version,
+                        }
+                        .into()));
+                    }
+                }
+                priors.insert(d.key, Some(s));
+                parts.push(DeletePart {
+                    key: d.key,
+                    allow_recreate: d.allow_recreate,
+                    allow_sequence_continuation: d.allow_sequence_continuation,
+                    version: s.version,
+                });
+            }
+            let heading = RecordHeading {
+                client_id,
+                user_id,
+                now,
+            };
+            let body = RecordBody::Delete(parts);
+            match self.append(heading, body, &priors, &HashMap::default(), generation) {
+                None => {}
+                Some(Ok(ack)) => {
+                    let shard = self.id;
+                    return ack.map(move |meta| {
+                        let meta = meta?;
+                        Ok(DeleteOutcome {
+                            shard,
+                            log_seq: meta.seq,
+                        })
+                    });
+                }
+                Some(Err(e)) => return Completion::ready(Err(e)),
+            }
+        }
+    }
+
+    pub(crate) fn register_schema(
+        &self,
+        reg: SchemaRegistration,
+    ) -> Completion<(), EventStoreError> {
+        let _admission = lock(&self.admission);
+        let exists = Refusal::SchemaExists {
+            event_type_major: reg.key.event_type_major,
+            event_type_minor: reg.key.event_type_minor,
+        };
+        let schema = Bytes::from(reg.schema.into_bytes());
+        loop {
+            let generation = lock(&self.pending).generation;
+            if lock(&self.pending).schemas.contains_key(&reg.key) {
+                return Completion::ready(Err(exists.into()));
+            }
+            match self.schema(&reg.key) {
+                Ok(Some(_)) => return Completion::ready(Err(exists.clone().into())),
+                Ok(None) => {}
+                Err(e) => return Completion::ready(Err(e)),
+            }
+            let body = RecordBody::Schema {
+                key: reg.key,
+                schema_type: reg.schema_type,
+                schema: schema.clone(),
+            };
+            let heading = RecordHeading {
+                client_id: reg.client_id,
+                user_id: reg.user_id,
+                now: reg.now,
+            };
+            let none = (HashMap::default(), HashMap::default());
+            match self.append(heading, body, &none.0, &none.1, generation) {
+                None => {}
+                Some(Ok(ack)) => return ack.map(|meta| meta.map(|_| ()).map_err(Into::into)),
+                Some(Err(e)) => return Completion::ready(Err(e)),
+            }
+        }
+    }
+
+    // --------------------------------------------------------------------------------------------
+    // Reading.
+}

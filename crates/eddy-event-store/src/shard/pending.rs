@@ -1,0 +1,164 @@
+//! The write-ahead state of a shard (requests appended to the log but not yet committed) and
+//! the shard's [`CommitHook`]: after the log publishes a group, the hook applies its updates to
+//! the index (readers see them from then on) and notifies watchers, in log order; when the log
+//! refuses queued records, it forgets their updates. Acknowledgements are the log's own: the
+//! hook completes nothing.
+
+use std::collections::VecDeque;
+use std::fmt;
+use std::io;
+use std::sync::{Arc, Mutex};
+
+use eddy_log::{lock, CommitHook, LogError};
+
+use crate::index::Index;
+use crate::state::{AggState, Mark, Update};
+use crate::types::{AggregateKey, SchemaKey};
+use crate::watch::Watchers;
+use crate::FastMap as HashMap;
+
+/// A record appended to the log and not yet committed: its update to the shard state.
+pub(super) struct PendingRecord {
+    pub(super) seq: u64,
+    pub(super) update: Update,
+    pub(super) tip_after: [u8; 32],
+}
+
+/// Write-ahead state: requests appended to the log but not yet committed.
+#[derive(Default)]
+pub(crate) struct Pending {
+    pub(super) records: VecDeque<PendingRecord>,
+    pub(super) aggs: HashMap<AggregateKey, (AggState, u32)>,
+    pub(super) marks: HashMap<(AggregateKey, u128), (Mark, u32)>,
+    pub(super) schemas: HashMap<SchemaKey, u32>,
+    /// Chain tip after the last queued record.
+    pub(super) tip: [u8; 32],
+    /// Chain tip after the last committed record.
+    pub(super) committed_tip: [u8; 32],
+    /// Bumped whenever queued records are refused.
+    pub(super) generation: u64,
+    /// Committed changes that may have made batches unreadable (see [`Update::deaths`]),
+    /// counted after the index shows them.
+    pub(super) deaths: u64,
+}
+
+impl Pending {
+    pub(super) fn add(&mut self, update: &Update) {
+        for (k, s) in &update.aggs {
+            let e = self.aggs.entry(*k).or_insert((*s, 0));
+            e.0 = *s;
+            e.1 += 1;
+        }
+        for (k, c, m) in &update.marks {
+            let e = self.marks.entry((*k, *c)).or_insert((*m, 0));
+            e.0 = *m;
+            e.1 += 1;
+        }
+        if let Some((k, _)) = &update.schema {
+            *self.schemas.entry(*k).or_insert(0) += 1;
+        }
+    }
+
+    pub(super) fn release(&mut self, update: &Update) {
+        for (k, _) in &update.aggs {
+            if let Some(e) = self.aggs.get_mut(k) {
+                e.1 -= 1;
+                if e.1 == 0 {
+                    self.aggs.remove(k);
+                }
+            }
+        }
+        for (k, c, _) in &update.marks {
+            if let Some(e) = self.marks.get_mut(&(*k, *c)) {
+                e.1 -= 1;
+                if e.1 == 0 {
+                    self.marks.remove(&(*k, *c));
+                }
+            }
+        }
+        if let Some((k, _)) = &update.schema {
+            if let Some(n) = self.schemas.get_mut(k) {
+                *n -= 1;
+                if *n == 0 {
+                    self.schemas.remove(k);
+                }
+            }
+        }
+    }
+}
+
+/// Signals the background index flusher.
+pub(crate) trait FlushSignal: Send + Sync {
+    fn flush_needed(&self, shard: u32);
+}
+
+/// The shard's [`CommitHook`].
+pub(crate) struct ShardHook {
+    pub(super) shard: u32,
+    pub(super) pending: Arc<Mutex<Pending>>,
+    pub(super) index: Arc<Index>,
+    pub(super) watchers: Arc<Watchers>,
+    pub(super) flush: Arc<dyn FlushSignal>,
+}
+
+impl fmt::Debug for ShardHook {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("ShardHook")
+            .field("shard", &self.shard)
+            .finish_non_exhaustive()
+    }
+}
+
+impl CommitHook for ShardHook {
+    fn before_ack(&self, _end_seq: u64) -> io::Result<()> {
+        Ok(())
+    }
+
+    fn on_refused(&self, next_seq: u64, _error: &dyn Fn() -> LogError) {
+        let mut p = lock(&self.pending);
+        let mut refused = Vec::new();
+        while p.records.back().is_some_and(|r| r.seq >= next_seq) {
+            refused.extend(p.records.pop_back());
+        }
+        for r in &refused {
+            p.release(&r.update);
+        }
+        p.tip = p.records.back().map_or(p.committed_tip, |r| r.tip_after);
+        p.generation += 1;
+    }
+
+    fn after_publish(&self, end_seq: u64) {
+        let committed: Vec<PendingRecord> = {
+            let mut p = lock(&self.pending);
+            let mut out = Vec::new();
+            while p.records.front().is_some_and(|r| r.seq < end_seq) {
+                out.extend(p.records.pop_front());
+            }
+            out
+        };
+        if committed.is_empty() {
+            return;
+        }
+        let mut entries = Vec::new();
+        for r in &committed {
+            entries.extend(r.update.entries(r.seq));
+        }
+        // Readers see the new state from here on: after the log published the records.
+        if self.index.apply(entries, end_seq, true) {
+            self.flush.flush_needed(self.shard);
+        }
+        let mut watch = Vec::new();
+        {
+            let mut p = lock(&self.pending);
+            for r in &committed {
+                p.release(&r.update);
+                watch.extend_from_slice(&r.update.watch);
+            }
+            if let Some(last) = committed.last() {
+                p.committed_tip = last.tip_after;
+            }
+            p.deaths += committed.iter().map(|r| r.update.deaths).sum::<u64>();
+        }
+        self.watchers.publish(watch);
+    }
+}

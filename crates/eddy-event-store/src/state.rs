@@ -1,0 +1,571 @@
+//! Per-aggregate state and how a record changes it.
+//!
+//! [`derive_update`] is the single function that turns a decoded record plus the prior state
+//! of the aggregates it names into their new state. The write path runs it on the record it
+//! is about to append (against the write-ahead state), and recovery runs it on every replayed
+//! record (against the committed state), so both always agree.
+//!
+//! Index keys (big-endian, so byte order is tuple order; `h` is the XXH3-64 of the ids that
+//! follow, which spreads listings uniformly and gives them a stable `u64` cursor):
+//!
+//! | kind | key | value |
+//! |---|---|---|
+//! | 1 org | `01 h org` | empty |
+//! | 2 aggregate type | `02 h org type` | empty |
+//! | 3 aggregate | `03 h org type id` | [`AggState`] (129 bytes) |
+//! | 4 version | `04 org type id version` | log sequence number of the batch's record |
+//! | 5 client mark | `05 org type id client` | highest client_seq, version that set it |
+//! | 6 schema | `06 org type major minor` | type, registered_at, text |
+
+use xxhash_rust::xxh3::xxh3_64;
+
+use eddy_log::Corruption;
+
+use crate::record::{EventRecord, RecordBody, Recreate};
+use crate::types::{
+    AggregateDetails, AggregateKey, AggregateListItem, SchemaKey, StoredSchema, WatchEvent,
+    WatchOperation,
+};
+
+pub(crate) const KIND_ORG: u8 = 1;
+pub(crate) const KIND_TYPE: u8 = 2;
+pub(crate) const KIND_AGG: u8 = 3;
+pub(crate) const KIND_VERSION: u8 = 4;
+pub(crate) const KIND_MARK: u8 = 5;
+pub(crate) const KIND_SCHEMA: u8 = 6;
+/// Longest index key.
+pub(crate) const MAX_KEY_LEN: usize = 65;
+/// Bytes of an encoded [`AggState`].
+pub(crate) const AGG_STATE_LEN: usize = 129;
+
+pub(crate) fn org_hash(org: u128) -> u64 {
+    xxh3_64(&org.to_be_bytes())
+}
+
+pub(crate) fn type_hash(org: u128, ty: u128) -> u64 {
+    let mut b = [0u8; 32];
+    b[..16].copy_from_slice(&org.to_be_bytes());
+    b[16..].copy_from_slice(&ty.to_be_bytes());
+    xxh3_64(&b)
+}
+
+pub(crate) fn agg_hash(key: &AggregateKey) -> u64 {
+    xxh3_64(&key.to_be_bytes())
+}
+
+pub(crate) fn key_org(org: u128) -> Vec<u8> {
+    let mut k = Vec::with_capacity(25);
+    k.push(KIND_ORG);
+    k.extend_from_slice(&org_hash(org).to_be_bytes());
+    k.extend_from_slice(&org.to_be_bytes());
+    k
+}
+
+pub(crate) fn key_type(org: u128, ty: u128) -> Vec<u8> {
+    let mut k = Vec::with_capacity(41);
+    k.push(KIND_TYPE);
+    k.extend_from_slice(&type_hash(org, ty).to_be_bytes());
+    k.extend_from_slice(&org.to_be_bytes());
+    k.extend_from_slice(&ty.to_be_bytes());
+    k
+}
+
+pub(crate) fn key_agg(key: &AggregateKey) -> Vec<u8> {
+    let mut k = Vec::with_capacity(57);
+    k.push(KIND_AGG);
+    k.extend_from_slice(&agg_hash(key).to_be_bytes());
+    k.extend_from_slice(&key.to_be_bytes());
+    k
+}
+
+pub(crate) fn key_version(key: &AggregateKey, version: u64) -> Vec<u8> {
+    let mut k = Vec::with_capacity(57);
+    k.push(KIND_VERSION);
+    k.extend_from_slice(&key.to_be_bytes());
+    k.extend_from_slice(&version.to_be_bytes());
+    k
+}
+
+pub(crate) fn key_mark(key: &AggregateKey, client: u128) -> Vec<u8> {
+    let mut k = Vec::with_capacity(65);
+    k.push(KIND_MARK);
+    k.extend_from_slice(&key.to_be_bytes());
+    k.extend_from_slice(&client.to_be_bytes());
+    k
+}
+
+pub(crate) fn key_schema(key: &SchemaKey) -> Vec<u8> {
+    let mut k = Vec::with_capacity(49);
+    k.push(KIND_SCHEMA);
+    k.extend_from_slice(&key.org_id.to_be_bytes());
+    k.extend_from_slice(&key.aggregate_type_id.to_be_bytes());
+    k.extend_from_slice(&key.event_type_major.to_be_bytes());
+    k.extend_from_slice(&key.event_type_minor.to_be_bytes());
+    k
+}
+
+/// True for keys looked up by exact match (they go into the run blooms).
+pub(crate) fn is_point_key(key: &[u8]) -> bool {
+    matches!(key.first(), Some(&(KIND_AGG | KIND_MARK | KIND_SCHEMA)))
+}
+
+/// Bytes of a version key naming its aggregate (kind + 48 id bytes).
+pub(crate) const VERSION_PREFIX_LEN: usize = 49;
+
+/// What a key contributes to a run's bloom filter: point keys themselves, version keys their
+/// aggregate prefix (so a version scan skips runs without that aggregate), others nothing.
+pub(crate) fn bloom_key(key: &[u8]) -> Option<&[u8]> {
+    if is_point_key(key) {
+        Some(key)
+    } else if key.first() == Some(&KIND_VERSION) && key.len() >= VERSION_PREFIX_LEN {
+        Some(&key[..VERSION_PREFIX_LEN])
+    } else {
+        None
+    }
+}
+
+fn be_u64(b: &[u8]) -> u64 {
+    let mut a = [0u8; 8];
+    a.copy_from_slice(&b[..8]);
+    u64::from_be_bytes(a)
+}
+
+fn be_u128(b: &[u8]) -> u128 {
+    let mut a = [0u8; 16];
+    a.copy_from_slice(&b[..16]);
+    u128::from_be_bytes(a)
+}
+
+/// The listing hash of an org, type or aggregate key (bytes 1..9).
+pub(crate) fn key_hash(key: &[u8]) -> u64 {
+    be_u64(&key[1..9])
+}
+
+pub(crate) fn parse_org_key(key: &[u8]) -> Option<u128> {
+    (key.len() == 25 && key[0] == KIND_ORG).then(|| be_u128(&key[9..25]))
+}
+
+pub(crate) fn parse_type_key(key: &[u8]) -> Option<(u128, u128)> {
+    (key.len() == 41 && key[0] == KIND_TYPE).then(|| (be_u128(&key[9..25]), be_u128(&key[25..41])))
+}
+
+pub(crate) fn parse_agg_key(key: &[u8]) -> Option<AggregateKey> {
+    (key.len() == 57 && key[0] == KIND_AGG).then(|| AggregateKey {
+        org_id: be_u128(&key[9..25]),
+        aggregate_type_id: be_u128(&key[25..41]),
+        aggregate_id: be_u128(&key[41..57]),
+    })
+}
+
+pub(crate) fn parse_version_key(key: &[u8]) -> Option<u64> {
+    (key.len() == 57 && key[0] == KIND_VERSION).then(|| be_u64(&key[49..57]))
+}
+
+/// Everything the store keeps about one aggregate.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub(crate) struct AggState {
+    /// Current version (at deletion, for a deleted aggregate).
+    pub version: u64,
+    /// Readable floor.
+    pub floor: u64,
+    /// First event sequence of the current incarnation.
+    pub first_event_seq: u64,
+    /// Last assigned event sequence.
+    pub max_event_seq: u64,
+    pub deleted: bool,
+    pub allow_recreate: bool,
+    pub allow_continuation: bool,
+    /// Log sequence number of the newest record naming it.
+    pub last_seq: u64,
+    pub last_server_ts: u64,
+    pub last_client_id: u128,
+    pub last_user_id: Option<u128>,
+    pub batch_count: u64,
+    pub first_server_ts: u64,
+    pub min_event_ts: u64,
+    pub max_event_ts: u64,
+    pub compressed: u64,
+    pub uncompressed: u64,
+}
+
+impl AggState {
+    pub(crate) fn encode(&self) -> Vec<u8> {
+        let mut v = Vec::with_capacity(AGG_STATE_LEN);
+        let flags = u8::from(self.deleted)
+            | (u8::from(self.allow_recreate) << 1)
+            | (u8::from(self.allow_continuation) << 2)
+            | (u8::from(self.last_user_id.is_some()) << 3);
+        v.push(flags);
+        for x in [
+            self.version,
+            self.floor,
+            self.first_event_seq,
+            self.max_event_seq,
+            self.last_seq,
+            self.last_server_ts,
+            self.batch_count,
+            self.first_server_ts,
+            self.min_event_ts,
+            self.max_event_ts,
+            self.compressed,
+        ] {
+            v.extend_from_slice(&x.to_le_bytes());
+        }
+        v.extend_from_slice(&self.uncompressed.to_le_bytes());
+        v.extend_from_slice(&self.last_client_id.to_le_bytes());
+        v.extend_from_slice(&self.last_user_id.unwrap_or(0).to_le_bytes());
+        debug_assert_eq!(v.len(), AGG_STATE_LEN);
+        v
+    }
+
+    pub(crate) fn decode(b: &[u8]) -> Result<Self, Corruption> {
+        if b.len() != AGG_STATE_LEN || b[0] > 15 {
+            return Err(Corruption::BadHeaderField("aggregate state"));
+        }
+        let u = |i: usize| {
+            let at = 1 + i * 8;
+            let mut a = [0u8; 8];
+            a.copy_from_slice(&b[at..at + 8]);
+            u64::from_le_bytes(a)
+        };
+        let w = |at: usize| {
+            let mut a = [0u8; 16];
+            a.copy_from_slice(&b[at..at + 16]);
+            u128::from_le_bytes(a)
+        };
+        let flags = b[0];
+        Ok(AggState {
+            deleted: flags & 1 != 0,
+            allow_recreate: flags & 2 != 0,
+            allow_continuation: flags & 4 != 0,
+            version: u(0),
+            floor: u(1),
+            first_event_seq: u(2),
+            max_event_seq: u(3),
+            last_seq: u(4),
+            last_server_ts: u(5),
+            batch_count: u(6),
+            first_server_ts: u(7),
+            min_event_ts: u(8),
+            max_event_ts: u(9),
+            compressed: u(10),
+            uncompressed: u(11),
+            last_client_id: w(97),
+            last_user_id: (flags & 8 != 0).then(|| w(113)),
+        })
+    }
+
+    pub(crate) fn details(&self) -> AggregateDetails {
+        AggregateDetails {
+            min_aggregate_version: self.floor,
+            max_aggregate_version: self.version,
+            max_event_seq: self.max_event_seq,
+            is_deleted: self.deleted,
+            allow_recreate: self.deleted && self.allow_recreate,
+            allow_sequence_continuation: self.deleted && self.allow_continuation,
+            last_server_timestamp: self.last_server_ts,
+            last_client_id: self.last_client_id,
+            last_user_id: self.last_user_id,
+        }
+    }
+
+    pub(crate) fn list_item(&self, key: AggregateKey) -> AggregateListItem {
+        AggregateListItem {
+            key,
+            is_deleted: self.deleted,
+            event_batch_count: self.batch_count,
+            min_event_timestamp: self.min_event_ts,
+            max_event_timestamp: self.max_event_ts,
+            min_aggregate_version: if self.version == 0 { 0 } else { self.floor },
+            max_aggregate_version: self.version,
+            min_event_seq: self.first_event_seq,
+            max_event_seq: self.max_event_seq,
+            min_server_timestamp: self.first_server_ts,
+            max_server_timestamp: self.last_server_ts,
+            compressed_size: self.compressed,
+            uncompressed_size: self.uncompressed,
+        }
+    }
+}
+
+/// A client's idempotency high-water mark on one aggregate.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub(crate) struct Mark {
+    /// Highest client_seq committed by this client on this aggregate.
+    pub client_seq: u64,
+    /// Version of the batch that set it.
+    pub version: u64,
+}
+
+impl Mark {
+    pub(crate) fn encode(&self) -> Vec<u8> {
+        let mut v = Vec::with_capacity(16);
+        v.extend_from_slice(&self.client_seq.to_le_bytes());
+        v.extend_from_slice(&self.version.to_le_bytes());
+        v
+    }
+
+    pub(crate) fn decode(b: &[u8]) -> Result<Self, Corruption> {
+        if b.len() != 16 {
+            return Err(Corruption::BadHeaderField("client mark"));
+        }
+        let mut a = [0u8; 8];
+        a.copy_from_slice(&b[..8]);
+        let client_seq = u64::from_le_bytes(a);
+        a.copy_from_slice(&b[8..]);
+        Ok(Mark {
+            client_seq,
+            version: u64::from_le_bytes(a),
+        })
+    }
+}
+
+pub(crate) fn encode_schema(s: &StoredSchema) -> Vec<u8> {
+    let mut v = Vec::with_capacity(9 + s.schema.len());
+    v.push(s.schema_type);
+    v.extend_from_slice(&s.registered_at.to_le_bytes());
+    v.extend_from_slice(s.schema.as_bytes());
+    v
+}
+
+pub(crate) fn decode_schema(b: &[u8]) -> Result<StoredSchema, Corruption> {
+    if b.len() < 9 {
+        return Err(Corruption::BadHeaderField("schema entry"));
+    }
+    let mut a = [0u8; 8];
+    a.copy_from_slice(&b[1..9]);
+    let schema = std::str::from_utf8(&b[9..])
+        .map_err(|_| Corruption::BadHeaderField("schema entry"))?
+        .to_owned();
+    Ok(StoredSchema {
+        schema_type: b[0],
+        registered_at: u64::from_le_bytes(a),
+        schema,
+    })
+}
+
+/// What one record changes.
+#[derive(Debug, Clone, Default)]
+pub(crate) struct Update {
+    /// New state of every aggregate the record names.
+    pub aggs: Vec<(AggregateKey, AggState)>,
+    /// Client marks raised by the record.
+    pub marks: Vec<(AggregateKey, u128, Mark)>,
+    /// New batch versions (their entries point at the record).
+    pub versions: Vec<(AggregateKey, u64)>,
+    /// Aggregates that did not exist before (their org and type entries are written).
+    pub created: Vec<AggregateKey>,
+    /// A registered schema.
+    pub schema: Option<(SchemaKey, StoredSchema)>,
+    /// Watch notifications, in record order.
+    pub watch: Vec<WatchEvent>,
+    /// Changes that may have made stored batches unreadable (a trim, a delete, a fresh
+    /// recreate): compaction rescans a shard only after some.
+    pub deaths: u64,
+}
+
+impl Update {
+    /// The index entries of this update, for a record at log sequence `seq`.
+    pub(crate) fn entries(&self, seq: u64) -> Vec<(Vec<u8>, Vec<u8>)> {
+        let mut out = Vec::with_capacity(
+            self.aggs.len() + self.marks.len() + self.versions.len() + 2 * self.created.len() + 1,
+        );
+        for k in &self.created {
+            out.push((key_org(k.org_id), Vec::new()));
+            out.push((key_type(k.org_id, k.aggregate_type_id), Vec::new()));
+        }
+        for (k, s) in &self.aggs {
+            out.push((key_agg(k), s.encode()));
+        }
+        for (k, c, m) in &self.marks {
+            out.push((key_mark(k, *c), m.encode()));
+        }
+        for (k, v) in &self.versions {
+            out.push((key_version(k, *v), seq.to_le_bytes().to_vec()));
+        }
+        if let Some((k, s)) = &self.schema {
+            out.push((key_schema(k), encode_schema(s)));
+        }
+        out
+    }
+}
+
+/// Computes what `record` (at log sequence `seq`, server timestamp `ts`) changes, given the
+/// prior state of each aggregate it names (`prior`) and each (aggregate, client) mark
+/// (`mark`). The record was validated when it was written; a record that contradicts the
+/// prior state (a version that does not follow) is corruption.
+pub(crate) fn derive_update<E>(
+    seq: u64,
+    ts: u64,
+    record: &EventRecord,
+    mut prior: impl FnMut(&AggregateKey) -> Result<Option<AggState>, E>,
+    mut mark: impl FnMut(&AggregateKey, u128) -> Result<Option<Mark>, E>,
+    corrupt: impl Fn(Corruption) -> E,
+) -> Result<Update, E> {
+    let mut up = Update::default();
+    let touch = |s: &mut AggState| {
+        s.last_seq = seq;
+        s.last_server_ts = ts;
+        s.last_client_id = record.client_id;
+        s.last_user_id = record.user_id;
+    };
+    match &record.body {
+        RecordBody::Write(parts) => {
+            for p in parts {
+                let before = prior(&p.key)?;
+                let mut s = before.unwrap_or_default();
+                let (expected_version, expected_seq) = match (before, p.recreate) {
+                    (None, Recreate::No) => (1, 1),
+                    (Some(b), Recreate::No) if !b.deleted => (
+                        b.version.saturating_add(1),
+                        b.max_event_seq.saturating_add(1),
+                    ),
+                    (Some(b), Recreate::Fresh) if b.deleted && b.allow_recreate => (1, 1),
+                    (Some(b), Recreate::Continue) if b.deleted && b.allow_recreate => (
+                        b.version.saturating_add(1),
+                        b.max_event_seq.saturating_add(1),
+                    ),
+                    _ => {
+                        return Err(corrupt(Corruption::BadHeaderField(
+                            "write disagrees with aggregate state",
+                        )))
+                    }
+                };
+                if p.version != expected_version || p.first_event_seq != expected_seq {
+                    return Err(corrupt(Corruption::NonContiguous {
+                        expected: expected_version,
+                        found: p.version,
+                    }));
+                }
+                match (before, p.recreate) {
+                    (None, _) => {
+                        up.created.push(p.key);
+                        s.floor = 1;
+                        s.first_event_seq = 1;
+                        s.first_server_ts = ts;
+                        s.min_event_ts = p.events.min_event_timestamp;
+                        s.max_event_ts = p.events.max_event_timestamp;
+                    }
+                    (Some(_), Recreate::Fresh) => {
+                        s.floor = 1;
+                        s.first_event_seq = 1;
+                        up.deaths += 1;
+                    }
+                    _ => {}
+                }
+                s.deleted = false;
+                s.allow_recreate = false;
+                s.allow_continuation = false;
+                s.version = p.version;
+                s.max_event_seq = p
+                    .first_event_seq
+                    .checked_add(u64::from(p.events.count) - 1)
+                    .ok_or_else(|| corrupt(Corruption::BadHeaderField("event_seq")))?;
+                s.batch_count = s.batch_count.saturating_add(1);
+                s.min_event_ts = s.min_event_ts.min(p.events.min_event_timestamp);
+                s.max_event_ts = s.max_event_ts.max(p.events.max_event_timestamp);
+                s.compressed = s.compressed.saturating_add(p.stored_len());
+                s.uncompressed = s.uncompressed.saturating_add(u64::from(p.events.raw_len));
+                touch(&mut s);
+                up.aggs.push((p.key, s));
+                up.versions.push((p.key, p.version));
+                // An aggregate that never existed has no marks: no lookup needed.
+                let old = if before.is_some() {
+                    mark(&p.key, record.client_id)?
+                } else {
+                    None
+                };
+                if old.is_none_or(|m| p.events.max_client_seq > m.client_seq) {
+                    up.marks.push((
+                        p.key,
+                        record.client_id,
+                        Mark {
+                            client_seq: p.events.max_client_seq,
+                            version: p.version,
+                        },
+                    ));
+                }
+                if p.version == 1 {
+                    up.watch.push(WatchEvent {
+                        key: p.key,
+                        operation: WatchOperation::Create,
+                        from_version: None,
+                        to_version: None,
+                        keep_from_version: None,
+                    });
+                }
+                up.watch.push(WatchEvent {
+                    key: p.key,
+                    operation: WatchOperation::Write,
+                    from_version: Some(p.version),
+                    to_version: Some(p.version),
+                    keep_from_version: None,
+                });
+            }
+        }
+        RecordBody::Trim { key, keep_from } => {
+            up.deaths += 1;
+            let Some(mut s) = prior(key)?.filter(|s| !s.deleted) else {
+                return Err(corrupt(Corruption::BadHeaderField(
+                    "trim of a missing aggregate",
+                )));
+            };
+            if *keep_from <= s.floor || *keep_from > s.version {
+                return Err(corrupt(Corruption::BadHeaderField("trim out of range")));
+            }
+            s.floor = *keep_from;
+            touch(&mut s);
+            up.aggs.push((*key, s));
+            up.watch.push(WatchEvent {
+                key: *key,
+                operation: WatchOperation::TrimStart,
+                from_version: None,
+                to_version: None,
+                keep_from_version: Some(*keep_from),
+            });
+        }
+        RecordBody::Delete(parts) => {
+            up.deaths += parts.len() as u64;
+            for p in parts {
+                let Some(mut s) = prior(&p.key)?.filter(|s| !s.deleted) else {
+                    return Err(corrupt(Corruption::BadHeaderField(
+                        "delete of a missing aggregate",
+                    )));
+                };
+                if s.version != p.version {
+                    return Err(corrupt(Corruption::BadHeaderField("delete version")));
+                }
+                s.deleted = true;
+                s.allow_recreate = p.allow_recreate;
+                s.allow_continuation = p.allow_sequence_continuation;
+                touch(&mut s);
+                up.aggs.push((p.key, s));
+                up.watch.push(WatchEvent {
+                    key: p.key,
+                    operation: WatchOperation::Delete,
+                    from_version: None,
+                    to_version: None,
+                    keep_from_version: None,
+                });
+            }
+        }
+        RecordBody::Schema {
+            key,
+            schema_type,
+            schema,
+        } => {
+            let text = std::str::from_utf8(schema)
+                .map_err(|_| corrupt(Corruption::BadHeaderField("schema text")))?
+                .to_owned();
+            up.schema = Some((
+                *key,
+                StoredSchema {
+                    schema_type: *schema_type,
+                    schema: text,
+                    registered_at: ts,
+                },
+            ));
+        }
+    }
+    Ok(up)
+}

@@ -1,0 +1,587 @@
+//! The event store: the shards, their indexes and watchers, the shared index threads, and
+//! the request API (write, trim, delete, read, details, schemas, watch, listings, compaction).
+
+mod config;
+mod flusher;
+mod listing;
+mod meta;
+mod replay;
+
+#[cfg(test)]
+mod tests;
+
+use std::fmt;
+use std::path::PathBuf;
+use std::sync::atomic::AtomicBool;
+use std::sync::{Arc, Mutex};
+use std::thread::JoinHandle;
+
+use eddy_log::{
+    lock, write_atomic, Cache, CommitPool, CommitStats, Completion, Corruption, IoOp, Log,
+    LogConfig, OpenOptions, StorageBackend,
+};
+
+use crate::compact::{self, CompactionPolicy, CompactionReport, PassMark, SegmentReclaim};
+use crate::error::{EventStoreError, Refusal, Result};
+use crate::index::Index;
+use crate::placement::Placement;
+use crate::record::{self, EventCodec, GENESIS_TIP};
+use crate::schema::Schemas;
+use crate::shard::{FlushSignal, Shard};
+use crate::types::{
+    AggregateDetails, AggregateKey, DeleteOutcome, DeleteRequest, ReadPage, ReadQuery, SchemaKey,
+    SchemaRegistration, StoredSchema, TrimOutcome, TrimRequest, WriteOutcome, WriteRequest,
+};
+use crate::watch::{self, SubscriptionId, WatchFilter, WatchSink};
+use flusher::{run_flusher, run_merger, Flusher};
+use meta::{decode_meta, encode_meta, read_small, Meta, META_FILE};
+use replay::replay;
+
+pub use config::{
+    EventStoreConfig, EventStoreRecovery, EventStoreStats, DEFAULT_EVENT_INDEX_INTERVAL,
+    DEFAULT_LIST_PAGE, DEFAULT_READ_MAX_BATCHES, DEFAULT_READ_MAX_BYTES, MAX_LIST_PAGE, MAX_SHARDS,
+};
+
+/// The event store. Cheap to share (`Arc`); every method takes `&self`.
+pub struct EventStore {
+    backend: Arc<dyn StorageBackend>,
+    config: EventStoreConfig,
+    placement: Placement,
+    shards: Vec<Shard>,
+    cache: Arc<Cache>,
+    codec: Arc<EventCodec>,
+    /// Compiled schemas of shard 0's registrations, and the keys known to have none.
+    schemas: Arc<Schemas>,
+    flusher: Arc<Flusher>,
+    merger: Arc<Flusher>,
+    threads: Mutex<Vec<JoinHandle<()>>>,
+    /// Per shard, where its last compaction pass left off; the lock serializes passes.
+    compaction: Mutex<Vec<PassMark>>,
+    /// This store's group-commit counters (the pool may be shared with the stream store).
+    stats: Arc<CommitStats>,
+    // Dropped last: when this is the pool's last handle, finishes every queued group commit,
+    // then joins the writer threads.
+    pool: CommitPool,
+}
+
+impl fmt::Debug for EventStore {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("EventStore")
+            .field("backend", &self.backend)
+            .field("placement", &self.placement)
+            .field("commit", &self.stats.snapshot())
+            .field("pool", &self.pool)
+            .finish_non_exhaustive()
+    }
+}
+
+impl EventStore {
+    /// Opens (or creates) the event store under `events/` of `backend` on a commit pool
+    /// ([`EventStoreConfig::commit_threads`]) and a cache (`cache_bytes`) of its own. See
+    /// [`EventStore::open_shared`].
+    pub fn open(
+        backend: Arc<dyn StorageBackend>,
+        config: EventStoreConfig,
+    ) -> Result<(EventStore, EventStoreRecovery)> {
+        let pool = CommitPool::new(config.commit_threads())
+            .map_err(|e| EventStoreError::io(IoOp::Open, "events/pool", e))?;
+        let cache = Arc::new(Cache::new(config.cache_bytes));
+        Self::open_shared(backend, config, &pool, cache)
+    }
+
+    /// Opens (or creates) the event store under `events/` of `backend`, on the storage
+    /// engine's shared commit pool and cache (the server hands the same ones to the stream
+    /// store), recovering every shard: each log is recovered, then its index is brought up to
+    /// date by replaying the log from the index's checkpoint (or rebuilt from the start when
+    /// it is unusable). The pool gets at least [`EventStoreConfig::commit_threads`] threads;
+    /// `config.cache_bytes` is not used.
+    pub fn open_shared(
+        backend: Arc<dyn StorageBackend>,
+        config: EventStoreConfig,
+        pool: &CommitPool,
+        cache: Arc<Cache>,
+    ) -> Result<(EventStore, EventStoreRecovery)> {
+        if config.num_shards == 0 || config.num_shards > MAX_SHARDS {
+            return Err(EventStoreError::InvalidConfig {
+                field: "num_shards",
+                value: u64::from(config.num_shards),
+            });
+        }
+        if config.reserve_coordinator_shard && config.num_shards < 2 {
+            return Err(EventStoreError::InvalidConfig {
+                field: "reserve_coordinator_shard",
+                value: 1,
+            });
+        }
+        let root = PathBuf::from("events");
+        backend
+            .create_dir_all(&root)
+            .map_err(|e| EventStoreError::io(IoOp::CreateDir, &root, e))?;
+        let dict_hash = config
+            .dictionary
+            .as_ref()
+            .map_or([0u8; 32], |d| *blake3::hash(d).as_bytes());
+        let wanted = Meta {
+            num_shards: config.num_shards,
+            routing: config.routing_rule.code(),
+            reserve: config.reserve_coordinator_shard,
+            dictionary: dict_hash,
+        };
+        let mut recovery = EventStoreRecovery::default();
+        let meta_path = root.join(META_FILE);
+        match read_small(&*backend, &meta_path, 4096)? {
+            None => {
+                write_atomic(&*backend, &root, META_FILE, &encode_meta(&wanted))?;
+                recovery.created = true;
+            }
+            Some(bytes) => {
+                let stored = decode_meta(&bytes).ok_or_else(|| {
+                    EventStoreError::corrupt(&meta_path, 0, Corruption::FileChecksum)
+                })?;
+                let mismatch = |field, stored: u64, requested: u64| {
+                    Err(Refusal::ImmutableConfig {
+                        field,
+                        stored,
+                        requested,
+                    }
+                    .into())
+                };
+                if stored.num_shards != wanted.num_shards {
+                    return mismatch(
+                        "num_shards",
+                        u64::from(stored.num_shards),
+                        u64::from(wanted.num_shards),
+                    );
+                }
+                if stored.routing != wanted.routing {
+                    return mismatch("routing_rule", stored.routing, wanted.routing);
+                }
+                if stored.reserve != wanted.reserve {
+                    return mismatch(
+                        "reserve_coordinator_shard",
+                        u64::from(stored.reserve),
+                        u64::from(wanted.reserve),
+                    );
+                }
+                if stored.dictionary != wanted.dictionary {
+                    return Err(Refusal::DictionaryMismatch.into());
+                }
+            }
+        }
+
+        // A shard waiting out its group-commit window holds a pool thread: give every shard one.
+        pool.ensure_threads(config.commit_threads())
+            .map_err(|e| EventStoreError::io(IoOp::Open, root.join("pool"), e))?;
+        let stats = Arc::new(CommitStats::new());
+        let codec = Arc::new(EventCodec::new(
+            config.compression_level,
+            config.dictionary.clone(),
+        ));
+        let flusher = Arc::new(Flusher::default());
+        let log_config = LogConfig {
+            segment_size: config.segment_size,
+            index_interval: config.index_interval,
+            verify_on_open: config.verify_on_open,
+            group_window: config.fsync_delay,
+            ..LogConfig::default()
+        };
+        let mut shards = Vec::with_capacity(config.num_shards as usize);
+        for id in 0..config.num_shards {
+            let (index, opened) = Index::open(
+                Arc::clone(&backend),
+                root.join(format!("index-{id:03}")),
+                Arc::clone(&cache),
+                config.memtable_bytes,
+            )?;
+            let index = Arc::new(index);
+            let watchers = Arc::new(watch::Watchers::new(config.max_subscribers_per_shard));
+            let signal: Arc<dyn FlushSignal> = Arc::clone(&flusher) as Arc<dyn FlushSignal>;
+            let (hook, pending) = Shard::hook(id, &index, &watchers, signal);
+            let (log, report) = Log::open(
+                Arc::clone(&backend),
+                root.join(format!("shard-{id:03}")),
+                log_config,
+                pool,
+                Arc::clone(&cache),
+                OpenOptions {
+                    hook: Some(hook),
+                    stats: Some(Arc::clone(&stats)),
+                    ..OpenOptions::default()
+                },
+            )?;
+            recovery.logs.push(report);
+            let mut rebuilt = opened.rebuilt;
+            let bounds = log.bounds();
+            let mut from = opened.checkpoint;
+            if from > bounds.next || from < bounds.first {
+                tracing::warn!(
+                    shard = id,
+                    checkpoint = from,
+                    log_end = bounds.next,
+                    "event index disagrees with its log; rebuilding it"
+                );
+                index.reset()?;
+                from = bounds.first;
+                rebuilt = true;
+            }
+            if rebuilt {
+                recovery.rebuilt.push(id);
+            }
+            let shard = Shard::new(
+                id,
+                log,
+                index,
+                Arc::clone(&codec),
+                watchers,
+                pending,
+                GENESIS_TIP,
+            );
+            let (replayed, tip) = replay(&shard, from)?;
+            shard.set_tip(tip);
+            recovery.replayed.push(replayed);
+            shards.push(shard);
+        }
+        let indexes: Vec<Arc<Index>> = shards.iter().map(|s| Arc::clone(&s.index)).collect();
+        let merger = Arc::new(Flusher::default());
+        for index in &indexes {
+            index.set_served(true);
+        }
+        let mut threads = Vec::new();
+        {
+            let (flusher, merger, indexes) =
+                (Arc::clone(&flusher), Arc::clone(&merger), indexes.clone());
+            threads.push(
+                std::thread::Builder::new()
+                    .name("eddy-events-flush".into())
+                    .spawn(move || run_flusher(&flusher, &merger, &indexes))
+                    .map_err(|e| EventStoreError::io(IoOp::Open, root.join("index"), e))?,
+            );
+        }
+        {
+            let merger = Arc::clone(&merger);
+            threads.push(
+                std::thread::Builder::new()
+                    .name("eddy-events-merge".into())
+                    .spawn(move || run_merger(&merger, &indexes))
+                    .map_err(|e| EventStoreError::io(IoOp::Open, root.join("index"), e))?,
+            );
+        }
+        let marks = vec![PassMark::new(); config.num_shards as usize];
+        let placement = Placement::new(
+            config.num_shards,
+            config.routing_rule,
+            config.reserve_coordinator_shard,
+        );
+        Ok((
+            EventStore {
+                backend,
+                placement,
+                schemas: Arc::new(Schemas::new(config.max_schema_bytes)),
+                config,
+                shards,
+                cache,
+                codec,
+                flusher,
+                merger,
+                threads: Mutex::new(threads),
+                compaction: Mutex::new(marks),
+                stats,
+                pool: pool.clone(),
+            },
+            recovery,
+        ))
+    }
+
+    /// The configuration the store was opened with.
+    pub fn config(&self) -> &EventStoreConfig {
+        &self.config
+    }
+
+    /// The shard layout (shard count, routing rule, reserved coordinator): how the store
+    /// routes, for callers that must route before they call it (a watch's shard).
+    pub fn placement(&self) -> &Placement {
+        &self.placement
+    }
+
+    /// The number of shards.
+    pub fn num_shards(&self) -> u32 {
+        self.placement.num_shards()
+    }
+
+    /// The shard that holds `key` (the protocol's placement rule on the full u128).
+    pub fn shard_of(&self, key: &AggregateKey) -> u32 {
+        self.placement.shard_of(key)
+    }
+
+    /// A shard by number, or [`Refusal::NoSuchShard`].
+    pub(crate) fn shard(&self, id: u64) -> Result<&Shard> {
+        let id = self.placement.shard(id)?;
+        Ok(&self.shards[id as usize])
+    }
+
+    /// The shard of `key`.
+    fn home(&self, key: &AggregateKey) -> &Shard {
+        &self.shards[self.placement.shard_of(key) as usize]
+    }
+
+    /// The one shard of a multi-key request, or the refusal.
+    fn route<'a>(&self, keys: impl Iterator<Item = &'a AggregateKey>) -> Result<&Shard> {
+        let shard = self.placement.shard_of_keys(keys)?;
+        Ok(&self.shards[shard as usize])
+    }
+
+    /// Writes one batch per part, atomically: the whole write path of the event protocol, in
+    /// its check order (§4.3): routing (one shard), input checks of every part (events
+    /// present, no event type 0), schema validation of unencrypted payloads, limits, then the
+    /// per-aggregate checks against the write-ahead state (existence, OCC, idempotency).
+    /// Refusals resolve at once (nothing written); success resolves after the record is
+    /// durable and visible.
+    ///
+    /// Schema validation runs on the store's schema threads and this call waits for it at
+    /// most [`VALIDATION_DEADLINE`](crate::schema::VALIDATION_DEADLINE) (2022 past it): when
+    /// [`EventStore::needs_schema_work`] says so, an async caller makes this call from a
+    /// thread that may block.
+    pub fn write(&self, request: WriteRequest) -> Completion<WriteOutcome, EventStoreError> {
+        let shard = match self.route(request.writes.iter().map(|w| &w.key)) {
+            Ok(s) => s,
+            Err(e) => return Completion::ready(Err(e)),
+        };
+        if let Err(e) = check_input(&request) {
+            return Completion::ready(Err(e.into()));
+        }
+        if let Err(e) = self.schemas.validate(&self.shards[0], &request) {
+            return Completion::ready(Err(e));
+        }
+        for w in &request.writes {
+            if w.events.len() > record::MAX_EVENTS_PER_BATCH as usize {
+                return Completion::ready(Err(Refusal::Limit {
+                    what: "events in one batch",
+                    value: w.events.len() as u64,
+                    limit: u64::from(record::MAX_EVENTS_PER_BATCH),
+                }
+                .into()));
+            }
+            let raw: usize = w
+                .events
+                .iter()
+                .map(|e| record::EVENT_HEADER_LEN + e.value.len())
+                .sum();
+            if raw > record::MAX_BATCH_BYTES as usize {
+                return Completion::ready(Err(Refusal::Limit {
+                    what: "batch bytes",
+                    value: raw as u64,
+                    limit: u64::from(record::MAX_BATCH_BYTES),
+                }
+                .into()));
+            }
+        }
+        // Encode (and compress) outside every lock.
+        let mut parts = Vec::with_capacity(request.writes.len());
+        for w in request.writes {
+            match self.codec.encode_events(&w.events) {
+                Ok(e) => parts.push((w, e)),
+                Err(e) => {
+                    return Completion::ready(Err(EventStoreError::io(
+                        IoOp::Append,
+                        shard.log.dir(),
+                        e,
+                    )))
+                }
+            }
+        }
+        shard.write(request.client_id, request.user_id, request.now, &parts)
+    }
+
+    /// Whether [`EventStore::write`] may have schema work to do for `request`: false when
+    /// every unencrypted event's type is known to have no schema (the write then never waits
+    /// for the schema threads; nor does one without unencrypted events). A registration
+    /// racing this answer is ordered after the write, as a registration racing the write
+    /// itself would be.
+    pub fn needs_schema_work(&self, request: &WriteRequest) -> bool {
+        self.schemas.needs_work(request)
+    }
+
+    /// Raises the readable floor of an aggregate. At or below the floor: success, nothing
+    /// written.
+    pub fn trim(&self, request: TrimRequest) -> Completion<TrimOutcome, EventStoreError> {
+        self.home(&request.key).trim(&request)
+    }
+
+    /// Soft-deletes aggregates, atomically.
+    pub fn delete(&self, request: &DeleteRequest) -> Completion<DeleteOutcome, EventStoreError> {
+        match self.route(request.deletes.iter().map(|d| &d.key)) {
+            Ok(shard) => shard.delete(
+                request.client_id,
+                request.user_id,
+                request.now,
+                &request.deletes,
+            ),
+            Err(e) => Completion::ready(Err(e)),
+        }
+    }
+
+    /// Reads one page of an aggregate's batches (committed data only).
+    pub fn read(&self, key: &AggregateKey, query: &ReadQuery) -> Result<ReadPage> {
+        self.home(key).read(key, query)
+    }
+
+    /// An aggregate's details; [`Refusal::NotFound`] when it never existed (a deleted one
+    /// answers with `is_deleted`).
+    pub fn details(&self, key: &AggregateKey) -> Result<AggregateDetails> {
+        match self.home(key).committed_agg(key)? {
+            Some(s) => Ok(s.details()),
+            None => Err(Refusal::NotFound { part: 0, key: *key }.into()),
+        }
+    }
+
+    /// Registers a schema (stored on shard 0 for the whole store; immutable once stored),
+    /// in the protocol's check order (§4.10): a known schema type, the size cap
+    /// ([`EventStoreConfig::max_schema_bytes`]), a schema that compiles, then uniqueness.
+    /// Later writes of its event type are validated against it. Compilation runs on the
+    /// store's schema threads and this call waits for it at most
+    /// [`VALIDATION_DEADLINE`](crate::schema::VALIDATION_DEADLINE) (2021 past it): an async
+    /// caller makes this call from a thread that may block.
+    pub fn register_schema(
+        &self,
+        registration: SchemaRegistration,
+    ) -> Completion<(), EventStoreError> {
+        let (registration, compiled) = match self.schemas.compile_registration(registration) {
+            Ok(compiled) => compiled,
+            Err(e) => return Completion::ready(Err(e.into())),
+        };
+        if registration.schema.len() > record::MAX_SCHEMA_BYTES {
+            return Completion::ready(Err(Refusal::Limit {
+                what: "schema bytes",
+                value: registration.schema.len() as u64,
+                limit: record::MAX_SCHEMA_BYTES as u64,
+            }
+            .into()));
+        }
+        let key = registration.key;
+        let schemas = Arc::clone(&self.schemas);
+        self.shards[0]
+            .register_schema(registration)
+            .map(move |done| {
+                if done.is_ok() {
+                    schemas.insert(key, Some(Arc::new(compiled)));
+                }
+                done
+            })
+    }
+
+    /// A registered schema.
+    pub fn schema(&self, key: &SchemaKey) -> Result<Option<StoredSchema>> {
+        self.shards[0].schema(key)
+    }
+
+    /// Subscribes to the committed changes of one shard.
+    pub fn subscribe(
+        &self,
+        shard: u32,
+        filter: WatchFilter,
+        sink: Arc<dyn WatchSink>,
+    ) -> Result<SubscriptionId> {
+        let s = self.shard(u64::from(shard))?;
+        Ok(s.watchers.subscribe(shard, filter, sink)?)
+    }
+
+    /// Ends a subscription; false when it was already gone.
+    pub fn unsubscribe(&self, id: SubscriptionId) -> bool {
+        self.shards
+            .get(id.shard as usize)
+            .is_some_and(|s| s.watchers.unsubscribe(id.id))
+    }
+
+    /// Scans every sealed segment of `shard` and reports what compaction could reclaim
+    /// (computed now from the log and the per-aggregate index; nothing is stored).
+    pub fn reclaimable(&self, shard: u32) -> Result<Vec<SegmentReclaim>> {
+        compact::reclaimable(self.shard(u64::from(shard))?)
+    }
+
+    /// One compaction pass over every shard: scans the sealed segments (see the
+    /// [compaction docs](crate::compact)) and rewrites each whose reclaimable share reaches
+    /// `policy.min_reclaimable_ratio`, without blocking writers (the active segments are never
+    /// touched) or readers. Passes run one at a time; the server calls this every
+    /// `--compaction-check-interval-secs` on a thread of its own.
+    pub fn compact(&self, policy: CompactionPolicy) -> Result<CompactionReport> {
+        self.compact_until(policy, &AtomicBool::new(false))
+    }
+
+    /// [`EventStore::compact`] that stops between two segments once `stop` is set (shutdown
+    /// waits at most for one segment's scan or rewrite). Work done so far is kept and a shard
+    /// left part-way is scanned again by the next pass; the report says `interrupted`.
+    pub fn compact_until(
+        &self,
+        policy: CompactionPolicy,
+        stop: &AtomicBool,
+    ) -> Result<CompactionReport> {
+        let mut marks = lock(&self.compaction);
+        compact::compact_shards(&self.shards, &mut marks, policy, stop)
+    }
+
+    /// Counters for `/metrics`.
+    pub fn stats(&self) -> EventStoreStats {
+        EventStoreStats {
+            commit: self.stats.snapshot(),
+            logs: self.shards.iter().map(|s| s.log.stats()).collect(),
+            indexes: self.shards.iter().map(|s| s.index.stats()).collect(),
+            subscribers: self.shards.iter().map(|s| s.watchers.count()).collect(),
+            cache_bytes: self.cache.used_bytes(),
+        }
+    }
+
+    /// Waits for queued requests, refuses further writes, stops the index thread and writes
+    /// the index memtables out (so the next open has nothing to replay).
+    pub fn close(&self) -> Result<()> {
+        let mut first_error = None;
+        for s in &self.shards {
+            if let Err(e) = s.log.close() {
+                first_error.get_or_insert(e.into());
+            }
+        }
+        self.stop_flusher();
+        for s in &self.shards {
+            // Everything is committed now: write it all, so the next open replays nothing.
+            s.index.freeze();
+            if let Err(e) = s.index.flush_all() {
+                first_error.get_or_insert(e);
+            }
+        }
+        first_error.map_or(Ok(()), Err)
+    }
+
+    fn stop_flusher(&self) {
+        for s in &self.shards {
+            s.index.set_served(false);
+        }
+        self.flusher.stop();
+        self.merger.stop();
+        let threads: Vec<JoinHandle<()>> = lock(&self.threads).drain(..).collect();
+        for t in threads {
+            let _ = t.join();
+        }
+    }
+}
+
+impl Drop for EventStore {
+    fn drop(&mut self) {
+        self.stop_flusher();
+    }
+}
+
+/// The input checks of a write, every part first (§4.3 step 4): events present, no event of
+/// type 0.
+fn check_input(request: &WriteRequest) -> std::result::Result<(), Refusal> {
+    for (part, w) in request.writes.iter().enumerate() {
+        if w.events.is_empty() {
+            return Err(Refusal::EmptyEvents { part });
+        }
+        if let Some(e) = w.events.iter().find(|e| e.event_type_major == 0) {
+            return Err(Refusal::ZeroEventType {
+                part,
+                client_seq: e.client_seq,
+            });
+        }
+    }
+    Ok(())
+}

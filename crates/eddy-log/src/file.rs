@@ -1,0 +1,768 @@
+//! The small synchronous file layer everything else is written against.
+//!
+//! [`StorageFile`] is one append-only file: positional reads, appends at the end, length,
+//! truncation and `fdatasync`. [`StorageBackend`] is a directory tree of such files with the few
+//! namespace operations the logs need (create, list, remove, atomic rename, directory sync).
+//! Paths given to a backend are relative to its root.
+//!
+//! Two backends ship with the crate:
+//!
+//! * [`FsBackend`]: real files under a root directory. Appends use `writev` on an `O_APPEND`
+//!   descriptor, reads use `pread`, sync uses `fdatasync` (`File::sync_data`), directory sync
+//!   uses `fsync` on the directory.
+//! * [`MemBackend`]: files in memory that remember which bytes were synced, so a test can
+//!   simulate a power cut ([`MemBackend::crash`], [`MemBackend::crash_with`]): unsynced bytes are
+//!   dropped, or torn at any byte, or replaced by whatever the test wants (zeros, garbage). It
+//!   can also inject faults: a byte capacity that makes appends fail with `ENOSPC` after a
+//!   partial write ([`MemBackend::set_capacity`]) and failing syncs
+//!   ([`MemBackend::fail_syncs`]).
+//!
+//! Crash model of [`MemBackend`] (documented because tests rely on it): file creation, removal,
+//! rename and truncation are durable at once (the storage layer always follows them with a
+//! sync of the file or directory, so this only shortens the window, never changes the
+//! outcome); appended bytes are durable only once `sync` returns.
+
+use std::collections::BTreeMap;
+use std::fmt;
+use std::fs;
+use std::io::{self, IoSlice, Write};
+use std::os::unix::fs::FileExt;
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+
+use crate::sync::lock;
+
+/// One append-only file.
+///
+/// Implementations must allow concurrent `read_at` calls from many threads while one thread
+/// appends; the storage layer never appends to one file from two threads at once.
+pub trait StorageFile: Send + Sync + fmt::Debug {
+    /// Fills `buf` with the bytes at `offset`. Fails with [`io::ErrorKind::UnexpectedEof`] when
+    /// the file is shorter than `offset + buf.len()`.
+    fn read_at(&self, offset: u64, buf: &mut [u8]) -> io::Result<()>;
+    /// Appends `parts`, in order, at the end of the file. On error some prefix of the bytes may
+    /// have been written; the caller truncates back.
+    fn append(&self, parts: &[&[u8]]) -> io::Result<()>;
+    /// The current length in bytes (including unsynced appends).
+    fn len(&self) -> io::Result<u64>;
+    /// True when the file is empty.
+    fn is_empty(&self) -> io::Result<bool> {
+        Ok(self.len()? == 0)
+    }
+    /// Cuts the file to `len` bytes (never used to grow it).
+    fn truncate(&self, len: u64) -> io::Result<()>;
+    /// Makes every byte appended so far durable (`fdatasync`).
+    fn sync(&self) -> io::Result<()>;
+}
+
+/// How [`StorageBackend::open`] treats a missing or existing file.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum OpenMode {
+    /// Create a new file; fail with [`io::ErrorKind::AlreadyExists`] if it exists.
+    CreateNew,
+    /// Open an existing file; fail with [`io::ErrorKind::NotFound`] if it does not exist.
+    Existing,
+    /// Open the file, creating it empty if missing.
+    CreateOrOpen,
+}
+
+/// One entry of a directory listing.
+#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord)]
+pub struct DirEntry {
+    /// The entry's file name.
+    pub name: String,
+    /// True for a directory.
+    pub is_dir: bool,
+}
+
+/// A tree of [`StorageFile`]s.
+pub trait StorageBackend: Send + Sync + fmt::Debug {
+    /// Opens (or creates) a file.
+    fn open(&self, path: &Path, mode: OpenMode) -> io::Result<Arc<dyn StorageFile>>;
+    /// Lists a directory (names only, unsorted). A missing directory is `NotFound`.
+    fn list(&self, dir: &Path) -> io::Result<Vec<DirEntry>>;
+    /// Creates a directory and its parents.
+    fn create_dir_all(&self, dir: &Path) -> io::Result<()>;
+    /// Removes a file.
+    fn remove_file(&self, path: &Path) -> io::Result<()>;
+    /// Removes a directory and everything under it.
+    fn remove_dir_all(&self, dir: &Path) -> io::Result<()>;
+    /// Atomically renames `from` to `to`, replacing `to`.
+    fn rename(&self, from: &Path, to: &Path) -> io::Result<()>;
+    /// Makes the directory's entries (creations, removals, renames) durable.
+    fn sync_dir(&self, dir: &Path) -> io::Result<()>;
+    /// True when a file or directory exists at `path`.
+    fn exists(&self, path: &Path) -> bool;
+}
+
+// ------------------------------------------------------------------------------------------------
+// Real files.
+
+/// Real files under a root directory.
+#[derive(Debug, Clone)]
+pub struct FsBackend {
+    root: PathBuf,
+}
+
+impl FsBackend {
+    /// A backend rooted at `root` (created if missing).
+    pub fn new(root: impl Into<PathBuf>) -> io::Result<Self> {
+        let root = root.into();
+        fs::create_dir_all(&root)?;
+        Ok(FsBackend { root })
+    }
+
+    /// The root directory.
+    pub fn root(&self) -> &Path {
+        &self.root
+    }
+
+    fn full(&self, path: &Path) -> PathBuf {
+        self.root.join(path)
+    }
+}
+
+/// A real file opened for reading and appending.
+#[derive(Debug)]
+pub struct FsFile {
+    file: fs::File,
+}
+
+/// At most this many slices are handed to one `writev` call (Linux `IOV_MAX` is 1024).
+const MAX_IOVECS: usize = 1024;
+
+impl StorageFile for FsFile {
+    fn read_at(&self, offset: u64, buf: &mut [u8]) -> io::Result<()> {
+        self.file.read_exact_at(buf, offset)
+    }
+
+    fn append(&self, parts: &[&[u8]]) -> io::Result<()> {
+        for chunk in parts.chunks(MAX_IOVECS) {
+            let mut slices: Vec<IoSlice<'_>> = chunk.iter().map(|p| IoSlice::new(p)).collect();
+            let mut slices: &mut [IoSlice<'_>] = &mut slices;
+            // Skip leading empty slices so `advance_slices` bookkeeping stays simple.
+            while !slices.is_empty() {
+                let written = (&self.file).write_vectored(slices)?;
+                if written == 0 {
+                    if slices.iter().all(|s| s.is_empty()) {
+                        break;
+                    }
+                    return Err(io::Error::from(io::ErrorKind::WriteZero));
+                }
+                IoSlice::advance_slices(&mut slices, written);
+            }
+        }
+        Ok(())
+    }
+
+    fn len(&self) -> io::Result<u64> {
+        Ok(self.file.metadata()?.len())
+    }
+
+    fn truncate(&self, len: u64) -> io::Result<()> {
+        self.file.set_len(len)
+    }
+
+    fn sync(&self) -> io::Result<()> {
+        self.file.sync_data()
+    }
+}
+
+impl StorageBackend for FsBackend {
+    fn open(&self, path: &Path, mode: OpenMode) -> io::Result<Arc<dyn StorageFile>> {
+        let mut options = fs::OpenOptions::new();
+        options.read(true).append(true);
+        match mode {
+            OpenMode::CreateNew => options.create_new(true),
+            OpenMode::Existing => &mut options,
+            OpenMode::CreateOrOpen => options.create(true),
+        };
+        let file = options.open(self.full(path))?;
+        Ok(Arc::new(FsFile { file }))
+    }
+
+    fn list(&self, dir: &Path) -> io::Result<Vec<DirEntry>> {
+        let mut out = Vec::new();
+        for entry in fs::read_dir(self.full(dir))? {
+            let entry = entry?;
+            let Ok(name) = entry.file_name().into_string() else {
+                // Names we did not write (not UTF-8) are none of our business.
+                continue;
+            };
+            out.push(DirEntry {
+                name,
+                is_dir: entry.file_type()?.is_dir(),
+            });
+        }
+        Ok(out)
+    }
+
+    fn create_dir_all(&self, dir: &Path) -> io::Result<()> {
+        fs::create_dir_all(self.full(dir))
+    }
+
+    fn remove_file(&self, path: &Path) -> io::Result<()> {
+        fs::remove_file(self.full(path))
+    }
+
+    fn remove_dir_all(&self, dir: &Path) -> io::Result<()> {
+        fs::remove_dir_all(self.full(dir))
+    }
+
+    fn rename(&self, from: &Path, to: &Path) -> io::Result<()> {
+        fs::rename(self.full(from), self.full(to))
+    }
+
+    fn sync_dir(&self, dir: &Path) -> io::Result<()> {
+        fs::File::open(self.full(dir))?.sync_all()
+    }
+
+    fn exists(&self, path: &Path) -> bool {
+        self.full(path).exists()
+    }
+}
+
+// ------------------------------------------------------------------------------------------------
+// In-memory files with crash simulation and fault injection.
+
+/// In-memory files that can simulate a crash and inject faults. Cheap to clone (shared state).
+///
+/// A clone belongs to the "process" that made it: after [`MemBackend::crash`], the
+/// [`StorageBackend`] methods of clones made before the crash fail (as would the system calls
+/// of a killed process), so a writer thread of the dead store cannot touch the recovered
+/// files. Open the store again with a fresh clone. The test helpers ([`MemBackend::crash`],
+/// [`MemBackend::read_file`], ...) work on any clone.
+#[derive(Debug, Default)]
+pub struct MemBackend {
+    shared: Arc<MemShared>,
+    epoch: u64,
+}
+
+impl Clone for MemBackend {
+    fn clone(&self) -> Self {
+        MemBackend {
+            shared: Arc::clone(&self.shared),
+            epoch: self.shared.epoch.load(Ordering::Acquire),
+        }
+    }
+}
+
+#[derive(Debug, Default)]
+struct MemShared {
+    tree: Mutex<MemTree>,
+    /// Incremented by every simulated crash; handles from an older epoch refuse all calls, as
+    /// the file descriptors of a killed process would.
+    epoch: AtomicU64,
+    faults: Mutex<Faults>,
+}
+
+#[derive(Debug, Default)]
+struct MemTree {
+    files: BTreeMap<PathBuf, Arc<MemFileData>>,
+    dirs: std::collections::BTreeSet<PathBuf>,
+}
+
+#[derive(Debug, Default)]
+struct Faults {
+    /// Total bytes all files may hold; appends beyond it write what fits and fail with ENOSPC.
+    capacity: Option<u64>,
+    /// This many upcoming syncs fail with EIO.
+    failing_syncs: u64,
+}
+
+#[derive(Debug, Default)]
+struct MemFileData {
+    state: Mutex<MemFileState>,
+}
+
+#[derive(Debug, Default, Clone)]
+struct MemFileState {
+    data: Vec<u8>,
+    /// `data[..synced]` is what survives a crash.
+    synced: usize,
+}
+
+/// A handle on one in-memory file.
+#[derive(Debug)]
+pub struct MemFile {
+    data: Arc<MemFileData>,
+    epoch: u64,
+    backend: Arc<MemShared>,
+    path: PathBuf,
+}
+
+fn crashed() -> io::Error {
+    io::Error::other("simulated crash: this handle belongs to a killed process")
+}
+
+impl MemFile {
+    fn check_epoch(&self) -> io::Result<()> {
+        if self.backend.epoch.load(Ordering::Acquire) == self.epoch {
+            Ok(())
+        } else {
+            Err(crashed())
+        }
+    }
+
+    /// The path of this file inside its backend.
+    pub fn path(&self) -> &Path {
+        &self.path
+    }
+}
+
+impl StorageFile for MemFile {
+    fn read_at(&self, offset: u64, buf: &mut [u8]) -> io::Result<()> {
+        self.check_epoch()?;
+        let state = lock(&self.data.state);
+        let start =
+            usize::try_from(offset).map_err(|_| io::Error::from(io::ErrorKind::UnexpectedEof))?;
+        let end = start
+            .checked_add(buf.len())
+            .filter(|end| *end <= state.data.len())
+            .ok_or_else(|| io::Error::from(io::ErrorKind::UnexpectedEof))?;
+        buf.copy_from_slice(&state.data[start..end]);
+        Ok(())
+    }
+
+    fn append(&self, parts: &[&[u8]]) -> io::Result<()> {
+        self.check_epoch()?;
+        let total: usize = parts.iter().map(|p| p.len()).sum();
+        let room = self.backend.room();
+        let mut state = lock(&self.data.state);
+        let allowed = room.map_or(total, |room| {
+            total.min(usize::try_from(room).unwrap_or(usize::MAX))
+        });
+        let mut left = allowed;
+        for part in parts {
+            let take = part.len().min(left);
+            state.data.extend_from_slice(&part[..take]);
+            left -= take;
+        }
+        if allowed < total {
+            return Err(io::Error::new(
+                io::ErrorKind::StorageFull,
+                "simulated ENOSPC: backend capacity reached",
+            ));
+        }
+        Ok(())
+    }
+
+    fn len(&self) -> io::Result<u64> {
+        self.check_epoch()?;
+        Ok(lock(&self.data.state).data.len() as u64)
+    }
+
+    fn truncate(&self, len: u64) -> io::Result<()> {
+        self.check_epoch()?;
+        let mut state = lock(&self.data.state);
+        let len = usize::try_from(len).unwrap_or(usize::MAX);
+        if len < state.data.len() {
+            state.data.truncate(len);
+        }
+        state.synced = state.synced.min(state.data.len());
+        Ok(())
+    }
+
+    fn sync(&self) -> io::Result<()> {
+        self.check_epoch()?;
+        {
+            let mut faults = lock(&self.backend.faults);
+            if faults.failing_syncs > 0 {
+                faults.failing_syncs -= 1;
+                return Err(io::Error::other("simulated EIO on fdatasync"));
+            }
+        }
+        let mut state = lock(&self.data.state);
+        state.synced = state.data.len();
+        Ok(())
+    }
+}
+
+impl MemShared {
+    /// Remaining capacity, `None` when unlimited.
+    fn room(&self) -> Option<u64> {
+        let capacity = lock(&self.faults).capacity?;
+        let used: u64 = lock(&self.tree)
+            .files
+            .values()
+            .map(|f| lock(&f.state).data.len() as u64)
+            .sum();
+        Some(capacity.saturating_sub(used))
+    }
+}
+
+impl MemBackend {
+    /// An empty in-memory tree.
+    pub fn new() -> Self {
+        MemBackend::default()
+    }
+
+    /// Limits the total bytes all files may hold. An append past the limit writes what fits,
+    /// then fails with [`io::ErrorKind::StorageFull`] (like a real `ENOSPC` after a short
+    /// write). `None` removes the limit.
+    pub fn set_capacity(&self, capacity: Option<u64>) {
+        lock(&self.shared.faults).capacity = capacity;
+    }
+
+    /// Makes the next `count` syncs (of any file) fail with an I/O error.
+    pub fn fail_syncs(&self, count: u64) {
+        lock(&self.shared.faults).failing_syncs = count;
+    }
+
+    /// Total bytes held by all files (synced or not).
+    pub fn used_bytes(&self) -> u64 {
+        lock(&self.shared.tree)
+            .files
+            .values()
+            .map(|f| lock(&f.state).data.len() as u64)
+            .sum()
+    }
+
+    /// Simulates a power cut: every byte not yet synced is lost. Handles opened before the
+    /// crash refuse every further call.
+    pub fn crash(&self) {
+        self.crash_with(|_, _| Vec::new());
+    }
+
+    /// Simulates a power cut with a custom fate for each file's unsynced bytes: `tail` is
+    /// called with the file's path and its unsynced bytes and returns what the file holds after
+    /// its synced prefix once the machine is back (a prefix of the bytes for a torn write,
+    /// zeros for lost pages, anything else for garbage). Faults are cleared.
+    pub fn crash_with(&self, mut tail: impl FnMut(&Path, &[u8]) -> Vec<u8>) {
+        let mut tree = lock(&self.shared.tree);
+        self.shared.epoch.fetch_add(1, Ordering::AcqRel);
+        let old = std::mem::take(&mut tree.files);
+        for (path, file) in old {
+            let state = lock(&file.state).clone();
+            let mut data = state.data[..state.synced].to_vec();
+            let survived = tail(&path, &state.data[state.synced..]);
+            data.extend_from_slice(&survived);
+            let synced = data.len();
+            tree.files.insert(
+                path,
+                Arc::new(MemFileData {
+                    state: Mutex::new(MemFileState { data, synced }),
+                }),
+            );
+        }
+        *lock(&self.shared.faults) = Faults::default();
+    }
+
+    /// A copy of a file's current bytes (synced or not), for tests.
+    pub fn read_file(&self, path: &Path) -> Option<Vec<u8>> {
+        let tree = lock(&self.shared.tree);
+        tree.files.get(path).map(|f| lock(&f.state).data.clone())
+    }
+
+    /// Overwrites a file's bytes (all of them durable), for tests that damage files.
+    pub fn write_file(&self, path: &Path, bytes: &[u8]) {
+        let mut tree = lock(&self.shared.tree);
+        let len = bytes.len();
+        tree.files.insert(
+            path.to_path_buf(),
+            Arc::new(MemFileData {
+                state: Mutex::new(MemFileState {
+                    data: bytes.to_vec(),
+                    synced: len,
+                }),
+            }),
+        );
+    }
+
+    /// Every file path, sorted, for tests.
+    pub fn file_paths(&self) -> Vec<PathBuf> {
+        lock(&self.shared.tree).files.keys().cloned().collect()
+    }
+
+    fn handle(&self, path: &Path, data: Arc<MemFileData>) -> Arc<dyn StorageFile> {
+        Arc::new(MemFile {
+            data,
+            epoch: self.shared.epoch.load(Ordering::Acquire),
+            backend: Arc::clone(&self.shared),
+            path: path.to_path_buf(),
+        })
+    }
+
+    fn alive(&self) -> io::Result<()> {
+        if self.shared.epoch.load(Ordering::Acquire) == self.epoch {
+            Ok(())
+        } else {
+            Err(crashed())
+        }
+    }
+
+    fn parent_exists(tree: &MemTree, path: &Path) -> bool {
+        match path.parent() {
+            None => true,
+            Some(p) if p.as_os_str().is_empty() => true,
+            Some(p) => tree.dirs.contains(p),
+        }
+    }
+}
+
+fn not_found() -> io::Error {
+    io::Error::from(io::ErrorKind::NotFound)
+}
+
+impl StorageBackend for MemBackend {
+    fn open(&self, path: &Path, mode: OpenMode) -> io::Result<Arc<dyn StorageFile>> {
+        self.alive()?;
+        let mut tree = lock(&self.shared.tree);
+        if !Self::parent_exists(&tree, path) {
+            return Err(not_found());
+        }
+        let existing = tree.files.get(path).cloned();
+        let data = match (mode, existing) {
+            (OpenMode::CreateNew, Some(_)) => {
+                return Err(io::Error::from(io::ErrorKind::AlreadyExists));
+            }
+            (OpenMode::Existing, None) => return Err(not_found()),
+            (_, Some(data)) => data,
+            (_, None) => {
+                let data = Arc::new(MemFileData::default());
+                tree.files.insert(path.to_path_buf(), Arc::clone(&data));
+                data
+            }
+        };
+        drop(tree);
+        Ok(self.handle(path, data))
+    }
+
+    fn list(&self, dir: &Path) -> io::Result<Vec<DirEntry>> {
+        self.alive()?;
+        let tree = lock(&self.shared.tree);
+        let is_root = dir.as_os_str().is_empty();
+        if !is_root && !tree.dirs.contains(dir) {
+            return Err(not_found());
+        }
+        let child_name = |p: &Path| -> Option<String> {
+            if p.parent().unwrap_or(Path::new("")) == dir {
+                p.file_name().and_then(|n| n.to_str()).map(str::to_owned)
+            } else {
+                None
+            }
+        };
+        let mut out = Vec::new();
+        for path in tree.files.keys() {
+            if let Some(name) = child_name(path) {
+                out.push(DirEntry {
+                    name,
+                    is_dir: false,
+                });
+            }
+        }
+        for path in &tree.dirs {
+            if let Some(name) = child_name(path) {
+                out.push(DirEntry { name, is_dir: true });
+            }
+        }
+        Ok(out)
+    }
+
+    fn create_dir_all(&self, dir: &Path) -> io::Result<()> {
+        self.alive()?;
+        let mut tree = lock(&self.shared.tree);
+        let mut current = PathBuf::new();
+        for component in dir.components() {
+            current.push(component);
+            if tree.files.contains_key(&current) {
+                return Err(io::Error::from(io::ErrorKind::AlreadyExists));
+            }
+            tree.dirs.insert(current.clone());
+        }
+        Ok(())
+    }
+
+    fn remove_file(&self, path: &Path) -> io::Result<()> {
+        self.alive()?;
+        let mut tree = lock(&self.shared.tree);
+        tree.files.remove(path).map(|_| ()).ok_or_else(not_found)
+    }
+
+    fn remove_dir_all(&self, dir: &Path) -> io::Result<()> {
+        self.alive()?;
+        let mut tree = lock(&self.shared.tree);
+        if !tree.dirs.contains(dir) {
+            return Err(not_found());
+        }
+        tree.files.retain(|p, _| !p.starts_with(dir));
+        tree.dirs.retain(|p| !p.starts_with(dir));
+        Ok(())
+    }
+
+    fn rename(&self, from: &Path, to: &Path) -> io::Result<()> {
+        self.alive()?;
+        let mut tree = lock(&self.shared.tree);
+        if !Self::parent_exists(&tree, to) {
+            return Err(not_found());
+        }
+        let data = tree.files.remove(from).ok_or_else(not_found)?;
+        tree.files.insert(to.to_path_buf(), data);
+        Ok(())
+    }
+
+    fn sync_dir(&self, dir: &Path) -> io::Result<()> {
+        self.alive()?;
+        let tree = lock(&self.shared.tree);
+        if dir.as_os_str().is_empty() || tree.dirs.contains(dir) {
+            Ok(())
+        } else {
+            Err(not_found())
+        }
+    }
+
+    fn exists(&self, path: &Path) -> bool {
+        let tree = lock(&self.shared.tree);
+        tree.files.contains_key(path) || tree.dirs.contains(path)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn roundtrip(backend: &dyn StorageBackend) {
+        backend.create_dir_all(Path::new("a/b")).unwrap();
+        let f = backend
+            .open(Path::new("a/b/f.log"), OpenMode::CreateNew)
+            .unwrap();
+        assert!(f.is_empty().unwrap());
+        f.append(&[b"hello ", b"", b"world"]).unwrap();
+        assert_eq!(f.len().unwrap(), 11);
+        let mut buf = [0u8; 5];
+        f.read_at(6, &mut buf).unwrap();
+        assert_eq!(&buf, b"world");
+        let err = f.read_at(8, &mut buf).unwrap_err();
+        assert_eq!(err.kind(), io::ErrorKind::UnexpectedEof);
+        f.truncate(5).unwrap();
+        f.append(&[b"!"]).unwrap();
+        f.sync().unwrap();
+        let mut buf = [0u8; 6];
+        f.read_at(0, &mut buf).unwrap();
+        assert_eq!(&buf, b"hello!");
+        assert_eq!(
+            backend
+                .open(Path::new("a/b/f.log"), OpenMode::CreateNew)
+                .unwrap_err()
+                .kind(),
+            io::ErrorKind::AlreadyExists
+        );
+        assert_eq!(
+            backend
+                .open(Path::new("a/b/g.log"), OpenMode::Existing)
+                .unwrap_err()
+                .kind(),
+            io::ErrorKind::NotFound
+        );
+        backend
+            .rename(Path::new("a/b/f.log"), Path::new("a/b/g.log"))
+            .unwrap();
+        assert!(!backend.exists(Path::new("a/b/f.log")));
+        let mut names = backend.list(Path::new("a/b")).unwrap();
+        names.sort();
+        assert_eq!(
+            names,
+            vec![DirEntry {
+                name: "g.log".into(),
+                is_dir: false
+            }]
+        );
+        let root = backend.list(Path::new("a")).unwrap();
+        assert_eq!(
+            root,
+            vec![DirEntry {
+                name: "b".into(),
+                is_dir: true
+            }]
+        );
+        backend.sync_dir(Path::new("a/b")).unwrap();
+        backend.remove_file(Path::new("a/b/g.log")).unwrap();
+        assert!(backend.list(Path::new("a/b")).unwrap().is_empty());
+        backend.remove_dir_all(Path::new("a")).unwrap();
+        assert!(!backend.exists(Path::new("a/b")));
+    }
+
+    #[test]
+    fn fs_backend_behaves() {
+        let dir = tempfile::tempdir().unwrap();
+        roundtrip(&FsBackend::new(dir.path()).unwrap());
+    }
+
+    #[test]
+    fn mem_backend_behaves() {
+        roundtrip(&MemBackend::new());
+    }
+
+    #[test]
+    fn fs_append_many_slices() {
+        let dir = tempfile::tempdir().unwrap();
+        let backend = FsBackend::new(dir.path()).unwrap();
+        let f = backend
+            .open(Path::new("f"), OpenMode::CreateOrOpen)
+            .unwrap();
+        let pieces: Vec<Vec<u8>> = (0..3000u32).map(|i| i.to_le_bytes().to_vec()).collect();
+        let parts: Vec<&[u8]> = pieces.iter().map(Vec::as_slice).collect();
+        f.append(&parts).unwrap();
+        assert_eq!(f.len().unwrap(), 12_000);
+        let mut buf = [0u8; 4];
+        f.read_at(4 * 2999, &mut buf).unwrap();
+        assert_eq!(u32::from_le_bytes(buf), 2999);
+    }
+
+    #[test]
+    fn crash_drops_unsynced_and_kills_old_handles() {
+        let backend = MemBackend::new();
+        let f = backend.open(Path::new("f"), OpenMode::CreateNew).unwrap();
+        f.append(&[b"durable"]).unwrap();
+        f.sync().unwrap();
+        f.append(&[b"volatile"]).unwrap();
+        backend.crash();
+        assert!(f.append(&[b"x"]).is_err(), "old handle must be dead");
+        assert!(
+            backend.list(Path::new("")).is_err(),
+            "old backend clone must be dead"
+        );
+        let backend = backend.clone();
+        let g = backend.open(Path::new("f"), OpenMode::Existing).unwrap();
+        assert_eq!(g.len().unwrap(), 7);
+    }
+
+    #[test]
+    fn crash_with_tears_at_any_byte() {
+        for keep in 0..=8usize {
+            let backend = MemBackend::new();
+            let f = backend.open(Path::new("f"), OpenMode::CreateNew).unwrap();
+            f.append(&[b"abc"]).unwrap();
+            f.sync().unwrap();
+            f.append(&[b"defghijk"]).unwrap();
+            backend.crash_with(|_, tail| tail[..keep].to_vec());
+            let g = backend
+                .clone()
+                .open(Path::new("f"), OpenMode::Existing)
+                .unwrap();
+            assert_eq!(g.len().unwrap(), 3 + keep as u64);
+        }
+    }
+
+    #[test]
+    fn capacity_gives_short_write_then_enospc() {
+        let backend = MemBackend::new();
+        backend.set_capacity(Some(10));
+        let f = backend.open(Path::new("f"), OpenMode::CreateNew).unwrap();
+        f.append(&[b"0123456"]).unwrap();
+        let err = f.append(&[b"789", b"abc"]).unwrap_err();
+        assert_eq!(err.kind(), io::ErrorKind::StorageFull);
+        assert_eq!(f.len().unwrap(), 10, "the short write happened");
+        assert_eq!(backend.used_bytes(), 10);
+    }
+
+    #[test]
+    fn failing_syncs_are_counted() {
+        let backend = MemBackend::new();
+        let f = backend.open(Path::new("f"), OpenMode::CreateNew).unwrap();
+        backend.fail_syncs(1);
+        assert!(f.sync().is_err());
+        assert!(f.sync().is_ok());
+    }
+}

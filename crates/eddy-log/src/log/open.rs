@@ -1,0 +1,256 @@
+//! Opening a log: list its directory, drop leftovers, recover every segment in order,
+//! honour a persisted sequence frontier, and build the shared state the writer and readers
+//! start from.
+
+use std::collections::VecDeque;
+use std::path::{Path, PathBuf};
+use std::sync::{Arc, Condvar, Mutex, RwLock};
+
+use crate::cache::{next_owner_id, Cache};
+use crate::error::{Corruption, IoOp, LogError, Result};
+use crate::file::{OpenMode, StorageBackend};
+use crate::format::{
+    index_file_name, parse_file_name, segment_file_name, IndexEntry, IndexKind, INDEX_ENTRY_LEN,
+    INDEX_HEADER_LEN, SEGMENT_HEADER_LEN,
+};
+use crate::pool::CommitPool;
+
+use super::config::LogConfig;
+use super::recovery::{recover_segment, Recovered, Recovering};
+use super::segment_files::{create_segment, remove_segment_files, write_index};
+use super::state::{
+    ActiveSegment, Admission, Log, LogCounters, LogInner, SegmentState, View, Writer,
+};
+use super::types::{OpenOptions, RecoveryReport};
+
+impl Log {
+    /// Opens (or creates) the log in `dir`, recovering it as described in the module docs.
+    pub fn open(
+        backend: Arc<dyn StorageBackend>,
+        dir: impl Into<PathBuf>,
+        config: LogConfig,
+        pool: &CommitPool,
+        cache: Arc<Cache>,
+        options: OpenOptions,
+    ) -> Result<(Log, RecoveryReport)> {
+        let dir = dir.into();
+        config.validate()?;
+        let mut report = RecoveryReport::default();
+        backend
+            .create_dir_all(&dir)
+            .map_err(|e| LogError::io(IoOp::CreateDir, &dir, e))?;
+        let listing = backend
+            .list(&dir)
+            .map_err(|e| LogError::io(IoOp::List, &dir, e))?;
+        let mut logs = Vec::new();
+        let mut indexes = Vec::new();
+        for entry in listing.iter().filter(|e| !e.is_dir) {
+            if Path::new(&entry.name)
+                .extension()
+                .is_some_and(|ext| ext.eq_ignore_ascii_case("tmp"))
+            {
+                let path = dir.join(&entry.name);
+                backend
+                    .remove_file(&path)
+                    .map_err(|e| LogError::io(IoOp::Remove, &path, e))?;
+                report.removed.push(path);
+                continue;
+            }
+            match parse_file_name(&entry.name) {
+                Some((base, false)) => logs.push(base),
+                Some((base, true)) => indexes.push(base),
+                None => {}
+            }
+        }
+        logs.sort_unstable();
+        for base in indexes {
+            if logs.binary_search(&base).is_err() {
+                let path = dir.join(index_file_name(base));
+                backend
+                    .remove_file(&path)
+                    .map_err(|e| LogError::io(IoOp::Remove, &path, e))?;
+                report.removed.push(path);
+            }
+        }
+        if logs.is_empty() {
+            create_segment(&*backend, &dir, options.initial_seq).map_err(|e| {
+                LogError::io(
+                    IoOp::Open,
+                    dir.join(segment_file_name(options.initial_seq)),
+                    e,
+                )
+            })?;
+            logs.push(options.initial_seq);
+        }
+
+        let mut recovered: Vec<Recovered> = Vec::with_capacity(logs.len());
+        {
+            let mut ctx = Recovering {
+                backend: &*backend,
+                dir: &dir,
+                config: &config,
+                report: &mut report,
+            };
+            for (i, base) in logs.iter().copied().enumerate() {
+                let is_last = i + 1 == logs.len();
+                let seg = recover_segment(&mut ctx, base, is_last)?;
+                if let Some(prev) = recovered.last() {
+                    if seg.state.base < prev.state.end {
+                        return Err(LogError::corrupt(
+                            dir.join(segment_file_name(base)),
+                            0,
+                            Corruption::SegmentOrder,
+                        ));
+                    }
+                }
+                recovered.push(seg);
+            }
+        }
+        // A sealed segment must hold records (rolls only happen after a record). With repair an
+        // emptied sealed segment is removed.
+        let mut i = 0;
+        while i + 1 < recovered.len() {
+            if recovered[i].state.end == recovered[i].state.base {
+                let base = recovered[i].state.base;
+                let path = dir.join(segment_file_name(base));
+                if !config.repair {
+                    return Err(LogError::corrupt(path, 0, Corruption::SegmentOrder));
+                }
+                remove_segment_files(&*backend, &dir, base)?;
+                report.removed.push(path);
+                recovered.remove(i);
+            } else {
+                i += 1;
+            }
+        }
+
+        // Honour the persisted frontier: never hand out a sequence number below it.
+        let last_end = recovered
+            .last()
+            .map_or(options.initial_seq, |r| r.state.end);
+        if options.min_next_seq > last_end {
+            let last = recovered.pop().expect("a log always has a segment");
+            if last.state.end == last.state.base {
+                remove_segment_files(&*backend, &dir, last.state.base)?;
+                report
+                    .removed
+                    .push(dir.join(segment_file_name(last.state.base)));
+            } else {
+                let mut sealed = last;
+                sealed.state.sealed = true;
+                write_index(
+                    &*backend,
+                    &dir,
+                    sealed.state.base,
+                    &sealed.index,
+                    Some(IndexEntry {
+                        seq: sealed.state.end,
+                        timestamp: sealed.state.max_ts.unwrap_or(0),
+                        position: sealed.state.len,
+                        kind: IndexKind::Seal,
+                    }),
+                )?;
+                recovered.push(sealed);
+            }
+            let base = options.min_next_seq;
+            let (file, _) = create_segment(&*backend, &dir, base)
+                .map_err(|e| LogError::io(IoOp::Open, dir.join(segment_file_name(base)), e))?;
+            recovered.push(Recovered {
+                state: SegmentState {
+                    base,
+                    end: base,
+                    len: SEGMENT_HEADER_LEN as u64,
+                    first_ts: None,
+                    max_ts: None,
+                    sealed: false,
+                    owner: 0,
+                },
+                file,
+                index: Vec::new(),
+            });
+        }
+        report.segments = recovered.len();
+
+        let last = recovered.pop().expect("a log always has a segment");
+        let index_path = dir.join(index_file_name(last.state.base));
+        let index_file = backend
+            .open(&index_path, OpenMode::Existing)
+            .map_err(|e| LogError::io(IoOp::Open, &index_path, e))?;
+        let index_len = index_file
+            .len()
+            .map_err(|e| LogError::io(IoOp::Len, &index_path, e))?;
+        let expected_index_len = (INDEX_HEADER_LEN + last.index.len() * INDEX_ENTRY_LEN) as u64;
+        if index_len != expected_index_len {
+            // Only a partial trailing entry can differ here; drop it.
+            index_file
+                .truncate(expected_index_len)
+                .map_err(|e| LogError::io(IoOp::Truncate, &index_path, e))?;
+        }
+        let max_ts_all = recovered
+            .iter()
+            .filter_map(|r| r.state.max_ts)
+            .chain(last.state.max_ts)
+            .max()
+            .unwrap_or(0);
+        let active = ActiveSegment {
+            base: last.state.base,
+            file: Arc::clone(&last.file),
+            index_file: Some(index_file),
+            len: last.state.len,
+            synced_len: last.state.len,
+            last_index_pos: last.index.last().map(|e| e.position),
+            index_written: last.index.len(),
+            has_records: last.state.end > last.state.base,
+        };
+        let next_seq = last.state.end;
+        let id = next_owner_id();
+        let mut segments: VecDeque<SegmentState> = recovered.into_iter().map(|r| r.state).collect();
+        let active_file = Arc::clone(&last.file);
+        let active_index = last.index;
+        segments.push_back(last.state);
+        for seg in &mut segments {
+            seg.owner = id;
+        }
+
+        let inner = Arc::new(LogInner {
+            id,
+            dir,
+            backend,
+            config,
+            cache,
+            pool: pool.shared(),
+            hook: options.hook,
+            admission: Mutex::new(Admission {
+                epoch: 0,
+                next_seq,
+                last_ts: max_ts_all,
+                queue: VecDeque::new(),
+                queued_bytes: 0,
+                scheduled: false,
+                failed: None,
+                closed: false,
+                room_waiters: 0,
+            }),
+            room: Condvar::new(),
+            hold_until: Mutex::new(None),
+            swap: RwLock::new(()),
+            rewriting: Mutex::new(()),
+            writer: Mutex::new(Writer {
+                active,
+                next_seq,
+                last_ts: max_ts_all,
+                unsynced_records: 0,
+                unsynced_bytes: 0,
+                failed: None,
+            }),
+            view: Mutex::new(View {
+                segments,
+                active_file,
+                active_index,
+            }),
+            counters: LogCounters::default(),
+            store_stats: options.stats,
+        });
+        Ok((Log { inner }, report))
+    }
+}

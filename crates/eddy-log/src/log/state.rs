@@ -1,0 +1,191 @@
+//! The state every part of the log shares: the admission queue, the writer's active segment,
+//! the readers' view of the segments, and the [`Log`] handle itself. The other modules of the
+//! log each add one concern to it (`open`, `admission`, `writer`, `read`, `rewrite`,
+//! `retention`) and import this module, `config`, `types` and `segment_files` (and `rewrite`
+//! the read path); none of those imports them back.
+
+use std::collections::VecDeque;
+use std::fmt;
+use std::io;
+use std::path::PathBuf;
+use std::sync::atomic::AtomicU64;
+use std::sync::{Arc, Condvar, Mutex, RwLock};
+
+use bytes::Bytes;
+
+use crate::cache::Cache;
+use crate::completion::Completer;
+use crate::error::LogError;
+use crate::file::{StorageBackend, StorageFile};
+use crate::format::{IndexEntry, RecordHeader};
+use crate::pool::{CommitStats, PoolShared};
+use crate::sync::lock;
+
+use super::config::LogConfig;
+use super::types::{CommitHook, RecordMeta, SegmentSummary};
+
+pub(super) struct PendingRecord {
+    pub(super) header: RecordHeader,
+    pub(super) payload: Bytes,
+    pub(super) done: Completer<RecordMeta>,
+}
+
+pub(super) enum Item {
+    Append(PendingRecord),
+    Flush(Completer<()>),
+    Purge { base: u64, done: Completer<()> },
+}
+
+impl Item {
+    pub(super) fn fail(self, error: &dyn Fn() -> LogError) {
+        match self {
+            Item::Append(r) => r.done.complete(Err(error())),
+            Item::Flush(done) | Item::Purge { done, .. } => done.complete(Err(error())),
+        }
+    }
+}
+
+pub(super) struct Admission {
+    /// Incremented whenever queued appends are refused (see [`Assigned::epoch`]).
+    pub(super) epoch: u64,
+    pub(super) next_seq: u64,
+    pub(super) last_ts: u64,
+    pub(super) queue: VecDeque<Item>,
+    pub(super) queued_bytes: u64,
+    pub(super) scheduled: bool,
+    pub(super) failed: Option<Arc<io::Error>>,
+    pub(super) closed: bool,
+    /// Appenders blocked on `room` (a turn notifies only when there are some: a condvar
+    /// notify is a syscall even with nobody waiting).
+    pub(super) room_waiters: usize,
+}
+
+pub(super) struct ActiveSegment {
+    pub(super) base: u64,
+    pub(super) file: Arc<dyn StorageFile>,
+    /// `None` when the index file could not be written: it will be rebuilt at the next open.
+    pub(super) index_file: Option<Arc<dyn StorageFile>>,
+    pub(super) len: u64,
+    pub(super) synced_len: u64,
+    pub(super) last_index_pos: Option<u64>,
+    /// Entries of the in-memory index already in the index file.
+    pub(super) index_written: usize,
+    pub(super) has_records: bool,
+}
+
+pub(super) struct Writer {
+    pub(super) active: ActiveSegment,
+    pub(super) next_seq: u64,
+    pub(super) last_ts: u64,
+    pub(super) unsynced_records: u64,
+    pub(super) unsynced_bytes: u64,
+    pub(super) failed: Option<Arc<io::Error>>,
+}
+
+#[derive(Debug, Clone)]
+pub(super) struct SegmentState {
+    pub(super) base: u64,
+    pub(super) end: u64,
+    pub(super) len: u64,
+    pub(super) first_ts: Option<u64>,
+    pub(super) max_ts: Option<u64>,
+    pub(super) sealed: bool,
+    /// Owner half of the segment's cache key: the log's id until the segment is rewritten,
+    /// then a fresh id per rewrite, so a cached handle always belongs to the file version the
+    /// view describes (see [`Log::rewrite_sealed`]).
+    pub(super) owner: u64,
+}
+
+impl SegmentState {
+    pub(super) fn summary(&self) -> SegmentSummary {
+        SegmentSummary {
+            base: self.base,
+            end: self.end,
+            bytes: self.len,
+            first_timestamp: self.first_ts,
+            max_timestamp: self.max_ts,
+            sealed: self.sealed,
+        }
+    }
+}
+
+pub(super) struct View {
+    pub(super) segments: VecDeque<SegmentState>,
+    pub(super) active_file: Arc<dyn StorageFile>,
+    pub(super) active_index: Vec<IndexEntry>,
+}
+
+/// Per-log counters.
+#[derive(Debug, Default)]
+pub(super) struct LogCounters {
+    pub(super) records: AtomicU64,
+    pub(super) fsyncs: AtomicU64,
+    pub(super) groups: AtomicU64,
+}
+
+pub(crate) struct LogInner {
+    pub(super) id: u64,
+    pub(super) dir: PathBuf,
+    pub(super) backend: Arc<dyn StorageBackend>,
+    pub(super) config: LogConfig,
+    pub(super) cache: Arc<Cache>,
+    pub(super) pool: Arc<PoolShared>,
+    pub(super) hook: Option<Arc<dyn CommitHook>>,
+    pub(super) admission: Mutex<Admission>,
+    pub(super) room: Condvar,
+    /// Set by a turn that ended with appends queued behind it (see
+    /// [`LogConfig::group_window`]): the next group is not taken before this instant.
+    pub(super) hold_until: Mutex<Option<std::time::Instant>>,
+    /// Orders segment file swaps ([`Log::rewrite_sealed`], write side) against everything
+    /// that maps a segment's name to its file or removes segment files (loading a sealed
+    /// segment into the cache, retention, purge: read side). Never taken by appends. Lock
+    /// order: `swap` before `view`.
+    pub(super) swap: RwLock<()>,
+    /// One rewrite at a time per log.
+    pub(super) rewriting: Mutex<()>,
+    pub(super) writer: Mutex<Writer>,
+    pub(super) view: Mutex<View>,
+    pub(super) counters: LogCounters,
+    /// The owning store's counters ([`OpenOptions::stats`](super::types::OpenOptions::stats)).
+    pub(super) store_stats: Option<Arc<CommitStats>>,
+}
+
+pub(super) fn is_no_space(e: &io::Error) -> bool {
+    matches!(
+        e.kind(),
+        io::ErrorKind::StorageFull | io::ErrorKind::QuotaExceeded
+    )
+}
+
+/// A handle on an open log. Cheap to clone; all clones share one writer.
+#[derive(Clone)]
+pub struct Log {
+    pub(super) inner: Arc<LogInner>,
+}
+
+impl fmt::Debug for Log {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Log")
+            .field("dir", &self.inner.dir)
+            .field("bounds", &self.bounds())
+            .finish()
+    }
+}
+
+impl LogInner {
+    /// Drops every cache entry of this log (rewritten segments have their own owner ids).
+    pub(super) fn forget_cached(&self) {
+        self.cache.remove_owner(self.id);
+        for seg in &lock(&self.view).segments {
+            if seg.owner != self.id {
+                self.cache.remove((seg.owner, seg.base));
+            }
+        }
+    }
+}
+
+impl Drop for LogInner {
+    fn drop(&mut self) {
+        self.forget_cached();
+    }
+}

@@ -1,0 +1,587 @@
+//! The writer: one group-commit turn of a log on the [`CommitPool`](crate::CommitPool). It
+//! drains the admission queue, writes every pending record in one vectored append, issues one
+//! fdatasync, publishes the records to readers, calls the hook and completes every
+//! acknowledgement; it rolls segments, runs purges and flushes in order with the appends, and
+//! turns write failures into refusals (a full disk) or a fail-stop (anything else).
+
+use std::io;
+use std::sync::atomic::Ordering;
+use std::sync::Arc;
+
+use crate::cache::SealedSegment;
+use crate::error::LogError;
+use crate::format::{
+    IndexEntry, IndexKind, INDEX_ENTRY_LEN, INDEX_HEADER_LEN, RECORD_HEADER_LEN, SEGMENT_HEADER_LEN,
+};
+use crate::pool::Job;
+use crate::sync::{lock, read_lock};
+
+use super::config::Durability;
+use super::segment_files::{create_segment, remove_segment_files};
+use super::state::{
+    is_no_space, ActiveSegment, Item, LogInner, PendingRecord, SegmentState, Writer,
+};
+use super::types::RecordMeta;
+
+struct Group {
+    records: Vec<PendingRecord>,
+    headers: Vec<[u8; RECORD_HEADER_LEN]>,
+    positions: Vec<u64>,
+    bytes: u64,
+}
+
+impl Group {
+    fn new() -> Self {
+        Group {
+            records: Vec::new(),
+            headers: Vec::new(),
+            positions: Vec::new(),
+            bytes: 0,
+        }
+    }
+}
+
+/// How a group or roll failed.
+enum WriteFailure {
+    NoSpace(Arc<io::Error>),
+    Fatal(Arc<io::Error>),
+}
+
+impl Job for LogInner {
+    fn run_turn(&self) -> bool {
+        self.hold_for_group();
+        let mut writer = lock(&self.writer);
+        let (items, room_waiters): (Vec<Item>, usize) = {
+            let mut adm = lock(&self.admission);
+            let mut taken = Vec::new();
+            let mut bytes = 0u64;
+            while let Some(item) = adm.queue.front() {
+                let size = match item {
+                    Item::Append(r) => r.header.record_len(),
+                    _ => 0,
+                };
+                if !taken.is_empty() && bytes + size > self.config.max_group_bytes {
+                    break;
+                }
+                bytes += size;
+                let item = adm.queue.pop_front().expect("front exists");
+                if let Item::Append(r) = &item {
+                    adm.queued_bytes -= r.header.record_len();
+                }
+                taken.push(item);
+            }
+            if taken.is_empty() {
+                adm.scheduled = false;
+                return false;
+            }
+            (taken, adm.room_waiters)
+        };
+        if room_waiters > 0 {
+            self.room.notify_all();
+        }
+
+        let mut group = Group::new();
+        // Set once a write failed in this turn: every later item of the turn is refused with it.
+        let mut refused: Option<Refusal> = writer.failed.clone().map(Refusal::Failed);
+        for item in items {
+            if let Some(kind) = &refused {
+                item.fail(&|| self.error_for(kind));
+                continue;
+            }
+            match item {
+                Item::Append(record) => {
+                    let needs_roll = writer.active.has_records || !group.records.is_empty();
+                    let len_after_group = writer.active.len + group.bytes;
+                    if needs_roll && len_after_group >= self.config.segment_size {
+                        let outcome = self
+                            .commit_group(&mut writer, &mut group)
+                            .and_then(|()| self.roll(&mut writer).map_err(|f| (f, Vec::new())));
+                        if let Err((failure, records)) = outcome {
+                            let kind = self.handle_failure(&mut writer, failure);
+                            for r in records.into_iter().chain(std::iter::once(record)) {
+                                r.done.complete(Err(self.error_for(&kind)));
+                            }
+                            refused = Some(kind);
+                            continue;
+                        }
+                    }
+                    Self::push_record(&writer, &mut group, record);
+                }
+                Item::Flush(done) => {
+                    self.write_pending_index(&mut writer);
+                    let outcome = self
+                        .commit_group(&mut writer, &mut group)
+                        .and_then(|()| self.sync_active(&mut writer).map_err(|f| (f, Vec::new())));
+                    match outcome {
+                        Ok(()) => done.complete(Ok(())),
+                        Err((failure, records)) => {
+                            let kind = self.handle_failure(&mut writer, failure);
+                            for r in records {
+                                r.done.complete(Err(self.error_for(&kind)));
+                            }
+                            done.complete(Err(self.error_for(&kind)));
+                            refused = Some(kind);
+                        }
+                    }
+                }
+                Item::Purge { base, done } => {
+                    let outcome = self.commit_group(&mut writer, &mut group).and_then(|()| {
+                        self.purge_now(&mut writer, base)
+                            .map_err(|f| (f, Vec::new()))
+                    });
+                    match outcome {
+                        Ok(()) => done.complete(Ok(())),
+                        Err((failure, records)) => {
+                            let kind = self.handle_failure(&mut writer, failure);
+                            for r in records {
+                                r.done.complete(Err(self.error_for(&kind)));
+                            }
+                            done.complete(Err(self.error_for(&kind)));
+                            refused = Some(kind);
+                        }
+                    }
+                }
+            }
+        }
+        if refused.is_none() {
+            if let Err((failure, records)) = self.commit_group(&mut writer, &mut group) {
+                let kind = self.handle_failure(&mut writer, failure);
+                for r in records {
+                    r.done.complete(Err(self.error_for(&kind)));
+                }
+            }
+        }
+        drop(writer);
+        let mut adm = lock(&self.admission);
+        if adm.queue.is_empty() {
+            adm.scheduled = false;
+            false
+        } else {
+            if !self.config.group_window.is_zero() {
+                *lock(&self.hold_until) =
+                    Some(std::time::Instant::now() + self.config.group_window);
+            }
+            true
+        }
+    }
+}
+
+impl LogInner {
+    /// Waits out the group-commit window set by the previous turn, unless a full group is
+    /// already queued or the log is closing or failed. (A plain sleep: the window is short,
+    /// and waking the writer early would cost every append a notify.)
+    fn hold_for_group(&self) {
+        if self.config.group_window.is_zero() {
+            return;
+        }
+        let Some(until) = lock(&self.hold_until).take() else {
+            return;
+        };
+        {
+            let adm = lock(&self.admission);
+            if adm.queued_bytes >= self.config.max_group_bytes || adm.closed || adm.failed.is_some()
+            {
+                return;
+            }
+        }
+        let now = std::time::Instant::now();
+        if until > now {
+            std::thread::sleep(until - now);
+        }
+    }
+}
+
+/// The two ways a write can be refused, with the shared cause.
+#[derive(Clone)]
+enum Refusal {
+    NoSpace(Arc<io::Error>),
+    Failed(Arc<io::Error>),
+}
+
+impl LogInner {
+    fn failed_error(&self, err: &Arc<io::Error>) -> LogError {
+        LogError::LogFailed {
+            path: self.dir.clone(),
+            source: Arc::clone(err),
+        }
+    }
+
+    fn no_space_error(&self, err: &Arc<io::Error>) -> LogError {
+        LogError::NoSpace {
+            path: self.dir.clone(),
+            source: Arc::clone(err),
+        }
+    }
+
+    fn error_for(&self, kind: &Refusal) -> LogError {
+        match kind {
+            Refusal::NoSpace(err) => self.no_space_error(err),
+            Refusal::Failed(err) => self.failed_error(err),
+        }
+    }
+
+    /// Reacts to a failed write, **before** any waiter is told about it (so nobody can learn of
+    /// the failure and still slip an append in with a stale sequence number): appends queued
+    /// behind the failure carry sequence numbers that will never exist, so they are refused and
+    /// admission rewinds to what was really written. A fatal failure also fail-stops the log.
+    fn handle_failure(&self, writer: &mut Writer, failure: WriteFailure) -> Refusal {
+        let kind = match failure {
+            WriteFailure::NoSpace(err) => Refusal::NoSpace(err),
+            WriteFailure::Fatal(err) => {
+                if writer.failed.is_none() {
+                    tracing::error!(dir = %self.dir.display(), error = %err, "log fail-stopped");
+                    writer.failed = Some(Arc::clone(&err));
+                }
+                Refusal::Failed(err)
+            }
+        };
+        let drained: Vec<Item> = {
+            let mut adm = lock(&self.admission);
+            if let Refusal::Failed(err) = &kind {
+                if adm.failed.is_none() {
+                    adm.failed = Some(Arc::clone(err));
+                }
+            }
+            adm.next_seq = writer.next_seq;
+            adm.last_ts = writer.last_ts;
+            adm.queued_bytes = 0;
+            adm.epoch += 1;
+            if let Some(hook) = &self.hook {
+                hook.on_refused(writer.next_seq, &|| self.error_for(&kind));
+            }
+            adm.queue.drain(..).collect()
+        };
+        self.room.notify_all();
+        for item in drained {
+            item.fail(&|| self.error_for(&kind));
+        }
+        kind
+    }
+
+    fn push_record(writer: &Writer, group: &mut Group, mut record: PendingRecord) {
+        let expected = writer.next_seq
+            + group
+                .records
+                .iter()
+                .map(|r| u64::from(r.header.count))
+                .sum::<u64>();
+        assert_eq!(
+            record.header.seq, expected,
+            "admission and writer disagree on the next sequence number"
+        );
+        let position = writer.active.len + group.bytes;
+        record.header.synced_len = writer.active.synced_len;
+        record.header.payload_crc = crc32c::crc32c(&record.payload);
+        debug_assert!(record.header.synced_len <= position);
+        group.headers.push(record.header.encode());
+        group.positions.push(position);
+        group.bytes += record.header.record_len();
+        group.records.push(record);
+    }
+
+    /// Writes the group, syncs (per durability), publishes and acknowledges it.
+    ///
+    /// On failure the records not yet acknowledged are handed back, for the caller to refuse
+    /// after [`LogInner::handle_failure`].
+    fn commit_group(
+        &self,
+        writer: &mut Writer,
+        group: &mut Group,
+    ) -> Result<(), (WriteFailure, Vec<PendingRecord>)> {
+        if group.records.is_empty() {
+            return Ok(());
+        }
+        let group = std::mem::replace(group, Group::new());
+        let start = writer.active.len;
+        let mut parts: Vec<&[u8]> = Vec::with_capacity(group.records.len() * 2);
+        for (header, record) in group.headers.iter().zip(&group.records) {
+            parts.push(header);
+            parts.push(&record.payload);
+        }
+        if let Err(e) = writer.active.file.append(&parts) {
+            drop(parts);
+            let no_space = is_no_space(&e);
+            let err = Arc::new(e);
+            // Take the partial write back so the next group starts at a record boundary.
+            let rolled_back = writer.active.file.truncate(start);
+            let failure = match rolled_back {
+                Ok(()) if no_space => WriteFailure::NoSpace(Arc::clone(&err)),
+                Ok(()) => WriteFailure::Fatal(Arc::clone(&err)),
+                Err(e2) => WriteFailure::Fatal(Arc::new(e2)),
+            };
+            return Err((failure, group.records));
+        }
+        drop(parts);
+        writer.active.len += group.bytes;
+        let count = group.records.len() as u64;
+        self.counters.records.fetch_add(count, Ordering::Relaxed);
+        self.counters.groups.fetch_add(1, Ordering::Relaxed);
+        self.pool.stats.add_group(count, group.bytes);
+        if let Some(stats) = &self.store_stats {
+            stats.add_group(count, group.bytes);
+        }
+
+        let sync_now = match self.config.durability {
+            Durability::Fsync => true,
+            Durability::Background {
+                max_unsynced_records,
+                max_unsynced_bytes,
+            } => {
+                writer.unsynced_records += count;
+                writer.unsynced_bytes += group.bytes;
+                writer.unsynced_records >= max_unsynced_records
+                    || writer.unsynced_bytes >= max_unsynced_bytes
+            }
+        };
+        let ack_before_sync = !matches!(self.config.durability, Durability::Fsync);
+        if sync_now && !ack_before_sync {
+            if let Err(failure) = self.sync_active(writer) {
+                return Err((failure, group.records));
+            }
+        }
+        let end_seq = group
+            .records
+            .last()
+            .map_or(writer.next_seq, |r| r.header.end_seq());
+        if let Some(hook) = &self.hook {
+            if let Err(e) = hook.before_ack(end_seq) {
+                return Err((WriteFailure::Fatal(Arc::new(e)), group.records));
+            }
+        }
+
+        // Index entries for the new records.
+        let mut new_entries = Vec::new();
+        for (record, position) in group.records.iter().zip(&group.positions) {
+            if writer
+                .active
+                .last_index_pos
+                .is_none_or(|last| position - last >= self.config.index_interval)
+            {
+                new_entries.push(IndexEntry {
+                    seq: record.header.seq,
+                    timestamp: record.header.timestamp,
+                    position: *position,
+                    kind: IndexKind::Record,
+                });
+                writer.active.last_index_pos = Some(*position);
+            }
+        }
+        let index_grew = !new_entries.is_empty();
+
+        // Publish, then acknowledge.
+        let first_ts = group.records.first().map(|r| r.header.timestamp);
+        let last_ts = group.records.last().map(|r| r.header.timestamp);
+        writer.next_seq = end_seq;
+        if let Some(ts) = last_ts {
+            writer.last_ts = ts;
+        }
+        writer.active.has_records = true;
+        {
+            let mut view = lock(&self.view);
+            let seg = view
+                .segments
+                .back_mut()
+                .expect("a log always has a segment");
+            debug_assert_eq!(seg.base, writer.active.base);
+            seg.end = end_seq;
+            seg.len = writer.active.len;
+            if seg.first_ts.is_none() {
+                seg.first_ts = first_ts;
+            }
+            seg.max_ts = last_ts.or(seg.max_ts);
+            view.active_index.extend(new_entries);
+        }
+        if index_grew || writer.active.index_written < self.view_index_len() {
+            self.write_pending_index(writer);
+        }
+        if let Some(hook) = &self.hook {
+            hook.after_publish(end_seq);
+        }
+        for record in group.records {
+            let meta = RecordMeta {
+                seq: record.header.seq,
+                count: record.header.count,
+                timestamp: record.header.timestamp,
+                tag: record.header.tag,
+                len: record.header.payload_len,
+            };
+            record.done.complete(Ok(meta));
+        }
+        if sync_now && ack_before_sync {
+            self.sync_active(writer).map_err(|f| (f, Vec::new()))?;
+        }
+        Ok(())
+    }
+
+    fn view_index_len(&self) -> usize {
+        lock(&self.view).active_index.len()
+    }
+
+    /// Appends the active segment's index entries not yet in its file. On failure (a full
+    /// disk) the partial entry is cut off and the entries are retried with the next group; the
+    /// index is derived data, so a file that cannot be repaired is abandoned and rebuilt at the
+    /// next open.
+    fn write_pending_index(&self, writer: &mut Writer) {
+        let Some(index) = writer.active.index_file.clone() else {
+            return;
+        };
+        let pending: Vec<IndexEntry> =
+            lock(&self.view).active_index[writer.active.index_written..].to_vec();
+        if pending.is_empty() {
+            return;
+        }
+        let bytes: Vec<u8> = pending.iter().flat_map(IndexEntry::encode).collect();
+        match index.append(&[&bytes]) {
+            Ok(()) => writer.active.index_written += pending.len(),
+            Err(e) => {
+                let keep =
+                    (INDEX_HEADER_LEN + writer.active.index_written * INDEX_ENTRY_LEN) as u64;
+                if let Err(e2) = index.truncate(keep) {
+                    tracing::warn!(dir = %self.dir.display(), error = %e2, "index repair failed; it will be rebuilt at next open");
+                    writer.active.index_file = None;
+                } else {
+                    tracing::warn!(dir = %self.dir.display(), error = %e, "index append failed; retrying with the next write");
+                }
+            }
+        }
+    }
+
+    fn sync_active(&self, writer: &mut Writer) -> Result<(), WriteFailure> {
+        if writer.active.synced_len == writer.active.len {
+            return Ok(());
+        }
+        writer
+            .active
+            .file
+            .sync()
+            .map_err(|e| WriteFailure::Fatal(Arc::new(e)))?;
+        self.counters.fsyncs.fetch_add(1, Ordering::Relaxed);
+        self.pool.stats.add_fsync();
+        if let Some(stats) = &self.store_stats {
+            stats.add_fsync();
+        }
+        writer.active.synced_len = writer.active.len;
+        writer.unsynced_records = 0;
+        writer.unsynced_bytes = 0;
+        Ok(())
+    }
+
+    /// Seals the active segment and starts a new one at the next sequence number.
+    fn roll(&self, writer: &mut Writer) -> Result<(), WriteFailure> {
+        // Invariant 3: the old segment is durable before its successor exists.
+        self.sync_active(writer)?;
+        self.write_pending_index(writer);
+        let base = writer.next_seq;
+        let (file, index_file) = match create_segment(&*self.backend, &self.dir, base) {
+            Ok(pair) => pair,
+            Err(e) if is_no_space(&e) => return Err(WriteFailure::NoSpace(Arc::new(e))),
+            Err(e) => return Err(WriteFailure::Fatal(Arc::new(e))),
+        };
+        let old = std::mem::replace(
+            &mut writer.active,
+            ActiveSegment {
+                base,
+                file: Arc::clone(&file),
+                index_file: Some(index_file),
+                len: SEGMENT_HEADER_LEN as u64,
+                synced_len: SEGMENT_HEADER_LEN as u64,
+                last_index_pos: None,
+                index_written: 0,
+                has_records: false,
+            },
+        );
+        let (max_ts, old_index) = {
+            let view = lock(&self.view);
+            let seg = view.segments.back().expect("a log always has a segment");
+            (seg.max_ts, view.active_index.clone())
+        };
+        // Seal the old index (best effort: a missing seal only costs a rescan at open).
+        if let Some(old_index_file) = &old.index_file {
+            let seal = IndexEntry {
+                seq: base,
+                timestamp: max_ts.unwrap_or(0),
+                position: old.len,
+                kind: IndexKind::Seal,
+            };
+            let sealed = old_index_file
+                .append(&[&seal.encode()])
+                .and_then(|()| old_index_file.sync());
+            if let Err(e) = sealed {
+                tracing::warn!(dir = %self.dir.display(), error = %e, "sealing index failed; it will be rebuilt at next open");
+            }
+        }
+        {
+            let mut view = lock(&self.view);
+            if let Some(seg) = view.segments.back_mut() {
+                seg.sealed = true;
+            }
+            view.segments.push_back(SegmentState {
+                base,
+                end: base,
+                len: SEGMENT_HEADER_LEN as u64,
+                first_ts: None,
+                max_ts: None,
+                sealed: false,
+                owner: self.id,
+            });
+            view.active_file = file;
+            view.active_index = Vec::new();
+        }
+        // Keep the just-sealed segment hot in the cache.
+        self.cache.insert(
+            (self.id, old.base),
+            Arc::new(SealedSegment {
+                file: old.file,
+                index: old_index,
+            }),
+        );
+        Ok(())
+    }
+
+    fn purge_now(&self, writer: &mut Writer, base: u64) -> Result<(), WriteFailure> {
+        let fatal = |e: LogError| WriteFailure::Fatal(Arc::new(io::Error::other(e)));
+        // No segment file may be swapped in while they are removed (see `swap`).
+        let _swap = read_lock(&self.swap);
+        let old: Vec<(u64, u64)> = lock(&self.view)
+            .segments
+            .iter()
+            .map(|s| (s.owner, s.base))
+            .collect();
+        for (owner, seg_base) in &old {
+            self.cache.remove((*owner, *seg_base));
+            remove_segment_files(&*self.backend, &self.dir, *seg_base).map_err(fatal)?;
+        }
+        let (file, index_file) = match create_segment(&*self.backend, &self.dir, base) {
+            Ok(pair) => pair,
+            Err(e) if is_no_space(&e) => return Err(WriteFailure::NoSpace(Arc::new(e))),
+            Err(e) => return Err(WriteFailure::Fatal(Arc::new(e))),
+        };
+        writer.active = ActiveSegment {
+            base,
+            file: Arc::clone(&file),
+            index_file: Some(index_file),
+            len: SEGMENT_HEADER_LEN as u64,
+            synced_len: SEGMENT_HEADER_LEN as u64,
+            last_index_pos: None,
+            index_written: 0,
+            has_records: false,
+        };
+        writer.next_seq = base;
+        writer.unsynced_bytes = 0;
+        writer.unsynced_records = 0;
+        let mut view = lock(&self.view);
+        view.segments.clear();
+        view.segments.push_back(SegmentState {
+            base,
+            end: base,
+            len: SEGMENT_HEADER_LEN as u64,
+            first_ts: None,
+            max_ts: None,
+            sealed: false,
+            owner: self.id,
+        });
+        view.active_file = file;
+        view.active_index = Vec::new();
+        Ok(())
+    }
+}
