@@ -120,6 +120,19 @@ impl Log {
     }
 }
 
+/// Flags that put every listener on an OS-assigned port (the bound ports are in the
+/// `listening` log event).
+pub const EPHEMERAL_PORTS: [&str; 8] = [
+    "--stream-port",
+    "0",
+    "--client-port",
+    "0",
+    "--replication-port",
+    "0",
+    "--http-port",
+    "0",
+];
+
 /// Options for starting a server.
 #[derive(Debug, Clone, Default)]
 pub struct Options {
@@ -214,15 +227,7 @@ impl Eddy {
             "json".to_owned(),
         ];
         if !self.options.keep_ports {
-            for p in [
-                "--stream-port",
-                "--client-port",
-                "--replication-port",
-                "--http-port",
-            ] {
-                args.push(p.to_owned());
-                args.push("0".to_owned());
-            }
+            args.extend(EPHEMERAL_PORTS.map(str::to_owned));
         }
         args.extend(self.options.args.iter().cloned());
         let (child, log) = spawn(&self.bin, &args, &self.options.env);
@@ -245,6 +250,12 @@ impl Eddy {
     /// The bound addresses.
     pub fn addrs(&self) -> Addrs {
         self.addrs.expect("server is running")
+    }
+
+    /// The options the next (re)start uses: a test changes flags or environment between
+    /// restarts on the same data directory.
+    pub fn options_mut(&mut self) -> &mut Options {
+        &mut self.options
     }
 
     /// The data directory (kept across restarts).
@@ -356,6 +367,18 @@ pub fn http_get(addr: SocketAddr, path: &str) -> std::io::Result<(u16, String)> 
         .map(|(_, b)| b.to_owned())
         .unwrap_or_default();
     Ok((status, body))
+}
+
+/// Writes an `api_keys.toml` into `data_dir` (created if missing) whose four keys hash to a
+/// fixed value: enough to turn API keys on.
+pub fn write_api_keys(data_dir: &Path) {
+    std::fs::create_dir_all(data_dir).expect("create the data dir");
+    let hash = "630dcd2966c4336691125448bbb25b4ff412a49c732db2c8abc1b8581bd710dd";
+    std::fs::write(
+        data_dir.join("api_keys.toml"),
+        format!("[keys]\nprimary_rw = \"{hash}\"\nsecondary_rw = \"{hash}\"\nprimary_ro = \"{hash}\"\nsecondary_ro = \"{hash}\"\n"),
+    )
+    .expect("write api_keys.toml");
 }
 
 /// A free TCP port on loopback (bound then released; only for tests that must name a port).

@@ -195,6 +195,23 @@ async fn api_keys_levels_refusals_and_required_identity() {
         let e = c.write(one_write(9, 1)).await.unwrap_err();
         assert_auth(&e, |k| matches!(k, AuthError::InsufficientPermissions));
     }
+    // Schema registration is a write: refused too, and nothing is registered.
+    let schema = |client_id| celeriant_msg::request::requests::RegisterSchemaRequest {
+        correlation_id: None,
+        client_id,
+        user_id: None,
+        schema_key: celeriant_wal::schema_key::SchemaKey::new(1, 2, 7, 0),
+        schema_type: 0,
+        schema: "false".into(),
+    };
+    let e = c.register_schema(schema(1)).await.unwrap_err();
+    assert_auth(&e, |k| matches!(k, AuthError::InsufficientPermissions));
+    let mut rw_conn = client(&eddy).await;
+    rw_conn.identify(&key(&rw)).await.unwrap();
+    rw_conn
+        .write(one_write(9, 2))
+        .await
+        .expect("no schema was registered by the read-only key");
 
     // RSA identity and a read-only key: the id mismatch is checked first.
     let keys = Crypto::generate_keypair(None).unwrap();

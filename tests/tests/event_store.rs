@@ -589,14 +589,7 @@ async fn schemas_validate_writes() {
         "required": ["amount"]
     })
     .to_string();
-    let register = |ty: u8, text: String, major: u64| RegisterSchemaRequest {
-        correlation_id: None,
-        client_id: 1,
-        user_id: None,
-        schema_key: SchemaKey::new(1, 2, major, 0),
-        schema_type: ty,
-        schema: text,
-    };
+    let register = registration;
     conn.register_schema(register(0, schema.clone(), 4))
         .await
         .unwrap();
@@ -930,4 +923,253 @@ async fn group_commit_window_shares_fdatasyncs_and_loses_no_ack() {
         .await
         .unwrap();
     assert_eq!(r.max_aggregate_version, Some(11));
+}
+
+/// An event of type `ty` with raw payload bytes.
+fn raw_event(ty: u64, payload: Vec<u8>, client_seq: u64) -> DatablockAggregateEvent {
+    let mut e = event(ty, &json!(null), client_seq);
+    e.event_value = std::sync::Arc::new(payload);
+    e
+}
+
+fn registration(ty: u8, text: String, major: u64) -> RegisterSchemaRequest {
+    RegisterSchemaRequest {
+        correlation_id: None,
+        client_id: 1,
+        user_id: None,
+        schema_key: SchemaKey::new(1, 2, major, 0),
+        schema_type: ty,
+        schema: text,
+    }
+}
+
+fn schema_error(e: &ClientError) -> Option<&SchemaError> {
+    match e {
+        ClientError::Server(ServerError::Schema { kind, .. }) => Some(kind),
+        _ => None,
+    }
+}
+
+/// The `validation_error` of a 2022 answer.
+fn validation_error(e: &ClientError) -> String {
+    match e {
+        ClientError::Server(ServerError::Schema {
+            kind: SchemaError::ValidationFailed,
+            error_message,
+        }) => {
+            let v: serde_json::Value = serde_json::from_str(error_message).unwrap();
+            v["validation_error"].as_str().unwrap().to_owned()
+        }
+        other => panic!("not a 2022: {other:?}"),
+    }
+}
+
+const AVRO_ORDER: &str = r#"{"type":"record","name":"Order","namespace":"shop","fields":[
+    {"name":"id","type":"long"},
+    {"name":"lines","type":{"type":"array","items":{"type":"record","name":"Line","fields":[
+        {"name":"sku","type":"string"},{"name":"qty","type":"int"}]}}},
+    {"name":"note","type":["null","string"]}
+]}"#;
+
+fn avro_order(id: i64, note: Option<&str>) -> Vec<u8> {
+    use apache_avro::types::Value;
+    let schema = apache_avro::Schema::parse_str(AVRO_ORDER).unwrap();
+    let line = Value::Record(vec![
+        ("sku".into(), Value::String("tea".into())),
+        ("qty".into(), Value::Int(2)),
+    ]);
+    let order = Value::Record(vec![
+        ("id".into(), Value::Long(id)),
+        ("lines".into(), Value::Array(vec![line])),
+        (
+            "note".into(),
+            match note {
+                None => Value::Union(0, Box::new(Value::Null)),
+                Some(n) => Value::Union(1, Box::new(Value::String(n.into()))),
+            },
+        ),
+    ]);
+    apache_avro::to_avro_datum(&schema, order).unwrap()
+}
+
+/// A FileDescriptorSet with `shop.Payment { string currency = 1; int64 cents = 2; }`.
+fn payment_descriptor() -> Vec<u8> {
+    use prost_reflect::prost::Message as _;
+    use prost_reflect::prost_types::field_descriptor_proto::{Label, Type};
+    use prost_reflect::prost_types::{
+        DescriptorProto, FieldDescriptorProto, FileDescriptorProto, FileDescriptorSet,
+    };
+    let field = |name: &str, number: i32, ty: Type| FieldDescriptorProto {
+        name: Some(name.into()),
+        number: Some(number),
+        label: Some(Label::Optional.into()),
+        r#type: Some(ty.into()),
+        ..FieldDescriptorProto::default()
+    };
+    FileDescriptorSet {
+        file: vec![FileDescriptorProto {
+            name: Some("shop.proto".into()),
+            package: Some("shop".into()),
+            syntax: Some("proto3".into()),
+            message_type: vec![DescriptorProto {
+                name: Some("Payment".into()),
+                field: vec![
+                    field("currency", 1, Type::String),
+                    field("cents", 2, Type::Int64),
+                ],
+                ..DescriptorProto::default()
+            }],
+            ..FileDescriptorProto::default()
+        }],
+    }
+    .encode_to_vec()
+}
+
+#[tokio::test]
+async fn avro_and_protobuf_schemas_validate_writes() {
+    use base64::Engine as _;
+    let eddy = start(&["--num-shards", "1"]);
+    let mut conn = client(&eddy).await;
+    let key = AggregateKey::new(1, 2, 9);
+
+    // Avro (type 1): schema JSON; a payload is one binary datum of it.
+    conn.register_schema(registration(1, AVRO_ORDER.into(), 6))
+        .await
+        .unwrap();
+    let e = conn
+        .register_schema(registration(1, AVRO_ORDER.into(), 6))
+        .await
+        .unwrap_err();
+    assert!(
+        matches!(schema_error(&e), Some(SchemaError::AlreadyExists)),
+        "{e:?}"
+    );
+    let e = conn
+        .register_schema(registration(1, r#"{"type":"record"}"#.into(), 7))
+        .await
+        .unwrap_err();
+    assert!(
+        matches!(schema_error(&e), Some(SchemaError::Invalid)),
+        "{e:?}"
+    );
+    conn.write_events(key.clone(), vec![raw_event(6, avro_order(1, None), 1)], 1)
+        .await
+        .unwrap();
+    conn.write_events(
+        key.clone(),
+        vec![raw_event(6, avro_order(2, Some("gift")), 2)],
+        1,
+    )
+    .await
+    .unwrap();
+    let mut truncated = avro_order(3, Some("gift"));
+    truncated.truncate(truncated.len() - 2);
+    let e = conn
+        .write_events(key.clone(), vec![raw_event(6, truncated, 3)], 1)
+        .await
+        .unwrap_err();
+    assert!(validation_error(&e).contains("Avro"), "{e:?}");
+    let e = conn
+        .write_events(key.clone(), vec![event(6, &json!({"id": 3}), 3)], 1)
+        .await
+        .unwrap_err();
+    assert!(!validation_error(&e).is_empty());
+
+    // Protobuf (type 2): base64 of a FileDescriptorSet, ':', the message's full name.
+    let set = base64::engine::general_purpose::STANDARD.encode(payment_descriptor());
+    conn.register_schema(registration(2, format!("{set}:shop.Payment"), 8))
+        .await
+        .unwrap();
+    for bad in [
+        format!("{set}:shop.Missing"),
+        set.clone(),
+        "%%%:shop.Payment".to_owned(),
+    ] {
+        let e = conn
+            .register_schema(registration(2, bad, 9))
+            .await
+            .unwrap_err();
+        assert!(
+            matches!(schema_error(&e), Some(SchemaError::Invalid)),
+            "{e:?}"
+        );
+    }
+    let pool = prost_reflect::DescriptorPool::decode(payment_descriptor().as_slice()).unwrap();
+    let mut payment =
+        prost_reflect::DynamicMessage::new(pool.get_message_by_name("shop.Payment").unwrap());
+    payment.set_field_by_name("currency", prost_reflect::Value::String("EUR".into()));
+    payment.set_field_by_name("cents", prost_reflect::Value::I64(1250));
+    let bytes = prost_reflect::prost::Message::encode_to_vec(&payment);
+    conn.write_events(key.clone(), vec![raw_event(8, bytes, 4)], 1)
+        .await
+        .unwrap();
+    // Field 1 sent as a varint where the descriptor says string: refused.
+    let e = conn
+        .write_events(key.clone(), vec![raw_event(8, vec![0x08, 0x01], 5)], 1)
+        .await
+        .unwrap_err();
+    assert!(validation_error(&e).contains("shop.Payment"), "{e:?}");
+}
+
+#[tokio::test]
+async fn hostile_json_schemas_are_refused_or_bounded() {
+    let eddy = start(&["--num-shards", "1"]);
+    let mut conn = client(&eddy).await;
+    let invalid = |e: &ClientError| {
+        assert!(
+            matches!(schema_error(e), Some(SchemaError::Invalid)),
+            "{e:?}"
+        );
+        format!("{e:?}")
+    };
+    // Look-around needs a backtracking engine: refused.
+    let lookahead = json!({"type": "string", "pattern": "^(?=(a+)+b)"}).to_string();
+    let e = conn
+        .register_schema(registration(0, lookahead, 10))
+        .await
+        .unwrap_err();
+    invalid(&e);
+    // Too deep, and too long a pattern.
+    let deep = format!("{}{{}}{}", r#"{"not":"#.repeat(40), "}".repeat(40));
+    let e = conn
+        .register_schema(registration(0, deep, 10))
+        .await
+        .unwrap_err();
+    assert!(invalid(&e).contains("deeper"), "{e:?}");
+    let long = json!({"pattern": "x".repeat(2000)}).to_string();
+    let e = conn
+        .register_schema(registration(0, long, 10))
+        .await
+        .unwrap_err();
+    assert!(invalid(&e).contains("pattern"), "{e:?}");
+    // A pattern that backtracks exponentially elsewhere is linear here: a long hostile
+    // payload of many items is refused at once and the connection keeps serving.
+    let nested = json!({"type": "array", "items": {"type": "string", "pattern": "^(a|aa)+$"}});
+    conn.register_schema(registration(0, nested.to_string(), 10))
+        .await
+        .unwrap();
+    let hostile: Vec<String> = (0..200).map(|_| format!("{}b", "a".repeat(2000))).collect();
+    let started = std::time::Instant::now();
+    let e = conn
+        .write_events(
+            AggregateKey::new(1, 2, 11),
+            vec![event(10, &json!(hostile), 1)],
+            1,
+        )
+        .await
+        .unwrap_err();
+    assert!(!validation_error(&e).is_empty());
+    assert!(
+        started.elapsed() < Duration::from_secs(2),
+        "{:?}",
+        started.elapsed()
+    );
+    let fine: Vec<String> = (0..200).map(|_| "a".repeat(2000)).collect();
+    conn.write_events(
+        AggregateKey::new(1, 2, 11),
+        vec![event(10, &json!(fine), 1)],
+        1,
+    )
+    .await
+    .unwrap();
 }

@@ -284,3 +284,91 @@ fn help_lists_every_option_with_default_and_env() {
         .unwrap();
     assert!(String::from_utf8(top.stdout).unwrap().contains("serve"));
 }
+
+/// The files of a log directory, sorted.
+fn log_files(dir: &std::path::Path) -> Vec<String> {
+    let mut names: Vec<String> = std::fs::read_dir(dir)
+        .map(|entries| {
+            entries
+                .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+                .collect()
+        })
+        .unwrap_or_default();
+    names.sort();
+    names
+}
+
+#[test]
+fn log_files_get_the_startup_lines_and_keep_at_most_n_rotations() {
+    let logs = tempfile::tempdir().unwrap();
+    let dir = logs.path().join("logs");
+    let mut eddy = Eddy::start_with(
+        server_bin!(),
+        Options {
+            args: vec![
+                s("--log-dir"),
+                dir.display().to_string(),
+                s("--log-max-file-bytes"),
+                s("4096"),
+                s("--log-max-files"),
+                s("2"),
+            ],
+            ..Options::default()
+        },
+    );
+    // The startup lines go to stderr and to the file, one JSON object per line (they may
+    // already fill more than the 4 KiB of one file: read the rotated ones too).
+    let text: String = log_files(&dir)
+        .iter()
+        .rev()
+        .map(|f| std::fs::read_to_string(dir.join(f)).unwrap())
+        .collect();
+    let messages: Vec<String> = text
+        .lines()
+        .map(|l| {
+            let v: serde_json::Value = serde_json::from_str(l).expect("a JSON line");
+            v["message"].as_str().unwrap_or_default().to_owned()
+        })
+        .collect();
+    assert!(
+        messages.iter().any(|m| m == "starting eddy"),
+        "{messages:?}"
+    );
+    assert!(messages.iter().any(|m| m == "listening"), "{messages:?}");
+    assert!(!text.contains('\u{1b}'), "no colour codes in files");
+    assert!(eddy.log().lines().iter().any(|l| l.contains("listening")));
+    // Each start writes a few KiB (the configuration line alone is long): the file rotates
+    // past 4 KiB, and only the two newest rotated files are kept.
+    for _ in 0..6 {
+        eddy.restart();
+    }
+    eddy.stop(Duration::from_secs(10));
+    let files = log_files(&dir);
+    assert_eq!(files, ["eddy.log", "eddy.log.1", "eddy.log.2"], "{files:?}");
+    for file in &files {
+        let text = std::fs::read_to_string(dir.join(file)).unwrap();
+        assert!(text.ends_with('\n'), "{file} holds whole lines");
+    }
+    // A log directory that cannot be created is one line and exit 1.
+    let blocker = logs.path().join("file");
+    std::fs::write(&blocker, b"").unwrap();
+    let (mut child, log) = spawn(
+        std::path::Path::new(server_bin!()),
+        &[
+            s("--data-dir"),
+            logs.path().join("data2").display().to_string(),
+            s("--log-dir"),
+            blocker.join("sub").display().to_string(),
+        ],
+        &[],
+    );
+    let status = child.wait().unwrap();
+    assert_eq!(status.code(), Some(1));
+    let lines = log.wait_closed(Duration::from_secs(10));
+    assert!(
+        lines
+            .iter()
+            .any(|l| l.contains("cannot write the log file")),
+        "{lines:?}"
+    );
+}

@@ -106,6 +106,8 @@ const EVERY_LIBRARY: &[&str] = &[
     "eddy-stream-store",
     "eddy-event-store",
     "eddy-consensus",
+    "eddy-client",
+    "eddy-ctl",
     "eddy-server",
 ];
 
@@ -124,6 +126,14 @@ const ALLOWED: &[(&str, &[&str])] = &[
         "eddy-consensus",
         &["eddy-wire", "eddy-options", "eddy-codec", "eddy-log"],
     ),
+    // The embeddable client: eddy's protocol crates only.
+    ("eddy-client", &["eddy-wire", "eddy-options", "eddy-codec"]),
+    // The command line's client subcommands: the client and the protocol crates, never the
+    // server or its stores.
+    (
+        "eddy-ctl",
+        &["eddy-wire", "eddy-options", "eddy-codec", "eddy-client"],
+    ),
     (
         "eddy-server",
         &[
@@ -135,6 +145,9 @@ const ALLOWED: &[(&str, &[&str])] = &[
             "eddy-stream-store",
             "eddy-event-store",
             "eddy-consensus",
+            // The command line (`eddy_server::cli`) dispatches the client subcommands.
+            "eddy-client",
+            "eddy-ctl",
         ],
     ),
     // The simulator runs the consensus crate, and the real stores under it.

@@ -152,26 +152,9 @@ fn authentication_without_tls_refuses_to_start_unless_allowed() {
     // api_keys.toml in the data dir enables API keys.
     let tmp = tempfile::tempdir().unwrap();
     let data = tmp.path().join("data");
-    std::fs::create_dir_all(&data).unwrap();
-    let hash = "630dcd2966c4336691125448bbb25b4ff412a49c732db2c8abc1b8581bd710dd";
-    std::fs::write(
-        data.join("api_keys.toml"),
-        format!("[keys]\nprimary_rw = \"{hash}\"\nsecondary_rw = \"{hash}\"\nprimary_ro = \"{hash}\"\nsecondary_ro = \"{hash}\"\n"),
-    )
-    .unwrap();
-    let ports = [
-        "--stream-port",
-        "0",
-        "--client-port",
-        "0",
-        "--replication-port",
-        "0",
-        "--http-port",
-        "0",
-    ]
-    .map(s);
+    eddy_tests::write_api_keys(&data);
     let mut args = vec![s("--data-dir"), data.display().to_string()];
-    args.extend(ports.iter().cloned());
+    args.extend(eddy_tests::EPHEMERAL_PORTS.map(s));
     let (mut child, log) = spawn(Path::new(server_bin!()), &args, &[]);
     assert_eq!(child.wait().unwrap().code(), Some(78));
     let err = log

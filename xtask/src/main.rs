@@ -4,16 +4,16 @@
 //! - `cargo xtask fuzz TARGET SECONDS`: one cargo-fuzz target for a fixed time.
 //! - `cargo xtask fuzz-all SECONDS`: every fuzz target, SECONDS each.
 //! - `cargo xtask bench [ARGS...]`: the criterion benches of every crate (release profile).
-//! - `cargo xtask soak SECONDS`: the long crash-and-recover soaks (SIGKILL loops).
-//! - `cargo xtask stream-bench [ARGS...]`: the stream-protocol load tool against a release
-//!   server (Iggy's benchmark shapes, durable and not, with the raw disk baseline).
+//! - `cargo xtask soak SECONDS`: the long crash-and-recover soaks (SIGKILL loops) and the
+//!   hostile-client soak.
+//! - `cargo xtask stream-bench [ARGS...]`: `eddy bench streams` on a release build (Iggy's
+//!   benchmark shapes, durable and not, with the raw disk baseline).
 //! - `cargo xtask train-dict`: train the event protocol's default zstd dictionary.
 //! - `cargo xtask sim [ARGS...]`: a campaign of the deterministic cluster simulator
 //!   (`--seeds N [--start S] [--nodes 3|5] [--faults none|light|heavy]`, or `--seed S` to replay
 //!   one run; `crates/eddy-sim/src/main.rs` lists every option).
-//! - `cargo xtask event-load [ARGS...]`: the event-protocol load sweep against a release build,
-//!   with the PostgreSQL OCC-append comparison and the network floor
-//!   (`tests/src/bin/eddy_event_load.rs`).
+//! - `cargo xtask event-load [ARGS...]`: `eddy bench events` on a release build, with the
+//!   PostgreSQL OCC-append comparison and the network floor.
 
 mod train_dict;
 
@@ -68,9 +68,10 @@ fn print_help() {
          fuzz TARGET SECONDS     run one fuzz target (cargo-fuzz) for SECONDS\n\
          fuzz-all SECONDS        run every fuzz target for SECONDS each\n\
          bench [ARGS...]         criterion benches of every crate; ARGS go to criterion\n\
-         soak SECONDS            crash-and-recover soaks (SIGKILL loops) for SECONDS\n\
-         stream-bench [ARGS...]  release build, then eddy-stream-load (8 producers x 8 streams,\n\
-                                 1000 x 1000 x 1000 B, durable and not); ARGS go to the tool\n\
+         soak SECONDS            crash-and-recover soaks (SIGKILL loops) and the hostile-client\n\
+                                 soak for SECONDS\n\
+         stream-bench [ARGS...]  release build, then `eddy bench streams` (8 producers x 8\n\
+                                 streams, 1000 x 1000 x 1000 B, durable and not); ARGS go to it\n\
          train-dict [--check]    train the default zstd dictionary of the event protocol\n\
                                  (--check: retrain and compare with the committed one)\n\
          sim [ARGS...]           deterministic simulation campaign (release build of eddy-sim):\n\
@@ -78,8 +79,8 @@ fn print_help() {
                                  [--jobs J]; --seed S [--trace] replays one seed\n\
          event-load [ARGS...]    event-protocol load sweep (100, 1000, 4000 pinned connections,\n\
                                  plain and OCC) on a release build, and the same OCC append on\n\
-                                 PostgreSQL and the network floor; ARGS go to eddy_event_load\n\
-                                 (default: --pg --floor)"
+                                 PostgreSQL and the network floor; ARGS go to `eddy bench\n\
+                                 events` (default: --pg --floor)"
     );
 }
 
@@ -159,64 +160,40 @@ fn bench(args: &[String]) -> Result<()> {
     run(cmd)
 }
 
-/// Builds the server and the event load tool in release, then runs the sweep with every data
-/// directory (eddy's and PostgreSQL's) under `target/event-load`, a real disk, not a tmpfs.
-fn event_load(args: &[String]) -> Result<()> {
+/// Builds `eddy` in release and runs `eddy bench KIND` with its servers' data, the raw disk
+/// baseline and PostgreSQL (through TMPDIR) under `target/SCRATCH`, a real disk, not a tmpfs;
+/// the result file and the report go to `target/SCRATCH/results`.
+fn bench_release(kind: &str, scratch: &str, args: &[String]) -> Result<()> {
     let mut build = cargo();
-    build.args([
-        "build",
-        "--release",
-        "-p",
-        "eddy-tests",
-        "--bin",
-        "eddy-test-server",
-        "--bin",
-        "eddy_event_load",
-    ]);
+    build.args(["build", "--release", "-p", "eddy", "--bin", "eddy"]);
     run(build)?;
     let target =
         std::env::var_os("CARGO_TARGET_DIR").map_or_else(|| root().join("target"), PathBuf::from);
-    let scratch = target.join("event-load");
+    let scratch = target.join(scratch);
     std::fs::create_dir_all(&scratch)?;
-    let release = target.join("release");
-    let mut cmd = Command::new(release.join("eddy_event_load"));
-    cmd.arg("--server")
-        .arg(release.join("eddy-test-server"))
+    let mut cmd = Command::new(target.join("release").join("eddy"));
+    cmd.args(["bench", kind, "--dir"])
+        .arg(&scratch)
+        .arg("--out")
+        .arg(scratch.join("results"))
+        .args(args)
         .env("TMPDIR", &scratch);
-    if args.is_empty() {
-        cmd.args(["--pg", "--floor"]);
-    } else {
-        cmd.args(args);
-    }
     run(cmd)
 }
 
-/// Builds the server and the stream load tool in release and runs the tool, which starts the
-/// server in a data directory under `target/stream-bench` (a real disk, not a tmpfs).
+/// The event-protocol load sweep (`eddy bench events`, by default with `--pg --floor`).
+fn event_load(args: &[String]) -> Result<()> {
+    let defaults = ["--pg".to_owned(), "--floor".to_owned()];
+    bench_release(
+        "events",
+        "event-load",
+        if args.is_empty() { &defaults } else { args },
+    )
+}
+
+/// Iggy's benchmark shapes (`eddy bench streams`).
 fn stream_bench(args: &[String]) -> Result<()> {
-    let mut build = cargo();
-    build.args([
-        "build",
-        "--release",
-        "-p",
-        "eddy-tests",
-        "--bin",
-        "eddy-test-server",
-        "--bin",
-        "eddy-stream-load",
-    ]);
-    run(build)?;
-    let target =
-        std::env::var_os("CARGO_TARGET_DIR").map_or_else(|| root().join("target"), PathBuf::from);
-    let scratch = target.join("stream-bench");
-    std::fs::create_dir_all(&scratch)?;
-    let release = target.join("release");
-    let mut load = Command::new(release.join("eddy-stream-load"));
-    load.arg("--server")
-        .arg(release.join("eddy-test-server"))
-        .args(args)
-        .env("TMPDIR", &scratch);
-    run(load)
+    bench_release("streams", "stream-bench", args)
 }
 
 /// Builds the simulator in release and runs it with `args` (its exit status is the task's).
@@ -236,11 +213,20 @@ fn sim(args: &[String]) -> Result<()> {
     run(cmd)
 }
 
-/// The long versions of the SIGKILL crash tests. By convention every such test is named
-/// `sigkill_*` and reads `EDDY_SOAK_SECONDS`; `cargo test` runs each for a few seconds.
+/// The long versions of the soaks: the SIGKILL crash tests (named `sigkill_*`) and the
+/// hostile-client soak (`soak_hostile_clients`: half-open connections, login floods, clients
+/// that stop reading on every port). Each reads `EDDY_SOAK_SECONDS`; `cargo test` runs each
+/// for a few seconds.
 fn soak(seconds: u64) -> Result<()> {
     let mut cmd = cargo();
-    cmd.args(["test", "--release", "--workspace", "--", "sigkill"])
-        .env("EDDY_SOAK_SECONDS", seconds.to_string());
+    cmd.args([
+        "test",
+        "--release",
+        "--workspace",
+        "--",
+        "sigkill",
+        "soak_hostile_clients",
+    ])
+    .env("EDDY_SOAK_SECONDS", seconds.to_string());
     run(cmd)
 }

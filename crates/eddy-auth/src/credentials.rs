@@ -15,7 +15,7 @@ use std::sync::OnceLock;
 
 use crate::password::{hash_password, verify_password};
 use crate::secret::ct_eq;
-use crate::token::hash_token;
+use crate::token::{hash_token, TokenDigest};
 
 /// Accepted username lengths in bytes (`InvalidUsername` otherwise).
 pub const USERNAME_LEN: RangeInclusive<usize> = 3..=50;
@@ -140,6 +140,25 @@ pub fn check_token_login<'a>(
     Ok(candidate.user_id)
 }
 
+/// Whether a session that logged in with the token `digest` may go on: one of its user's
+/// stored tokens (`(stored hash, expiry in µs)`) is that token and it is not expired at
+/// `now_us`. A deleted token, a token replaced under the same name and an expired one all end
+/// the session.
+pub fn token_session_valid<'a>(
+    digest: &TokenDigest,
+    user_tokens: impl IntoIterator<Item = (&'a str, Option<u64>)>,
+    now_us: u64,
+) -> bool {
+    let mut valid = false;
+    for (stored, expiry_at) in user_tokens {
+        // No early exit: every stored hash is compared.
+        if digest.matches_stored(stored) && expiry_at.is_none_or(|at| now_us < at) {
+            valid = true;
+        }
+    }
+    valid
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -229,6 +248,24 @@ mod tests {
         assert_eq!(
             check_token_login("not-a-token", candidates(1, None), 10),
             Err(LoginRefusal::InvalidToken)
+        );
+    }
+
+    #[test]
+    fn token_sessions_end_with_their_token() {
+        let a = generate_token();
+        let b = generate_token();
+        let digest = TokenDigest::of(&a.token);
+        let stored = |expiry| vec![(b.hash.as_str(), None), (a.hash.as_str(), expiry)];
+        assert!(token_session_valid(&digest, stored(None), 10));
+        assert!(token_session_valid(&digest, stored(Some(11)), 10));
+        assert!(
+            !token_session_valid(&digest, stored(Some(10)), 10),
+            "expired at its expiry instant"
+        );
+        assert!(
+            !token_session_valid(&digest, vec![(b.hash.as_str(), None)], 10),
+            "deleted"
         );
     }
 }

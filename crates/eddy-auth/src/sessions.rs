@@ -18,6 +18,8 @@ use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
 use std::sync::{Mutex, MutexGuard, PoisonError};
 use std::time::Duration;
 
+use crate::token::TokenDigest;
+
 /// A connection's server-chosen id (u32, `>= 1`).
 pub type ClientId = u32;
 
@@ -50,6 +52,17 @@ impl Transport {
     }
 }
 
+/// What a session was authenticated with.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum Credential {
+    /// Username and password.
+    Password,
+    /// A personal access token: the session lasts only while that token is stored and not
+    /// expired (the server checks [`crate::credentials::token_session_valid`] on every
+    /// request).
+    Token(TokenDigest),
+}
+
 /// A logged-in session.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub struct Session {
@@ -57,6 +70,8 @@ pub struct Session {
     pub user_id: u32,
     /// The session number returned by the login reply (`>= 1`).
     pub number: u64,
+    /// What the login presented.
+    pub credential: Credential,
 }
 
 /// What the table knows about one connection.
@@ -70,6 +85,8 @@ pub struct ClientInfo {
     pub transport: Transport,
     /// The session, when logged in.
     pub session: Option<Session>,
+    /// Failed logins on this connection since its last successful one.
+    pub login_failures: u32,
 }
 
 impl ClientInfo {
@@ -136,6 +153,7 @@ impl ClientsTable {
                 address,
                 transport,
                 session: None,
+                login_failures: 0,
             },
         );
         id
@@ -146,12 +164,24 @@ impl ClientsTable {
         self.lock().remove(&client_id).and_then(|c| c.session)
     }
 
-    /// Binds a new session for `user_id` to the connection, replacing any session it had (a
-    /// re-login is a logout followed by a login). Returns the new session and the replaced one.
+    /// Binds a new password session for `user_id` to the connection (see
+    /// [`ClientsTable::login_with`]).
     pub fn login(
         &self,
         client_id: ClientId,
         user_id: u32,
+    ) -> Result<(Session, Option<Session>), SessionError> {
+        self.login_with(client_id, user_id, Credential::Password)
+    }
+
+    /// Binds a new session for `user_id`, authenticated with `credential`, to the connection,
+    /// replacing any session it had (a re-login is a logout followed by a login). Returns the
+    /// new session and the replaced one.
+    pub fn login_with(
+        &self,
+        client_id: ClientId,
+        user_id: u32,
+        credential: Credential,
     ) -> Result<(Session, Option<Session>), SessionError> {
         let mut clients = self.lock();
         let client = clients
@@ -159,9 +189,28 @@ impl ClientsTable {
             .ok_or(SessionError::UnknownClient { client_id })?;
         let number = self.next_session.fetch_add(1, Ordering::Relaxed);
         assert!(number >= 1, "session numbers start at 1 and never wrap");
-        let session = Session { user_id, number };
+        let session = Session {
+            user_id,
+            number,
+            credential,
+        };
         let previous = client.session.replace(session);
+        client.login_failures = 0;
         Ok((session, previous))
+    }
+
+    /// Counts a failed login on the connection; returns its failures since its last successful
+    /// login (0 if the client is gone).
+    pub fn login_failed(&self, client_id: ClientId) -> u32 {
+        self.lock().get_mut(&client_id).map_or(0, |c| {
+            c.login_failures = c.login_failures.saturating_add(1);
+            c.login_failures
+        })
+    }
+
+    /// The connection's failed logins since its last successful one.
+    pub fn login_failures(&self, client_id: ClientId) -> u32 {
+        self.lock().get(&client_id).map_or(0, |c| c.login_failures)
     }
 
     /// Ends the connection's session; returns it (`None` if it was not logged in).
@@ -231,12 +280,25 @@ mod tests {
             s3,
             Session {
                 user_id: 7,
-                number: 3
+                number: 3,
+                credential: Credential::Password,
             }
         );
         assert_eq!(prev, Some(s1));
         assert_eq!(table.session(a), Some(s3));
         assert_eq!(table.get(a).unwrap().user_id(), 7);
+        assert_eq!(table.login_failed(a), 1);
+        assert_eq!(table.login_failed(a), 2);
+        assert_eq!(table.login_failures(a), 2);
+        table.login(a, 7).unwrap();
+        assert_eq!(table.login_failures(a), 0, "a login resets the count");
+        let digest = TokenDigest::of("a-token");
+        let (s5, _) = table.login_with(b, 5, Credential::Token(digest)).unwrap();
+        assert_eq!(
+            table.session(b).unwrap().credential,
+            Credential::Token(digest)
+        );
+        assert_eq!(s5.number, 5);
     }
 
     #[test]

@@ -58,6 +58,31 @@ pub fn token_matches(token: &str, stored: &str) -> bool {
     ct_eq(hash_token(token).as_bytes(), stored.as_bytes())
 }
 
+/// The BLAKE3 hash of a presented token as bytes: what a session logged in with a token keeps,
+/// so every later request can check that the token is still stored (not deleted) and not
+/// expired. Small and `Copy`; never the token itself.
+#[derive(Clone, Copy, PartialEq, Eq, Hash)]
+pub struct TokenDigest([u8; 32]);
+
+impl TokenDigest {
+    /// The digest of a presented token.
+    pub fn of(token: &str) -> Self {
+        Self(*blake3::hash(token.as_bytes()).as_bytes())
+    }
+
+    /// True when `stored` (the stored lowercase hex hash) is this digest (constant-time).
+    pub fn matches_stored(&self, stored: &str) -> bool {
+        ct_eq(hex::encode(self.0).as_bytes(), stored.as_bytes())
+    }
+}
+
+impl std::fmt::Debug for TokenDigest {
+    // The digest is not secret, but it identifies a live token; keep it out of logs.
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("TokenDigest(..)")
+    }
+}
+
 /// When a token expires.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, serde::Serialize, serde::Deserialize)]
 pub enum TokenExpiry {
@@ -116,6 +141,10 @@ mod tests {
         assert!(token_matches(&a.token, &a.hash));
         assert!(!token_matches(&b.token, &a.hash));
         assert!(!format!("{a:?}").contains(&a.token));
+        let digest = TokenDigest::of(&a.token);
+        assert!(digest.matches_stored(&a.hash));
+        assert!(!digest.matches_stored(&b.hash));
+        assert!(!format!("{digest:?}").contains(&a.hash[..8]));
     }
 
     #[test]

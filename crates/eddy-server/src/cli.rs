@@ -18,7 +18,7 @@ use clap::parser::ValueSource;
 use clap::{ArgMatches, CommandFactory, FromArgMatches, Parser, Subcommand};
 use serde::Serialize;
 
-use crate::config::{self as cfg, LogFormat, ServerConfig};
+use crate::config::{self as cfg, LogFormat, LogRotation, ServerConfig};
 
 /// Exit code for configuration errors (sysexits `EX_CONFIG`).
 pub const EXIT_CONFIG: u8 = 78;
@@ -41,6 +41,9 @@ pub enum Command {
     /// Run the server.
     #[command(long_about = SERVE_ABOUT)]
     Serve(Box<ServeArgs>),
+    /// The client subcommands (`eddy_ctl`): status, streams, events, bench.
+    #[command(flatten)]
+    Client(Box<eddy_ctl::Command>),
 }
 
 const SERVE_ABOUT: &str = "Run the server.
@@ -59,6 +62,8 @@ Examples:
 /// Options of `eddy serve`. Field names are the TOML keys of [`ServerConfig`]; a test checks the
 /// two stay in step.
 #[derive(Debug, clap::Args, Serialize)]
+// One field per flag: the switches are independent options, not a state to model as an enum.
+#[allow(clippy::struct_excessive_bools)]
 pub struct ServeArgs {
     /// TOML configuration file (keys as the flags, with '_' for '-').
     #[arg(long, env = "EDDY_CONFIG", value_name = "FILE")]
@@ -123,6 +128,12 @@ pub struct ServeArgs {
     #[arg(long, env = "EDDY_INSECURE_ALLOW_PLAINTEXT_AUTH", default_value_t = false, num_args = 0..=1, default_missing_value = "true")]
     pub insecure_allow_plaintext_auth: bool,
 
+    /// With API keys (api_keys.toml) but without --require-client-identity, serve event-port
+    /// clients that never identify; they get read-write access. Without this flag the server
+    /// refuses to start in that configuration.
+    #[arg(long, env = "EDDY_ALLOW_ANONYMOUS_CLIENTS", default_value_t = false, num_args = 0..=1, default_missing_value = "true")]
+    pub allow_anonymous_clients: bool,
+
     /// PEM certificate chain the client ports present under --tls-mode strict.
     #[arg(long, env = "EDDY_TLS_CERT", value_name = "FILE")]
     pub tls_cert: Option<PathBuf>,
@@ -146,6 +157,22 @@ pub struct ServeArgs {
     /// Log format: text or json.
     #[arg(long, env = "EDDY_LOG_FORMAT", default_value = "text", value_parser = ["text", "json"])]
     pub log_format: String,
+
+    /// Also log to files in this directory (the current one is eddy.log) [default: stderr only].
+    #[arg(long, env = "EDDY_LOG_DIR", value_name = "DIR")]
+    pub log_dir: Option<PathBuf>,
+
+    /// When the log file rotates: size (past --log-max-file-bytes), hourly, daily or never.
+    #[arg(long, env = "EDDY_LOG_ROTATION", default_value = "size", value_parser = ["size", "hourly", "daily", "never"])]
+    pub log_rotation: String,
+
+    /// Size in bytes past which the log file rotates (--log-rotation size).
+    #[arg(long, env = "EDDY_LOG_MAX_FILE_BYTES", default_value_t = cfg::DEFAULT_LOG_MAX_FILE_BYTES)]
+    pub log_max_file_bytes: u64,
+
+    /// Rotated log files kept beside the current one; older ones are deleted.
+    #[arg(long, env = "EDDY_LOG_MAX_FILES", default_value_t = cfg::DEFAULT_LOG_MAX_FILES)]
+    pub log_max_files: u32,
 
     /// Longest wait for in-flight requests at shutdown, in milliseconds.
     #[arg(long, env = "EDDY_DRAIN_TIMEOUT_MS", default_value_t = cfg::DEFAULT_DRAIN_TIMEOUT_MS)]
@@ -235,6 +262,61 @@ pub struct ServeArgs {
     /// The consensus clock in milliseconds: heartbeats every 2 ticks, elections after 10-20 silent ticks.
     #[arg(long, env = "EDDY_RAFT_TICK_MS", default_value_t = cfg::DEFAULT_RAFT_TICK_MS)]
     pub raft_tick_ms: u64,
+    /// After a member joins a consumer group, a partition whose owner has polled and not yet
+    /// committed stays with it until it commits, or at most this many milliseconds (0: moves at once).
+    #[arg(long, env = "EDDY_STREAM_GROUP_REBALANCING_TIMEOUT_MS", default_value_t = cfg::DEFAULT_STREAM_GROUP_REBALANCING_TIMEOUT_MS)]
+    pub stream_group_rebalancing_timeout_ms: u64,
+    /// Seconds between two purges of expired personal access tokens (they stop working at
+    /// their expiry whatever this is; the purge frees their names and the per-user limit).
+    #[arg(long, env = "EDDY_TOKEN_PURGE_INTERVAL_SECS", default_value_t = cfg::DEFAULT_TOKEN_PURGE_INTERVAL_SECS)]
+    pub token_purge_interval_secs: u64,
+
+    /// Stream port: milliseconds a connection has to log in, from its accept or its logout;
+    /// then it is evicted (NoSession) and closed.
+    #[arg(long, env = "EDDY_STREAM_LOGIN_TIMEOUT_MS", default_value_t = cfg::DEFAULT_STREAM_LOGIN_TIMEOUT_MS)]
+    pub stream_login_timeout_ms: u64,
+
+    /// Stream port: milliseconds a session may go without completing a request (heartbeat
+    /// pings count) before it is evicted (StaleClient) and closed; 0 disables.
+    #[arg(long, env = "EDDY_STREAM_IDLE_TIMEOUT_MS", default_value_t = cfg::DEFAULT_STREAM_IDLE_TIMEOUT_MS)]
+    pub stream_idle_timeout_ms: u64,
+
+    /// Stream port: largest frame in bytes (header included) read before login; a larger one
+    /// closes its connection unread.
+    #[arg(long, env = "EDDY_STREAM_MAX_PRELOGIN_FRAME_SIZE", default_value_t = cfg::DEFAULT_STREAM_MAX_PRELOGIN_FRAME_SIZE)]
+    pub stream_max_prelogin_frame_size: u32,
+
+    /// Stream port: milliseconds an answer may take to write; a client that stops reading is
+    /// disconnected after it.
+    #[arg(long, env = "EDDY_STREAM_WRITE_TIMEOUT_MS", default_value_t = cfg::DEFAULT_STREAM_WRITE_TIMEOUT_MS)]
+    pub stream_write_timeout_ms: u64,
+
+    /// Most Argon2id computations (password checks and hashes) at once; further logins wait.
+    #[arg(long, env = "EDDY_MAX_CONCURRENT_PASSWORD_HASHES", default_value_t = cfg::DEFAULT_MAX_CONCURRENT_PASSWORD_HASHES)]
+    pub max_concurrent_password_hashes: u32,
+
+    /// Failed logins after which a stream connection is closed.
+    #[arg(long, env = "EDDY_LOGIN_MAX_FAILURES_PER_CONNECTION", default_value_t = cfg::DEFAULT_LOGIN_MAX_FAILURES_PER_CONNECTION)]
+    pub login_max_failures_per_connection: u32,
+
+    /// Longest delay in milliseconds before a login attempt that follows failed ones (of the
+    /// same connection or address; the delay starts at 100 ms after two failures and doubles).
+    #[arg(long, env = "EDDY_LOGIN_BACKOFF_MAX_MS", default_value_t = cfg::DEFAULT_LOGIN_BACKOFF_MAX_MS)]
+    pub login_backoff_max_ms: u64,
+
+    /// HTTP port: most connections at once; further ones wait in the kernel backlog.
+    #[arg(long, env = "EDDY_HTTP_MAX_CONNECTIONS", default_value_t = cfg::DEFAULT_HTTP_MAX_CONNECTIONS)]
+    pub http_max_connections: u32,
+
+    /// HTTP port: milliseconds a client has to send a request head (also the idle limit of a
+    /// kept-alive connection).
+    #[arg(long, env = "EDDY_HTTP_HEADER_READ_TIMEOUT_MS", default_value_t = cfg::DEFAULT_HTTP_HEADER_READ_TIMEOUT_MS)]
+    pub http_header_read_timeout_ms: u64,
+
+    /// HTTP port: milliseconds a response write may make no progress (the client stopped
+    /// reading) before the connection is closed.
+    #[arg(long, env = "EDDY_HTTP_WRITE_TIMEOUT_MS", default_value_t = cfg::DEFAULT_HTTP_WRITE_TIMEOUT_MS)]
+    pub http_write_timeout_ms: u64,
 }
 
 /// A failure that ends the process, with the exit code it maps to.
@@ -322,28 +404,115 @@ pub fn resolve(args: &ServeArgs, matches: &ArgMatches) -> Result<Resolved, Failu
 }
 
 fn init_logging(resolved: &Resolved) -> Result<(), Failure> {
+    use tracing_subscriber::layer::SubscriberExt as _;
+    use tracing_subscriber::util::SubscriberInitExt as _;
     use tracing_subscriber::EnvFilter;
+    let config = &resolved.config;
     let filter = if !resolved.log_level_explicit && std::env::var_os("RUST_LOG").is_some() {
         EnvFilter::try_from_default_env().map_err(|e| config_error(format!("RUST_LOG: {e}")))?
     } else {
-        EnvFilter::try_new(&resolved.config.log_level).map_err(|e| {
+        EnvFilter::try_new(&config.log_level).map_err(|e| {
             config_error(format!(
                 "invalid value for log_level {:?}: {e}",
-                resolved.config.log_level
+                config.log_level
             ))
         })?
     };
-    let builder = tracing_subscriber::fmt()
-        .with_env_filter(filter)
-        .with_writer(std::io::stderr)
-        .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()));
-    let result = match resolved.config.log_format {
-        LogFormat::Json => builder.json().flatten_event(true).try_init(),
-        LogFormat::Text => builder.try_init(),
+    let json = config.log_format == LogFormat::Json;
+    let stderr = fmt_layer(
+        json,
+        std::io::stderr,
+        std::io::IsTerminal::is_terminal(&std::io::stderr()),
+    );
+    let file = match &config.log_dir {
+        Some(dir) => Some(fmt_layer(
+            json,
+            std::sync::Mutex::new(log_file(dir, config)?),
+            false,
+        )),
+        None => None,
     };
+    let result = tracing_subscriber::registry()
+        .with(filter)
+        .with(stderr)
+        .with(file)
+        .try_init();
     // A subscriber already installed (tests calling `run` twice) is fine.
     drop(result);
     Ok(())
+}
+
+/// One formatting layer (text or JSON) writing to `writer`.
+fn fmt_layer<S, W>(
+    json: bool,
+    writer: W,
+    ansi: bool,
+) -> Box<dyn tracing_subscriber::Layer<S> + Send + Sync>
+where
+    S: tracing::Subscriber + for<'a> tracing_subscriber::registry::LookupSpan<'a>,
+    W: for<'w> tracing_subscriber::fmt::MakeWriter<'w> + Send + Sync + 'static,
+{
+    use tracing_subscriber::Layer as _;
+    let layer = tracing_subscriber::fmt::layer()
+        .with_writer(writer)
+        .with_ansi(ansi);
+    if json {
+        layer.json().flatten_event(true).boxed()
+    } else {
+        layer.boxed()
+    }
+}
+
+/// The rotating log file `<dir>/eddy.log`; the directory is created, and must be writable.
+fn log_file(
+    dir: &std::path::Path,
+    config: &ServerConfig,
+) -> Result<Box<dyn std::io::Write + Send>, Failure> {
+    use file_rotate::compression::Compression;
+    use file_rotate::suffix::{AppendCount, AppendTimestamp, FileLimit};
+    use file_rotate::{ContentLimit, FileRotate, TimeFrequency};
+    let path = dir.join(cfg::LOG_FILE_NAME);
+    std::fs::create_dir_all(dir)
+        .and_then(|()| {
+            std::fs::OpenOptions::new()
+                .create(true)
+                .append(true)
+                .open(&path)
+        })
+        .map_err(|e| Failure {
+            message: format!("cannot write the log file {}: {e}", path.display()),
+            code: EXIT_FAILURE,
+        })?;
+    let keep = config.log_max_files as usize;
+    let by_time = |frequency| -> Box<dyn std::io::Write + Send> {
+        Box::new(FileRotate::new(
+            &path,
+            AppendTimestamp::default(FileLimit::MaxFiles(keep)),
+            ContentLimit::Time(frequency),
+            Compression::None,
+            None,
+        ))
+    };
+    Ok(match config.log_rotation {
+        LogRotation::Size => Box::new(FileRotate::new(
+            &path,
+            AppendCount::new(keep),
+            ContentLimit::BytesSurpassed(
+                usize::try_from(config.log_max_file_bytes).unwrap_or(usize::MAX),
+            ),
+            Compression::None,
+            None,
+        )),
+        LogRotation::Hourly => by_time(TimeFrequency::Hourly),
+        LogRotation::Daily => by_time(TimeFrequency::Daily),
+        LogRotation::Never => Box::new(FileRotate::new(
+            &path,
+            AppendCount::new(keep),
+            ContentLimit::None,
+            Compression::None,
+            None,
+        )),
+    })
 }
 
 /// SIGTERM and SIGINT handlers, installed before anything else so an early signal is never lost
@@ -437,6 +606,7 @@ where
             };
             serve(args, sub)
         }
+        Command::Client(command) => return eddy_ctl::run(command),
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,
@@ -455,7 +625,9 @@ mod tests {
         let m = Cli::command().try_get_matches_from(args).unwrap();
         let sub = m.subcommand_matches("serve").unwrap().clone();
         let cli = Cli::from_arg_matches(&m).unwrap();
-        let Command::Serve(a) = cli.command;
+        let Command::Serve(a) = cli.command else {
+            panic!("not serve")
+        };
         (*a, sub)
     }
 
@@ -498,6 +670,7 @@ mod tests {
             num_shards: Some(2),
             advertise_host: Some("h".into()),
             peers: vec!["2=h:1".into()],
+            log_dir: Some("logs".into()),
             ..ServerConfig::default()
         };
         let keys: Vec<String> = toml::Table::try_from(full)

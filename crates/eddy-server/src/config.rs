@@ -73,9 +73,41 @@ pub const MAX_LIST_PAGE_SIZE: u32 = 100_000;
 /// Default cap on a stream-protocol frame (header included), 64 MiB: the reference server's
 /// `message_bus.max_message_size`.
 pub const DEFAULT_STREAM_MAX_FRAME_SIZE: u32 = 64 * 1024 * 1024;
+/// Default deadline for a stream-protocol connection to log in (from its accept or its
+/// logout), as the event port's idle deadline.
+pub const DEFAULT_STREAM_LOGIN_TIMEOUT_MS: u64 = 30_000;
+/// Default idle timeout of a logged-in stream-protocol session (the SDK's heartbeat pings
+/// every few seconds keep a live client well inside it).
+pub const DEFAULT_STREAM_IDLE_TIMEOUT_MS: u64 = 300_000;
+/// Default cap on a stream-protocol frame before login, header included: every command served
+/// before login (login, ping, logout) fits in a few hundred bytes.
+pub const DEFAULT_STREAM_MAX_PRELOGIN_FRAME_SIZE: u32 = 4 * 1024;
+/// Default deadline for writing one stream-protocol answer (as the event port's).
+pub const DEFAULT_STREAM_WRITE_TIMEOUT_MS: u64 = 30_000;
+/// Smallest accepted `stream_max_prelogin_frame_size`.
+pub const MIN_STREAM_MAX_PRELOGIN_FRAME_SIZE: u32 = 1024;
+/// Default cap on concurrent Argon2id computations (login, user creation, password change);
+/// each takes 19 MiB and tens of milliseconds of CPU.
+pub const DEFAULT_MAX_CONCURRENT_PASSWORD_HASHES: u32 = 4;
+/// Default failed logins after which a stream connection is closed.
+pub const DEFAULT_LOGIN_MAX_FAILURES_PER_CONNECTION: u32 = 5;
+/// Default cap on the delay before a login attempt that follows failures.
+pub const DEFAULT_LOGIN_BACKOFF_MAX_MS: u64 = 2_000;
+/// Default cap on concurrent connections of the HTTP admin port.
+pub const DEFAULT_HTTP_MAX_CONNECTIONS: u32 = 256;
+/// Default deadline for an HTTP request head (and for the next one on a kept-alive connection).
+pub const DEFAULT_HTTP_HEADER_READ_TIMEOUT_MS: u64 = 5_000;
+/// Default longest an HTTP response write may make no progress before its connection closes.
+pub const DEFAULT_HTTP_WRITE_TIMEOUT_MS: u64 = 10_000;
+/// Default seconds between two purges of expired personal access tokens (the reference
+/// server's cleaner interval). Expired tokens stop working at their expiry regardless.
+pub const DEFAULT_TOKEN_PURGE_INTERVAL_SECS: u64 = 60;
 /// Default stream-protocol heartbeat interval: a consumer-group member silent for 1.2 intervals
 /// is evicted as stale (the reference server's 30 s).
 pub const DEFAULT_STREAM_HEARTBEAT_INTERVAL_MS: u64 = 30_000;
+/// Default longest time a consumer-group partition stays pending revocation after a join
+/// before it moves to its new owner anyway (the reference server's 30 s).
+pub const DEFAULT_STREAM_GROUP_REBALANCING_TIMEOUT_MS: u64 = 30_000;
 
 /// Default Raft tick: heartbeats every 2 ticks, elections after 10-20 ticks of silence.
 pub const DEFAULT_RAFT_TICK_MS: u64 = 100;
@@ -167,10 +199,39 @@ pub enum LogFormat {
     Json,
 }
 
+/// Default size at which the log file rotates under `log_rotation = "size"`, 64 MiB.
+pub const DEFAULT_LOG_MAX_FILE_BYTES: u64 = 64 * 1024 * 1024;
+/// Smallest accepted `log_max_file_bytes`.
+pub const MIN_LOG_MAX_FILE_BYTES: u64 = 4096;
+/// Default number of rotated log files kept beside the current one.
+pub const DEFAULT_LOG_MAX_FILES: u32 = 10;
+/// Largest accepted `log_max_files`.
+pub const MAX_LOG_MAX_FILES: u32 = 10_000;
+/// Name of the current log file under `log_dir`; rotated files add a suffix to it.
+pub const LOG_FILE_NAME: &str = "eddy.log";
+
+/// When the log file under `log_dir` is rotated.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, Default)]
+#[serde(rename_all = "lowercase")]
+pub enum LogRotation {
+    /// Once the file has grown past `log_max_file_bytes` (whole lines are kept together);
+    /// rotated files are `eddy.log.1` (newest) to `eddy.log.N`.
+    #[default]
+    Size,
+    /// At the first line of a new hour; rotated files carry their rotation time.
+    Hourly,
+    /// At the first line of a new day; rotated files carry their rotation time.
+    Daily,
+    /// Never: one file that grows.
+    Never,
+}
+
 /// The whole server configuration. Field names are the TOML keys; flags and environment
 /// variables are derived from them (`data_dir` -> `--data-dir`, `EDDY_DATA_DIR`).
 #[derive(Clone, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields, default)]
+// One field per flag: the switches are independent options, not a state to model as an enum.
+#[allow(clippy::struct_excessive_bools)]
 pub struct ServerConfig {
     /// Data directory, created if missing and locked while the server runs.
     pub data_dir: PathBuf,
@@ -198,6 +259,9 @@ pub struct ServerConfig {
     pub tls_client_auth: TlsClientAuth,
     /// Allow API keys or required identity without TLS.
     pub insecure_allow_plaintext_auth: bool,
+    /// With API keys configured, also serve event-port clients that never identify (they get
+    /// read-write access). Without it, API keys need `require_client_identity`.
+    pub allow_anonymous_clients: bool,
     /// PEM certificate chain the client ports present (TLS strict).
     pub tls_cert: Option<PathBuf>,
     /// PEM private key of `tls_cert` (PKCS#8, PKCS#1 or SEC1).
@@ -210,6 +274,15 @@ pub struct ServerConfig {
     pub log_level: String,
     /// Log format.
     pub log_format: LogFormat,
+    /// Directory for log files, besides stderr (unset: stderr only). The current file is
+    /// `eddy.log`.
+    pub log_dir: Option<PathBuf>,
+    /// When the log file rotates.
+    pub log_rotation: LogRotation,
+    /// Size past which the log file rotates under `log_rotation = "size"`.
+    pub log_max_file_bytes: u64,
+    /// Rotated log files kept beside the current one; older ones are deleted.
+    pub log_max_files: u32,
     /// Bound on the graceful drain at shutdown, in milliseconds.
     pub drain_timeout_ms: u64,
     /// Cap on concurrent connections per protocol listener.
@@ -263,6 +336,37 @@ pub struct ServerConfig {
     pub advertise_host: Option<String>,
     /// The consensus clock: heartbeats every 2 ticks, elections after 10 to 20 silent ticks.
     pub raft_tick_ms: u64,
+    /// After a member joins a consumer group, a partition whose owner has polled and not yet
+    /// committed moves once the owner commits, or at the latest after this many milliseconds
+    /// (0: at once).
+    pub stream_group_rebalancing_timeout_ms: u64,
+    /// Seconds between two purges of expired personal access tokens.
+    pub token_purge_interval_secs: u64,
+    /// Stream port: a connection not logged in this many milliseconds after its accept (or its
+    /// logout) is closed.
+    pub stream_login_timeout_ms: u64,
+    /// Stream port: a session that completes no request (pings count) for this many
+    /// milliseconds is closed; 0 never closes an idle session.
+    pub stream_idle_timeout_ms: u64,
+    /// Stream port: largest frame read before login, header included; a larger one closes its
+    /// connection before its body is read.
+    pub stream_max_prelogin_frame_size: u32,
+    /// Stream port: an answer not written within this many milliseconds (the client stopped
+    /// reading) closes its connection.
+    pub stream_write_timeout_ms: u64,
+    /// Most Argon2id computations (password checks and hashes) running at once; more wait.
+    pub max_concurrent_password_hashes: u32,
+    /// Failed logins after which a stream connection is closed (after the failure's eviction).
+    pub login_max_failures_per_connection: u32,
+    /// Cap on the delay a login attempt waits after failures of its connection or address.
+    pub login_backoff_max_ms: u64,
+    /// HTTP admin port: most connections at once (further ones wait in the kernel backlog).
+    pub http_max_connections: u32,
+    /// HTTP admin port: deadline for a request head, and for the next one on a kept-alive
+    /// connection.
+    pub http_header_read_timeout_ms: u64,
+    /// HTTP admin port: a response write making no progress this long closes its connection.
+    pub http_write_timeout_ms: u64,
 }
 
 impl Default for ServerConfig {
@@ -281,12 +385,17 @@ impl Default for ServerConfig {
             tls_mode: TlsMode::Disabled,
             tls_client_auth: TlsClientAuth::Require,
             insecure_allow_plaintext_auth: false,
+            allow_anonymous_clients: false,
             tls_cert: None,
             tls_key: None,
             tls_ca_cert: None,
             wal_compression_level: DEFAULT_WAL_COMPRESSION_LEVEL,
             log_level: "info".to_owned(),
             log_format: LogFormat::Text,
+            log_dir: None,
+            log_rotation: LogRotation::Size,
+            log_max_file_bytes: DEFAULT_LOG_MAX_FILE_BYTES,
+            log_max_files: DEFAULT_LOG_MAX_FILES,
             drain_timeout_ms: DEFAULT_DRAIN_TIMEOUT_MS,
             max_connections: DEFAULT_MAX_CONNECTIONS,
             max_response_size: DEFAULT_MAX_RESPONSE_SIZE,
@@ -308,6 +417,18 @@ impl Default for ServerConfig {
             peers: Vec::new(),
             advertise_host: None,
             raft_tick_ms: DEFAULT_RAFT_TICK_MS,
+            stream_group_rebalancing_timeout_ms: DEFAULT_STREAM_GROUP_REBALANCING_TIMEOUT_MS,
+            token_purge_interval_secs: DEFAULT_TOKEN_PURGE_INTERVAL_SECS,
+            stream_login_timeout_ms: DEFAULT_STREAM_LOGIN_TIMEOUT_MS,
+            stream_idle_timeout_ms: DEFAULT_STREAM_IDLE_TIMEOUT_MS,
+            stream_max_prelogin_frame_size: DEFAULT_STREAM_MAX_PRELOGIN_FRAME_SIZE,
+            stream_write_timeout_ms: DEFAULT_STREAM_WRITE_TIMEOUT_MS,
+            max_concurrent_password_hashes: DEFAULT_MAX_CONCURRENT_PASSWORD_HASHES,
+            login_max_failures_per_connection: DEFAULT_LOGIN_MAX_FAILURES_PER_CONNECTION,
+            login_backoff_max_ms: DEFAULT_LOGIN_BACKOFF_MAX_MS,
+            http_max_connections: DEFAULT_HTTP_MAX_CONNECTIONS,
+            http_header_read_timeout_ms: DEFAULT_HTTP_HEADER_READ_TIMEOUT_MS,
+            http_write_timeout_ms: DEFAULT_HTTP_WRITE_TIMEOUT_MS,
         }
     }
 }
@@ -344,12 +465,17 @@ impl std::fmt::Debug for ServerConfig {
                 "insecure_allow_plaintext_auth",
                 &self.insecure_allow_plaintext_auth,
             )
+            .field("allow_anonymous_clients", &self.allow_anonymous_clients)
             .field("tls_cert", &self.tls_cert)
             .field("tls_key", &self.tls_key)
             .field("tls_ca_cert", &self.tls_ca_cert)
             .field("wal_compression_level", &self.wal_compression_level)
             .field("log_level", &self.log_level)
             .field("log_format", &self.log_format)
+            .field("log_dir", &self.log_dir)
+            .field("log_rotation", &self.log_rotation)
+            .field("log_max_file_bytes", &self.log_max_file_bytes)
+            .field("log_max_files", &self.log_max_files)
             .field("drain_timeout_ms", &self.drain_timeout_ms)
             .field("max_connections", &self.max_connections)
             .field("max_response_size", &self.max_response_size)
@@ -383,6 +509,33 @@ impl std::fmt::Debug for ServerConfig {
             .field("peers", &self.peers)
             .field("advertise_host", &self.advertise_host)
             .field("raft_tick_ms", &self.raft_tick_ms)
+            .field(
+                "stream_group_rebalancing_timeout_ms",
+                &self.stream_group_rebalancing_timeout_ms,
+            )
+            .field("token_purge_interval_secs", &self.token_purge_interval_secs)
+            .field("stream_login_timeout_ms", &self.stream_login_timeout_ms)
+            .field("stream_idle_timeout_ms", &self.stream_idle_timeout_ms)
+            .field(
+                "stream_max_prelogin_frame_size",
+                &self.stream_max_prelogin_frame_size,
+            )
+            .field("stream_write_timeout_ms", &self.stream_write_timeout_ms)
+            .field(
+                "max_concurrent_password_hashes",
+                &self.max_concurrent_password_hashes,
+            )
+            .field(
+                "login_max_failures_per_connection",
+                &self.login_max_failures_per_connection,
+            )
+            .field("login_backoff_max_ms", &self.login_backoff_max_ms)
+            .field("http_max_connections", &self.http_max_connections)
+            .field(
+                "http_header_read_timeout_ms",
+                &self.http_header_read_timeout_ms,
+            )
+            .field("http_write_timeout_ms", &self.http_write_timeout_ms)
             .finish()
     }
 }
@@ -407,6 +560,9 @@ pub const MIN_MAX_REQUEST_SIZE: u32 = 1024;
 pub const MAX_MAX_REQUEST_SIZE: u32 = 1 << 30;
 /// Smallest accepted `stream_max_frame_size` (64 KiB): every non-message request fits.
 pub const MIN_STREAM_MAX_FRAME_SIZE: u32 = 64 * 1024;
+/// Largest accepted `max_schema_size_bytes` (1 MiB): a schema is compiled on every server
+/// start that looks it up, and its size bounds the work.
+pub const MAX_MAX_SCHEMA_SIZE_BYTES: u32 = 1024 * 1024;
 /// Largest accepted `stream_max_frame_size` (1 GiB).
 pub const MAX_STREAM_MAX_FRAME_SIZE: u32 = 1 << 30;
 
@@ -437,6 +593,40 @@ impl ServerConfig {
                 ),
             );
         }
+        if !(MIN_STREAM_MAX_PRELOGIN_FRAME_SIZE..=self.stream_max_frame_size)
+            .contains(&self.stream_max_prelogin_frame_size)
+        {
+            return invalid(
+                "stream_max_prelogin_frame_size",
+                format!(
+                    "{} is outside {MIN_STREAM_MAX_PRELOGIN_FRAME_SIZE}..=stream_max_frame_size ({})",
+                    self.stream_max_prelogin_frame_size, self.stream_max_frame_size
+                ),
+            );
+        }
+        let at_least_one = [
+            ("stream_login_timeout_ms", self.stream_login_timeout_ms),
+            ("stream_write_timeout_ms", self.stream_write_timeout_ms),
+            (
+                "max_concurrent_password_hashes",
+                u64::from(self.max_concurrent_password_hashes),
+            ),
+            (
+                "login_max_failures_per_connection",
+                u64::from(self.login_max_failures_per_connection),
+            ),
+            ("http_max_connections", u64::from(self.http_max_connections)),
+            (
+                "http_header_read_timeout_ms",
+                self.http_header_read_timeout_ms,
+            ),
+            ("http_write_timeout_ms", self.http_write_timeout_ms),
+        ];
+        for (key, value) in at_least_one {
+            if value == 0 {
+                return invalid(key, "must be at least 1".into());
+            }
+        }
         if !(1..=22).contains(&self.wal_compression_level) {
             return invalid(
                 "wal_compression_level",
@@ -451,6 +641,21 @@ impl ServerConfig {
         }
         if self.max_connections == 0 {
             return invalid("max_connections", "must be at least 1".into());
+        }
+        if self.log_max_file_bytes < MIN_LOG_MAX_FILE_BYTES {
+            return invalid(
+                "log_max_file_bytes",
+                format!("must be at least {MIN_LOG_MAX_FILE_BYTES}"),
+            );
+        }
+        if !(1..=MAX_LOG_MAX_FILES).contains(&self.log_max_files) {
+            return invalid(
+                "log_max_files",
+                format!("{} is outside 1..={MAX_LOG_MAX_FILES}", self.log_max_files),
+            );
+        }
+        if self.token_purge_interval_secs == 0 {
+            return invalid("token_purge_interval_secs", "must be at least 1".into());
         }
         self.validate_event()?;
         self.cluster_peers()?;
@@ -587,8 +792,14 @@ impl ServerConfig {
                 );
             }
         }
-        if self.max_schema_size_bytes == 0 {
-            return invalid("max_schema_size_bytes", "must be at least 1".into());
+        if !(1..=MAX_MAX_SCHEMA_SIZE_BYTES).contains(&self.max_schema_size_bytes) {
+            return invalid(
+                "max_schema_size_bytes",
+                format!(
+                    "{} is outside 1..={MAX_MAX_SCHEMA_SIZE_BYTES}",
+                    self.max_schema_size_bytes
+                ),
+            );
         }
         if self.compaction_check_interval_secs == 0 {
             return invalid(
@@ -759,6 +970,10 @@ mod tests {
                 fsync_delay_us: MAX_FSYNC_DELAY_US + 1,
                 ..ServerConfig::default()
             },
+            ServerConfig {
+                max_schema_size_bytes: MAX_MAX_SCHEMA_SIZE_BYTES + 1,
+                ..ServerConfig::default()
+            },
         ];
         for c in bad {
             assert!(c.validate().is_err(), "{c:?}");
@@ -817,6 +1032,31 @@ mod tests {
                 .unwrap();
         c.validate().unwrap();
         assert_eq!(c.advertised_host(), "n2");
+    }
+
+    #[test]
+    fn log_file_limits_are_checked() {
+        for bad in [
+            ServerConfig {
+                log_max_file_bytes: MIN_LOG_MAX_FILE_BYTES - 1,
+                ..ServerConfig::default()
+            },
+            ServerConfig {
+                log_max_files: 0,
+                ..ServerConfig::default()
+            },
+            ServerConfig {
+                log_max_files: MAX_LOG_MAX_FILES + 1,
+                ..ServerConfig::default()
+            },
+        ] {
+            assert!(bad.validate().is_err(), "{bad:?}");
+        }
+        let c: ServerConfig =
+            toml::from_str("log_dir = \"/var/log/eddy\"\nlog_rotation = \"daily\"").unwrap();
+        assert_eq!(c.log_rotation, LogRotation::Daily);
+        assert_eq!(c.log_max_files, DEFAULT_LOG_MAX_FILES);
+        c.validate().unwrap();
     }
 
     #[test]

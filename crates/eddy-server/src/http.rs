@@ -1,24 +1,44 @@
-//! The HTTP admin listener: `GET /health` and `GET /metrics`.
+//! The HTTP admin listener: `GET /health` and `GET /metrics`, served with hyper (HTTP/1.1,
+//! keep-alive).
 //!
-//! A deliberately small HTTP/1.1 responder: one request per connection, `Connection: close`,
-//! the request head capped at [`MAX_REQUEST_HEAD`] bytes and [`REQUEST_TIMEOUT`]. Two routes do
-//! not justify an HTTP framework; if the admin surface grows, swap this for one.
+//! Limits, so a slow or hostile client never holds the port (each is a config value):
+//!
+//! * `http_max_connections`: at the cap the accept loop waits (the kernel backlog holds new
+//!   connections) until a connection ends;
+//! * `http_header_read_timeout_ms`: a request head, and the wait for the next one on a
+//!   keep-alive connection, must arrive within it or the connection is closed;
+//! * `http_write_timeout_ms`: a response write that makes no progress for that long (a client
+//!   that stopped reading) closes the connection;
+//! * a request head above [`MAX_REQUEST_HEAD`] bytes is refused (431) by hyper.
 
-use std::sync::atomic::{AtomicU8, Ordering};
+use std::convert::Infallible;
+use std::future::Future;
+use std::io;
+use std::pin::Pin;
+use std::sync::atomic::{AtomicI64, AtomicU64, AtomicU8, Ordering};
 use std::sync::Arc;
+use std::task::{Context, Poll};
 use std::time::Duration;
 
-use tokio::io::{AsyncReadExt, AsyncWriteExt};
-use tokio::net::{TcpListener, TcpStream};
+use bytes::Bytes;
+use http_body_util::Full;
+use hyper::body::Incoming;
+use hyper::header::{HeaderValue, CONTENT_TYPE};
+use hyper::{Method, Request, Response, StatusCode};
+use hyper_util::rt::{TokioIo, TokioTimer};
+use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
+use tokio::net::TcpListener;
+use tokio::sync::Semaphore;
+use tokio::time::Sleep;
 use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 
+use crate::config::ServerConfig;
 use crate::metrics::Metrics;
 
-/// Largest request head (request line plus headers) read before answering 431.
+/// Largest request head (request line plus headers) hyper buffers before answering 431 (its
+/// smallest allowed buffer).
 pub const MAX_REQUEST_HEAD: usize = 8 * 1024;
-/// Time a client has to send its request head.
-pub const REQUEST_TIMEOUT: Duration = Duration::from_secs(5);
 
 /// What `/health` reports.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -52,106 +72,263 @@ impl HealthState {
     }
 }
 
+/// The admin port's limits.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct HttpLimits {
+    /// Concurrent connections.
+    pub max_connections: u32,
+    /// Deadline for a request head (and for the next one on a kept-alive connection).
+    pub header_read_timeout: Duration,
+    /// Longest a response write may make no progress.
+    pub write_timeout: Duration,
+}
+
+impl HttpLimits {
+    /// The limits `config` sets.
+    pub fn from_config(config: &ServerConfig) -> Self {
+        Self {
+            max_connections: config.http_max_connections,
+            header_read_timeout: Duration::from_millis(config.http_header_read_timeout_ms),
+            write_timeout: Duration::from_millis(config.http_write_timeout_ms),
+        }
+    }
+}
+
+/// The admin port's own figures.
+#[derive(Debug, Default)]
+pub struct HttpStats {
+    open: AtomicI64,
+    requests: AtomicU64,
+}
+
+impl HttpStats {
+    /// Requests answered since the start.
+    pub fn requests(&self) -> u64 {
+        self.requests.load(Ordering::Relaxed)
+    }
+
+    /// Appends the admin port's series to a `/metrics` scrape.
+    pub fn sample(&self, out: &mut String) {
+        use std::fmt::Write as _;
+        let _ = writeln!(
+            out,
+            "# HELP eddy_http_open_connections Connections open on the HTTP admin port.\n\
+             # TYPE eddy_http_open_connections gauge\neddy_http_open_connections {}",
+            self.open.load(Ordering::Relaxed)
+        );
+        crate::metrics::write_counter(
+            out,
+            "eddy_http_requests_total",
+            "Requests answered on the HTTP admin port.",
+            self.requests(),
+        );
+    }
+}
+
 /// Serves the admin routes until `stop` fires.
 pub async fn serve(
     listener: TcpListener,
     health: HealthState,
     metrics: Arc<Metrics>,
+    stats: Arc<HttpStats>,
+    limits: HttpLimits,
     stop: CancellationToken,
     tracker: TaskTracker,
 ) {
+    let slots = Arc::new(Semaphore::new(limits.max_connections as usize));
     loop {
+        let permit = tokio::select! {
+            () = stop.cancelled() => return,
+            permit = Arc::clone(&slots).acquire_owned() => match permit {
+                Ok(permit) => permit,
+                Err(_closed) => return,
+            },
+        };
         let accepted = tokio::select! {
             () = stop.cancelled() => return,
             accepted = listener.accept() => accepted,
         };
-        match accepted {
-            Ok((socket, _peer)) => {
-                let health = health.clone();
-                let metrics = Arc::clone(&metrics);
-                tracker.spawn(async move {
-                    if let Err(e) = handle(socket, &health, &metrics).await {
-                        tracing::debug!(error = %e, "http connection ended with an error");
-                    }
-                });
-            }
+        let socket = match accepted {
+            Ok((socket, _peer)) => socket,
             Err(e) => {
                 tracing::warn!(error = %e, "http accept failed");
                 tokio::time::sleep(Duration::from_millis(50)).await;
+                continue;
             }
-        }
+        };
+        let (health, metrics, stats, stop) = (
+            health.clone(),
+            Arc::clone(&metrics),
+            Arc::clone(&stats),
+            stop.clone(),
+        );
+        tracker.spawn(async move {
+            stats.open.fetch_add(1, Ordering::Relaxed);
+            let counted = Arc::clone(&stats);
+            let service = hyper::service::service_fn(move |request: Request<Incoming>| {
+                counted.requests.fetch_add(1, Ordering::Relaxed);
+                let response = respond(request.method(), request.uri().path(), &health, &metrics);
+                std::future::ready(Ok::<_, Infallible>(response))
+            });
+            let io = TokioIo::new(StallTimeout::new(socket, limits.write_timeout));
+            let connection = hyper::server::conn::http1::Builder::new()
+                .timer(TokioTimer::new())
+                .header_read_timeout(limits.header_read_timeout)
+                .max_buf_size(MAX_REQUEST_HEAD)
+                .serve_connection(io, service);
+            tokio::pin!(connection);
+            let ended = tokio::select! {
+                ended = connection.as_mut() => ended,
+                () = stop.cancelled() => {
+                    connection.as_mut().graceful_shutdown();
+                    connection.await
+                }
+            };
+            if let Err(e) = ended {
+                tracing::debug!(error = %e, "http connection ended with an error");
+            }
+            stats.open.fetch_sub(1, Ordering::Relaxed);
+            drop(permit);
+        });
     }
 }
 
-async fn handle(
-    mut socket: TcpStream,
+fn respond(
+    method: &Method,
+    path: &str,
     health: &HealthState,
     metrics: &Metrics,
-) -> std::io::Result<()> {
-    let mut head = Vec::with_capacity(1024);
-    let read = tokio::time::timeout(REQUEST_TIMEOUT, async {
-        let mut buf = [0u8; 1024];
-        loop {
-            if head.windows(4).any(|w| w == b"\r\n\r\n") {
-                return Ok(true);
-            }
-            if head.len() >= MAX_REQUEST_HEAD {
-                return Ok(false);
-            }
-            let n = socket.read(&mut buf).await?;
-            if n == 0 {
-                return Err(std::io::Error::from(std::io::ErrorKind::UnexpectedEof));
-            }
-            head.extend_from_slice(&buf[..n]);
-        }
-    })
-    .await;
-    let (status, content_type, body) = match read {
-        Err(_elapsed) => return Ok(()),
-        Ok(Err(e)) => return Err(e),
-        Ok(Ok(false)) => (
-            "431 Request Header Fields Too Large",
-            "text/plain",
-            String::new(),
-        ),
-        Ok(Ok(true)) => route(&head, health, metrics),
-    };
-    let response = format!(
-        "HTTP/1.1 {status}\r\ncontent-type: {content_type}\r\ncontent-length: {}\r\nconnection: close\r\n\r\n{body}",
-        body.len()
-    );
-    socket.write_all(response.as_bytes()).await?;
-    socket.shutdown().await
+) -> Response<Full<Bytes>> {
+    let (status, content_type, body) = route(method, path, health, metrics);
+    let mut response = Response::new(Full::new(Bytes::from(body)));
+    *response.status_mut() = status;
+    response
+        .headers_mut()
+        .insert(CONTENT_TYPE, HeaderValue::from_static(content_type));
+    response
 }
 
 fn route(
-    head: &[u8],
+    method: &Method,
+    path: &str,
     health: &HealthState,
     metrics: &Metrics,
-) -> (&'static str, &'static str, String) {
-    let line_end = head.iter().position(|b| *b == b'\r').unwrap_or(head.len());
-    let line = String::from_utf8_lossy(&head[..line_end]);
-    let mut parts = line.split(' ');
-    let method = parts.next().unwrap_or("");
-    let target = parts.next().unwrap_or("");
-    let path = target.split('?').next().unwrap_or("");
-    match (method, path) {
-        ("GET", "/health") => match health.get() {
-            Health::Ready => ("200 OK", "text/plain", "ok\n".into()),
-            Health::Starting => ("503 Service Unavailable", "text/plain", "starting\n".into()),
-            Health::Draining => ("503 Service Unavailable", "text/plain", "draining\n".into()),
+) -> (StatusCode, &'static str, String) {
+    const TEXT: &str = "text/plain; charset=utf-8";
+    if method != Method::GET {
+        return (
+            StatusCode::METHOD_NOT_ALLOWED,
+            TEXT,
+            "method not allowed\n".into(),
+        );
+    }
+    match path {
+        "/health" => match health.get() {
+            Health::Ready => (StatusCode::OK, TEXT, "ok\n".into()),
+            Health::Starting => (StatusCode::SERVICE_UNAVAILABLE, TEXT, "starting\n".into()),
+            Health::Draining => (StatusCode::SERVICE_UNAVAILABLE, TEXT, "draining\n".into()),
         },
-        ("GET", "/metrics") => (
-            "200 OK",
+        "/metrics" => (
+            StatusCode::OK,
             "text/plain; version=0.0.4; charset=utf-8",
             metrics.render(),
         ),
-        ("GET", _) => ("404 Not Found", "text/plain", "not found\n".into()),
-        _ => (
-            "405 Method Not Allowed",
-            "text/plain",
-            "method not allowed\n".into(),
-        ),
+        _ => (StatusCode::NOT_FOUND, TEXT, "not found\n".into()),
+    }
+}
+
+/// A socket whose writes fail once they make no progress for `limit` (the peer stopped
+/// reading and the buffers are full); reads pass through (hyper's header timeout bounds them).
+#[derive(Debug)]
+struct StallTimeout<T> {
+    inner: T,
+    limit: Duration,
+    stalled: Option<Pin<Box<Sleep>>>,
+}
+
+impl<T> StallTimeout<T> {
+    fn new(inner: T, limit: Duration) -> Self {
+        Self {
+            inner,
+            limit,
+            stalled: None,
+        }
+    }
+
+    /// Called when a write is pending: starts the stall clock, or fails once it ran out.
+    fn poll_stall<R>(&mut self, cx: &mut Context<'_>) -> Poll<io::Result<R>> {
+        let limit = self.limit;
+        let stall = self
+            .stalled
+            .get_or_insert_with(|| Box::pin(tokio::time::sleep(limit)));
+        match stall.as_mut().poll(cx) {
+            Poll::Ready(()) => Poll::Ready(Err(io::Error::new(
+                io::ErrorKind::TimedOut,
+                "the client stopped reading",
+            ))),
+            Poll::Pending => Poll::Pending,
+        }
+    }
+
+    fn progressed<R>(&mut self, ready: io::Result<R>) -> Poll<io::Result<R>> {
+        self.stalled = None;
+        Poll::Ready(ready)
+    }
+}
+
+impl<T: AsyncRead + Unpin> AsyncRead for StallTimeout<T> {
+    fn poll_read(
+        self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        buf: &mut ReadBuf<'_>,
+    ) -> Poll<io::Result<()>> {
+        Pin::new(&mut self.get_mut().inner).poll_read(cx, buf)
+    }
+}
+
+impl<T: AsyncWrite + Unpin> AsyncWrite for StallTimeout<T> {
+    fn poll_write(
+        self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        buf: &[u8],
+    ) -> Poll<io::Result<usize>> {
+        let this = self.get_mut();
+        match Pin::new(&mut this.inner).poll_write(cx, buf) {
+            Poll::Ready(r) => this.progressed(r),
+            Poll::Pending => this.poll_stall(cx),
+        }
+    }
+
+    fn poll_write_vectored(
+        self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        bufs: &[io::IoSlice<'_>],
+    ) -> Poll<io::Result<usize>> {
+        let this = self.get_mut();
+        match Pin::new(&mut this.inner).poll_write_vectored(cx, bufs) {
+            Poll::Ready(r) => this.progressed(r),
+            Poll::Pending => this.poll_stall(cx),
+        }
+    }
+
+    fn is_write_vectored(&self) -> bool {
+        self.inner.is_write_vectored()
+    }
+
+    fn poll_flush(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+        let this = self.get_mut();
+        match Pin::new(&mut this.inner).poll_flush(cx) {
+            Poll::Ready(r) => this.progressed(r),
+            Poll::Pending => this.poll_stall(cx),
+        }
+    }
+
+    fn poll_shutdown(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+        let this = self.get_mut();
+        match Pin::new(&mut this.inner).poll_shutdown(cx) {
+            Poll::Ready(r) => this.progressed(r),
+            Poll::Pending => this.poll_stall(cx),
+        }
     }
 }
 
@@ -163,31 +340,46 @@ mod tests {
     fn routes() {
         let h = HealthState::default();
         let m = Metrics::new(&[], &[]);
-        assert_eq!(
-            route(b"GET /health HTTP/1.1\r\n\r\n", &h, &m).0,
-            "503 Service Unavailable"
-        );
+        let get = |path| route(&Method::GET, path, &h, &m);
+        assert_eq!(get("/health").0, StatusCode::SERVICE_UNAVAILABLE);
         h.set(Health::Ready);
-        assert_eq!(route(b"GET /health HTTP/1.1\r\n\r\n", &h, &m).0, "200 OK");
-        let (status, _, body) = route(b"GET /metrics?x=1 HTTP/1.1\r\n\r\n", &h, &m);
-        assert_eq!(status, "200 OK");
+        assert_eq!(get("/health").0, StatusCode::OK);
+        let (status, _, body) = get("/metrics");
+        assert_eq!(status, StatusCode::OK);
         assert!(body.contains("eddy_uptime_seconds"));
+        assert_eq!(get("/nope").0, StatusCode::NOT_FOUND);
         assert_eq!(
-            route(b"GET /nope HTTP/1.1\r\n\r\n", &h, &m).0,
-            "404 Not Found"
-        );
-        assert_eq!(
-            route(b"POST /health HTTP/1.1\r\n\r\n", &h, &m).0,
-            "405 Method Not Allowed"
-        );
-        assert_eq!(
-            route(b"\xff\xfe garbage\r\n\r\n", &h, &m).0,
-            "405 Method Not Allowed"
+            route(&Method::POST, "/health", &h, &m).0,
+            StatusCode::METHOD_NOT_ALLOWED
         );
         h.set(Health::Draining);
-        assert_eq!(
-            route(b"GET /health HTTP/1.1\r\n\r\n", &h, &m).2,
-            "draining\n"
-        );
+        assert_eq!(get("/health").2, "draining\n");
+    }
+
+    #[tokio::test]
+    async fn a_write_that_makes_no_progress_fails_after_the_limit() {
+        use tokio::io::AsyncWriteExt as _;
+        let (a, _b) = tokio::io::duplex(16);
+        let mut stalled = StallTimeout::new(a, Duration::from_millis(50));
+        let err = stalled.write_all(&[0u8; 64]).await.unwrap_err();
+        assert_eq!(err.kind(), io::ErrorKind::TimedOut);
+
+        let (a, mut b) = tokio::io::duplex(16);
+        let mut slow = StallTimeout::new(a, Duration::from_millis(200));
+        let reader = tokio::spawn(async move {
+            use tokio::io::AsyncReadExt as _;
+            let mut got = Vec::new();
+            let mut buf = [0u8; 8];
+            while got.len() < 64 {
+                tokio::time::sleep(Duration::from_millis(20)).await;
+                let n = b.read(&mut buf).await.unwrap();
+                got.extend_from_slice(&buf[..n]);
+            }
+            got
+        });
+        slow.write_all(&[7u8; 64])
+            .await
+            .expect("a reader keeps it going");
+        assert_eq!(reader.await.unwrap(), vec![7u8; 64]);
     }
 }

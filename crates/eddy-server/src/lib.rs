@@ -13,9 +13,11 @@ pub mod compaction;
 pub mod config;
 pub mod data_dir;
 pub mod event;
+pub mod fds;
 pub mod http;
 pub mod listener;
 pub mod metrics;
+pub mod offload;
 pub mod stream;
 pub mod tls;
 
@@ -104,6 +106,16 @@ pub enum ServeError {
         /// The API keys file.
         path: std::path::PathBuf,
     },
+    /// API keys are configured but clients that never identify would be served read-write.
+    #[error(
+        "{path} enables API keys but --require-client-identity is off: event-port clients that \
+         never identify would get read-write access (pass --require-client-identity, or \
+         --allow-anonymous-clients to serve them anyway)"
+    )]
+    ApiKeysWithAnonymousClients {
+        /// The API keys file.
+        path: std::path::PathBuf,
+    },
     /// The event protocol could not be set up (its dictionary).
     #[error(transparent)]
     Events(#[from] event::EventSetupError),
@@ -159,6 +171,7 @@ impl ServeError {
                 | ServeError::Tls(_)
                 | ServeError::ApiKeys { .. }
                 | ServeError::ApiKeysWithoutTls { .. }
+                | ServeError::ApiKeysWithAnonymousClients { .. }
                 | ServeError::Events(event::EventSetupError::DictionaryInvalid { .. })
         )
     }
@@ -207,8 +220,8 @@ pub struct Server {
     tracker: TaskTracker,
 }
 
-/// Loads `api_keys.toml` when present, enforcing the rule that keys need TLS (or the explicit
-/// insecure opt-in).
+/// Loads `api_keys.toml` when present, enforcing the rules that keys need TLS and required
+/// identity (each unless its explicit opt-in is given).
 fn load_api_keys(config: &ServerConfig, data_dir: &DataDir) -> Result<Option<ApiKeys>, ServeError> {
     let path = data_dir.api_keys_file();
     let text = match std::fs::read_to_string(&path) {
@@ -225,6 +238,15 @@ fn load_api_keys(config: &ServerConfig, data_dir: &DataDir) -> Result<Option<Api
             return Err(ServeError::ApiKeysWithoutTls { path });
         }
         tracing::warn!(path = %path.display(), "API keys are enabled without TLS (--insecure-allow-plaintext-auth)");
+    }
+    if !config.require_client_identity {
+        if !config.allow_anonymous_clients {
+            return Err(ServeError::ApiKeysWithAnonymousClients { path });
+        }
+        tracing::warn!(
+            path = %path.display(),
+            "API keys are enabled but clients that never identify are served read-write (--allow-anonymous-clients)"
+        );
     }
     Ok(Some(keys))
 }
@@ -424,17 +446,13 @@ impl Server {
     /// and binds every protocol listener.
     pub async fn bind(config: ServerConfig) -> Result<Self, ServeError> {
         config.validate()?;
+        fds::raise_nofile_limit();
         let data_dir = DataDir::open(&config.data_dir)?;
         let api_keys = load_api_keys(&config, &data_dir)?;
         let tls = tls::acceptor(&config)?;
         if config.require_client_identity && config.tls_mode == TlsMode::Disabled {
             tracing::warn!(
                 "client identity is required without TLS (--insecure-allow-plaintext-auth)"
-            );
-        }
-        if config.uses_default_root_password() {
-            tracing::warn!(
-                "the root password is the published default; set EDDY_ROOT_PASSWORD before exposing this server"
             );
         }
         let metrics = Metrics::new(stream::METRIC_NAMES, event::METRIC_NAMES);
@@ -446,13 +464,18 @@ impl Server {
         let http_addr = at(config.http_port);
         let http = bind("http", http_addr).await?;
         let http_local = local_addr("http", &http, http_addr)?;
+        let http_stats = Arc::new(http::HttpStats::default());
         tracker.spawn(http::serve(
             http,
             health.clone(),
             Arc::clone(&metrics),
+            Arc::clone(&http_stats),
+            http::HttpLimits::from_config(&config),
             http_stop.clone(),
             tracker.clone(),
         ));
+        let sampled = Arc::clone(&http_stats);
+        metrics.add_sampler(Box::new(move |out| sampled.sample(out)));
 
         let (pool, cache) = storage_engine(&config)?;
         let store = open_store(&data_dir, &pool, &cache).await?;
@@ -463,6 +486,7 @@ impl Server {
         stream::bootstrap_root(&store, &config)
             .await
             .map_err(|source| ServeError::RootBootstrap { source })?;
+        stream::check_root_credentials(&store, &config).await;
 
         let stream_addr = at(config.stream_port);
         let stream = bind("stream", stream_addr).await?;
@@ -483,6 +507,7 @@ impl Server {
         let compaction = Arc::new(compaction::CompactionCounters::default());
         let sampled = Arc::clone(&compaction);
         metrics.add_sampler(Box::new(move |out| sampled.sample(out)));
+        metrics.add_sampler(Box::new(fds::sample));
         let stream_state = stream::StreamState::new(Arc::clone(&store), &config, addrs.stream);
         let shared = Arc::new(Shared {
             config,
@@ -493,6 +518,14 @@ impl Server {
             stream: stream_state,
             compaction,
         });
+        // Weak: the registry lives inside `shared`.
+        let sampled = Arc::downgrade(&shared);
+        shared.metrics.add_sampler(Box::new(move |out| {
+            if let Some(shared) = sampled.upgrade() {
+                shared.stream.login.sample(out);
+                metrics::compat::sample(&shared, http_stats.requests(), out);
+            }
+        }));
         Ok(Self {
             shared,
             data_dir,
@@ -573,6 +606,14 @@ impl Server {
             Arc::clone(&shared.store),
             maintenance_stop.clone(),
         ));
+        let token_purge_task = {
+            let shared = Arc::clone(&shared);
+            let stop = maintenance_stop.clone();
+            let every = Duration::from_secs(config.token_purge_interval_secs);
+            tokio::spawn(async move {
+                stream::purge_expired_tokens(&shared.stream, every, stop).await;
+            })
+        };
         let compaction_task = tokio::spawn(compaction::run(
             Arc::clone(shared.events.store()),
             eddy_event_store::CompactionPolicy {
@@ -612,6 +653,7 @@ impl Server {
         tracker.close();
         maintenance_stop.cancel();
         let _ = maintenance_task.await;
+        let _ = token_purge_task.await;
         // A compaction pass in progress stops at its next segment boundary; the store is closed
         // after it.
         let _ = compaction_task.await;

@@ -1,9 +1,16 @@
 //! Prometheus metrics: counters and histograms kept in atomics, rendered at scrape time.
 //!
+//! The text exposition (format 0.0.4) is written here rather than through `prometheus-client`:
+//! per-command series are indexes into fixed arrays on the hot path (a label-keyed family
+//! would be a map lookup per request), and the scrape-time samplers of storage, throttling and
+//! the metric aliases ([`compat`]) append their own lines.
+//!
 //! Gauges (uptime, open connections) are sampled from live state when `/metrics` is scraped, so
 //! they cannot drift from the state they describe. Per-command series are registered once at
 //! start-up from the protocol command tables, so every command has a series from the first
 //! scrape (zeros included) and the hot path is an index into a fixed array, never a map lookup.
+
+pub mod compat;
 
 use std::fmt::Write as _;
 use std::sync::atomic::{AtomicI64, AtomicU64, Ordering};
@@ -65,18 +72,27 @@ impl Histogram {
         self.sum_nanos.fetch_add(nanos, Ordering::Relaxed);
     }
 
+    /// Writes the bucket, sum and count lines; `labels` (`a="b",c="d"`) may be empty.
     fn render(&self, out: &mut String, name: &str, labels: &str) {
+        let (le_prefix, own) = if labels.is_empty() {
+            (String::new(), String::new())
+        } else {
+            (format!("{labels},"), format!("{{{labels}}}"))
+        };
         let mut cumulative = 0;
         for (i, bound) in LATENCY_BUCKETS_SECONDS.iter().enumerate() {
             cumulative += self.buckets[i].load(Ordering::Relaxed);
-            let _ = writeln!(out, "{name}_bucket{{{labels},le=\"{bound}\"}} {cumulative}");
+            let _ = writeln!(
+                out,
+                "{name}_bucket{{{le_prefix}le=\"{bound}\"}} {cumulative}"
+            );
         }
         let count = self.count.load(Ordering::Relaxed);
-        let _ = writeln!(out, "{name}_bucket{{{labels},le=\"+Inf\"}} {count}");
+        let _ = writeln!(out, "{name}_bucket{{{le_prefix}le=\"+Inf\"}} {count}");
         #[allow(clippy::cast_precision_loss)]
         let sum = self.sum_nanos.load(Ordering::Relaxed) as f64 / 1e9;
-        let _ = writeln!(out, "{name}_sum{{{labels}}} {sum}");
-        let _ = writeln!(out, "{name}_count{{{labels}}} {count}");
+        let _ = writeln!(out, "{name}_sum{own} {sum}");
+        let _ = writeln!(out, "{name}_count{own} {count}");
     }
 }
 
@@ -172,6 +188,35 @@ impl Metrics {
             stats.errors.fetch_add(1, Ordering::Relaxed);
         }
         stats.latency.observe(elapsed);
+    }
+
+    /// Requests recorded for a command and how many of them failed (zeros for an unknown
+    /// index).
+    pub fn command_counts(&self, protocol: Protocol, command: usize) -> (u64, u64) {
+        self.commands[protocol.index()]
+            .get(command)
+            .map_or((0, 0), |s| {
+                (
+                    s.requests.load(Ordering::Relaxed),
+                    s.errors.load(Ordering::Relaxed),
+                )
+            })
+    }
+
+    /// Writes one command's latency histogram under another name, without labels (the metric
+    /// aliases of other servers).
+    pub fn render_command_histogram(
+        &self,
+        out: &mut String,
+        name: &str,
+        help: &str,
+        protocol: Protocol,
+        command: usize,
+    ) {
+        if let Some(stats) = self.commands[protocol.index()].get(command) {
+            let _ = writeln!(out, "# HELP {name} {help}\n# TYPE {name} histogram");
+            stats.latency.render(out, name, "");
+        }
     }
 
     /// Adds a scrape-time sampler (storage figures, session counts...).

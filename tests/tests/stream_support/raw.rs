@@ -10,7 +10,7 @@ use eddy_codec::stream::commands::login_register::{ClientVersionInfo, LoginRegis
 use eddy_codec::stream::commands::login_register_with_pat::LoginRegisterWithPat;
 use eddy_codec::stream::{reply_payload, Request, WireName};
 use eddy_wire::stream::{
-    request_checksum, EvictionHeader, Header, Operation, ReplyHeader, RequestHeader, HEADER_SIZE,
+    EvictionHeader, Header, Operation, ReplyHeader, RequestHeader, HEADER_SIZE,
 };
 use tokio::io::{AsyncReadExt as _, AsyncWriteExt as _};
 use tokio::net::TcpStream;
@@ -150,29 +150,35 @@ impl Raw {
         }
     }
 
-    /// A request header for `operation` (and `code` for reads) around `body`.
-    pub fn header(&mut self, operation: Operation, code: u32, body: &[u8]) -> RequestHeader {
-        let mut header = RequestHeader::new(operation, body.len()).unwrap();
-        header.client = self.client;
-        match operation {
-            Operation::Register => {
-                header.request_checksum = request_checksum(body);
-            }
-            Operation::NonReplicated => {
-                header.command_code = code;
-                header.request = self.request;
-                header.session = self.session;
-            }
-            op => {
-                header.request = self.request;
-                header.session = self.session;
-                if op.carries_request_checksum() {
-                    header.request_checksum = request_checksum(body);
-                    self.request += 1;
+    /// Reads until the server closes the connection (EOF or reset) or `limit` passes: the
+    /// bytes it sent before closing, or `None` if it is still open.
+    pub async fn closed_within(&mut self, limit: Duration) -> Option<Vec<u8>> {
+        let mut got = Vec::new();
+        let read = tokio::time::timeout(limit, async {
+            let mut buf = [0u8; 4096];
+            loop {
+                match self.socket.read(&mut buf).await {
+                    Ok(0) | Err(_) => return,
+                    Ok(n) => got.extend_from_slice(&buf[..n]),
                 }
             }
-        }
-        header
+        })
+        .await;
+        read.ok().map(|()| got)
+    }
+
+    /// A request header for `operation` (and `code` for reads) around `body`, filled the way
+    /// the SDK fills it.
+    pub fn header(&mut self, operation: Operation, code: u32, body: &[u8]) -> RequestHeader {
+        eddy_client::stream::request_header(
+            operation,
+            code,
+            body,
+            self.client,
+            self.session,
+            &mut self.request,
+        )
+        .expect("a body below the frame limit")
     }
 
     /// Sends a frame and reads the answer.

@@ -336,6 +336,11 @@ impl EventStore {
     /// per-aggregate checks against the write-ahead state (existence, OCC, idempotency).
     /// Refusals resolve at once (nothing written); success resolves after the record is
     /// durable and visible.
+    ///
+    /// Schema validation runs on the store's schema threads and this call waits for it at
+    /// most [`VALIDATION_DEADLINE`](crate::schema::VALIDATION_DEADLINE) (2022 past it): when
+    /// [`EventStore::needs_schema_work`] says so, an async caller makes this call from a
+    /// thread that may block.
     pub fn write(&self, request: WriteRequest) -> Completion<WriteOutcome, EventStoreError> {
         let shard = match self.route(request.writes.iter().map(|w| &w.key)) {
             Ok(s) => s,
@@ -387,6 +392,15 @@ impl EventStore {
         shard.write(request.client_id, request.user_id, request.now, &parts)
     }
 
+    /// Whether [`EventStore::write`] may have schema work to do for `request`: false when
+    /// every unencrypted event's type is known to have no schema (the write then never waits
+    /// for the schema threads; nor does one without unencrypted events). A registration
+    /// racing this answer is ordered after the write, as a registration racing the write
+    /// itself would be.
+    pub fn needs_schema_work(&self, request: &WriteRequest) -> bool {
+        self.schemas.needs_work(request)
+    }
+
     /// Raises the readable floor of an aggregate. At or below the floor: success, nothing
     /// written.
     pub fn trim(&self, request: TrimRequest) -> Completion<TrimOutcome, EventStoreError> {
@@ -423,12 +437,15 @@ impl EventStore {
     /// Registers a schema (stored on shard 0 for the whole store; immutable once stored),
     /// in the protocol's check order (§4.10): a known schema type, the size cap
     /// ([`EventStoreConfig::max_schema_bytes`]), a schema that compiles, then uniqueness.
-    /// Later writes of its event type are validated against it.
+    /// Later writes of its event type are validated against it. Compilation runs on the
+    /// store's schema threads and this call waits for it at most
+    /// [`VALIDATION_DEADLINE`](crate::schema::VALIDATION_DEADLINE) (2021 past it): an async
+    /// caller makes this call from a thread that may block.
     pub fn register_schema(
         &self,
         registration: SchemaRegistration,
     ) -> Completion<(), EventStoreError> {
-        let compiled = match self.schemas.compile_registration(&registration) {
+        let (registration, compiled) = match self.schemas.compile_registration(registration) {
             Ok(compiled) => compiled,
             Err(e) => return Completion::ready(Err(e.into())),
         };

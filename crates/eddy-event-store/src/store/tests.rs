@@ -600,6 +600,120 @@ fn schemas_are_durable_and_immutable() {
 }
 
 #[test]
+fn writes_are_validated_against_their_schemas_in_order() {
+    let disk = MemBackend::new();
+    let store = open(&disk, cfg());
+    let schema = |major| SchemaKey {
+        org_id: K.org_id,
+        aggregate_type_id: K.aggregate_type_id,
+        event_type_major: major,
+        event_type_minor: 0,
+    };
+    let unrelated = || WriteRequest {
+        client_id: 1,
+        user_id: None,
+        now: 5,
+        writes: vec![part(K, vec![ev(1, 8, "not json")])],
+    };
+    // Nothing known yet: the first write of a type may have schema work to do, later ones not.
+    assert!(store.needs_schema_work(&unrelated()));
+    store.write(unrelated()).wait().unwrap();
+    assert!(!store.needs_schema_work(&unrelated()));
+    store
+        .register_schema(SchemaRegistration {
+            key: schema(3),
+            schema_type: 0,
+            schema: r#"{"type":"object","required":["a"]}"#.into(),
+            client_id: 1,
+            user_id: None,
+            now: 6,
+        })
+        .wait()
+        .unwrap();
+    // Events are checked in order: the first failing one is named; encrypted ones are not
+    // validated; types without a schema pass whatever their payload.
+    let mut encrypted = ev(2, 3, "opaque");
+    encrypted.iv = Some([7; 12]);
+    let refused = event_err(write(
+        &store,
+        1,
+        vec![part(
+            K,
+            vec![
+                encrypted,
+                ev(3, 8, "not json"),
+                ev(4, 3, r#"{"a":1}"#),
+                ev(5, 3, r#"{"b":1}"#),
+                ev(6, 3, "not json"),
+            ],
+        )],
+    ));
+    assert!(
+        matches!(
+            &refused,
+            Refusal::SchemaValidationFailed {
+                event_type_major: 3,
+                client_seq: 5,
+                validation_error,
+                ..
+            } if validation_error.contains("required")
+        ),
+        "{refused:?}"
+    );
+    write(&store, 1, vec![part(K, vec![ev(7, 3, r#"{"a":2}"#)])]).unwrap();
+    // After a restart the stored schema is compiled again on its first use.
+    drop(store);
+    let store = open(&disk, cfg());
+    let probe = WriteRequest {
+        client_id: 1,
+        user_id: None,
+        now: 5,
+        writes: vec![part(K, vec![ev(8, 3, "[]")])],
+    };
+    assert!(store.needs_schema_work(&probe));
+    assert!(matches!(
+        event_err(store.write(probe).wait()),
+        Refusal::SchemaValidationFailed { client_seq: 8, .. }
+    ));
+    write(&store, 1, vec![part(K, vec![ev(9, 3, r#"{"a":3}"#)])]).unwrap();
+    // Avro and Protobuf registrations compile too (their bad texts are 2021).
+    for (schema_type, text) in [(1, "{\"type\": 7}"), (2, "not base64!:x.Y")] {
+        let refused = event_err(
+            store
+                .register_schema(SchemaRegistration {
+                    key: schema(4),
+                    schema_type,
+                    schema: text.into(),
+                    client_id: 1,
+                    user_id: None,
+                    now: 7,
+                })
+                .wait(),
+        );
+        assert!(
+            matches!(refused, Refusal::SchemaInvalid { schema_type: t, .. } if t == schema_type),
+            "{refused:?}"
+        );
+    }
+    store
+        .register_schema(SchemaRegistration {
+            key: schema(4),
+            schema_type: 1,
+            schema: r#""int""#.into(),
+            client_id: 1,
+            user_id: None,
+            now: 7,
+        })
+        .wait()
+        .unwrap();
+    write(&store, 1, vec![part(K, vec![ev(10, 4, "\u{2}")])]).unwrap();
+    assert!(matches!(
+        event_err(write(&store, 1, vec![part(K, vec![ev(11, 4, "")])])),
+        Refusal::SchemaValidationFailed { client_seq: 11, .. }
+    ));
+}
+
+#[test]
 fn watch_delivers_after_commit_in_order_and_caps_subscribers() {
     let disk = MemBackend::new();
     let config = EventStoreConfig {

@@ -4,22 +4,55 @@
 //! Every mutation is acknowledged only when the store's completion resolves, i.e. after the
 //! record is fdatasynced and visible (§4.12); its refusals mean nothing was written. Reads,
 //! details and listings see committed data only, and run on the blocking pool because a cold
-//! index block or log segment is read from disk.
+//! index block or log segment is read from disk. Mutations are submitted inline while this
+//! server's bytes in flight stay low, from the blocking pool past that (`crate::offload`); a
+//! write with schema work to do and every registration are submitted from the blocking pool,
+//! because the store waits for its schema threads (at most its validation deadline).
+//!
+//! A storage failure (as opposed to a refusal) reaches the client as its request type's code
+//! with a generic text and a log reference ([`detail`]): paths and OS error texts stay in the
+//! server log.
 
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 
 use eddy_codec::event as wire;
 use eddy_codec::event::{EventRequest, EventResponse, RoutingField, ServerError};
 use eddy_event_store as st;
-use eddy_event_store::{EventStoreError, Placement, Refusal, RoutingRule};
+use eddy_event_store::{EventStore, EventStoreError, Placement, Refusal, RoutingRule};
+use eddy_log::{Completion, LogError};
 use eddy_wire::event::RequestType;
 
 use super::EventService;
 use crate::error_chain;
+// Synchronous store work runs off the reactor (a cold index block or segment is a disk read).
+use crate::offload::blocking;
 
 /// The store's key of a wire key.
 pub(super) fn key(k: &wire::AggregateKey) -> st::AggregateKey {
     st::AggregateKey::new(k.org_id, k.aggregate_type_id, k.aggregate_id)
+}
+
+/// Numbers the storage failures logged by [`detail`], so a client's error names its log line.
+static FAILURE_REFERENCE: AtomicU64 = AtomicU64::new(1);
+
+/// What a client is told about a storage failure. A refusal (the request's own fault, its text
+/// names no file) is described in full; anything else (an I/O error, corruption, a fail-stopped
+/// log, a full disk) would hand storage paths and operating-system texts to a client that may
+/// not even be identified, so it is logged here with its whole cause chain and the client gets
+/// a generic text carrying the reference of that log line.
+pub(super) fn detail(e: &EventStoreError) -> String {
+    match e {
+        EventStoreError::Refused(_) | EventStoreError::Log(LogError::LimitExceeded { .. }) => {
+            error_chain(e)
+        }
+        EventStoreError::Log(LogError::Shutdown) => "the server is shutting down".to_owned(),
+        _ => {
+            let reference = FAILURE_REFERENCE.fetch_add(1, Ordering::Relaxed);
+            tracing::error!(reference, error = %error_chain(e), "event store failure");
+            format!("internal storage error (server log reference {reference})")
+        }
+    }
 }
 
 /// Whether a refusal is a routing refusal (answered with 9001 or 9002 whatever the request).
@@ -57,14 +90,10 @@ fn write_error(e: &EventStoreError, placement: Placement) -> ServerError {
         EventStoreError::Refused(r) => r,
         EventStoreError::SchemaLookup { source } => {
             return ServerError::WriteCacheAggregateClientError {
-                detail: Some(error_chain(source)),
+                detail: Some(detail(source)),
             }
         }
-        _ => {
-            return ServerError::WriteFsyncError {
-                detail: error_chain(e),
-            }
-        }
+        _ => return ServerError::WriteFsyncError { detail: detail(e) },
     };
     match r {
         r if is_routing(r) || *r == Refusal::EmptyRequest => {
@@ -142,7 +171,7 @@ fn read_error(e: &EventStoreError, placement: Placement) -> ServerError {
         },
         Some(r) if is_routing(r) => routing_refusal(r, RequestType::Read, placement),
         _ => ServerError::ReadFetchDatablocks {
-            detail: Some(error_chain(e)),
+            detail: Some(detail(e)),
         },
     }
 }
@@ -150,9 +179,7 @@ fn read_error(e: &EventStoreError, placement: Placement) -> ServerError {
 fn details_error(e: &EventStoreError) -> ServerError {
     match e.refusal() {
         Some(Refusal::NotFound { .. }) => ServerError::ExistsAggregateNotExists,
-        _ => ServerError::ExistsMetablockReadError {
-            detail: error_chain(e),
-        },
+        _ => ServerError::ExistsMetablockReadError { detail: detail(e) },
     }
 }
 
@@ -168,9 +195,7 @@ fn trim_error(e: &EventStoreError) -> ServerError {
             requested: *requested,
             max_aggregate_version: *max_aggregate_version,
         },
-        _ => ServerError::TrimFsyncError {
-            detail: error_chain(e),
-        },
+        _ => ServerError::TrimFsyncError { detail: detail(e) },
     }
 }
 
@@ -188,9 +213,7 @@ fn delete_error(e: &EventStoreError, placement: Placement) -> ServerError {
         Some(r) if is_routing(r) || *r == Refusal::EmptyRequest => {
             routing_refusal(r, RequestType::Delete, placement)
         }
-        _ => ServerError::DeleteFsyncError {
-            detail: error_chain(e),
-        },
+        _ => ServerError::DeleteFsyncError { detail: detail(e) },
     }
 }
 
@@ -198,7 +221,7 @@ fn list_error(kind: RequestType, e: &EventStoreError, placement: Placement) -> S
     if let Some(r) = e.refusal().filter(|r| is_routing(r)) {
         return routing_refusal(r, kind, placement);
     }
-    let detail = error_chain(e);
+    let detail = detail(e);
     match kind {
         RequestType::ListOrgs => ServerError::ListOrgsDiskRead { detail },
         RequestType::ListAggregateTypes => ServerError::ListAggregateTypesDiskRead { detail },
@@ -229,11 +252,9 @@ fn register_error(e: &EventStoreError, schema_type: u8) -> ServerError {
         },
         Some(Refusal::Limit { .. }) => ServerError::RegisterSchemaInvalid {
             schema_type,
-            parse_error: error_chain(e),
+            parse_error: detail(e),
         },
-        _ => ServerError::RegisterSchemaFsyncError {
-            detail: error_chain(e),
-        },
+        _ => ServerError::RegisterSchemaFsyncError { detail: detail(e) },
     }
 }
 
@@ -244,17 +265,7 @@ pub(super) fn subscribe_error(e: &EventStoreError) -> ServerError {
             active_subscribers: *active as u64,
             max_subscribers: *max as u64,
         },
-        _ => ServerError::WatchReadOther {
-            detail: e.to_string(),
-        },
-    }
-}
-
-/// Runs synchronous store work off the reactor (a cold index block or segment is a disk read).
-async fn blocking<T: Send + 'static>(f: impl FnOnce() -> T + Send + 'static) -> T {
-    match tokio::task::spawn_blocking(f).await {
-        Ok(v) => v,
-        Err(join) => std::panic::resume_unwind(join.into_panic()),
+        _ => ServerError::WatchReadOther { detail: detail(e) },
     }
 }
 
@@ -294,7 +305,9 @@ fn read_query(f: wire::ReadFilters, max_bytes: u64) -> st::ReadQuery {
 }
 
 /// A write: converted, then handed to the store, which runs the whole check order (§4.3:
-/// routing, input checks, schema validation, per-aggregate checks) and answers once.
+/// routing, input checks, schema validation, per-aggregate checks) and answers once. A write
+/// with schema work to do is submitted from the blocking pool (the store waits for its schema
+/// threads); one whose event types are known to have no schema, as any other mutation.
 async fn write(svc: &EventService, w: wire::WriteRequest) -> Result<EventResponse, ServerError> {
     let correlation_id = w.correlation_id;
     let request = st::WriteRequest {
@@ -325,9 +338,14 @@ async fn write(svc: &EventService, w: wire::WriteRequest) -> Result<EventRespons
             })
             .collect(),
     };
-    let outcome = svc
-        .store
-        .write(request)
+    let bytes = request
+        .writes
+        .iter()
+        .flat_map(|w| w.events.iter())
+        .map(|e| e.value.len() as u64)
+        .sum();
+    let schema_work = svc.store.needs_schema_work(&request);
+    let outcome = submit(svc, bytes, schema_work, move |store| store.write(request))
         .await
         .map_err(|e| write_error(&e, *svc.store.placement()))?;
     Ok(EventResponse::Write(wire::WriteResponse {
@@ -336,7 +354,8 @@ async fn write(svc: &EventService, w: wire::WriteRequest) -> Result<EventRespons
     }))
 }
 
-/// A schema registration: the store checks, compiles, stores and caches it.
+/// A schema registration: the store checks, compiles (on its schema threads, within its
+/// deadline, so the call is made from the blocking pool), stores and caches it.
 async fn register_schema(
     svc: &EventService,
     r: wire::RegisterSchemaRequest,
@@ -354,15 +373,35 @@ async fn register_schema(
         user_id: r.user_id,
         now: crate::clock::now_millis(),
     };
-    svc.store
-        .register_schema(registration)
-        .await
-        .map_err(|e| register_error(&e, r.schema_type))?;
+    submit(svc, 0, true, move |store| {
+        store.register_schema(registration)
+    })
+    .await
+    .map_err(|e| register_error(&e, r.schema_type))?;
     Ok(EventResponse::RegisterSchema(
         wire::RegisterSchemaResponse {
             correlation_id: r.correlation_id,
         },
     ))
+}
+
+/// Submits a mutation of `bytes` payload bytes and awaits its completion. The submission runs
+/// inline unless it `may_wait` (schema work) or this server has enough bytes in flight that a
+/// shard log may push back; then it runs on the blocking pool (see `crate::offload`).
+async fn submit<T: Send + 'static>(
+    svc: &EventService,
+    bytes: u64,
+    may_wait: bool,
+    mutation: impl FnOnce(&EventStore) -> Completion<T, EventStoreError> + Send + 'static,
+) -> Result<T, EventStoreError> {
+    let (_in_flight, offload) = svc.in_flight.enter(bytes);
+    let completion = if offload || may_wait {
+        let store = Arc::clone(&svc.store);
+        blocking(move || mutation(store.as_ref())).await
+    } else {
+        mutation(svc.store.as_ref())
+    };
+    completion.await
 }
 
 /// Executes one request (not Identify, not Watch) on the store.
@@ -419,14 +458,14 @@ pub(super) async fn execute(
         }
         EventRequest::Write(w) => write(svc, w).await,
         EventRequest::TrimStart(r) => {
-            svc.store
-                .trim(st::TrimRequest {
-                    key: key(&r.aggregate_key),
-                    keep_from_version: r.keep_from_aggregate_version,
-                    client_id: r.client_id,
-                    user_id: r.user_id,
-                    now: crate::clock::now_millis(),
-                })
+            let request = st::TrimRequest {
+                key: key(&r.aggregate_key),
+                keep_from_version: r.keep_from_aggregate_version,
+                client_id: r.client_id,
+                user_id: r.user_id,
+                now: crate::clock::now_millis(),
+            };
+            submit(svc, 0, false, move |store| store.trim(request))
                 .await
                 .map_err(|e| trim_error(&e))?;
             Ok(EventResponse::TrimStart(wire::TrimStartResponse {
@@ -449,8 +488,7 @@ pub(super) async fn execute(
                     })
                     .collect(),
             };
-            svc.store
-                .delete(&request)
+            submit(svc, 0, false, move |store| store.delete(&request))
                 .await
                 .map_err(|e| delete_error(&e, placement))?;
             Ok(EventResponse::Delete(wire::DeleteResponse {

@@ -210,6 +210,8 @@ pub struct EventService {
     list_page: usize,
     read_page_bytes: u64,
     max_requested_latency_ms: u64,
+    /// Event bytes submitted to the store and not yet acknowledged.
+    in_flight: crate::offload::InFlight,
 }
 
 impl EventService {
@@ -227,6 +229,7 @@ impl EventService {
             read_page_bytes: (u64::from(config.max_response_size) / 4)
                 .clamp(1, eddy_event_store::DEFAULT_READ_MAX_BYTES),
             max_requested_latency_ms: config.max_requested_latency_ms,
+            in_flight: crate::offload::InFlight::default(),
         }
     }
 

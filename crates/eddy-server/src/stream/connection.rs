@@ -8,10 +8,20 @@
 //!   flight is finished and answered first;
 //! * the stale timer (when a heartbeat interval is configured): a connection silent for
 //!   1.2 intervals that is a member of a consumer group is removed from its groups, sent an
-//!   `Eviction StaleClient` and closed (an unsolicited eviction is always followed by close).
+//!   `Eviction StaleClient` and closed (an unsolicited eviction is always followed by close);
+//! * the login deadline: a connection without a session for `stream_login_timeout_ms` (from
+//!   its accept, or from the end of its last session) is sent an `Eviction NoSession` and
+//!   closed, whatever it sent meanwhile (a ping or part of a header keeps nothing open);
+//! * the idle timeout: a session that completes no request (heartbeat pings count) for
+//!   `stream_idle_timeout_ms` is sent an `Eviction StaleClient` and closed.
 //!
-//! Framing: the 256-byte header's `size` is checked against `stream_max_frame_size` as soon as
-//! it is readable, before any room is made for the body; a frame too small or too large, a
+//! The eviction answering the `login_max_failures_per_connection`-th failed login is followed
+//! by close. Every answer must be written within `stream_write_timeout_ms`, or the connection
+//! closes (a client that stopped reading holds nothing).
+//!
+//! Framing: the 256-byte header's `size` is checked against `stream_max_frame_size` (before
+//! login: `stream_max_prelogin_frame_size`, a few KiB, enough for every command served before
+//! login) as soon as it is readable, before any room is made for the body; a frame too small or too large, a
 //! non-request frame, a read error or a truncated frame closes this connection only. Reads are
 //! cancel-safe (`read_buf` into a buffer), so the select never loses bytes.
 //!
@@ -56,8 +66,12 @@ enum FrameError {
         have: usize,
     },
     /// The socket failed.
-    #[error("read failed")]
+    #[error("socket failed")]
     Io(#[source] io::Error),
+    /// An answer could not be written within `stream_write_timeout_ms` (the client stopped
+    /// reading).
+    #[error("write timed out")]
+    WriteTimeout,
 }
 
 /// Accumulates bytes until a whole frame is buffered.
@@ -175,25 +189,62 @@ async fn run(
     client_id: ClientId,
 ) -> Result<(), FrameError> {
     let metrics = Arc::clone(&ctx.shared.metrics);
-    let mut reader = FrameReader::new(state.max_frame_size);
+    let limits = state.limits;
+    let mut reader = FrameReader::new(limits.max_prelogin_frame_size);
     let stale = state.heartbeat.map(stale_after);
     let mut last_activity = Instant::now();
+    let mut stale_from = last_activity;
+    // Since when the connection has had no session (the login deadline runs from there).
+    let mut unauthenticated_since = Some(last_activity);
     // The last non-zero client id seen in a header (evictions must carry one).
     let mut last_client: u128 = 1;
     loop {
-        let deadline = stale.map(|s| tokio::time::Instant::from_std(last_activity + s));
+        let logged_in = state.clients.session(client_id).is_some();
+        match (logged_in, unauthenticated_since) {
+            (true, Some(_)) => unauthenticated_since = None,
+            (false, None) => unauthenticated_since = Some(Instant::now()),
+            _ => {}
+        }
+        // Before login only small frames (login, ping, the handshake commands) are read.
+        reader.max_frame = if logged_in {
+            state.max_frame_size
+        } else {
+            limits.max_prelogin_frame_size
+        };
+        let stale_at = stale.map(|s| tokio::time::Instant::from_std(stale_from + s));
+        let (closes_at, reason) = match unauthenticated_since {
+            Some(since) => (
+                Some(since + limits.login_timeout),
+                EvictionReason::NoSession,
+            ),
+            None => (
+                limits.idle_timeout.map(|idle| last_activity + idle),
+                EvictionReason::StaleClient,
+            ),
+        };
         let frame = tokio::select! {
             biased;
             () = ctx.drain.cancelled() => return Ok(()),
-            () = sleep_until(deadline) => {
+            () = sleep_until(closes_at.map(tokio::time::Instant::from_std)) => {
+                if logged_in {
+                    tracing::info!(client_id, "closing a session idle for longer than stream_idle_timeout_ms");
+                    state.leave_all_groups(client_id);
+                } else {
+                    tracing::info!(client_id, "closing a connection not logged in within stream_login_timeout_ms");
+                }
+                let eviction = EvictionHeader::new(last_client, reason);
+                let _ = write_bounded(io, &[Bytes::copy_from_slice(&eviction.encode())], limits).await;
+                return Ok(());
+            }
+            () = sleep_until(stale_at) => {
                 if state.groups().is_member_anywhere(client_id) {
                     tracing::info!(client_id, "evicting a stale consumer-group member");
                     state.leave_all_groups(client_id);
                     let eviction = EvictionHeader::new(last_client, EvictionReason::StaleClient);
-                    let _ = write_chunks(io, &[Bytes::copy_from_slice(&eviction.encode())]).await;
+                    let _ = write_bounded(io, &[Bytes::copy_from_slice(&eviction.encode())], limits).await;
                     return Ok(());
                 }
-                last_activity = Instant::now();
+                stale_from = Instant::now();
                 continue;
             }
             frame = reader.next(io) => frame?,
@@ -208,6 +259,7 @@ async fn run(
         }
         let started = Instant::now();
         let (metric, result) = dispatch::handle(state, client_id, &header, body).await;
+        let evicted = matches!(result, Ok(Outcome::Evict(_)));
         let (chunks, ok) = match result {
             Ok(Outcome::Reply(payload)) => match ReplyFrame::success_chunks(&header, payload) {
                 Ok(frame) => (frame.into_chunks(), true),
@@ -232,8 +284,28 @@ async fn run(
             }
         };
         metrics.record_request(Protocol::Stream, metric, ok, started.elapsed());
-        write_chunks(io, &chunks).await.map_err(FrameError::Io)?;
+        write_bounded(io, &chunks, limits).await?;
         last_activity = Instant::now();
+        stale_from = last_activity;
+        if evicted
+            && state.clients.login_failures(client_id) >= state.login.max_failures_per_connection
+        {
+            tracing::info!(client_id, peer = %ctx.peer, "closing a connection after too many failed logins");
+            state.login.closed_connection();
+            return Ok(());
+        }
+    }
+}
+
+/// [`write_chunks`] within `stream_write_timeout_ms`.
+async fn write_bounded(
+    io: &mut Conn,
+    chunks: &[Bytes],
+    limits: super::ConnectionLimits,
+) -> Result<(), FrameError> {
+    match tokio::time::timeout(limits.write_timeout, write_chunks(io, chunks)).await {
+        Ok(written) => written.map_err(FrameError::Io),
+        Err(_elapsed) => Err(FrameError::WriteTimeout),
     }
 }
 

@@ -141,7 +141,8 @@ pub(crate) async fn delete(
     Ok(Outcome::empty())
 }
 
-/// `JOIN_CONSUMER_GROUP`: the caller's connection becomes a member (a no-op if it is one).
+/// `JOIN_CONSUMER_GROUP`: the caller's connection becomes a member (a no-op if it is one);
+/// the group rebalances cooperatively (partitions with uncommitted polls move later).
 pub(crate) fn join(
     ctx: Ctx<'_>,
     stream_id: u32,
@@ -152,7 +153,9 @@ pub(crate) fn join(
     let partitions = ctx
         .state
         .read(|meta| views::partition_ids(meta, stream_id, topic_id));
-    ctx.state.groups().join(key, ctx.client_id, &partitions);
+    ctx.state
+        .groups()
+        .join(key, ctx.client_id, &partitions, std::time::Instant::now());
     Ok(Outcome::empty())
 }
 
@@ -174,8 +177,8 @@ pub(crate) fn leave(
     Ok(Outcome::empty())
 }
 
-/// `SYNC_CONSUMER_GROUP`: the caller's partitions and the generation (empty body if it is not
-/// a member).
+/// `SYNC_CONSUMER_GROUP`: the partitions the caller may poll (not those pending revocation)
+/// and the generation (empty body if it is not a member).
 pub(crate) fn sync(ctx: Ctx<'_>, stream_id: u32, topic_id: u32, group: &Identifier) -> Outcome {
     let assignment = key(ctx, stream_id, topic_id, group)
         .and_then(|key| ctx.state.groups().assignment(key, ctx.client_id))

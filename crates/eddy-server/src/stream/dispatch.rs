@@ -11,15 +11,17 @@
 //! 5. the login gate: a command that is not served before login, on a connection without a
 //!    session: status `Unauthenticated` for reads, eviction `NoSession` for writes;
 //! 6. decode the body (`InvalidCommand`);
-//! 7. resolve the stream, topic and user the request names; a missing one is reported now,
-//!    before the permission check, in the form each command uses (empty body or error);
+//! 7. the session is still good (its user exists and is active, and a token session's token is
+//!    still stored and unexpired; otherwise `Unauthenticated`), then resolve the stream, topic
+//!    and user the request names; a missing one is reported now, before the permission check,
+//!    in the form each command uses (empty body or error);
 //! 8. [`authorize`] with the command's table row: every command passes through it;
 //! 9. the command's handler.
 
 use bytes::Bytes;
-use eddy_auth::credentials::{normalize_status, STATUS_ACTIVE};
+use eddy_auth::credentials::{normalize_status, token_session_valid, STATUS_ACTIVE};
 use eddy_auth::permissions::{authorize, Caller, Resource, ROOT_USER_ID};
-use eddy_auth::sessions::ClientId;
+use eddy_auth::sessions::{ClientId, Credential};
 use eddy_codec::stream::{route, CommandCode, Permissions, Request, Route};
 use eddy_stream_store::MetadataState;
 use eddy_wire::stream::{
@@ -125,20 +127,27 @@ async fn handle_command(
         authorize(&caller, code, &Resource::default())?;
         return run(ctx, request, Resource::default()).await;
     }
+    let credential = session.map_or(Credential::Password, |s| s.credential);
+    let now = crate::clock::now_micros();
     let checked = state.read(|meta| {
-        let resource = match resolve(&request, meta) {
-            Ok(resource) => resource,
-            Err(missing) => return Err(Some(missing)),
-        };
-        let permissions = caller_permissions(meta, user_id).map_err(|()| None)?;
+        let permissions =
+            caller_permissions(meta, user_id, credential, now).map_err(Refused::Session)?;
+        let resource = resolve(&request, meta).map_err(Refused::Missing)?;
         Ok((resource, permissions))
     });
     let (resource, permissions) = match checked {
         Ok(found) => found,
-        Err(Some(missing)) => return when_missing(code, missing),
-        Err(None) => {
+        Err(Refused::Missing(missing)) => return when_missing(code, missing),
+        Err(Refused::Session(SessionEnded::User)) => {
             // The user was deleted or deactivated since it logged in.
             state.end_sessions_of(user_id);
+            return Err(StreamError::Unauthenticated);
+        }
+        Err(Refused::Session(SessionEnded::Token)) => {
+            // The token this session logged in with was deleted or has expired.
+            if state.clients.logout(client_id).is_some() {
+                state.leave_all_groups(client_id);
+            }
             return Err(StreamError::Unauthenticated);
         }
     };
@@ -159,11 +168,44 @@ fn checksum_matches(header: &RequestHeader, body: &[u8]) -> bool {
     !carries || header.request_checksum == 0 || header.request_checksum == request_checksum(body)
 }
 
-/// The caller's permissions; `Err` if the user no longer exists or is inactive.
-fn caller_permissions(meta: &MetadataState, user_id: u32) -> Result<Option<Permissions>, ()> {
-    let user = meta.users.get(&user_id).ok_or(())?;
+/// Why a session cannot go on.
+#[derive(Debug, Clone, Copy)]
+enum SessionEnded {
+    /// Its user was deleted or deactivated: every session of the user ends.
+    User,
+    /// Its token was deleted or has expired: this session ends.
+    Token,
+}
+
+/// Why a request stops before its permission check.
+#[derive(Debug)]
+enum Refused {
+    /// The session cannot go on.
+    Session(SessionEnded),
+    /// The stream, topic or user it names does not exist.
+    Missing(Missing),
+}
+
+/// The caller's permissions; `Err` if the user no longer exists or is inactive, or if the
+/// session's token is no longer stored or has expired at `now_us`.
+fn caller_permissions(
+    meta: &MetadataState,
+    user_id: u32,
+    credential: Credential,
+    now_us: u64,
+) -> Result<Option<Permissions>, SessionEnded> {
+    let user = meta.users.get(&user_id).ok_or(SessionEnded::User)?;
     if normalize_status(user.status) != STATUS_ACTIVE {
-        return Err(());
+        return Err(SessionEnded::User);
+    }
+    if let Credential::Token(digest) = credential {
+        let tokens = user
+            .tokens
+            .values()
+            .map(|t| (t.token_hash.as_str(), t.expiry_at));
+        if !token_session_valid(&digest, tokens, now_us) {
+            return Err(SessionEnded::Token);
+        }
     }
     if user_id == ROOT_USER_ID {
         return Ok(None);

@@ -14,12 +14,18 @@
 //!
 //! A success binds a new session to the connection (a re-login replaces the previous session,
 //! as a logout would) and replies `[user_id][session][server_protocol_version][server_version]`.
+//! Attempts are throttled ([`super::throttle`]): a bounded number of Argon2id checks at once,
+//! a growing delay after failures of the connection or its address, and the connection closes
+//! after `login_max_failures_per_connection` failures.
+//! A token session remembers the token's digest: it ends when the token is deleted or expires
+//! (checked on every request by `dispatch`).
 
 use bytes::Bytes;
 use eddy_auth::credentials::{
     check_password_login, check_token_login, LoginRefusal, TokenCandidate, UserCredentials,
 };
-use eddy_auth::sessions::ClientId;
+use eddy_auth::sessions::{ClientId, Credential};
+use eddy_auth::token::TokenDigest;
 use eddy_codec::stream::commands::login_register::{LoginRegisterReply, RegisterAttempts};
 use eddy_codec::stream::CommandCode;
 use eddy_wire::stream::version::{is_compatible, PROTOCOL_VERSION, PROTOCOL_VERSION_MIN};
@@ -69,6 +75,15 @@ pub(crate) async fn register(
             ))),
         );
     }
+    let peer = state
+        .clients
+        .get(client_id)
+        .and_then(|c| c.address.parse().ok())
+        .map(|a: std::net::SocketAddr| a.ip());
+    state
+        .login
+        .before_attempt(peer, state.clients.login_failures(client_id))
+        .await;
     let mut refusal = LoginRefusal::InvalidCredentials;
     if let Some(login) = attempts.password {
         let username = login.username.into_string();
@@ -77,7 +92,9 @@ pub(crate) async fn register(
             meta.user_by_name(&username)
                 .map(|u| (u.id, u.status, u.password_hash.clone()))
         });
-        let checked = tokio::task::spawn_blocking(move || {
+        let permit = state.login.hash_permit().await;
+        let checked = crate::offload::blocking(move || {
+            let _permit = permit;
             let credentials = user.as_ref().map(|(id, status, hash)| UserCredentials {
                 id: *id,
                 status: *status,
@@ -85,10 +102,14 @@ pub(crate) async fn register(
             });
             check_password_login(&username, &password, credentials)
         })
-        .await
-        .unwrap_or_else(|join| std::panic::resume_unwind(join.into_panic()));
+        .await;
         match checked {
-            Ok(user_id) => return (CommandCode::LoginRegister, bind(state, client_id, user_id)),
+            Ok(user_id) => {
+                return (
+                    CommandCode::LoginRegister,
+                    bind(state, client_id, user_id, Credential::Password),
+                )
+            }
             Err(r) => refusal = r,
         }
     }
@@ -107,15 +128,18 @@ pub(crate) async fn register(
         });
         match checked {
             Ok(user_id) => {
+                let credential = Credential::Token(TokenDigest::of(login.token.as_str()));
                 return (
                     CommandCode::LoginRegisterWithPat,
-                    bind(state, client_id, user_id),
-                )
+                    bind(state, client_id, user_id, credential),
+                );
             }
             Err(r) => refusal = r,
         }
     }
-    tracing::debug!(client_id, %refusal, "login refused");
+    state.login.failed(peer);
+    let failures = state.clients.login_failed(client_id);
+    tracing::debug!(client_id, %refusal, failures, "login refused");
     let reason = match refusal {
         LoginRefusal::InvalidToken => EvictionReason::InvalidToken,
         LoginRefusal::UserInactive => EvictionReason::UserInactive,
@@ -125,8 +149,13 @@ pub(crate) async fn register(
 }
 
 /// Binds a session for `user_id` to the connection and builds the login reply.
-fn bind(state: &StreamState, client_id: ClientId, user_id: u32) -> Result<Outcome, StreamError> {
-    let Ok((session, previous)) = state.clients.login(client_id, user_id) else {
+fn bind(
+    state: &StreamState,
+    client_id: ClientId,
+    user_id: u32,
+    credential: Credential,
+) -> Result<Outcome, StreamError> {
+    let Ok((session, previous)) = state.clients.login_with(client_id, user_id, credential) else {
         return Err(StreamError::Unauthenticated);
     };
     if previous.is_some() {

@@ -13,8 +13,12 @@
 //!
 //! Consumer kind 1 keys offsets by its numeric id (or `XXH32(name)`); kind 2 keys them by the
 //! consumer group, and a group member may only poll or commit partitions it owns: a poll of a
-//! partition it does not own is answered with the re-sync sentinel (`partition_id = u32::MAX`,
-//! no messages), which makes the SDK sync and retry.
+//! partition it does not own, or owns but is pending revocation (it may still commit it), is
+//! answered with the re-sync sentinel (`partition_id = u32::MAX`, no messages), which makes the
+//! SDK sync and retry. Group polls and commits are reported to the coordinator, which hands a
+//! pending partition over once its owner has committed what it polled.
+
+use std::sync::Arc;
 
 use bytes::{Bytes, BytesMut};
 use eddy_codec::stream::batch::BATCH_HEADER_SIZE;
@@ -123,10 +127,21 @@ pub(crate) async fn send(
         topic_id,
         partition_id,
     };
-    let appended = state
-        .store
-        .append(addr, Stampable(admitted), crate::clock::now_micros())?
-        .await?;
+    // Submitted inline unless this server has so many bytes in flight that the partition's
+    // log may push back (then from the blocking pool); the acknowledgement is awaited.
+    let (_in_flight, offload) = state.appends.enter(admitted.len() as u64);
+    let ticket = if offload {
+        let store = Arc::clone(&state.store);
+        crate::offload::blocking(move || {
+            store.append(addr, Stampable(admitted), crate::clock::now_micros())
+        })
+        .await?
+    } else {
+        state
+            .store
+            .append(addr, Stampable(admitted), crate::clock::now_micros())?
+    };
+    let appended = ticket.await?;
     Ok(Outcome::payload(&SendMessagesReply {
         confirmations: vec![SendConfirmation {
             stream_id,
@@ -176,6 +191,28 @@ fn poll_reply(
     Outcome::Reply(records)
 }
 
+/// A group member's poll of one partition, from the ownership check to its end: while it
+/// runs the partition counts as in flight for cooperative rebalancing, and dropping it records
+/// the last offset served and left uncommitted (also when the poll fails or is cancelled).
+struct GroupPoll<'a> {
+    state: &'a super::StreamState,
+    key: GroupKey,
+    client_id: u32,
+    partition_id: u32,
+    uncommitted: Option<u64>,
+}
+
+impl Drop for GroupPoll<'_> {
+    fn drop(&mut self) {
+        self.state.groups().end_poll(
+            self.key,
+            self.client_id,
+            self.partition_id,
+            self.uncommitted,
+        );
+    }
+}
+
 /// `POLL_MESSAGES`.
 pub(crate) async fn poll(
     ctx: Ctx<'_>,
@@ -183,6 +220,7 @@ pub(crate) async fn poll(
     topic_id: u32,
     request: PollMessages,
 ) -> Result<Outcome, StreamError> {
+    let mut group_poll = None;
     let (consumer, partition_id) = match request.consumer.kind {
         ConsumerKind::Consumer => (
             ConsumerKey::Consumer(request.consumer.numeric_key()),
@@ -192,14 +230,25 @@ pub(crate) async fn poll(
             let key = group(ctx, stream_id, topic_id, &request.consumer)?;
             let mut groups = ctx.state.groups();
             let partition = match request.partition.0 {
-                Some(p) if groups.owns(key, ctx.client_id, p) => p,
-                Some(_) => return Ok(poll_reply(RESYNC_PARTITION, 0, 0, Vec::new())),
+                Some(p) => p,
                 None => match groups.next_partition(key, ctx.client_id) {
                     Ok(Some(p)) => p,
                     Ok(None) => return Ok(poll_reply(0, 0, 0, Vec::new())),
                     Err(_) => return Err(StreamError::NotAMember),
                 },
             };
+            // Not owned, or pending revocation: the SDK re-syncs.
+            if !groups.begin_poll(key, ctx.client_id, partition) {
+                return Ok(poll_reply(RESYNC_PARTITION, 0, 0, Vec::new()));
+            }
+            drop(groups);
+            group_poll = Some(GroupPoll {
+                state: ctx.state,
+                key,
+                client_id: ctx.client_id,
+                partition_id: partition,
+                uncommitted: None,
+            });
             (ConsumerKey::Group(key.group_id), partition)
         }
     };
@@ -239,18 +288,25 @@ pub(crate) async fn poll(
             records.push(record.frames().clone());
         }
     }
-    if request.auto_commit && served > 0 {
-        if let Some(last) = polled.last_offset() {
-            ctx.state
-                .commit(MetadataOp::StoreConsumerOffset {
-                    addr,
-                    consumer,
-                    offset: last,
-                    forward_only: true,
-                })
-                .await?;
+    let last = polled.last_offset().filter(|_| served > 0);
+    if let Some(group_poll) = &mut group_poll {
+        group_poll.uncommitted = last;
+    }
+    if let (true, Some(last)) = (request.auto_commit, last) {
+        ctx.state
+            .commit(MetadataOp::StoreConsumerOffset {
+                addr,
+                consumer,
+                offset: last,
+                forward_only: true,
+            })
+            .await?;
+        // The stored offset is now at least `last`.
+        if let Some(group_poll) = &mut group_poll {
+            group_poll.uncommitted = None;
         }
     }
+    drop(group_poll);
     Ok(poll_reply(
         polled.partition_id,
         polled.current_offset,
@@ -259,7 +315,8 @@ pub(crate) async fn poll(
     ))
 }
 
-/// The consumer key of an offset request, checking group ownership when `owned` is asked for.
+/// The consumer key of an offset request (and its group), checking group ownership when
+/// `owned` is asked for.
 fn offset_owner(
     ctx: Ctx<'_>,
     stream_id: u32,
@@ -267,15 +324,15 @@ fn offset_owner(
     consumer: &Consumer,
     partition_id: u32,
     owned: bool,
-) -> Result<ConsumerKey, StreamError> {
+) -> Result<(ConsumerKey, Option<GroupKey>), StreamError> {
     match consumer.kind {
-        ConsumerKind::Consumer => Ok(ConsumerKey::Consumer(consumer.numeric_key())),
+        ConsumerKind::Consumer => Ok((ConsumerKey::Consumer(consumer.numeric_key()), None)),
         ConsumerKind::ConsumerGroup => {
             let key = group(ctx, stream_id, topic_id, consumer)?;
             if owned && !ctx.state.groups().owns(key, ctx.client_id, partition_id) {
                 return Err(StreamError::PartitionNotOwned { partition_id });
             }
-            Ok(ConsumerKey::Group(key.group_id))
+            Ok((ConsumerKey::Group(key.group_id), Some(key)))
         }
     }
 }
@@ -296,7 +353,7 @@ pub(crate) fn get_offset(
     if ctx.state.read(|meta| meta.partition(addr).is_none()) {
         return Err(StreamError::NotFound(Missing::Partition));
     }
-    let Ok(consumer) = offset_owner(
+    let Ok((consumer, _)) = offset_owner(
         ctx,
         stream_id,
         topic_id,
@@ -345,7 +402,7 @@ pub(crate) async fn store_offset(
     request: StoreConsumerOffset,
 ) -> Result<Outcome, StreamError> {
     let addr = offset_partition(ctx, stream_id, topic_id, request.partition.0)?;
-    let consumer = offset_owner(
+    let (consumer, group) = offset_owner(
         ctx,
         stream_id,
         topic_id,
@@ -367,6 +424,11 @@ pub(crate) async fn store_offset(
             forward_only: false,
         })
         .await?;
+    if let Some(key) = group {
+        ctx.state
+            .groups()
+            .committed(key, ctx.client_id, addr.partition_id, request.offset);
+    }
     Ok(Outcome::empty())
 }
 
@@ -378,7 +440,7 @@ pub(crate) async fn delete_offset(
     request: DeleteConsumerOffset,
 ) -> Result<Outcome, StreamError> {
     let addr = offset_partition(ctx, stream_id, topic_id, request.partition.0)?;
-    let consumer = offset_owner(
+    let (consumer, _) = offset_owner(
         ctx,
         stream_id,
         topic_id,

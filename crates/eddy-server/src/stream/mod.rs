@@ -38,6 +38,7 @@ mod snapshot;
 pub mod stats;
 mod streams;
 mod system;
+pub mod throttle;
 mod users;
 pub mod views;
 
@@ -105,6 +106,33 @@ pub struct NodeInfo {
     pub stream_addr: SocketAddr,
 }
 
+/// What keeps a slow or silent stream-protocol peer from holding a connection (and its
+/// buffer) for ever.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct ConnectionLimits {
+    /// A connection without a session is closed this long after its accept or its logout.
+    pub login_timeout: Duration,
+    /// A session that completes no request for this long is closed (`None`: never).
+    pub idle_timeout: Option<Duration>,
+    /// Largest frame read before login, header included.
+    pub max_prelogin_frame_size: u32,
+    /// Longest an answer may take to write.
+    pub write_timeout: Duration,
+}
+
+impl ConnectionLimits {
+    /// The limits `config` sets.
+    pub fn from_config(config: &crate::config::ServerConfig) -> Self {
+        Self {
+            login_timeout: Duration::from_millis(config.stream_login_timeout_ms),
+            idle_timeout: (config.stream_idle_timeout_ms > 0)
+                .then(|| Duration::from_millis(config.stream_idle_timeout_ms)),
+            max_prelogin_frame_size: config.stream_max_prelogin_frame_size,
+            write_timeout: Duration::from_millis(config.stream_write_timeout_ms),
+        }
+    }
+}
+
 /// State shared by every stream-protocol connection.
 #[derive(Debug)]
 pub struct StreamState {
@@ -123,6 +151,14 @@ pub struct StreamState {
     pub node: NodeInfo,
     /// Largest accepted frame, header included.
     pub max_frame_size: u32,
+    /// Deadlines and the pre-login frame cap of every connection.
+    pub limits: ConnectionLimits,
+    /// Login throttling: the Argon2id bound, failure backoff, closing after failures.
+    pub login: throttle::LoginThrottle,
+    /// Metadata operations with file effects in flight (readers may wait behind them).
+    slow_commits: crate::offload::SlowCommits,
+    /// Message bytes submitted to partitions and not yet acknowledged.
+    pub(crate) appends: crate::offload::InFlight,
     /// Heartbeat interval (`None`: stale clients are never evicted).
     pub heartbeat: Option<Duration>,
     /// Start time, µs since the epoch.
@@ -145,11 +181,17 @@ impl StreamState {
         Self {
             store,
             clients: ClientsTable::new(),
-            groups: Mutex::new(Coordinator::default()),
+            groups: Mutex::new(Coordinator::new(Duration::from_millis(
+                config.stream_group_rebalancing_timeout_ms,
+            ))),
             creation: tokio::sync::Mutex::new(()),
             balanced: Mutex::new(HashMap::new()),
             node: NodeInfo { stream_addr },
             max_frame_size: config.stream_max_frame_size,
+            limits: ConnectionLimits::from_config(config),
+            login: throttle::LoginThrottle::new(config),
+            slow_commits: crate::offload::SlowCommits::default(),
+            appends: crate::offload::InFlight::default(),
             heartbeat: (config.stream_heartbeat_interval_ms > 0)
                 .then(|| Duration::from_millis(config.stream_heartbeat_interval_ms)),
             started_at_us: crate::clock::now_micros(),
@@ -160,19 +202,33 @@ impl StreamState {
         }
     }
 
-    /// The consumer-group coordinator (held briefly, never across an await).
+    /// The consumer-group coordinator (held briefly, never across an await), with the pending
+    /// revocations whose rebalancing timeout has passed completed.
     pub(crate) fn groups(&self) -> MutexGuard<'_, Coordinator> {
-        lock(&self.groups)
+        let mut groups = lock(&self.groups);
+        groups.settle(std::time::Instant::now());
+        groups
     }
 
-    /// Reads the durable, applied metadata.
+    /// Reads the durable, applied metadata. While an operation that creates, deletes or purges
+    /// partition files is being applied (the applier holds the metadata lock meanwhile), the
+    /// read leaves its runtime worker first, so the worker's other tasks go on.
     pub(crate) fn read<R>(&self, f: impl FnOnce(&MetadataState) -> R) -> R {
-        self.store.read_metadata(f)
+        if self.slow_commits.any() {
+            crate::offload::may_block(|| self.store.read_metadata(f))
+        } else {
+            self.store.read_metadata(f)
+        }
     }
 
-    /// Commits a metadata operation and waits until it is durable and applied.
+    /// Commits a metadata operation and waits until it is durable and applied. The submission
+    /// (which may wait on back-pressure or on the applier) runs on the blocking pool; the
+    /// completion is awaited.
     pub(crate) async fn commit(&self, op: MetadataOp) -> Result<(), StreamError> {
-        self.store.commit(Operation::Metadata(op)).await?;
+        let _slow = crate::offload::touches_files(&op).then(|| self.slow_commits.enter());
+        let store = Arc::clone(&self.store);
+        let commit = crate::offload::blocking(move || store.commit(Operation::Metadata(op))).await;
+        commit.await?;
         Ok(())
     }
 
@@ -224,6 +280,29 @@ impl StreamState {
     }
 }
 
+/// Purges expired personal access tokens every `every` until `stop` fires (they stop working
+/// at their expiry whatever the interval; the purge frees their names and their share of the
+/// per-user limit).
+pub async fn purge_expired_tokens(
+    state: &StreamState,
+    every: Duration,
+    stop: tokio_util::sync::CancellationToken,
+) {
+    let mut tick = tokio::time::interval_at(tokio::time::Instant::now() + every, every);
+    tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    loop {
+        tokio::select! {
+            () = stop.cancelled() => return,
+            _ = tick.tick() => {}
+        }
+        match users::purge_expired_tokens(state, None, crate::clock::now_micros()).await {
+            Ok(0) => {}
+            Ok(n) => tracing::info!(tokens = n, "purged expired personal access tokens"),
+            Err(e) => tracing::warn!(error = %e, "purging expired personal access tokens failed"),
+        }
+    }
+}
+
 /// Creates the root user (id 0, every permission) on first start, from `root_username` and
 /// `root_password`. Returns true if it was created. Later starts leave it as it is.
 pub async fn bootstrap_root(
@@ -255,6 +334,76 @@ pub async fn bootstrap_root(
         .await?;
     tracing::info!(username = %config.root_username, "root user created");
     Ok(true)
+}
+
+/// What the stored root credential says about the configured one (see
+/// [`check_root_credentials`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct RootCredentialCheck {
+    /// The stored root password is the published default (`iggy`).
+    pub default_password: bool,
+    /// The configured `root_password` does not log root in: the stored one is in effect.
+    pub configured_password_differs: bool,
+    /// The stored root user name is not the configured `root_username`.
+    pub configured_username_differs: bool,
+}
+
+/// Checks the stored root credential against the published default and against the
+/// configuration, and logs a warning for each finding. The configuration only seeds the root
+/// user when the data directory is created, so a warning read from the configuration alone
+/// would be silenced by setting `EDDY_ROOT_PASSWORD` while root still logs in with the default.
+/// Runs two Argon2id verifications on the blocking pool.
+pub async fn check_root_credentials(
+    store: &StreamStore,
+    config: &crate::config::ServerConfig,
+) -> RootCredentialCheck {
+    let Some((username, hash)) = store.read_metadata(|meta| {
+        meta.users
+            .get(&ROOT_USER_ID)
+            .map(|u| (u.username.clone(), u.password_hash.clone()))
+    }) else {
+        return RootCredentialCheck::default();
+    };
+    let configured = (!config.uses_default_root_password()).then(|| config.root_password.clone());
+    let (default_password, configured_matches) = crate::offload::blocking(move || {
+        let default =
+            eddy_auth::password::verify_password(crate::config::DEFAULT_ROOT_PASSWORD, &hash);
+        let configured = configured.map_or(default, |configured| {
+            eddy_auth::password::verify_password(&configured, &hash)
+        });
+        (default, configured)
+    })
+    .await;
+    let check = RootCredentialCheck {
+        default_password,
+        configured_password_differs: !configured_matches,
+        configured_username_differs: username != config.root_username,
+    };
+    if check.default_password {
+        tracing::warn!(
+            username = %username,
+            "the root user logs in with the published default password; change it with \
+             CHANGE_PASSWORD before exposing this server (EDDY_ROOT_PASSWORD only sets it when \
+             the data directory is created)"
+        );
+    }
+    if check.configured_password_differs {
+        tracing::warn!(
+            username = %username,
+            "the configured root password (root_password, EDDY_ROOT_PASSWORD) is not the stored \
+             one: it only seeds a new data directory, and the stored password stays in effect \
+             (change it with CHANGE_PASSWORD)"
+        );
+    }
+    if check.configured_username_differs {
+        tracing::warn!(
+            stored = %username,
+            configured = %config.root_username,
+            "the configured root user name (root_username) is not the stored one: it only \
+             seeds a new data directory, and the stored name stays in effect"
+        );
+    }
+    check
 }
 
 #[cfg(test)]

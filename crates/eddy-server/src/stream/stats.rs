@@ -8,6 +8,52 @@ use std::path::Path;
 use std::sync::Mutex;
 use std::time::Instant;
 
+/// How many of each stream-protocol entity exist (`GET_STATS` and the Iggy metric names).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct EntityCounts {
+    /// Streams.
+    pub streams: u32,
+    /// Topics.
+    pub topics: u32,
+    /// Partitions.
+    pub partitions: u32,
+    /// Consumer groups.
+    pub groups: u32,
+    /// Segments of every partition.
+    pub segments: u32,
+    /// Messages stored.
+    pub messages: u64,
+    /// Bytes of stored messages.
+    pub bytes: u64,
+    /// Users.
+    pub users: u32,
+}
+
+impl EntityCounts {
+    /// Counts the entities of the durable metadata and the partitions' stored figures.
+    pub fn of(state: &super::StreamState) -> Self {
+        let mut counts = EntityCounts::default();
+        state.read(|meta| {
+            counts.users = u32::try_from(meta.users.len()).unwrap_or(u32::MAX);
+            for stream in meta.streams.values() {
+                counts.streams += 1;
+                for topic in stream.topics.values() {
+                    counts.topics += 1;
+                    counts.groups += u32::try_from(topic.groups.len()).unwrap_or(u32::MAX);
+                }
+            }
+            for (addr, _, _) in meta.partitions() {
+                counts.partitions += 1;
+                let stats = super::views::partition_stats(&state.store, addr);
+                counts.segments = counts.segments.saturating_add(stats.segments);
+                counts.messages += stats.messages;
+                counts.bytes += stats.size_bytes;
+            }
+        });
+        counts
+    }
+}
+
 /// `/proc` reports CPU times in clock ticks of `USER_HZ`, which Linux fixes at 100 for
 /// user-space interfaces.
 const USER_HZ: f64 = 100.0;

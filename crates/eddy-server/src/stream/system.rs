@@ -22,24 +22,7 @@ pub const NODE_NAME: &str = "eddy-node";
 pub(crate) fn get_stats(ctx: Ctx<'_>) -> Outcome {
     let state = ctx.state;
     let host = state.host.sample(&state.data_dir);
-    let (mut streams, mut topics, mut partitions, mut groups) = (0u32, 0u32, 0u32, 0u32);
-    let (mut segments, mut messages, mut bytes) = (0u32, 0u64, 0u64);
-    state.read(|meta| {
-        for stream in meta.streams.values() {
-            streams += 1;
-            for topic in stream.topics.values() {
-                topics += 1;
-                groups += u32::try_from(topic.groups.len()).unwrap_or(u32::MAX);
-            }
-        }
-        for (addr, _, _) in meta.partitions() {
-            partitions += 1;
-            let stats = views::partition_stats(&state.store, addr);
-            segments = segments.saturating_add(stats.segments);
-            messages += stats.messages;
-            bytes += stats.size_bytes;
-        }
-    });
+    let counts = stats::EntityCounts::of(state);
     let run_time = u64::try_from(state.started.elapsed().as_micros()).unwrap_or(u64::MAX);
     Outcome::payload(&Stats {
         process_id: std::process::id(),
@@ -52,14 +35,14 @@ pub(crate) fn get_stats(ctx: Ctx<'_>) -> Outcome {
         start_time: state.started_at_us,
         read_bytes: host.read_bytes,
         written_bytes: host.written_bytes,
-        messages_size_bytes: bytes,
-        streams_count: streams,
-        topics_count: topics,
-        partitions_count: partitions,
-        segments_count: segments,
-        messages_count: messages,
+        messages_size_bytes: counts.bytes,
+        streams_count: counts.streams,
+        topics_count: counts.topics,
+        partitions_count: counts.partitions,
+        segments_count: counts.segments,
+        messages_count: counts.messages,
         clients_count: u32::try_from(state.clients.len()).unwrap_or(u32::MAX),
-        consumer_groups_count: groups,
+        consumer_groups_count: counts.groups,
         hostname: LongString::new(host.hostname),
         os_name: LongString::new(host.os_name),
         os_version: LongString::new(host.os_version),

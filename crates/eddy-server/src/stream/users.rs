@@ -3,7 +3,9 @@
 //! Passwords are hashed with Argon2id off the reactor and only the hash is stored; a token is
 //! shown once by `CREATE_PERSONAL_ACCESS_TOKEN` and only its BLAKE3 hash is stored. The root user
 //! (id 0) cannot be deleted, deactivated, or have its permissions changed. Deleting or
-//! deactivating a user ends its sessions at once (their next request is unauthenticated).
+//! deactivating a user ends its sessions at once (their next request is unauthenticated), and
+//! so does deleting or the expiry of the token a session logged in with. Expired tokens are
+//! purged when their owner creates a token and every `token_purge_interval_secs`.
 
 use eddy_auth::credentials::{
     normalize_status, valid_password, valid_username, STATUS_ACTIVE, STATUS_INACTIVE,
@@ -22,26 +24,32 @@ use eddy_codec::stream::commands::update_permissions::UpdatePermissions;
 use eddy_codec::stream::commands::update_user::UpdateUser;
 use eddy_codec::stream::commands::Maybe;
 use eddy_options::{validate_block, Mode, Scope};
-use eddy_stream_store::Entity;
-use eddy_stream_store::MetadataOp;
+use eddy_stream_store::{Entity, MetadataError, MetadataOp, StreamStoreError};
 
 use super::error::{Missing, StreamError};
 use super::handler::{Ctx, Outcome};
-use super::views;
+use super::{views, StreamState};
 
-/// Hashes a password on the blocking pool (Argon2id takes tens of milliseconds).
-async fn hash(password: String) -> Result<String, StreamError> {
-    tokio::task::spawn_blocking(move || eddy_auth::password::hash_password(&password))
-        .await
-        .unwrap_or_else(|join| std::panic::resume_unwind(join.into_panic()))
-        .map_err(StreamError::Auth)
+/// Hashes a password on the blocking pool (Argon2id takes tens of milliseconds), within the
+/// bound on concurrent hashes.
+async fn hash(state: &StreamState, password: String) -> Result<String, StreamError> {
+    let permit = state.login.hash_permit().await;
+    crate::offload::blocking(move || {
+        let _permit = permit;
+        eddy_auth::password::hash_password(&password)
+    })
+    .await
+    .map_err(StreamError::Auth)
 }
 
-/// Verifies a password on the blocking pool.
-async fn verify(password: String, stored: String) -> bool {
-    tokio::task::spawn_blocking(move || eddy_auth::password::verify_password(&password, &stored))
-        .await
-        .unwrap_or_else(|join| std::panic::resume_unwind(join.into_panic()))
+/// Verifies a password on the blocking pool, within the bound on concurrent hashes.
+async fn verify(state: &StreamState, password: String, stored: String) -> bool {
+    let permit = state.login.hash_permit().await;
+    crate::offload::blocking(move || {
+        let _permit = permit;
+        eddy_auth::password::verify_password(&password, &stored)
+    })
+    .await
 }
 
 /// `GET_USER`.
@@ -86,7 +94,7 @@ pub(crate) async fn create_user(ctx: Ctx<'_>, request: CreateUser) -> Result<Out
     if let Some(taken) = taken(&username) {
         return Err(taken);
     }
-    let password_hash = hash(password).await?;
+    let password_hash = hash(ctx.state, password).await?;
     let permissions = request
         .permissions
         .0
@@ -203,10 +211,10 @@ pub(crate) async fn change_password(
         .state
         .read(|meta| meta.users.get(&user_id).map(|u| u.password_hash.clone()))
         .ok_or(StreamError::NotFound(Missing::User))?;
-    if !verify(request.current_password.0, stored).await {
+    if !verify(ctx.state, request.current_password.0, stored).await {
         return Err(StreamError::WrongPassword);
     }
-    let password_hash = hash(new_password).await?;
+    let password_hash = hash(ctx.state, new_password).await?;
     ctx.state
         .commit(MetadataOp::ChangePassword {
             id: user_id,
@@ -249,6 +257,8 @@ pub(crate) async fn create_token(
         TokenExpiry::from_wire(request.expiry, now).ok_or(StreamError::InvalidTokenExpiry {
             expiry: request.expiry,
         })?;
+    // Expired tokens neither count against the limit nor keep their names taken.
+    purge_expired_tokens(ctx.state, Some(ctx.user_id), now).await?;
     let (exists, count) = ctx.state.read(|meta| {
         meta.users.get(&ctx.user_id).map_or((false, 0), |u| {
             (u.tokens.contains_key(&name), u.tokens.len())
@@ -294,4 +304,41 @@ pub(crate) async fn delete_token(
         })
         .await?;
     Ok(Outcome::empty())
+}
+
+/// Deletes the expired personal access tokens of `user` (of every user when `None`) at
+/// `now_us`; returns how many were deleted. A token deleted meanwhile by its owner is skipped.
+/// Sessions that logged in with them have already stopped working (`dispatch` checks expiry
+/// on every request); this gives their names and their share of the per-user limit back.
+pub(crate) async fn purge_expired_tokens(
+    state: &StreamState,
+    user: Option<u32>,
+    now_us: u64,
+) -> Result<usize, StreamError> {
+    let expired: Vec<(u32, String)> = state.read(|meta| {
+        meta.users
+            .values()
+            .filter(|u| user.is_none_or(|id| id == u.id))
+            .flat_map(|u| {
+                u.tokens
+                    .values()
+                    .filter(|t| t.expiry_at.is_some_and(|at| now_us >= at))
+                    .map(|t| (u.id, t.name.clone()))
+            })
+            .collect()
+    });
+    let mut purged = 0;
+    for (user_id, name) in expired {
+        match state
+            .commit(MetadataOp::DeleteToken { user_id, name })
+            .await
+        {
+            Ok(()) => purged += 1,
+            Err(StreamError::Storage(StreamStoreError::Metadata(
+                MetadataError::TokenNotFound { .. } | MetadataError::UserNotFound(_),
+            ))) => {}
+            Err(e) => return Err(e),
+        }
+    }
+    Ok(purged)
 }

@@ -1,0 +1,365 @@
+//! What a benchmark measures and keeps: [`Recorder`] (per-worker latency histograms, a shared
+//! operation counter sampled into a throughput timeline, a live progress bar), and the
+//! serialisable [`BenchResult`] / [`Run`] that the JSON result file, the HTML report and
+//! `eddy bench compare` read.
+
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use hdrhistogram::Histogram;
+use indicatif::{ProgressBar, ProgressStyle};
+use serde::{Deserialize, Serialize};
+
+/// Largest latency a histogram records exactly, in microseconds (longer ones saturate).
+pub const MAX_LATENCY_US: u64 = 600_000_000;
+/// Seconds between two points of a throughput timeline.
+pub const SAMPLE_INTERVAL: Duration = Duration::from_millis(250);
+/// The percentiles of a run's latency spectrum (the report's percentile chart).
+pub const SPECTRUM: [f64; 14] = [
+    0.0, 10.0, 25.0, 50.0, 75.0, 90.0, 95.0, 99.0, 99.5, 99.9, 99.95, 99.99, 99.999, 100.0,
+];
+
+/// A latency histogram in microseconds.
+pub fn histogram() -> Histogram<u64> {
+    Histogram::new_with_bounds(1, MAX_LATENCY_US, 3).expect("static histogram bounds are valid")
+}
+
+/// Latency figures of a run, microseconds.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct Latency {
+    /// Samples.
+    pub count: u64,
+    /// Smallest.
+    pub min: u64,
+    /// Mean.
+    pub mean: f64,
+    /// Median.
+    pub p50: u64,
+    /// 90th percentile.
+    pub p90: u64,
+    /// 99th percentile.
+    pub p99: u64,
+    /// 99.9th percentile.
+    pub p999: u64,
+    /// Largest.
+    pub max: u64,
+}
+
+impl Latency {
+    /// The figures of a histogram.
+    pub fn of(h: &Histogram<u64>) -> Self {
+        if h.is_empty() {
+            return Self::default();
+        }
+        Self {
+            count: h.len(),
+            min: h.min(),
+            mean: h.mean(),
+            p50: h.value_at_quantile(0.50),
+            p90: h.value_at_quantile(0.90),
+            p99: h.value_at_quantile(0.99),
+            p999: h.value_at_quantile(0.999),
+            max: h.max(),
+        }
+    }
+}
+
+/// One point of a throughput timeline.
+#[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
+pub struct Sample {
+    /// Seconds since the run started (end of the interval).
+    pub t: f64,
+    /// Operations completed in the interval.
+    pub ops: u64,
+    /// Errors in the interval.
+    pub errors: u64,
+}
+
+/// One measured run.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct Run {
+    /// What ran (`durable producers`, `occ, 100 connections`).
+    pub name: String,
+    /// Which system served it (`eddy`, `baseline`, `floor`, `postgres`, `disk`).
+    pub system: String,
+    /// Requests completed (batches sent, polls, writes).
+    pub operations: u64,
+    /// Messages or events they carried.
+    pub messages: u64,
+    /// Payload bytes they carried.
+    pub bytes: u64,
+    /// Failed requests.
+    pub errors: u64,
+    /// Measured seconds.
+    pub seconds: f64,
+    /// `operations / seconds`.
+    pub ops_per_sec: f64,
+    /// `messages / seconds`.
+    pub messages_per_sec: f64,
+    /// `bytes / seconds / 1e6`.
+    pub mb_per_sec: f64,
+    /// Per-request latency.
+    pub latency_us: Latency,
+    /// `(percentile, microseconds)` for the percentile chart.
+    pub spectrum: Vec<(f64, u64)>,
+    /// Throughput over time.
+    pub timeline: Vec<Sample>,
+    /// Server CPU (user + system) per operation, when the server's pid is known.
+    pub server_cpu_us_per_op: Option<f64>,
+    /// This process's CPU per operation.
+    pub client_cpu_us_per_op: Option<f64>,
+    /// Event store commits per fdatasync, from the server's `/metrics`.
+    pub writes_per_fsync: Option<f64>,
+}
+
+/// A count as a float (counts stay far below 2^52, where the conversion is exact).
+#[allow(clippy::cast_precision_loss)]
+pub fn f(v: u64) -> f64 {
+    v as f64
+}
+
+impl Run {
+    /// Fills the rates and latency figures from the counts, `seconds` and `latencies`.
+    #[must_use]
+    pub fn finish(mut self, latencies: &Histogram<u64>) -> Self {
+        let secs = self.seconds.max(1e-9);
+        self.ops_per_sec = f(self.operations) / secs;
+        self.messages_per_sec = f(self.messages) / secs;
+        self.mb_per_sec = f(self.bytes) / secs / 1e6;
+        self.latency_us = Latency::of(latencies);
+        self.spectrum = if latencies.is_empty() {
+            Vec::new()
+        } else {
+            SPECTRUM
+                .iter()
+                .map(|&p| (p, latencies.value_at_percentile(p)))
+                .collect()
+        };
+        self
+    }
+}
+
+/// A whole benchmark: what was asked, what ran, what it means.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct BenchResult {
+    /// `streams` or `events`.
+    pub kind: String,
+    /// Version of the eddy that ran the benchmark.
+    pub eddy_version: String,
+    /// Unix seconds at the start.
+    pub started_at: u64,
+    /// CPUs of the machine.
+    pub cpus: usize,
+    /// `/proc/loadavg` before the run.
+    pub load_average: String,
+    /// The arguments, as given.
+    pub config: serde_json::Value,
+    /// The runs, in order.
+    pub runs: Vec<Run>,
+    /// Derived findings (ratios to the disk, to PostgreSQL, between builds).
+    pub notes: Vec<String>,
+}
+
+/// Counts shared by the workers of a run and its sampler.
+#[derive(Debug, Default)]
+pub struct Counters {
+    /// Completed operations.
+    pub ops: AtomicU64,
+    /// Failed operations.
+    pub errors: AtomicU64,
+}
+
+impl Counters {
+    /// One more completed operation.
+    pub fn done(&self) {
+        self.ops.fetch_add(1, Ordering::Relaxed);
+    }
+
+    /// One more failure.
+    pub fn failed(&self) {
+        self.errors.fetch_add(1, Ordering::Relaxed);
+    }
+}
+
+/// Samples a run's counters into a timeline and drives its progress bar.
+#[derive(Debug)]
+pub struct Recorder {
+    counters: Arc<Counters>,
+    bar: ProgressBar,
+    started: Instant,
+    last: (u64, u64),
+    timeline: Vec<Sample>,
+}
+
+impl Recorder {
+    /// A recorder for a run of `total` operations (`None`: unknown, a spinner), labelled
+    /// `label` on the progress bar.
+    pub fn new(label: &str, total: Option<u64>) -> Self {
+        let bar = match total {
+            Some(n) => ProgressBar::new(n),
+            None => ProgressBar::new_spinner(),
+        };
+        let template = if total.is_some() {
+            "{prefix:>24} [{elapsed_precise}] {bar:30} {pos}/{len} {msg}"
+        } else {
+            "{prefix:>24} [{elapsed_precise}] {spinner} {pos} {msg}"
+        };
+        if let Ok(style) = ProgressStyle::with_template(template) {
+            bar.set_style(style);
+        }
+        bar.set_prefix(label.to_owned());
+        Self {
+            counters: Arc::new(Counters::default()),
+            bar,
+            started: Instant::now(),
+            last: (0, 0),
+            timeline: Vec::new(),
+        }
+    }
+
+    /// The counters the workers update.
+    pub fn counters(&self) -> Arc<Counters> {
+        Arc::clone(&self.counters)
+    }
+
+    /// Starts the clock (the timeline is relative to this instant).
+    pub fn start(&mut self) {
+        self.started = Instant::now();
+        self.last = (0, 0);
+        self.timeline.clear();
+    }
+
+    /// Takes a timeline point and refreshes the bar (rate of the last interval, elapsed,
+    /// errors).
+    pub fn sample(&mut self) {
+        let ops = self.counters.ops.load(Ordering::Relaxed);
+        let errors = self.counters.errors.load(Ordering::Relaxed);
+        let t = self.started.elapsed().as_secs_f64();
+        let previous_t = self.timeline.last().map_or(0.0, |s| s.t);
+        let point = Sample {
+            t,
+            ops: ops - self.last.0,
+            errors: errors - self.last.1,
+        };
+        let rate = f(point.ops) / (t - previous_t).max(1e-9);
+        self.timeline.push(point);
+        self.last = (ops, errors);
+        self.bar.set_position(ops);
+        self.bar
+            .set_message(format!("{rate:.0} ops/s, {errors} errors"));
+    }
+
+    /// Samples every [`SAMPLE_INTERVAL`] until `done` resolves, then once more.
+    pub async fn sample_until<F: std::future::Future>(&mut self, done: F) -> F::Output {
+        let mut done = std::pin::pin!(done);
+        let mut tick = tokio::time::interval_at(
+            tokio::time::Instant::now() + SAMPLE_INTERVAL,
+            SAMPLE_INTERVAL,
+        );
+        loop {
+            tokio::select! {
+                output = &mut done => {
+                    self.sample();
+                    return output;
+                }
+                _ = tick.tick() => self.sample(),
+            }
+        }
+    }
+
+    /// Seconds since [`Recorder::start`].
+    pub fn elapsed(&self) -> f64 {
+        self.started.elapsed().as_secs_f64()
+    }
+
+    /// Clears the bar and returns the timeline.
+    pub fn finish(self) -> Vec<Sample> {
+        self.bar.finish_and_clear();
+        self.timeline
+    }
+}
+
+/// CPU seconds (user + system) of process `pid`, from `/proc/<pid>/stat`; `None` when it
+/// cannot be read (another OS, a process that is gone).
+pub fn cpu_seconds(pid: u32) -> Option<f64> {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+    // Fields after the command name (which may hold spaces) start at the state, field 3.
+    let rest = &stat[stat.rfind(')')? + 2..];
+    let fields: Vec<&str> = rest.split_whitespace().collect();
+    let utime: u64 = fields.get(11)?.parse().ok()?;
+    let stime: u64 = fields.get(12)?.parse().ok()?;
+    // /proc reports clock ticks of USER_HZ, which Linux fixes at 100 for user space.
+    Some(f(utime + stime) / 100.0)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn latency_figures_are_ordered() {
+        let mut h = histogram();
+        for v in 1..=10_000u64 {
+            h.saturating_record(v);
+        }
+        h.saturating_record(u64::MAX);
+        let l = Latency::of(&h);
+        assert_eq!(l.count, 10_001);
+        assert!(l.min <= l.p50 && l.p50 <= l.p90 && l.p90 <= l.p99);
+        assert!(l.p99 <= l.p999 && l.p999 <= l.max);
+        assert!((4_990..=5_010).contains(&l.p50), "{l:?}");
+        assert!(l.max >= MAX_LATENCY_US, "saturated at the top");
+        assert_eq!(Latency::of(&histogram()), Latency::default());
+    }
+
+    #[test]
+    fn runs_compute_rates_and_spectra() {
+        let mut h = histogram();
+        for v in [100, 200, 300, 400] {
+            h.saturating_record(v);
+        }
+        let run = Run {
+            operations: 4,
+            messages: 40,
+            bytes: 4_000_000,
+            seconds: 2.0,
+            ..Run::default()
+        }
+        .finish(&h);
+        assert!((run.ops_per_sec - 2.0).abs() < 1e-9);
+        assert!((run.messages_per_sec - 20.0).abs() < 1e-9);
+        assert!((run.mb_per_sec - 2.0).abs() < 1e-9);
+        assert_eq!(run.spectrum.len(), SPECTRUM.len());
+        assert!(run.spectrum.windows(2).all(|w| w[0].1 <= w[1].1));
+        let json = serde_json::to_string(&run).unwrap();
+        assert_eq!(serde_json::from_str::<Run>(&json).unwrap(), run);
+    }
+
+    #[test]
+    fn the_timeline_adds_up_to_the_counters() {
+        let mut rec = Recorder::new("test", Some(10));
+        rec.start();
+        let c = rec.counters();
+        for _ in 0..3 {
+            c.done();
+        }
+        rec.sample();
+        for _ in 0..4 {
+            c.done();
+        }
+        c.failed();
+        rec.sample();
+        let timeline = rec.finish();
+        assert_eq!(timeline.iter().map(|s| s.ops).sum::<u64>(), 7);
+        assert_eq!(timeline.iter().map(|s| s.errors).sum::<u64>(), 1);
+        assert!(timeline[0].t <= timeline[1].t);
+    }
+
+    #[test]
+    fn own_cpu_time_is_readable() {
+        let cpu = cpu_seconds(std::process::id()).expect("/proc/self/stat");
+        assert!(cpu >= 0.0);
+        assert_eq!(cpu_seconds(u32::MAX), None);
+    }
+}
