@@ -116,6 +116,7 @@
 pub mod error;
 pub mod metadata;
 pub mod partition;
+pub mod replicated;
 pub mod store;
 
 #[doc(hidden)]
@@ -128,6 +129,7 @@ pub use partition::{
     PartitionStats, PollStrategy, Polled, RetentionPolicy, Stamp, StampWith, StampableBatch,
     StoredBatch,
 };
+pub use replicated::{ApplyOutcome, PartitionEntry, ReplicatedPartition, ReplicatedSnapshot};
 pub use store::{
     Applied, Commit, Operation, RetentionReport, StreamStore, StreamStoreConfig,
     StreamStoreRecovery,
