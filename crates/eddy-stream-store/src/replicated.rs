@@ -62,8 +62,9 @@
 //! ```
 //! use std::sync::Arc;
 //! use bytes::Bytes;
-//! use eddy_storage::replicated::{ApplyOutcome, PartitionEntry, ReplicatedPartition};
-//! use eddy_storage::{Cache, CommitPool, Log, LogConfig, MemBackend, OpenOptions, PartitionAddr};
+//! use eddy_stream_store::replicated::{ApplyOutcome, PartitionEntry, ReplicatedPartition};
+//! use eddy_log::{Cache, CommitPool, Log, LogConfig, MemBackend, OpenOptions};
+//! use eddy_stream_store::PartitionAddr;
 //!
 //! # fn main() -> Result<(), Box<dyn std::error::Error>> {
 //! let pool = CommitPool::new(1)?;
