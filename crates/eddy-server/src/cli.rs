@@ -251,7 +251,7 @@ pub struct ServeArgs {
     #[arg(long, env = "EDDY_NODE_ID", default_value_t = 1)]
     pub node_id: u64,
 
-    /// Another member of the cluster, ID=HOST:REPLICATION_PORT; repeat for each (env: comma-separated). None: a single node.
+    /// Another member of the cluster, ID=HOST:REPLICATION_PORT; repeat for each (env: comma-separated). None: a single node. (This build validates peers and then refuses to start: the replicated request path is not wired in yet.)
     #[arg(long = "peer", id = "peers", env = "EDDY_PEERS", value_name = "ID=HOST:PORT", value_delimiter = ',', action = clap::ArgAction::Append)]
     pub peers: Vec<String>,
 

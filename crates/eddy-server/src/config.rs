@@ -701,7 +701,6 @@ impl ServerConfig {
         Ok(())
     }
 
-    /// The event-protocol rules.
     /// Whether this node is a member of a cluster (it has peers).
     pub fn is_clustered(&self) -> bool {
         !self.peers.is_empty()
@@ -755,6 +754,7 @@ impl ServerConfig {
             .unwrap_or_else(|| self.host.to_string())
     }
 
+    /// The event-protocol rules.
     fn validate_event(&self) -> Result<(), ConfigError> {
         let invalid = |key, reason: String| Err(ConfigError::Invalid { key, reason });
         if !(MIN_MAX_REQUEST_SIZE..=MAX_MAX_REQUEST_SIZE).contains(&self.max_response_size) {

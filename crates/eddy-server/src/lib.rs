@@ -446,6 +446,20 @@ impl Server {
     /// and binds every protocol listener.
     pub async fn bind(config: ServerConfig) -> Result<Self, ServeError> {
         config.validate()?;
+        if config.is_clustered() {
+            // The replication layer (eddy-consensus, the raft log store, replicated partitions,
+            // the peer transport) exists but the request path does not run on it yet; serving
+            // alone while the operator asked for a cluster would acknowledge writes that exist
+            // on one machine only.
+            return Err(ConfigError::Invalid {
+                key: "peers",
+                reason: "this build cannot run as a cluster member yet (the replicated request \
+                         path is not wired into the server); remove --peer / EDDY_PEERS to run \
+                         a single node"
+                    .into(),
+            }
+            .into());
+        }
         fds::raise_nofile_limit();
         let data_dir = DataDir::open(&config.data_dir)?;
         let api_keys = load_api_keys(&config, &data_dir)?;
