@@ -364,6 +364,16 @@ impl<O: Send + 'static> Group<O> {
         out.events.push(Event::GroupFailed { group: self.id });
     }
 
+    /// Runs the store's upkeep (see [`GroupStore::maintain`]); a failure fails the group.
+    pub(crate) fn maintain(&mut self, now_us: u64, out: &mut Output<'_>) {
+        if self.failed {
+            return;
+        }
+        if let Err(error) = self.store_mut().maintain(now_us) {
+            self.fail(&error, out);
+        }
+    }
+
     /// Answers every waiting proposal: its outcome will never be known here.
     pub(crate) fn abandon(&mut self) {
         while let Some((_, p)) = self.pending.pop_first() {

@@ -6,6 +6,9 @@
 //! * [`GroupStore`] is what a group needs from the application: its durable log, hard state
 //!   and state machine in one object, because eddy's data groups keep one copy of each byte
 //!   (a partition's replicated log is its message log);
+//! * [`Replicated`] is the [`GroupStore`] on disk: a group's Raft log on an `eddy-log`
+//!   [`Log`](eddy_log::Log) ([`RaftLog`], entries as records, hard state in `raft.state`)
+//!   joined with the application's [`StateMachine`] (see [`logstore`]);
 //! * [`Node`] runs every group of one process as a state machine: the caller feeds it ticks,
 //!   peer messages and proposals, and takes frames for peers and role changes. It owns no
 //!   thread, socket or clock, so the server drives it from a thread and the simulator from a
@@ -60,6 +63,7 @@ mod adapter;
 mod convert;
 mod group;
 mod logger;
+pub mod logstore;
 mod node;
 pub mod runner;
 mod store;
@@ -68,7 +72,10 @@ mod types;
 pub mod wire;
 
 pub use group::Callback;
-pub use node::{Event, GroupStatus, Node, NodeConfig, NodeError, ProposeError};
+pub use logstore::{RaftLog, Replicated, StateMachine};
+pub use node::{
+    Event, GroupStatus, Node, NodeConfig, NodeError, ProposeError, MAX_MAINTAINED_PER_TICK,
+};
 pub use runner::{GroupView, Runner, View};
 pub use store::{Durable, GroupStore, StoreError};
 pub use types::{

@@ -6,27 +6,39 @@
 //!
 //! | record field | holds |
 //! |---|---|
-//! | `seq` | the entry's index (contiguous; the log starts after the snapshot boundary) |
+//! | `seq` | the entry's index (contiguous; the log starts at or before the snapshot boundary + 1) |
 //! | `count` | 1 |
-//! | `tag` | the entry's term (a term beyond `u32::MAX` fail-stops the group) |
+//! | `tag` | the entry's term (a term beyond `u32::MAX` fails the group) |
 //! | `timestamp` | what the state machine says the entry's time is (a partition's batch time), never below the previous record's |
 //! | payload | the entry's data, exactly as proposed |
 //!
 //! Conf-change entries never occur (membership is static); one arriving fails the group.
 //!
-//! `raft.state` (48 bytes, replaced atomically): magic `"EDRAFT\0\0"`, version u32 (1), reserved
-//! u32, term u64, vote u64, commit u64, snapshot index u64, snapshot term u64... then a CRC-32C
-//! of the bytes before it; see [`encode_state`]. Term and vote are written before any message
-//! that depends on them leaves; the commit index is written lazily (it is recomputed after a
-//! restart), the snapshot boundary before the segments it replaces are deleted.
+//! `raft.state` (60 bytes, replaced atomically with [`write_atomic`]): magic `"EDRAFT\0\0"`,
+//! version u32 (1), reserved u32 (0), then term, vote, commit, snapshot index and snapshot
+//! term (u64 each), then a CRC-32C of the 56 bytes before it.
+//!
+//! # Durability
+//! * Appends are group-committed by the log; their `durable` callback runs once the log
+//!   acknowledged the last of them (a conflicting suffix is cut first, in the same queue).
+//! * A changed term or vote is written before [`GroupStore::save_hard_state`] returns, so no
+//!   message that depends on it leaves earlier. A commit-only change is not written by
+//!   itself (the commit index is trusted after a restart only up to the applied index, see
+//!   [`GroupStore`]); it rides along with the next write of `raft.state`.
+//! * Compaction ([`GroupStore::maintain`]) writes the new snapshot boundary before any
+//!   segment is deleted, and only ever through an index the machine reports durable.
+//! * A snapshot is installed machine first (durable on return), then the log is reset to
+//!   start after it, then `raft.state` records the boundary. Open reconciles a crash in
+//!   between: a machine ahead of the boundary whose applied entry the log does not hold
+//!   (with that term) had a snapshot installed, and the log is reset to it again.
 
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex, PoisonError};
 use std::task::{Context, Poll, Wake, Waker};
 
 use eddy_log::{
-    write_atomic, Cache, CommitPool, Completion, Log, LogConfig, LogError, OpenMode,
-    OpenOptions, StorageBackend,
+    write_atomic, Cache, CommitPool, Completion, Corruption, IoOp, Log, LogConfig, LogError,
+    OpenMode, OpenOptions, StorageBackend,
 };
 
 use crate::store::{Durable, GroupStore, StoreError};
@@ -38,12 +50,12 @@ const STATE_MAGIC: [u8; 8] = *b"EDRAFT\0\0";
 const STATE_VERSION: u32 = 1;
 const STATE_LEN: usize = 60;
 
-fn storage(e: LogError) -> StoreError {
-    StoreError::Storage(Box::new(e))
+fn storage(e: impl Into<Box<dyn std::error::Error + Send + Sync>>) -> StoreError {
+    StoreError::Storage(e.into())
 }
 
-/// Encodes the hard state and snapshot boundary.
-pub fn encode_state(hard: HardState, snap: SnapshotMeta) -> [u8; STATE_LEN] {
+/// Encodes the hard state and snapshot boundary (the layout is in the module docs).
+fn encode_state(hard: HardState, snap: SnapshotMeta) -> [u8; STATE_LEN] {
     let mut out = [0u8; STATE_LEN];
     out[0..8].copy_from_slice(&STATE_MAGIC);
     out[8..12].copy_from_slice(&STATE_VERSION.to_le_bytes());
@@ -58,7 +70,7 @@ pub fn encode_state(hard: HardState, snap: SnapshotMeta) -> [u8; STATE_LEN] {
 }
 
 /// Decodes [`encode_state`]'s bytes; `None` when they are not a valid state.
-pub fn decode_state(bytes: &[u8]) -> Option<(HardState, SnapshotMeta)> {
+fn decode_state(bytes: &[u8]) -> Option<(HardState, SnapshotMeta)> {
     if bytes.len() != STATE_LEN || bytes[0..8] != STATE_MAGIC {
         return None;
     }
@@ -82,12 +94,12 @@ pub fn decode_state(bytes: &[u8]) -> Option<(HardState, SnapshotMeta)> {
 
 /// Calls `f` with the completion's result once it resolves (on the thread that resolves it, or
 /// at once when it already has).
-pub(crate) fn on_complete<T: Send + 'static>(
+fn on_complete<T: Send + 'static>(
     completion: Completion<T>,
     f: impl FnOnce(eddy_log::Result<T>) + Send + 'static,
 ) {
-    type Slot<T> = Mutex<Option<(Completion<T>, Box<dyn FnOnce(eddy_log::Result<T>) + Send>)>>;
-    struct Notify<T>(Slot<T>);
+    type Callback<T> = Box<dyn FnOnce(eddy_log::Result<T>) + Send>;
+    struct Notify<T>(Mutex<Option<(Completion<T>, Callback<T>)>>);
     impl<T: Send + 'static> Notify<T> {
         fn poll(self: &Arc<Self>) {
             let mut slot = self.0.lock().unwrap_or_else(PoisonError::into_inner);
@@ -120,9 +132,6 @@ pub struct RaftLog {
     dir: PathBuf,
     hard: HardState,
     snap: SnapshotMeta,
-    /// The commit index changed since `raft.state` was written.
-    dirty: bool,
-    last_timestamp: u64,
 }
 
 impl std::fmt::Debug for RaftLog {
@@ -131,6 +140,7 @@ impl std::fmt::Debug for RaftLog {
             .field("dir", &self.dir)
             .field("hard", &self.hard)
             .field("snap", &self.snap)
+            .field("bounds", &self.log.bounds())
             .finish_non_exhaustive()
     }
 }
@@ -147,7 +157,7 @@ impl RaftLog {
         let dir = dir.into();
         backend
             .create_dir_all(&dir)
-            .map_err(|e| storage(LogError::io(eddy_log::IoOp::CreateDir, &dir, e)))?;
+            .map_err(|e| storage(LogError::io(IoOp::CreateDir, &dir, e)))?;
         let (hard, snap) = read_state(&*backend, &dir)?;
         let (log, _report) = Log::open(
             Arc::clone(&backend),
@@ -162,25 +172,16 @@ impl RaftLog {
             },
         )
         .map_err(storage)?;
-        let last_timestamp = match log.bounds().next.checked_sub(1) {
-            Some(last) if last > snap.index => log
-                .read_record(last)
-                .map_err(storage)?
-                .map_or(0, |r| r.meta.timestamp),
-            _ => 0,
-        };
         Ok(RaftLog {
             log,
             backend,
             dir,
             hard,
             snap,
-            dirty: false,
-            last_timestamp,
         })
     }
 
-    /// The underlying log (a state machine reads its entries from it).
+    /// The underlying log (a state machine may read its entries from it).
     pub fn log(&self) -> &Log {
         &self.log
     }
@@ -190,6 +191,16 @@ impl RaftLog {
         &self.dir
     }
 
+    /// The hard state as last saved.
+    pub fn hard_state(&self) -> HardState {
+        self.hard
+    }
+
+    /// Where the log starts: the snapshot or compacted prefix it follows.
+    pub fn snapshot_meta(&self) -> SnapshotMeta {
+        self.snap
+    }
+
     fn write_state(&mut self) -> Result<(), StoreError> {
         write_atomic(
             &*self.backend,
@@ -197,27 +208,46 @@ impl RaftLog {
             STATE_FILE,
             &encode_state(self.hard, self.snap),
         )
-        .map_err(storage)?;
-        self.dirty = false;
-        Ok(())
+        .map_err(storage)
     }
 
-    /// Writes a commit index saved lazily, if any.
-    pub fn persist(&mut self) -> Result<(), StoreError> {
-        if self.dirty {
-            self.write_state()?;
+    /// The last entry the log holds (acknowledged), or the snapshot boundary.
+    fn last_index(&self) -> u64 {
+        self.log
+            .bounds()
+            .next
+            .saturating_sub(1)
+            .max(self.snap.index)
+    }
+
+    /// The term of `index`, when the log holds it (the boundary's term for the boundary).
+    fn term(&self, index: u64) -> Result<u64, StoreError> {
+        if index == self.snap.index {
+            return Ok(self.snap.term);
         }
-        Ok(())
+        if index < self.snap.index {
+            return Err(StoreError::Compacted {
+                first_index: self.snap.index + 1,
+            });
+        }
+        match self.log.read_record(index).map_err(storage)? {
+            Some(r) if r.meta.seq == index => Ok(u64::from(r.meta.tag)),
+            _ => Err(StoreError::Unavailable {
+                index,
+                last_index: self.last_index(),
+            }),
+        }
     }
 
-    /// Records that entries through `index` (applied by the state machine) are replaced by a
-    /// snapshot, then deletes the sealed segments holding only such entries.
-    pub fn compact_through(&mut self, index: u64) -> Result<(), StoreError> {
-        if index <= self.snap.index || index > self.last_durable() {
+    /// Records that the entries through `index` (applied, and durable in the state machine)
+    /// are no longer needed, then deletes the sealed segments holding only such entries.
+    fn compact_through(&mut self, index: u64) -> Result<(), StoreError> {
+        if index <= self.snap.index || index > self.last_index() {
             return Ok(());
         }
         let term = self.term(index)?;
         self.snap = SnapshotMeta { index, term };
+        // The boundary is durable before any entry below it goes.
         self.write_state()?;
         self.log
             .delete_sealed_while(|seg| seg.end <= index + 1)
@@ -225,15 +255,13 @@ impl RaftLog {
         Ok(())
     }
 
-    fn last_durable(&self) -> u64 {
-        self.log.bounds().next.saturating_sub(1).max(self.snap.index)
-    }
-
-    /// The timestamp the next record gets for an entry the state machine dates `at`.
-    fn timestamp(&mut self, at: Option<u64>) -> u64 {
-        let ts = at.unwrap_or(0).max(self.last_timestamp);
-        self.last_timestamp = ts;
-        ts
+    /// Starts the log over after `meta` (a snapshot the machine installed durably): the log
+    /// is emptied first, then the boundary recorded.
+    fn reset_to(&mut self, meta: SnapshotMeta) -> Result<(), StoreError> {
+        self.log.purge(meta.index + 1).wait().map_err(storage)?;
+        self.snap = meta;
+        self.hard.commit = self.hard.commit.max(meta.index);
+        self.write_state()
     }
 }
 
@@ -247,37 +275,35 @@ fn read_state(
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
             return Ok((HardState::default(), SnapshotMeta::default()));
         }
-        Err(e) => return Err(storage(LogError::io(eddy_log::IoOp::Open, &path, e))),
+        Err(e) => return Err(storage(LogError::io(IoOp::Open, &path, e))),
     };
-    let mut buf = [0u8; STATE_LEN];
     let len = file
         .len()
-        .map_err(|e| storage(LogError::io(eddy_log::IoOp::Len, &path, e)))?;
+        .map_err(|e| storage(LogError::io(IoOp::Len, &path, e)))?;
+    let mut buf = [0u8; STATE_LEN];
     if len != STATE_LEN as u64 {
-        return Err(StoreError::InvalidSnapshot {
-            index: 0,
-            reason: "raft.state has the wrong length",
-        });
+        // Written atomically: any other length is damage, not a torn write.
+        return Err(storage(LogError::corrupt(&path, 0, Corruption::Truncated)));
     }
     file.read_at(0, &mut buf)
-        .map_err(|e| storage(LogError::io(eddy_log::IoOp::Read, &path, e)))?;
-    decode_state(&buf).ok_or(StoreError::InvalidSnapshot {
-        index: 0,
-        reason: "raft.state fails its checksum",
-    })
+        .map_err(|e| storage(LogError::io(IoOp::Read, &path, e)))?;
+    decode_state(&buf).ok_or_else(|| storage(LogError::corrupt(&path, 0, Corruption::FileChecksum)))
 }
 
 /// The application half of a replicated group.
 pub trait StateMachine: Send {
     /// What applying an entry yields for its proposer.
     type Outcome: Send + 'static;
-    /// Last applied index (after open: the snapshot's, or what the machine persisted itself).
-    fn applied_index(&self) -> u64;
+    /// The last entry applied (index and term), or the snapshot installed. After open: what
+    /// the machine kept durably (its own snapshot, or what it persisted while applying), at
+    /// least the log's compaction boundary.
+    fn applied(&self) -> SnapshotMeta;
     /// Applies one committed entry (in index order; empty data: a leader's no-op).
     fn apply(&mut self, entry: &LogEntry) -> Self::Outcome;
     /// The state at the applied index, for a member that needs entries the log dropped.
     fn snapshot(&self) -> Result<Snapshot, StoreError>;
-    /// Replaces the state with a snapshot (the log was reset to start after it).
+    /// Replaces the state with a snapshot, durably before returning (the log is reset to
+    /// start after it right after).
     fn install_snapshot(&mut self, snapshot: &Snapshot) -> Result<(), StoreError>;
     /// The time stored with an entry's record (a partition's batch time), if it has one.
     fn entry_timestamp(&self, entry: &LogEntry) -> Option<u64> {
@@ -285,7 +311,8 @@ pub trait StateMachine: Send {
         None
     }
     /// Through which index the log may be dropped now (retention, or a snapshot the machine
-    /// persisted); asked by [`GroupStore::maintain`].
+    /// persisted): never past what the machine keeps durably, since a restart resumes from
+    /// there. Asked by [`GroupStore::maintain`].
     fn compactable_through(&mut self, now_us: u64) -> Option<u64> {
         let _ = now_us;
         None
@@ -307,9 +334,39 @@ impl<M> std::fmt::Debug for Replicated<M> {
 }
 
 impl<M: StateMachine> Replicated<M> {
-    /// Joins a log and the machine applying it.
-    pub fn new(log: RaftLog, machine: M) -> Self {
-        Replicated { log, machine }
+    /// Joins a log and the machine applying it, finishing a snapshot installation a crash
+    /// interrupted (see the module docs).
+    pub fn open(mut log: RaftLog, machine: M) -> Result<Self, StoreError> {
+        let applied = machine.applied();
+        let snap = log.snap;
+        if applied.index < snap.index {
+            return Err(storage(format!(
+                "{}: the state machine resumes at {} but the log was compacted through {}",
+                log.dir.display(),
+                applied.index,
+                snap.index
+            )));
+        }
+        if applied.index > snap.index {
+            let held = match log.term(applied.index) {
+                Ok(term) => term == applied.term,
+                Err(StoreError::Unavailable { .. }) => false,
+                Err(e) => return Err(e),
+            };
+            if !held {
+                tracing::warn!(dir = %log.dir.display(), index = applied.index, "finishing a snapshot installation a crash interrupted");
+                log.reset_to(applied)?;
+            }
+        }
+        let first = log.log.bounds().first;
+        if first > log.snap.index + 1 {
+            return Err(storage(format!(
+                "{}: the log starts at {first}, after its snapshot boundary {}",
+                log.dir.display(),
+                log.snap.index
+            )));
+        }
+        Ok(Replicated { log, machine })
     }
 
     /// The state machine.
@@ -339,25 +396,11 @@ impl<M: StateMachine> GroupStore for Replicated<M> {
     }
 
     fn last_index(&self) -> u64 {
-        self.log.last_durable()
+        self.log.last_index()
     }
 
     fn term(&self, index: u64) -> Result<u64, StoreError> {
-        if index == self.log.snap.index {
-            return Ok(self.log.snap.term);
-        }
-        if index < self.log.snap.index {
-            return Err(StoreError::Compacted {
-                first_index: self.log.snap.index + 1,
-            });
-        }
-        match self.log.log.read_record(index).map_err(storage)? {
-            Some(r) if r.meta.seq == index => Ok(u64::from(r.meta.tag)),
-            _ => Err(StoreError::Unavailable {
-                index,
-                last_index: self.log.last_durable(),
-            }),
-        }
+        self.log.term(index)
     }
 
     fn entries(&self, lo: u64, hi: u64, max_bytes: u64) -> Result<Vec<LogEntry>, StoreError> {
@@ -366,47 +409,59 @@ impl<M: StateMachine> GroupStore for Replicated<M> {
                 first_index: self.log.snap.index + 1,
             });
         }
-        let records = self
-            .log
-            .log
-            .read(lo, hi - lo, max_bytes)
-            .map_err(storage)?;
+        if hi <= lo {
+            return Ok(Vec::new());
+        }
+        let records = self.log.log.read(lo, hi - lo, max_bytes).map_err(storage)?;
         let mut out = Vec::with_capacity(records.len());
-        let mut expected = lo;
+        let mut size = 0u64;
         for r in records {
+            let index = lo + out.len() as u64;
             if r.meta.seq >= hi {
                 break;
             }
-            if r.meta.seq != expected {
-                // A hole: the entries are not there (deleted under us): report compaction.
-                return Err(StoreError::Compacted {
-                    first_index: r.meta.seq,
-                });
+            if r.meta.seq != index || r.meta.count != 1 {
+                return Err(storage(LogError::corrupt(
+                    self.log.dir.clone(),
+                    0,
+                    Corruption::NonContiguous {
+                        expected: index,
+                        found: r.meta.seq,
+                    },
+                )));
             }
-            expected += 1;
-            out.push(LogEntry {
-                index: r.meta.seq,
+            let entry = LogEntry {
+                index,
                 term: u64::from(r.meta.tag),
                 kind: EntryKind::Normal,
                 data: r.payload,
-            });
+            };
+            size += entry.size();
+            if !out.is_empty() && size > max_bytes {
+                break;
+            }
+            out.push(entry);
         }
-        if out.is_empty() && lo < hi {
+        if out.is_empty() {
             return Err(StoreError::Unavailable {
                 index: lo,
-                last_index: self.log.last_durable(),
+                last_index: self.log.last_index(),
             });
         }
         Ok(out)
     }
 
     fn append(&mut self, entries: Vec<LogEntry>, durable: Durable) {
-        let first = entries[0].index;
-        let next = self.log.log.next_seq_to_assign();
+        let Some(first) = entries.first().map(|e| e.index) else {
+            durable(Ok(()));
+            return;
+        };
+        let log = &self.log.log;
+        let next = log.next_seq_to_assign();
         if first < next {
-            // An uncommitted suffix another leader replaced: ordered before the appends.
-            let _ = self.log.log.truncate_from(first);
-            self.log.last_timestamp = 0;
+            // A suffix another leader replaced: the cut is queued ahead of the new entries,
+            // and a refused cut refuses them, so the last one's acknowledgement covers it.
+            let _cut = log.truncate_from(first);
         } else if first > next {
             durable(Err(StoreError::Unavailable {
                 index: first,
@@ -430,13 +485,9 @@ impl<M: StateMachine> GroupStore for Replicated<M> {
                 }));
                 return;
             };
-            let at = self.machine.entry_timestamp(e);
-            let ts = self.log.timestamp(at);
-            match self
-                .log
-                .log
-                .append_assigned(e.index, ts, 1, tag, e.data.clone())
-            {
+            let at = self.machine.entry_timestamp(e).unwrap_or(0);
+            let ts = at.max(log.last_timestamp());
+            match log.append_assigned(e.index, ts, 1, tag, e.data.clone()) {
                 Ok(c) => last = Some(c),
                 Err(err) => {
                     durable(Err(storage(err)));
@@ -450,18 +501,19 @@ impl<M: StateMachine> GroupStore for Replicated<M> {
     }
 
     fn save_hard_state(&mut self, state: HardState, sync: bool) -> Result<(), StoreError> {
+        // The engine asks for `sync` whenever its ready carries entries; those are made
+        // durable by their append. Only a changed term or vote must be on disk now.
+        let _ = sync;
         let term_or_vote = state.term != self.log.hard.term || state.vote != self.log.hard.vote;
         self.log.hard = state;
-        if sync || term_or_vote {
-            self.log.write_state()
-        } else {
-            self.log.dirty = true;
-            Ok(())
+        if term_or_vote {
+            self.log.write_state()?;
         }
+        Ok(())
     }
 
     fn applied_index(&self) -> u64 {
-        self.machine.applied_index().max(self.log.snap.index)
+        self.machine.applied().index
     }
 
     fn apply(&mut self, entry: &LogEntry) -> M::Outcome {
@@ -473,23 +525,38 @@ impl<M: StateMachine> GroupStore for Replicated<M> {
     }
 
     fn install_snapshot(&mut self, snapshot: &Snapshot) -> Result<(), StoreError> {
-        self.log.snap = snapshot.meta;
-        self.log.hard.commit = self.log.hard.commit.max(snapshot.meta.index);
-        self.log.write_state()?;
-        self.log
-            .log
-            .purge(snapshot.meta.index + 1)
-            .wait()
-            .map_err(storage)?;
-        self.log.last_timestamp = 0;
-        self.machine.install_snapshot(snapshot)
+        self.machine.install_snapshot(snapshot)?;
+        self.log.reset_to(snapshot.meta)
     }
 
     fn maintain(&mut self, now_us: u64) -> Result<(), StoreError> {
-        self.log.persist()?;
-        if let Some(through) = self.machine.compactable_through(now_us) {
-            self.log.compact_through(through)?;
+        let Some(through) = self.machine.compactable_through(now_us) else {
+            return Ok(());
+        };
+        let through = through.min(self.machine.applied().index);
+        self.log.compact_through(through)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_state_file_round_trips_and_refuses_damage() {
+        let hard = HardState {
+            term: 7,
+            vote: 2,
+            commit: 40,
+        };
+        let snap = SnapshotMeta { index: 30, term: 6 };
+        let bytes = encode_state(hard, snap);
+        assert_eq!(decode_state(&bytes), Some((hard, snap)));
+        for i in 0..STATE_LEN {
+            let mut damaged = bytes;
+            damaged[i] ^= 0x10;
+            assert_eq!(decode_state(&damaged), None, "byte {i}");
         }
-        Ok(())
+        assert_eq!(decode_state(&bytes[..59]), None);
     }
 }

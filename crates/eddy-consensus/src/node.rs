@@ -8,6 +8,7 @@
 //! seeded scheduler, which is what makes a simulated run replayable.
 
 use std::collections::{BTreeMap, BTreeSet};
+use std::ops::Bound;
 use std::sync::{Arc, Mutex, PoisonError};
 
 use bytes::Bytes;
@@ -44,7 +45,14 @@ pub struct NodeConfig {
     pub max_uncommitted_bytes: u64,
     /// Newest entries kept in memory per group for replication.
     pub entry_cache_bytes: u64,
+    /// Each group's store runs its upkeep ([`GroupStore::maintain`]: compaction, retention)
+    /// about once per this many ticks; the node spreads the groups over the ticks and
+    /// maintains at most [`MAX_MAINTAINED_PER_TICK`] per tick. 0: never.
+    pub maintain_ticks: usize,
 }
+
+/// Most groups one tick maintains (see [`NodeConfig::maintain_ticks`]).
+pub const MAX_MAINTAINED_PER_TICK: usize = 32;
 
 impl NodeConfig {
     /// Defaults for a 100 ms tick: heartbeats every 200 ms, elections after 1-2 s of silence.
@@ -59,6 +67,7 @@ impl NodeConfig {
             max_inflight_messages: 256,
             max_uncommitted_bytes: 256 * 1024 * 1024,
             entry_cache_bytes: 8 * 1024 * 1024,
+            maintain_ticks: 10,
         }
     }
 
@@ -200,6 +209,12 @@ pub struct Node<O: Send + 'static> {
     dropped_messages: u64,
     /// Groups added from now on start rebuilding (see [`Node::set_rebuilding`]).
     rebuilding: bool,
+    /// The caller's clock at the last [`Node::tick_at`] (µs), handed to maintenance.
+    now_us: u64,
+    /// The last group maintained (the next round starts after it).
+    maintained: Option<GroupId>,
+    /// Turns of upkeep earned by the ticks and not taken yet, times `maintain_ticks`.
+    maintain_credit: usize,
 }
 
 impl<O: Send + 'static> std::fmt::Debug for Node<O> {
@@ -247,6 +262,9 @@ impl<O: Send + 'static> Node<O> {
             events: Vec::new(),
             dropped_messages: 0,
             rebuilding: false,
+            now_us: 0,
+            maintained: None,
+            maintain_credit: 0,
         }
     }
 
@@ -387,7 +405,9 @@ impl<O: Send + 'static> Node<O> {
     }
 
     /// Advances every group's clock by one tick (a group rebuilding lost state does not
-    /// count election time: it never campaigns).
+    /// count election time: it never campaigns), and runs the upkeep of the groups whose
+    /// turn it is (see [`NodeConfig::maintain_ticks`]) with the time of the last
+    /// [`Node::tick_at`].
     pub fn tick(&mut self) {
         for (id, group) in &mut self.groups {
             if !group.failed() && !group.rebuilding() && group.raw.tick() {
@@ -395,6 +415,51 @@ impl<O: Send + 'static> Node<O> {
             }
             // Ticks may produce heartbeats or elections without saying so: check them all.
             self.dirty.insert(*id);
+        }
+        self.maintain_some();
+    }
+
+    /// [`Node::tick`] at the caller's time `now_us` (µs; the server passes the wall clock,
+    /// the simulator its virtual one), which the stores' upkeep sees.
+    pub fn tick_at(&mut self, now_us: u64) {
+        self.now_us = now_us;
+        self.tick();
+    }
+
+    /// Maintains the next groups in id order, round-robin: enough that each group's turn
+    /// comes about once per `maintain_ticks` ticks, at most [`MAX_MAINTAINED_PER_TICK`].
+    fn maintain_some(&mut self) {
+        let every = self.config.maintain_ticks;
+        if every == 0 || self.groups.is_empty() {
+            return;
+        }
+        // Every tick earns each group 1/every of a turn: over `every` ticks, each group's turn
+        // comes once.
+        self.maintain_credit += self.groups.len();
+        let due = (self.maintain_credit / every).min(MAX_MAINTAINED_PER_TICK);
+        self.maintain_credit %= every;
+        if due == 0 {
+            return;
+        }
+        let (later, wrapped) = match self.maintained {
+            Some(a) => (
+                self.groups.range((Bound::Excluded(a), Bound::Unbounded)),
+                self.groups.range(..=a),
+            ),
+            None => (self.groups.range(..), self.groups.range(..GroupId(0))),
+        };
+        let ids: Vec<GroupId> = later.chain(wrapped).map(|(id, _)| *id).take(due).collect();
+        let mut out = Output {
+            messages: &mut self.messages,
+            events: &mut self.events,
+            mailbox: &self.mailbox,
+        };
+        for id in ids {
+            if let Some(group) = self.groups.get_mut(&id) {
+                group.maintain(self.now_us, &mut out);
+                self.dirty.insert(id);
+            }
+            self.maintained = Some(id);
         }
     }
 

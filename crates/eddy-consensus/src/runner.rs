@@ -267,7 +267,11 @@ fn run<O: Send + 'static>(
             }
         }
         if Instant::now() >= next_tick {
-            node.tick();
+            // The stores' upkeep (retention by age) reads the wall clock the node is given.
+            let now_us = std::time::SystemTime::now()
+                .duration_since(std::time::UNIX_EPOCH)
+                .map_or(0, |d| u64::try_from(d.as_micros()).unwrap_or(u64::MAX));
+            node.tick_at(now_us);
             next_tick += tick;
             if next_tick < Instant::now() {
                 // The thread was held up for more than a tick: do not burst ticks to catch up.

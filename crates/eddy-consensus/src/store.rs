@@ -55,11 +55,16 @@ pub type Durable = Box<dyn FnOnce(Result<(), StoreError>) + Send>;
 ///   whose append completed durably (newer ones are served from the engine's own cache);
 /// * [`apply`](GroupStore::apply) is called once per committed entry, in index order, only for
 ///   durable entries; it must be deterministic: every member computes the same outcome;
-/// * [`save_hard_state`](GroupStore::save_hard_state) with `sync` is durable when it returns
-///   (term and vote changes); without `sync` it may be persisted later (commit index only).
-///   The commit index read back at open is used only up to
+/// * [`save_hard_state`](GroupStore::save_hard_state) makes a changed term or vote durable
+///   before it returns; a change of the commit index alone may be persisted later, or never
+///   (the engine passes `sync` whenever its ready carries entries, which their append makes
+///   durable). The commit index read back at open is used only up to
 ///   [`applied_index`](GroupStore::applied_index): entries after it are committed again by the
-///   leader, so `applied_index` must never count an entry that was not applied.
+///   leader, so `applied_index` must never count an entry that was not applied, and the log
+///   must hold every entry after it;
+/// * compaction (in [`maintain`](GroupStore::maintain) or by the application) discards only
+///   applied entries, and makes the new [`snapshot_meta`](GroupStore::snapshot_meta) durable
+///   before it discards any.
 pub trait GroupStore: Send {
     /// What applying one entry yields for the proposer (an ack, an error answer...).
     type Outcome: Send + 'static;
@@ -90,4 +95,15 @@ pub trait GroupStore: Send {
     /// Replaces log and state with a snapshot (durable on return): the log then starts at
     /// `snapshot.meta.index + 1` and the applied index is `snapshot.meta.index`.
     fn install_snapshot(&mut self, snapshot: &Snapshot) -> Result<(), StoreError>;
+
+    /// Upkeep the node runs every few ticks (see
+    /// [`NodeConfig::maintain_ticks`](crate::NodeConfig::maintain_ticks)) with the caller's
+    /// clock in µs: log compaction and retention (only ever through an applied index, the
+    /// snapshot boundary durable before any entry is deleted). Keep each call short: it runs
+    /// on the node's thread. An error fails the group on this node. The default does
+    /// nothing.
+    fn maintain(&mut self, now_us: u64) -> Result<(), StoreError> {
+        let _ = now_us;
+        Ok(())
+    }
 }

@@ -8,6 +8,9 @@
 //! acknowledging. A simulator also needs the faults of a real disk: [`MemDisk::crash`] cuts the
 //! power with part of the unsynced tail reaching the disk anyway (a torn write), and
 //! [`MemDisk::fail_writes`] makes writes fail (a full disk, an I/O error on `fdatasync`).
+//!
+//! [`ListMachine`] is the same state machine (applied payloads) for the on-disk
+//! [`Replicated`](crate::Replicated) store, its durable snapshot in a [`MachineDisk`].
 
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 
@@ -15,6 +18,10 @@ use bytes::{Buf, BufMut, Bytes, BytesMut};
 
 use crate::store::{Durable, GroupStore, StoreError};
 use crate::types::{HardState, LogEntry, Snapshot, SnapshotMeta};
+
+mod machine;
+
+pub use machine::{ListMachine, MachineDisk};
 
 /// What survives a crash (and, in `held`, what the crash loses).
 #[derive(Debug, Default)]

@@ -88,6 +88,18 @@ pub enum LogError {
         /// What the caller supplied.
         found: u64,
     },
+    /// [`Log::truncate_from`](crate::Log::truncate_from) was asked to cut where a log cannot be
+    /// cut (inside a record, or below its first retained sequence number). Nothing changed,
+    /// and the appends queued behind the truncation were refused with it.
+    #[error("cannot truncate {path} from sequence {seq}: {reason}")]
+    BadTruncation {
+        /// The log directory.
+        path: PathBuf,
+        /// The requested cut.
+        seq: u64,
+        /// Why it is not a cut point.
+        reason: &'static str,
+    },
     /// The log is closed (or its writer thread is gone) and cannot complete the request.
     #[error("the storage writer has shut down")]
     Shutdown,

@@ -10,7 +10,8 @@
 //!   and fault injection for tests).
 //! * [`format`](mod@format): the record format (segment header, record header, sparse index entries).
 //! * [`log`]: the segmented, checksummed, append-only [`Log`]: admission ([`Log::reserve`]),
-//!   group commit, recovery, index files, reads, rewrite of sealed segments, retention.
+//!   group commit, recovery, index files, reads, rewrite of sealed segments, retention, and
+//!   truncation of a suffix ([`Log::truncate_from`], a replicated log's conflict repair).
 //! * [`pool`]: the [`CommitPool`] of writer threads that runs group commits for every log.
 //! * [`cache`]: the byte-budgeted block [`Cache`] shared by every log (and the event index).
 //! * [`completion`](mod@completion): [`Completion`]s, the runtime-agnostic acknowledgements
@@ -120,6 +121,12 @@
 //! sealed segment, records the segment's final length (`position`), end sequence (`seq`) and
 //! newest timestamp.
 //!
+//! **Truncation intent** = `truncate.intent` (written atomically, present only while a
+//! [`Log::truncate_from`] that crosses segments runs): magic `"EDDYCUT\0"` (8 bytes), the cut
+//! sequence number (u64), CRC-32C of the 16 bytes before it. Open finishes the truncation it
+//! records (every segment at or after the cut is removed, the last one left is cut at the
+//! record starting at the cut), then removes it.
+//!
 //! Files that upper layers replace whole (a partition's `state`, the metadata snapshot, the
 //! event store's `META`) are written by [`write_atomic`]; their layouts are in those crates.
 //!
@@ -143,8 +150,10 @@
 //! 1. An acknowledged record (with [`Durability::Fsync`]) was fdatasynced before its
 //!    acknowledgement; readers never see a record before it is acknowledged.
 //! 2. Sequence numbers are contiguous inside a segment and increase across segments; a
-//!    sequence number handed out is never handed out again (until a purge restarts the log).
-//! 3. Only the active segment is written; sealed segments are immutable.
+//!    sequence number handed out is never handed out again (until a purge restarts the log
+//!    or a truncation drops it).
+//! 3. Only the active segment is appended to; sealed segments change only by a rewrite
+//!    (same records, new payloads) or a truncation (cut at a record boundary, durably).
 //! 4. An fsync failure fail-stops the log; a full disk refuses the write and keeps the log.
 //! 5. Resident memory per sealed segment is a few dozen bytes; indexes and handles of sealed
 //!    segments live in a byte-budgeted [`Cache`].

@@ -177,29 +177,46 @@ impl fmt::Debug for CommitPool {
 impl CommitPool {
     /// Starts `threads` writer threads (clamped to `1..=MAX_POOL_THREADS`).
     pub fn new(threads: usize) -> std::io::Result<Self> {
-        let shared = Arc::new(PoolShared {
-            state: Mutex::new(PoolState {
-                ready: VecDeque::new(),
-                shutdown: false,
-                idle: 0,
-            }),
-            wake: Condvar::new(),
-            stats: CommitStats::default(),
-        });
-        let pool = CommitPool {
-            owner: Arc::new(PoolOwner {
-                shared,
-                threads: Mutex::new(Vec::new()),
-            }),
-        };
+        let pool = Self::without_threads(false);
         pool.ensure_threads(threads.max(1))?;
         Ok(pool)
+    }
+
+    /// A pool without threads: every turn runs on the thread that schedules it, so an
+    /// append, flush, purge or truncation has been written (and, with
+    /// [`Durability::Fsync`](crate::Durability::Fsync), synced and acknowledged) when the call
+    /// that queued it returns. For deterministic simulation and tests: nothing runs
+    /// concurrently, and the order of everything is the caller's.
+    /// [`CommitPool::ensure_threads`] starts no thread on it.
+    pub fn inline() -> Self {
+        Self::without_threads(true)
+    }
+
+    /// A pool with no thread yet; `inline`: it never gets one (see `schedule`).
+    fn without_threads(inline: bool) -> Self {
+        CommitPool {
+            owner: Arc::new(PoolOwner {
+                shared: Arc::new(PoolShared {
+                    state: Mutex::new(PoolState {
+                        ready: VecDeque::new(),
+                        shutdown: inline,
+                        idle: 0,
+                    }),
+                    wake: Condvar::new(),
+                    stats: CommitStats::default(),
+                }),
+                threads: Mutex::new(Vec::new()),
+            }),
+        }
     }
 
     /// Starts more writer threads until the pool has at least `threads` (clamped to
     /// [`MAX_POOL_THREADS`]); never stops any. A log waiting out its group-commit window holds a
     /// thread, so a store with windowed logs asks for one thread per such log.
     pub fn ensure_threads(&self, threads: usize) -> std::io::Result<()> {
+        if lock(&self.owner.shared).shutdown {
+            return Ok(()); // an inline pool (or one shutting down) runs turns on the caller
+        }
         let wanted = threads.min(MAX_POOL_THREADS);
         let mut handles = lock_mutex(&self.owner.threads);
         while handles.len() < wanted {
@@ -328,6 +345,23 @@ mod tests {
         other.shared().schedule(job.clone());
         drop(other);
         assert_eq!(job.turns.load(Ordering::SeqCst), 4);
+    }
+
+    #[test]
+    fn an_inline_pool_runs_turns_on_the_scheduling_thread() {
+        let pool = CommitPool::inline();
+        pool.ensure_threads(4).unwrap();
+        assert_eq!(pool.threads(), 0);
+        let job = Arc::new(Counter {
+            turns: AtomicUsize::new(0),
+            want: 3,
+        });
+        pool.shared().schedule(job.clone());
+        assert_eq!(
+            job.turns.load(Ordering::SeqCst),
+            3,
+            "before schedule returns"
+        );
     }
 
     #[test]

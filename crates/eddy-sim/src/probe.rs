@@ -283,6 +283,10 @@ impl<O: Send + 'static> GroupStore for Probe<O> {
         self.inner.snapshot()
     }
 
+    fn maintain(&mut self, now_us: u64) -> Result<(), StoreError> {
+        self.inner.maintain(now_us)
+    }
+
     fn install_snapshot(&mut self, snapshot: &Snapshot) -> Result<(), StoreError> {
         self.inner.install_snapshot(snapshot)?;
         let mut s = self.shared.lock();

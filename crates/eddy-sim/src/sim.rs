@@ -665,7 +665,8 @@ impl<F: StoreFactory, W: Workload> Sim<F, W> {
             *owed += 1;
             return Ok(());
         }
-        n.node.as_mut().expect("up").tick();
+        let now_us = self.now * 1000;
+        n.node.as_mut().expect("up").tick_at(now_us);
         self.step(id)
     }
 
@@ -679,7 +680,7 @@ impl<F: StoreFactory, W: Workload> Sim<F, W> {
         };
         let node = n.node.as_mut().expect("a stalled node is up");
         for _ in 0..owed {
-            node.tick();
+            node.tick_at(self.now * 1000);
         }
         self.note(|| format!("node {id}: clock resumes with a burst of {owed} ticks"));
         self.step(id)

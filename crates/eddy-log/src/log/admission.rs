@@ -253,7 +253,7 @@ impl Log {
         self.inner.pool.schedule(job);
     }
 
-    fn enqueue_control(&self, item: impl FnOnce(&mut Admission) -> Item) {
+    pub(super) fn enqueue_control(&self, item: impl FnOnce(&mut Admission) -> Item) {
         let mut adm = lock(&self.inner.admission);
         let item = item(&mut adm);
         if let Some(err) = &adm.failed {

@@ -47,6 +47,16 @@
 //! with every rewrite: a reader holding the old version finishes on it, one whose version is
 //! gone takes fresh targets and reads the new one.
 //!
+//! # Truncating a suffix
+//!
+//! [`Log::truncate_from`] drops every record from a sequence number on (a replicated log
+//! replacing a conflicting uncommitted suffix). It runs on the writer in order with appends
+//! and is durable when it completes. A cut in the active segment is one `ftruncate` and one
+//! fdatasync; a cut in a sealed segment records its intent in `truncate.intent` first, then
+//! removes the later segments, cuts the one holding it and starts a new segment at the cut,
+//! so that a crash at any point recovers the old log or the truncated one. Readers never see
+//! a failure from a file being cut: a read that overlapped a truncation runs again.
+//!
 //! # Invariants
 //!
 //! 1. Inside a segment, record `i + 1` starts at sequence `seq_i + count_i`; the first record
@@ -54,8 +64,9 @@
 //! 2. Segment bases increase; segment `i + 1`'s base is at least segment `i`'s end.
 //! 3. Only the last segment (the active one) is ever appended to; a segment with a successor is
 //!    sealed, and was synced before its successor was created. A sealed segment's file is
-//!    never modified: a rewrite installs a new file whose records carry the same sequence
-//!    numbers, counts, timestamps and tags (its record headers carry `synced_len` 0).
+//!    never appended to: a rewrite installs a new file whose records carry the same sequence
+//!    numbers, counts, timestamps and tags (its record headers carry `synced_len` 0), and a
+//!    truncation cuts it at a record boundary (synced before its successor is created).
 //! 4. Readers never see a record before it is acknowledged: records are published to the read
 //!    view after their fdatasync (after their write with [`Durability::Background`]).
 //! 5. Timestamps are non-decreasing along the log.
@@ -71,6 +82,7 @@ mod retention;
 mod rewrite;
 mod segment_files;
 mod state;
+mod truncate;
 mod types;
 mod writer;
 
@@ -88,3 +100,5 @@ pub use types::{
 
 #[cfg(test)]
 mod tests;
+#[cfg(test)]
+mod truncate_tests;

@@ -4,6 +4,7 @@
 
 use std::collections::VecDeque;
 use std::path::{Path, PathBuf};
+use std::sync::atomic::AtomicU64;
 use std::sync::{Arc, Condvar, Mutex, RwLock};
 
 use crate::cache::{next_owner_id, Cache};
@@ -21,6 +22,7 @@ use super::segment_files::{create_segment, remove_segment_files, write_index};
 use super::state::{
     ActiveSegment, Admission, Log, LogCounters, LogInner, SegmentState, View, Writer,
 };
+use super::truncate::{cut_recovered, read_intent, remove_intent};
 use super::types::{OpenOptions, RecoveryReport};
 
 impl Log {
@@ -72,15 +74,21 @@ impl Log {
                 report.removed.push(path);
             }
         }
+        // A truncation that crossed segments and was cut short: nothing at or after its cut
+        // survives (the segments are removed here, the one holding the cut is cut below).
+        let cut = read_intent(&*backend, &dir)?;
+        if let Some(cut) = cut {
+            for base in logs.iter().copied().filter(|b| *b >= cut) {
+                remove_segment_files(&*backend, &dir, base)?;
+                report.removed.push(dir.join(segment_file_name(base)));
+            }
+            logs.retain(|b| *b < cut);
+        }
         if logs.is_empty() {
-            create_segment(&*backend, &dir, options.initial_seq).map_err(|e| {
-                LogError::io(
-                    IoOp::Open,
-                    dir.join(segment_file_name(options.initial_seq)),
-                    e,
-                )
-            })?;
-            logs.push(options.initial_seq);
+            let base = cut.unwrap_or(options.initial_seq);
+            create_segment(&*backend, &dir, base)
+                .map_err(|e| LogError::io(IoOp::Open, dir.join(segment_file_name(base)), e))?;
+            logs.push(base);
         }
 
         let mut recovered: Vec<Recovered> = Vec::with_capacity(logs.len());
@@ -124,11 +132,21 @@ impl Log {
             }
         }
 
+        let mut min_next_seq = options.min_next_seq;
+        if let Some(cut) = cut {
+            let last = recovered.last_mut().expect("a log always has a segment");
+            if last.state.end > cut {
+                cut_recovered(&*backend, &dir, last, cut)?;
+            }
+            // A cut in a gap of sequence numbers continues at the cut, as it did before.
+            min_next_seq = min_next_seq.max(cut);
+        }
+
         // Honour the persisted frontier: never hand out a sequence number below it.
         let last_end = recovered
             .last()
             .map_or(options.initial_seq, |r| r.state.end);
-        if options.min_next_seq > last_end {
+        if min_next_seq > last_end {
             let last = recovered.pop().expect("a log always has a segment");
             if last.state.end == last.state.base {
                 remove_segment_files(&*backend, &dir, last.state.base)?;
@@ -152,7 +170,7 @@ impl Log {
                 )?;
                 recovered.push(sealed);
             }
-            let base = options.min_next_seq;
+            let base = min_next_seq;
             let (file, _) = create_segment(&*backend, &dir, base)
                 .map_err(|e| LogError::io(IoOp::Open, dir.join(segment_file_name(base)), e))?;
             recovered.push(Recovered {
@@ -168,6 +186,9 @@ impl Log {
                 file,
                 index: Vec::new(),
             });
+        }
+        if cut.is_some() {
+            remove_intent(&*backend, &dir)?;
         }
         report.segments = recovered.len();
 
@@ -249,6 +270,7 @@ impl Log {
                 active_index,
             }),
             counters: LogCounters::default(),
+            truncations: AtomicU64::new(0),
             store_stats: options.stats,
         });
         Ok((Log { inner }, report))

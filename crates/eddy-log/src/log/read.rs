@@ -1,7 +1,7 @@
 //! Reads: the readable bounds and segments, range reads (read-ahead in large chunks, for scans
 //! and polls), point reads of one record, and the timestamp search. Sealed segments are loaded
 //! through the shared [`Cache`](crate::Cache); a segment rewritten or deleted under a read
-//! makes it take fresh targets and try again.
+//! makes it take fresh targets and try again, and so does a truncation under it.
 
 use std::sync::Arc;
 
@@ -132,11 +132,11 @@ impl Log {
     /// A segment rewritten ([`Log::rewrite_sealed`]) or deleted while the read runs is read
     /// either in the version the read found first or, after a retry, in its new version.
     pub fn read(&self, from_seq: u64, max_seqs: u64, max_bytes: u64) -> Result<Vec<StoredRecord>> {
-        loop {
+        self.stable(|| loop {
             if let Some(records) = self.read_once(from_seq, max_seqs, max_bytes)? {
                 return Ok(records);
             }
-        }
+        })
     }
 
     /// One attempt of [`Log::read`]; `None` when a segment changed under it.
@@ -292,6 +292,10 @@ impl Log {
     /// store's: [`Log::read`] reads ahead in large chunks, which suits scans. `None` when no
     /// visible record contains `seq`.
     pub fn read_record(&self, seq: u64) -> Result<Option<StoredRecord>> {
+        self.stable(|| self.read_record_once(seq))
+    }
+
+    fn read_record_once(&self, seq: u64) -> Result<Option<StoredRecord>> {
         let (target, file, mut pos) = loop {
             let Some(target) = self.targets_from(seq).into_iter().next() else {
                 return Ok(None);
@@ -366,6 +370,10 @@ impl Log {
     /// The first sequence number whose record's timestamp is at or after `timestamp`, or `None`
     /// when every retained record is older.
     pub fn seq_at_timestamp(&self, timestamp: u64) -> Result<Option<u64>> {
+        self.stable(|| self.seq_at_timestamp_once(timestamp))
+    }
+
+    fn seq_at_timestamp_once(&self, timestamp: u64) -> Result<Option<u64>> {
         let (target, file, mut pos) = loop {
             let target = {
                 let view = lock(&self.inner.view);

@@ -34,13 +34,16 @@ pub(super) enum Item {
     Append(PendingRecord),
     Flush(Completer<()>),
     Purge { base: u64, done: Completer<()> },
+    Truncate { seq: u64, done: Completer<()> },
 }
 
 impl Item {
     pub(super) fn fail(self, error: &dyn Fn() -> LogError) {
         match self {
             Item::Append(r) => r.done.complete(Err(error())),
-            Item::Flush(done) | Item::Purge { done, .. } => done.complete(Err(error())),
+            Item::Flush(done) | Item::Purge { done, .. } | Item::Truncate { done, .. } => {
+                done.complete(Err(error()));
+            }
         }
     }
 }
@@ -146,6 +149,9 @@ pub(crate) struct LogInner {
     pub(super) writer: Mutex<Writer>,
     pub(super) view: Mutex<View>,
     pub(super) counters: LogCounters,
+    /// Odd while a truncation ([`Log::truncate_from`]) changes files under readers, bumped
+    /// again when it is done: a read that saw it change (or start odd and fail) runs again.
+    pub(super) truncations: AtomicU64,
     /// The owning store's counters ([`OpenOptions::stats`](super::types::OpenOptions::stats)).
     pub(super) store_stats: Option<Arc<CommitStats>>,
 }

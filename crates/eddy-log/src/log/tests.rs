@@ -18,16 +18,16 @@ use crate::format::{
 use crate::pool::CommitPool;
 use crate::sync::lock;
 
-struct Harness {
-    mem: MemBackend,
+pub(super) struct Harness {
+    pub(super) mem: MemBackend,
     backend: Arc<dyn StorageBackend>,
-    pool: CommitPool,
-    cache: Arc<Cache>,
-    config: LogConfig,
+    pub(super) pool: CommitPool,
+    pub(super) cache: Arc<Cache>,
+    pub(super) config: LogConfig,
 }
 
 impl Harness {
-    fn new(config: LogConfig) -> Self {
+    pub(super) fn new(config: LogConfig) -> Self {
         let mem = MemBackend::new();
         Harness {
             backend: Arc::new(mem.clone()),
@@ -38,11 +38,11 @@ impl Harness {
         }
     }
 
-    fn open(&self) -> Result<(Log, RecoveryReport)> {
+    pub(super) fn open(&self) -> Result<(Log, RecoveryReport)> {
         self.open_with(OpenOptions::default())
     }
 
-    fn open_with(&self, options: OpenOptions) -> Result<(Log, RecoveryReport)> {
+    pub(super) fn open_with(&self, options: OpenOptions) -> Result<(Log, RecoveryReport)> {
         Log::open(
             Arc::new(self.mem.clone()),
             "log",
@@ -54,7 +54,7 @@ impl Harness {
     }
 }
 
-fn small() -> LogConfig {
+pub(super) fn small() -> LogConfig {
     LogConfig {
         segment_size: 512,
         index_interval: 100,
@@ -62,7 +62,7 @@ fn small() -> LogConfig {
     }
 }
 
-fn payload(seq: u64, len: usize) -> Bytes {
+pub(super) fn payload(seq: u64, len: usize) -> Bytes {
     let mut v = Vec::with_capacity(len);
     for i in 0..len {
         v.push((seq as usize * 31 + i) as u8);
@@ -82,7 +82,7 @@ fn append_n(log: &Log, n: u64, len: usize) -> Vec<RecordMeta> {
         .collect()
 }
 
-fn read_all(log: &Log) -> Vec<StoredRecord> {
+pub(super) fn read_all(log: &Log) -> Vec<StoredRecord> {
     let b = log.bounds();
     log.read(b.first, u64::MAX, u64::MAX).unwrap()
 }
@@ -966,7 +966,7 @@ fn rewrite_replaces_payloads_keeps_identity_and_survives_reopen() {
 /// A backend that simulates a power cut at its `n`-th mutating call (counting from the moment
 /// `arm` is called): that call and every later one fail, as in a killed process.
 #[derive(Debug, Clone)]
-struct CrashAt {
+pub(super) struct CrashAt {
     mem: MemBackend,
     left: Arc<std::sync::atomic::AtomicI64>,
 }
@@ -978,14 +978,14 @@ struct CrashAtFile {
 }
 
 impl CrashAt {
-    fn new(mem: &MemBackend) -> Self {
+    pub(super) fn new(mem: &MemBackend) -> Self {
         CrashAt {
             mem: mem.clone(),
             left: Arc::new(std::sync::atomic::AtomicI64::new(i64::MAX)),
         }
     }
 
-    fn arm(&self, n: i64) {
+    pub(super) fn arm(&self, n: i64) {
         self.left.store(n, Ordering::SeqCst);
     }
 
@@ -1000,7 +1000,7 @@ impl CrashAt {
         }
     }
 
-    fn crashed(&self) -> bool {
+    pub(super) fn crashed(&self) -> bool {
         self.left.load(Ordering::SeqCst) < 0
     }
 }

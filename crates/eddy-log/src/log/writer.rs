@@ -21,6 +21,7 @@ use super::segment_files::{create_segment, remove_segment_files};
 use super::state::{
     is_no_space, ActiveSegment, Item, LogInner, PendingRecord, SegmentState, Writer,
 };
+use super::truncate::TruncateFailure;
 use super::types::RecordMeta;
 
 struct Group {
@@ -41,10 +42,25 @@ impl Group {
     }
 }
 
-/// How a group or roll failed.
+/// How a group, roll, purge or truncation failed.
 enum WriteFailure {
     NoSpace(Arc<io::Error>),
     Fatal(Arc<io::Error>),
+    /// A truncation that is not a cut point: nothing changed.
+    Rejected {
+        seq: u64,
+        reason: &'static str,
+    },
+}
+
+impl WriteFailure {
+    fn from_truncate(failure: TruncateFailure, seq: u64) -> Self {
+        match failure {
+            TruncateFailure::Rejected(reason) => WriteFailure::Rejected { seq, reason },
+            TruncateFailure::NoSpace(e) => WriteFailure::NoSpace(Arc::new(e)),
+            TruncateFailure::Fatal(e) => WriteFailure::Fatal(Arc::new(e)),
+        }
+    }
 }
 
 impl Job for LogInner {
@@ -112,34 +128,21 @@ impl Job for LogInner {
                     let outcome = self
                         .commit_group(&mut writer, &mut group)
                         .and_then(|()| self.sync_active(&mut writer).map_err(|f| (f, Vec::new())));
-                    match outcome {
-                        Ok(()) => done.complete(Ok(())),
-                        Err((failure, records)) => {
-                            let kind = self.handle_failure(&mut writer, failure);
-                            for r in records {
-                                r.done.complete(Err(self.error_for(&kind)));
-                            }
-                            done.complete(Err(self.error_for(&kind)));
-                            refused = Some(kind);
-                        }
-                    }
+                    self.settle_control(&mut writer, outcome, done, &mut refused);
                 }
                 Item::Purge { base, done } => {
                     let outcome = self.commit_group(&mut writer, &mut group).and_then(|()| {
                         self.purge_now(&mut writer, base)
                             .map_err(|f| (f, Vec::new()))
                     });
-                    match outcome {
-                        Ok(()) => done.complete(Ok(())),
-                        Err((failure, records)) => {
-                            let kind = self.handle_failure(&mut writer, failure);
-                            for r in records {
-                                r.done.complete(Err(self.error_for(&kind)));
-                            }
-                            done.complete(Err(self.error_for(&kind)));
-                            refused = Some(kind);
-                        }
-                    }
+                    self.settle_control(&mut writer, outcome, done, &mut refused);
+                }
+                Item::Truncate { seq, done } => {
+                    let outcome = self.commit_group(&mut writer, &mut group).and_then(|()| {
+                        self.truncate_now(&mut writer, seq)
+                            .map_err(|f| (WriteFailure::from_truncate(f, seq), Vec::new()))
+                    });
+                    self.settle_control(&mut writer, outcome, done, &mut refused);
                 }
             }
         }
@@ -191,11 +194,12 @@ impl LogInner {
     }
 }
 
-/// The two ways a write can be refused, with the shared cause.
+/// The ways a write can be refused, with the shared cause.
 #[derive(Clone)]
 enum Refusal {
     NoSpace(Arc<io::Error>),
     Failed(Arc<io::Error>),
+    BadTruncation { seq: u64, reason: &'static str },
 }
 
 impl LogInner {
@@ -217,6 +221,34 @@ impl LogInner {
         match kind {
             Refusal::NoSpace(err) => self.no_space_error(err),
             Refusal::Failed(err) => self.failed_error(err),
+            Refusal::BadTruncation { seq, reason } => LogError::BadTruncation {
+                path: self.dir.clone(),
+                seq: *seq,
+                reason,
+            },
+        }
+    }
+
+    /// Completes a control item (flush, purge, truncation) after its outcome: on failure, reacts
+    /// first (see [`LogInner::handle_failure`]), then refuses the records of the group it
+    /// followed and the item itself, and every later item of the turn.
+    fn settle_control(
+        &self,
+        writer: &mut Writer,
+        outcome: Result<(), (WriteFailure, Vec<PendingRecord>)>,
+        done: crate::completion::Completer<()>,
+        refused: &mut Option<Refusal>,
+    ) {
+        match outcome {
+            Ok(()) => done.complete(Ok(())),
+            Err((failure, records)) => {
+                let kind = self.handle_failure(writer, failure);
+                for r in records {
+                    r.done.complete(Err(self.error_for(&kind)));
+                }
+                done.complete(Err(self.error_for(&kind)));
+                *refused = Some(kind);
+            }
         }
     }
 
@@ -227,6 +259,7 @@ impl LogInner {
     fn handle_failure(&self, writer: &mut Writer, failure: WriteFailure) -> Refusal {
         let kind = match failure {
             WriteFailure::NoSpace(err) => Refusal::NoSpace(err),
+            WriteFailure::Rejected { seq, reason } => Refusal::BadTruncation { seq, reason },
             WriteFailure::Fatal(err) => {
                 if writer.failed.is_none() {
                     tracing::error!(dir = %self.dir.display(), error = %err, "log fail-stopped");
