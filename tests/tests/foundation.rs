@@ -179,7 +179,10 @@ fn unwritable_data_dir_and_bad_config_exit_with_one_line() {
     let err = log
         .wait_for(Duration::from_secs(5), |l| l.starts_with("eddy: error:"))
         .unwrap();
-    assert!(err.contains("peers") && err.contains("single node"), "{err}");
+    assert!(
+        err.contains("peers") && err.contains("single node"),
+        "{err}"
+    );
 
     // A bad environment value is refused by the argument parser (usage error, exit 2).
     let (mut child, _log) = spawn(

@@ -1,0 +1,222 @@
+//! A stream partition as a replicated group: the group's Raft log (`eddy_consensus::RaftLog`
+//! on an `eddy-log` [`Log`]) *is* the partition's message log, and a
+//! [`ReplicatedPartition`] over the same log is the state machine. A message body is written
+//! once per node: the follower's append of the Raft entry is the partition write.
+//!
+//! A leader stamps a batch from [`PartitionGroup::predict`] (the next offset after everything
+//! applied and everything it proposed and has not seen applied yet), proposes the encoded
+//! [`PartitionEntry`], and answers the producer with the [`ApplyOutcome`] its proposal's
+//! callback receives, which arrives once the entry is committed (fdatasynced on a majority)
+//! and applied here. Every member applies the same entries in the same order, so a refused
+//! stale prediction is refused everywhere and offsets agree on every node.
+
+use std::path::{Path, PathBuf};
+use std::sync::{Arc, PoisonError, RwLock};
+
+use bytes::Bytes;
+use eddy_consensus::logstore::StateMachine;
+use eddy_consensus::{LogEntry, Snapshot, SnapshotMeta, StoreError};
+use eddy_log::{write_atomic, Log, OpenMode, StorageBackend};
+use eddy_stream_store::replicated::{
+    ApplyOutcome, PartitionEntry, Prediction, ReplicatedError, ReplicatedPartition,
+    ReplicatedSnapshot,
+};
+use eddy_stream_store::PartitionAddr;
+
+/// The partition state a snapshot installation left the group at, in the group's directory:
+/// the entry's term (u64 LE) then the encoded [`ReplicatedSnapshot`]; replaced atomically.
+/// A restart resumes from it (the Raft log starts after it).
+pub const BOUNDARY_FILE: &str = "partition.boundary";
+
+fn storage(e: ReplicatedError) -> StoreError {
+    StoreError::Storage(Box::new(e))
+}
+
+fn io_error(e: impl std::error::Error + Send + Sync + 'static) -> StoreError {
+    StoreError::Storage(Box::new(e))
+}
+
+/// Reads [`BOUNDARY_FILE`] (`None` when there is none).
+fn read_boundary(
+    backend: &dyn StorageBackend,
+    dir: &Path,
+) -> Result<Option<(ReplicatedSnapshot, u64)>, StoreError> {
+    let path = dir.join(BOUNDARY_FILE);
+    let file = match backend.open(&path, OpenMode::Existing) {
+        Ok(f) => f,
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(None),
+        Err(e) => return Err(io_error(e)),
+    };
+    let len = usize::try_from(file.len().map_err(io_error)?).unwrap_or(usize::MAX);
+    let invalid = StoreError::InvalidSnapshot {
+        index: 0,
+        reason: "partition.boundary does not decode",
+    };
+    if !(8..=8 + 1024).contains(&len) {
+        return Err(invalid);
+    }
+    let mut buf = vec![0u8; len];
+    file.read_at(0, &mut buf).map_err(io_error)?;
+    let term = u64::from_le_bytes(buf[..8].try_into().expect("8 bytes"));
+    let state = ReplicatedSnapshot::decode(&buf[8..]).map_err(|_| invalid)?;
+    Ok(Some((state, term)))
+}
+
+/// The readable side of a partition group, shared by the state machine (which replaces the
+/// partition when a snapshot is installed) and request handlers (which poll it).
+#[derive(Clone)]
+pub struct PartitionGroup {
+    current: Arc<RwLock<Arc<ReplicatedPartition>>>,
+}
+
+impl std::fmt::Debug for PartitionGroup {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("PartitionGroup")
+            .field("addr", &self.partition().addr())
+            .finish_non_exhaustive()
+    }
+}
+
+impl PartitionGroup {
+    /// The partition as of now (cheap; a snapshot install swaps it).
+    pub fn partition(&self) -> Arc<ReplicatedPartition> {
+        Arc::clone(&self.current.read().unwrap_or_else(PoisonError::into_inner))
+    }
+
+    /// What the next batch must be stamped with, given the payloads proposed and not yet
+    /// applied (oldest first).
+    pub fn predict<'a>(&self, pending: impl IntoIterator<Item = &'a Bytes>) -> Prediction {
+        self.partition().predict(pending)
+    }
+}
+
+/// The state machine of a partition group.
+pub struct PartitionMachine {
+    addr: PartitionAddr,
+    log: Log,
+    backend: Arc<dyn StorageBackend>,
+    dir: PathBuf,
+    group: PartitionGroup,
+    /// Index and term of the last entry applied (or of the snapshot installed).
+    applied: SnapshotMeta,
+}
+
+impl std::fmt::Debug for PartitionMachine {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("PartitionMachine")
+            .field("addr", &self.addr)
+            .finish_non_exhaustive()
+    }
+}
+
+impl PartitionMachine {
+    /// The machine over the group's Raft log `log` (a clone of `RaftLog::log`) in `dir`
+    /// (`RaftLog::dir`), starting from the snapshot it last installed there, if any
+    /// ([`BOUNDARY_FILE`]), else from the log's start. It keeps nothing else durable: after a
+    /// restart the committed entries are applied again from the log, which holds them.
+    pub fn open(
+        addr: PartitionAddr,
+        log: Log,
+        backend: Arc<dyn StorageBackend>,
+        dir: &Path,
+    ) -> Result<(Self, PartitionGroup), StoreError> {
+        let boundary = read_boundary(&*backend, dir)?;
+        if let Some((state, _)) = &boundary {
+            if log.bounds().next <= state.index {
+                // A crash came between the boundary file and the log's reset: finish the reset
+                // (`Replicated::open` would, after this).
+                log.purge(state.index + 1).wait().map_err(io_error)?;
+            }
+        }
+        let applied = boundary.map_or(SnapshotMeta::default(), |(state, term)| SnapshotMeta {
+            index: state.index,
+            term,
+        });
+        let partition = ReplicatedPartition::new(addr, log.clone(), boundary.map(|(s, _)| s))
+            .map_err(storage)?;
+        let group = PartitionGroup {
+            current: Arc::new(RwLock::new(Arc::new(partition))),
+        };
+        Ok((
+            PartitionMachine {
+                addr,
+                log,
+                backend,
+                dir: dir.to_path_buf(),
+                group: group.clone(),
+                applied,
+            },
+            group,
+        ))
+    }
+}
+
+impl StateMachine for PartitionMachine {
+    type Outcome = ApplyOutcome;
+
+    fn applied(&self) -> SnapshotMeta {
+        self.applied
+    }
+
+    fn apply(&mut self, entry: &LogEntry) -> ApplyOutcome {
+        let outcome = self.group.partition().apply(entry.index, &entry.data);
+        if !matches!(outcome, ApplyOutcome::OutOfOrder { .. }) {
+            self.applied = SnapshotMeta {
+                index: entry.index,
+                term: entry.term,
+            };
+        }
+        outcome
+    }
+
+    fn snapshot(&self) -> Result<Snapshot, StoreError> {
+        let state = self.group.partition().snapshot();
+        if state.index != self.applied.index {
+            return Err(StoreError::SnapshotTemporarilyUnavailable);
+        }
+        Ok(Snapshot {
+            meta: self.applied,
+            data: Bytes::copy_from_slice(&state.encode()),
+        })
+    }
+
+    fn install_snapshot(&mut self, snapshot: &Snapshot) -> Result<(), StoreError> {
+        let state = ReplicatedSnapshot::decode(&snapshot.data).map_err(|_| {
+            StoreError::InvalidSnapshot {
+                index: snapshot.meta.index,
+                reason: "not a replicated partition's snapshot",
+            }
+        })?;
+        if state.index != snapshot.meta.index {
+            return Err(StoreError::InvalidSnapshot {
+                index: snapshot.meta.index,
+                reason: "the partition state is not at the snapshot's index",
+            });
+        }
+        let mut file = snapshot.meta.term.to_le_bytes().to_vec();
+        file.extend_from_slice(&state.encode());
+        write_atomic(&*self.backend, &self.dir, BOUNDARY_FILE, &file).map_err(io_error)?;
+        // The log is the partition's: it starts after the snapshot before the partition reads
+        // it (`Replicated` resets it right after, to the same place).
+        self.log.purge(state.index + 1).wait().map_err(io_error)?;
+        let partition =
+            ReplicatedPartition::new(self.addr, self.log.clone(), Some(state)).map_err(storage)?;
+        *self
+            .group
+            .current
+            .write()
+            .unwrap_or_else(PoisonError::into_inner) = Arc::new(partition);
+        self.applied = snapshot.meta;
+        Ok(())
+    }
+
+    fn entry_timestamp(&self, entry: &LogEntry) -> Option<u64> {
+        match PartitionEntry::decode(&entry.data) {
+            Ok(PartitionEntry::Append { timestamp, .. }) => Some(timestamp),
+            _ => None,
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests;
