@@ -426,6 +426,7 @@ impl LogInner {
                 other => fatal(other),
             }
         })?;
+        tracing::info!(dir = %self.dir.display(), from = seq, segments = segments.len() - j - 1, "truncating across segments");
         let _in_progress = InProgress::start(&self.truncations);
         // Newest first; the directory is synced once, when the new segment is created (the
         // intent covers a crash before that).
