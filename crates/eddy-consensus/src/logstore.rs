@@ -461,6 +461,7 @@ impl<M: StateMachine> GroupStore for Replicated<M> {
         if first < next {
             // A suffix another leader replaced: the cut is queued ahead of the new entries,
             // and a refused cut refuses them, so the last one's acknowledgement covers it.
+            tracing::debug!(dir = %self.log.dir.display(), from = first, to = next, "replacing a conflicting suffix");
             let _cut = log.truncate_from(first);
         } else if first > next {
             durable(Err(StoreError::Unavailable {

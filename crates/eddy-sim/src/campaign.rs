@@ -8,6 +8,7 @@ use std::time::{Duration, Instant};
 use crate::config::{FaultConfig, Millis, SimConfig};
 use crate::report::{FaultCounts, Report};
 use crate::sim::Failure;
+use crate::store::StoreKind;
 
 /// Which seeds to run, and how.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -28,6 +29,8 @@ pub struct Spec {
     pub data_loss: bool,
     /// Threads running seeds at once.
     pub jobs: usize,
+    /// The store the nodes run on.
+    pub store: StoreKind,
 }
 
 impl Spec {
@@ -65,6 +68,9 @@ impl Spec {
         }
         if self.data_loss {
             cmd.push_str(" --data-loss");
+        }
+        if self.store != StoreKind::Mem {
+            let _ = write!(cmd, " --store {}", self.store.name());
         }
         cmd
     }
@@ -189,6 +195,7 @@ mod tests {
             calm_secs: Some(5),
             data_loss: true,
             jobs: 2,
+            store: StoreKind::Log,
         }
     }
 
@@ -197,7 +204,8 @@ mod tests {
         let s = spec();
         assert_eq!(
             s.replay_command(12),
-            "cargo xtask sim --seed 12 --nodes 3 --faults heavy --calm-secs 5 --data-loss"
+            "cargo xtask sim --seed 12 --nodes 3 --faults heavy --calm-secs 5 --data-loss \
+             --store log"
         );
         assert_eq!(s.config(12).unwrap().calm_ms, 5_000);
         assert!(s.config(12).unwrap().faults.wipe > 0.0);

@@ -20,7 +20,9 @@
 //! [`Sim::new`] takes a [`StoreFactory`] (opens a group's store on a node's data directory,
 //! completes fsyncs, cuts the power, injects disk faults) and a [`Workload`] (chooses each
 //! operation's group and payload, finds an operation's id in an applied payload).
-//! [`MemFactory`] and [`MixedWorkload`] are the first stage's pair.
+//! [`MemFactory`] and [`MixedWorkload`] are the first stage's pair; [`LogFactory`] runs the
+//! groups on the on-disk store instead ([`Replicated`](eddy_consensus::Replicated) over
+//! eddy-log directories on the crash-simulating backend; `--store log`).
 //!
 //! ```
 //! use eddy_sim::{FaultConfig, SimConfig};
@@ -38,6 +40,7 @@ pub mod checker;
 pub mod client;
 pub mod config;
 mod hash;
+pub mod logdir;
 pub mod net;
 pub mod probe;
 pub mod report;
@@ -47,19 +50,33 @@ pub mod store;
 pub mod workload;
 
 pub use config::{FaultConfig, Millis, SimConfig};
+pub use logdir::{LogDir, LogFactory};
 pub use report::{FaultCounts, FaultKind, Report};
 pub use rng::SimRng;
 pub use sim::{Failure, Sim};
-pub use store::{DiskFault, MemDir, MemFactory, StoreFactory};
+pub use store::{DiskFault, MemDir, MemFactory, StoreFactory, StoreKind};
 pub use workload::{MixedWorkload, OpId, Workload};
 
 /// Runs one seed on the in-memory stores with the mixed workload; a panic anywhere in the
 /// run (engine assertions included) becomes a [`Failure`] of that seed. `trace` prints every
 /// notable event to stderr.
 pub fn run(cfg: &SimConfig, trace: bool) -> Result<Report, Failure> {
-    let sim =
-        Sim::new(cfg.clone(), MemFactory, MixedWorkload::new(cfg.data_groups)).with_trace(trace);
-    run_guarded(cfg.seed, move || sim.run())
+    run_on(cfg, StoreKind::Mem, trace)
+}
+
+/// [`run`] on the chosen store: the in-memory one, or the on-disk one over eddy-log.
+pub fn run_on(cfg: &SimConfig, store: StoreKind, trace: bool) -> Result<Report, Failure> {
+    let workload = MixedWorkload::new(cfg.data_groups);
+    match store {
+        StoreKind::Mem => {
+            let sim = Sim::new(cfg.clone(), MemFactory, workload).with_trace(trace);
+            run_guarded(cfg.seed, move || sim.run())
+        }
+        StoreKind::Log => {
+            let sim = Sim::new(cfg.clone(), LogFactory::default(), workload).with_trace(trace);
+            run_guarded(cfg.seed, move || sim.run())
+        }
+    }
 }
 
 /// Runs `f`, turning a panic into a failure of `seed`.

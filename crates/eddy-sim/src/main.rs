@@ -3,6 +3,7 @@
 //! ```text
 //! eddy-sim --seeds 1000 --start 1 --nodes 5 --faults heavy --jobs 2
 //! eddy-sim --seed 42 --nodes 3 --faults light --trace     # replay one seed, every event shown
+//! eddy-sim --seeds 300 --store log                         # the nodes on eddy-log directories
 //! ```
 #![allow(clippy::print_stdout, clippy::cast_precision_loss)]
 
@@ -10,6 +11,7 @@ use std::process::ExitCode;
 
 use clap::Parser;
 use eddy_sim::campaign::{self, Spec};
+use eddy_sim::StoreKind;
 
 /// Deterministic simulation of an eddy cluster: each seed is one reproducible run.
 #[derive(Debug, Parser)]
@@ -42,6 +44,10 @@ struct Args {
     /// the loss (in 5-member heavy runs), so expect a few failures.
     #[arg(long)]
     data_loss: bool,
+    /// The store under the nodes: `mem` (the in-memory store) or `log` (the on-disk store,
+    /// eddy-log directories on the crash-simulating backend).
+    #[arg(long, default_value = "mem")]
+    store: String,
     /// Seeds run at once.
     #[arg(long, default_value_t = 1)]
     jobs: usize,
@@ -56,6 +62,10 @@ struct Args {
 
 fn main() -> ExitCode {
     let args = Args::parse();
+    let Some(store) = StoreKind::by_name(&args.store) else {
+        eprintln!("eddy-sim: --store {}: mem or log", args.store);
+        return ExitCode::from(2);
+    };
     let spec = Spec {
         start: args.seed.unwrap_or(args.start),
         seeds: if args.seed.is_some() { 1 } else { args.seeds },
@@ -65,6 +75,7 @@ fn main() -> ExitCode {
         calm_secs: args.calm_secs,
         data_loss: args.data_loss,
         jobs: args.jobs,
+        store,
     };
     let trace = args.trace;
     if trace {
@@ -84,7 +95,7 @@ fn main() -> ExitCode {
     let mut done = 0u64;
     let result = campaign::run(
         &spec,
-        |cfg| eddy_sim::run(cfg, trace),
+        |cfg| eddy_sim::run_on(cfg, store, trace),
         |result| {
             done += 1;
             match result {
@@ -123,8 +134,12 @@ fn main() -> ExitCode {
         }
     };
     println!(
-        "seeds run: {} (from {}), nodes {}, faults {}",
-        summary.seeds, spec.start, spec.nodes, spec.faults
+        "seeds run: {} (from {}), nodes {}, faults {}, store {}",
+        summary.seeds,
+        spec.start,
+        spec.nodes,
+        spec.faults,
+        spec.store.name()
     );
     println!(
         "simulated: {:.2} h in {:.1} s of wall time ({} events)",

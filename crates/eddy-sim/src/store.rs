@@ -17,6 +17,36 @@ pub use eddy_consensus::testing::DiskFault;
 
 use crate::rng::SimRng;
 
+/// Which store the simulated nodes run on.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub enum StoreKind {
+    /// The consensus crate's in-memory [`MemStore`] ([`MemFactory`]).
+    #[default]
+    Mem,
+    /// [`Replicated`](eddy_consensus::Replicated) over eddy-log directories on the
+    /// crash-simulating backend ([`LogFactory`](crate::LogFactory)).
+    Log,
+}
+
+impl StoreKind {
+    /// The store by name: `mem` or `log`.
+    pub fn by_name(name: &str) -> Option<Self> {
+        match name {
+            "mem" => Some(StoreKind::Mem),
+            "log" => Some(StoreKind::Log),
+            _ => None,
+        }
+    }
+
+    /// Its name.
+    pub fn name(self) -> &'static str {
+        match self {
+            StoreKind::Mem => "mem",
+            StoreKind::Log => "log",
+        }
+    }
+}
+
 /// Opens the stores of simulated nodes and simulates their disks.
 ///
 /// Every call happens on the simulator's thread, in an order fixed by the seed; durability

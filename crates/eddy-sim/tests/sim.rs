@@ -49,6 +49,7 @@ fn smoke_campaign_over_both_sizes_and_every_profile_keeps_every_guarantee() {
             calm_secs: Some(5),
             data_loss: false,
             jobs: 2,
+            store: eddy_sim::StoreKind::Mem,
         };
         let summary = campaign::run(&spec, |cfg| eddy_sim::run(cfg, false), |_| {}).unwrap();
         for f in &summary.failures {

@@ -256,6 +256,7 @@ impl Log {
             hold_until: Mutex::new(None),
             swap: RwLock::new(()),
             rewriting: Mutex::new(()),
+            layout: Mutex::new(()),
             writer: Mutex::new(Writer {
                 active,
                 next_seq,

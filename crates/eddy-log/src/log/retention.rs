@@ -18,6 +18,8 @@ impl Log {
         &self,
         mut pred: impl FnMut(&SegmentSummary) -> bool,
     ) -> Result<Vec<SegmentSummary>> {
+        // No truncation may remove or cut segments meanwhile.
+        let _layout = lock(&self.inner.layout);
         // No rewrite may rename a new version of a segment in while it is being removed.
         let _swap = read_lock(&self.inner.swap);
         let removed: Vec<(u64, SegmentSummary)> = {

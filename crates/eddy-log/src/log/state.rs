@@ -93,9 +93,11 @@ pub(super) struct SegmentState {
     pub(super) first_ts: Option<u64>,
     pub(super) max_ts: Option<u64>,
     pub(super) sealed: bool,
-    /// Owner half of the segment's cache key: the log's id until the segment is rewritten,
-    /// then a fresh id per rewrite, so a cached handle always belongs to the file version the
-    /// view describes (see [`Log::rewrite_sealed`]).
+    /// Owner half of the segment's cache key and its identity: the log's id for a segment
+    /// found at open, a fresh id for every segment made later (its base may be that of a
+    /// segment a truncation or purge removed) and per rewrite or cut of the segment, so a
+    /// cached handle always belongs to the file version the view describes and a rewrite
+    /// never installs over another segment (see [`Log::rewrite_sealed`]).
     pub(super) owner: u64,
 }
 
@@ -146,6 +148,10 @@ pub(crate) struct LogInner {
     pub(super) swap: RwLock<()>,
     /// One rewrite at a time per log.
     pub(super) rewriting: Mutex<()>,
+    /// Orders retention against a truncation (both change which sealed segments exist and
+    /// find them by position in the view); appends never take it. Lock order: `layout`
+    /// before `swap` before `view`.
+    pub(super) layout: Mutex<()>,
     pub(super) writer: Mutex<Writer>,
     pub(super) view: Mutex<View>,
     pub(super) counters: LogCounters,

@@ -295,6 +295,8 @@ impl LogInner {
         if seq >= writer.next_seq {
             return Ok(());
         }
+        // Retention must not remove segments between this look at the view and its update.
+        let _layout = lock(&self.layout);
         let (segments, active_index): (Vec<SegmentState>, Vec<IndexEntry>) = {
             let view = lock(&self.view);
             (
@@ -426,6 +428,7 @@ impl LogInner {
                 other => fatal(other),
             }
         })?;
+        tracing::info!(dir = %self.dir.display(), from = seq, segments = segments.len() - j - 1, "truncating across segments");
         let _in_progress = InProgress::start(&self.truncations);
         // Newest first; the directory is synced once, when the new segment is created (the
         // intent covers a crash before that).
@@ -510,7 +513,9 @@ impl LogInner {
             first_ts: None,
             max_ts: None,
             sealed: false,
-            owner: self.id,
+            // A fresh identity: a rewrite of a removed segment with this base must not take
+            // it for its own (see `Log::rewrite_sealed`).
+            owner: next_owner_id(),
         });
         view.active_file = file;
         view.active_index = Vec::new();

@@ -472,6 +472,55 @@ fn readers_never_fail_while_cuts_and_appends_run() {
     }
 }
 
+#[test]
+fn retention_running_beside_cuts_across_segments_keeps_the_log_whole() {
+    let h = Harness::new(small());
+    let (log, _) = h.open().unwrap();
+    append(&log, 40, 1, 0);
+    let stop = Arc::new(AtomicBool::new(false));
+    let retention = {
+        let (log, stop) = (log.clone(), Arc::clone(&stop));
+        std::thread::spawn(move || {
+            let mut deleted = 0;
+            while !stop.load(Ordering::Relaxed) {
+                // Keep a few segments so cuts still cross some.
+                if log.segments().len() > 4 {
+                    deleted += log.delete_oldest_segments(1).unwrap().len();
+                }
+                std::thread::yield_now();
+            }
+            deleted
+        })
+    };
+    for round in 0..200u64 {
+        let segments = log.segments();
+        let generation = u8::try_from(round % 200).unwrap() + 2;
+        if let Some(held) = segments.iter().rev().nth(2) {
+            // Inside the third-newest segment (unless retention removed it meanwhile: then
+            // the cut is below the log and refused, which is fine here).
+            let cut = held.base + (held.end - held.base) / 2;
+            match log.truncate_from(cut).wait() {
+                Ok(()) | Err(LogError::BadTruncation { .. }) => {}
+                Err(e) => panic!("round {round}: {e}"),
+            }
+        }
+        append(&log, 20, generation, 0);
+    }
+    stop.store(true, Ordering::Relaxed);
+    assert!(retention.join().unwrap() > 0);
+    let check = |log: &Log| {
+        let b = log.bounds();
+        let seqs: Vec<u64> = contents(log).iter().map(|(s, _)| *s).collect();
+        assert_eq!(seqs, (b.first..b.next).collect::<Vec<_>>());
+    };
+    check(&log);
+    let want = contents(&log);
+    drop(log);
+    let (log, _) = h.open().unwrap();
+    check(&log);
+    assert_eq!(contents(&log), want);
+}
+
 #[derive(Debug, Clone)]
 enum Op {
     /// Append a record covering `count` sequence numbers with `len` payload bytes.

@@ -8,7 +8,7 @@ use std::io;
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
 
-use crate::cache::SealedSegment;
+use crate::cache::{next_owner_id, SealedSegment};
 use crate::error::LogError;
 use crate::format::{
     IndexEntry, IndexKind, INDEX_ENTRY_LEN, INDEX_HEADER_LEN, RECORD_HEADER_LEN, SEGMENT_HEADER_LEN,
@@ -523,10 +523,10 @@ impl LogInner {
                 has_records: false,
             },
         );
-        let (max_ts, old_index) = {
+        let (max_ts, old_owner, old_index) = {
             let view = lock(&self.view);
             let seg = view.segments.back().expect("a log always has a segment");
-            (seg.max_ts, view.active_index.clone())
+            (seg.max_ts, seg.owner, view.active_index.clone())
         };
         // Seal the old index (best effort: a missing seal only costs a rescan at open).
         if let Some(old_index_file) = &old.index_file {
@@ -555,14 +555,16 @@ impl LogInner {
                 first_ts: None,
                 max_ts: None,
                 sealed: false,
-                owner: self.id,
+                // A fresh identity: a truncation may have removed a segment with this base
+                // that a rewrite still works on (see `Log::rewrite_sealed`).
+                owner: next_owner_id(),
             });
             view.active_file = file;
             view.active_index = Vec::new();
         }
         // Keep the just-sealed segment hot in the cache.
         self.cache.insert(
-            (self.id, old.base),
+            (old_owner, old.base),
             Arc::new(SealedSegment {
                 file: old.file,
                 index: old_index,
@@ -611,7 +613,9 @@ impl LogInner {
             first_ts: None,
             max_ts: None,
             sealed: false,
-            owner: self.id,
+            // A fresh identity: a rewrite of a removed segment with this base must not take
+            // it for its own (see `Log::rewrite_sealed`).
+            owner: next_owner_id(),
         });
         view.active_file = file;
         view.active_index = Vec::new();
