@@ -36,6 +36,9 @@
 mod state_file;
 mod types;
 
+#[cfg(test)]
+mod tests;
+
 use std::fmt;
 use std::io;
 use std::path::{Path, PathBuf};
@@ -49,6 +52,8 @@ use eddy_log::{
 };
 
 use crate::error::{Result, StreamStoreError};
+#[cfg(test)]
+use state_file::encode_state;
 use state_file::{decode_state, StateFile, StateRecord, STATE_LEN};
 
 pub use state_file::STATE_FILE;

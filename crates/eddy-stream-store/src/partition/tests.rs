@@ -75,6 +75,7 @@ impl Env {
                 dir: PathBuf::from("partitions/77"),
                 config: self.config,
                 generation: self.generation,
+                stats: None,
             },
         )
     }
@@ -331,7 +332,7 @@ fn append_stamped_checks_the_offset() {
     assert_eq!(t.wait().unwrap().base_offset, 0);
     assert!(matches!(
         p.append_stamped(5, 10, 1, Bytes::new()),
-        Err(StreamStoreError::OutOfOrder { .. })
+        Err(StreamStoreError::Log(eddy_log::LogError::OutOfOrder { .. }))
     ));
 }
 
@@ -732,7 +733,7 @@ fn run_model(ops: Vec<Op>, verify: VerifyOnOpen) {
                         model.next = ack.base_offset + u64::from(count);
                         model.now = model.now.max(ack.timestamp);
                     }
-                    Err(StreamStoreError::NoSpace { .. }) => {}
+                    Err(StreamStoreError::Log(eddy_log::LogError::NoSpace { .. })) => {}
                     Err(other) => panic!("unexpected {other:?}"),
                 }
             }
