@@ -51,7 +51,8 @@ use std::sync::{Arc, Condvar, Mutex, RwLock};
 use bytes::Bytes;
 
 use eddy_log::{
-    lock, read_lock, sync, write_atomic, write_lock, Cache, IoOp, OpenMode, StorageBackend,
+    create_dir_durable, lock, read_lock, sync, write_atomic, write_lock, Cache, IoOp, OpenMode,
+    StorageBackend,
 };
 
 use crate::error::{EventStoreError, Result};
@@ -156,9 +157,7 @@ impl Index {
         cache: Arc<Cache>,
         budget: u64,
     ) -> Result<(Index, IndexOpen)> {
-        backend
-            .create_dir_all(&dir)
-            .map_err(|e| EventStoreError::io(IoOp::CreateDir, &dir, e))?;
+        create_dir_durable(&*backend, &dir)?;
         let manifest = match backend.open(&dir.join(MANIFEST), OpenMode::Existing) {
             Ok(f) => {
                 let len = f

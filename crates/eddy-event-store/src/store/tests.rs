@@ -410,6 +410,24 @@ fn trim_delete_and_recreate() {
 }
 
 #[test]
+fn a_new_store_survives_a_crash_after_the_first_ack() {
+    let disk = MemBackend::new();
+    let store = open(&disk, cfg());
+    write(&store, 1, vec![part(K, vec![ev(1, 1, "first")])]).unwrap();
+    write(&store, 1, vec![part(K_ODD, vec![ev(1, 1, "odd")])]).unwrap();
+    // Power cut right after the acks: the store's directories were all created in this run.
+    disk.crash();
+    drop(store);
+    let (store, recovery) = EventStore::open(Arc::new(disk.clone()), cfg()).unwrap();
+    assert!(!recovery.created, "META survived");
+    for (key, value) in [(K, "first"), (K_ODD, "odd")] {
+        let page = store.read(&key, &ReadQuery::from_version(1)).unwrap();
+        assert_eq!(page.batches.len(), 1);
+        assert_eq!(page.batches[0].events[0].value, Bytes::from(value));
+    }
+}
+
+#[test]
 fn crash_and_reopen_keeps_acknowledged_state_and_rebuilds_indexes() {
     let disk = MemBackend::new();
     let store = open(&disk, cfg());

@@ -6,6 +6,7 @@ use std::collections::VecDeque;
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Condvar, Mutex, RwLock};
 
+use crate::atomic::create_dir_durable;
 use crate::cache::{next_owner_id, Cache};
 use crate::error::{Corruption, IoOp, LogError, Result};
 use crate::file::{OpenMode, StorageBackend};
@@ -36,9 +37,7 @@ impl Log {
         let dir = dir.into();
         config.validate()?;
         let mut report = RecoveryReport::default();
-        backend
-            .create_dir_all(&dir)
-            .map_err(|e| LogError::io(IoOp::CreateDir, &dir, e))?;
+        create_dir_durable(&*backend, &dir)?;
         let listing = backend
             .list(&dir)
             .map_err(|e| LogError::io(IoOp::List, &dir, e))?;

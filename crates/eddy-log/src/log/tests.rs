@@ -133,6 +133,33 @@ fn append_read_roll_and_reopen() {
 }
 
 #[test]
+fn a_new_log_directory_survives_a_crash_after_the_first_ack() {
+    let h = Harness::new(small());
+    let nested = || {
+        Log::open(
+            Arc::new(h.mem.clone()),
+            "a/b/log",
+            h.config,
+            &h.pool,
+            Arc::clone(&h.cache),
+            OpenOptions::default(),
+        )
+    };
+    let (log, _) = nested().unwrap();
+    let acked = append_n(&log, 3, 20);
+    // Power cut right after the acks: the directories the log created must still be there.
+    h.mem.crash();
+    drop(log);
+    let (log, _) = nested().unwrap();
+    let records = read_all(&log);
+    assert_eq!(
+        records.iter().map(|r| r.meta).collect::<Vec<_>>(),
+        acked,
+        "every acknowledged record survives with the directory it lives in"
+    );
+}
+
+#[test]
 fn concurrent_appends_share_fsyncs() {
     let h = Harness::new(LogConfig::default());
     let (log, _) = h.open().unwrap();

@@ -47,8 +47,8 @@ use std::sync::{Arc, Mutex, MutexGuard};
 
 use bytes::Bytes;
 use eddy_log::{
-    lock, Cache, CommitHook, CommitPool, CommitStats, Completion, Corruption, Durability, IoOp,
-    Log, OpenMode, OpenOptions, RecoveryReport, SegmentSummary, StorageBackend,
+    create_dir_durable, lock, Cache, CommitHook, CommitPool, CommitStats, Completion, Corruption,
+    Durability, IoOp, Log, OpenMode, OpenOptions, RecoveryReport, SegmentSummary, StorageBackend,
 };
 
 use crate::error::{Result, StreamStoreError};
@@ -119,9 +119,8 @@ impl Partition {
             generation,
             stats,
         } = open;
-        backend
-            .create_dir_all(&dir)
-            .map_err(|e| StreamStoreError::io(IoOp::CreateDir, &dir, e))?;
+        // Durably: an acknowledged partition survives a crash with its directory.
+        create_dir_durable(&*backend, &dir)?;
         let state_path = dir.join(STATE_FILE);
         let on_disk = match backend.open(&state_path, OpenMode::Existing) {
             Ok(file) => {

@@ -59,8 +59,9 @@ use std::sync::{Arc, RwLock};
 use std::thread::JoinHandle;
 
 use eddy_log::{
-    lock, read_lock, write_lock, Cache, CommitPool, CommitStats, CommitStatsSnapshot, Completion,
-    Corruption, Durability, IoOp, Log, OpenOptions, RecoveryReport, StorageBackend,
+    create_dir_durable, lock, read_lock, write_lock, Cache, CommitPool, CommitStats,
+    CommitStatsSnapshot, Completion, Corruption, Durability, IoOp, Log, OpenOptions,
+    RecoveryReport, StorageBackend,
 };
 
 use crate::error::{Result, StreamStoreError};
@@ -144,9 +145,7 @@ impl StreamStore {
         let mut recovery = StreamStoreRecovery::default();
 
         // Metadata: snapshot, then log replay.
-        backend
-            .create_dir_all(Path::new(METADATA_DIR))
-            .map_err(|e| StreamStoreError::io(IoOp::CreateDir, METADATA_DIR, e))?;
+        create_dir_durable(&*backend, Path::new(METADATA_DIR))?;
         let (snapshot_next, mut state) =
             read_snapshot(&*backend)?.unwrap_or((0, MetadataState::default()));
         let meta = Arc::new(MetaShared::new());
@@ -223,9 +222,7 @@ impl StreamStore {
             config,
             partitions: RwLock::new(BTreeMap::new()),
         });
-        backend
-            .create_dir_all(Path::new(PARTITIONS_DIR))
-            .map_err(|e| StreamStoreError::io(IoOp::CreateDir, PARTITIONS_DIR, e))?;
+        create_dir_durable(&*backend, Path::new(PARTITIONS_DIR))?;
         let known: std::collections::BTreeSet<String> = state
             .partitions()
             .map(|(_, p, _)| format!("{:020}", p.uid))
