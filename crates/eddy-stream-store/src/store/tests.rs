@@ -190,6 +190,35 @@ fn validation_failures_write_nothing() {
 }
 
 #[test]
+fn an_acknowledged_metadata_operation_is_visible_in_the_metadata_log() {
+    let mem = MemBackend::new();
+    let (store, _) = open(&mem, config());
+    create_stream_topic(&store, 1, 1 << 20);
+    for offset in 0..2_000u64 {
+        let Applied::Metadata { seq } = meta(
+            &store,
+            MetadataOp::StoreConsumerOffset {
+                addr: addr(0),
+                consumer: ConsumerKey::Consumer(1),
+                offset,
+                forward_only: false,
+            },
+        )
+        .unwrap() else {
+            panic!("a metadata operation answers with its sequence number");
+        };
+        // A reader that follows the acknowledgement sees the operation in the log.
+        let bounds = store.meta_log().bounds();
+        assert!(
+            bounds.next > seq,
+            "op {seq} acknowledged, log ends at {bounds:?}"
+        );
+        let records = store.meta_log().read(seq, 1, u64::MAX).unwrap();
+        assert_eq!(records.first().map(|r| r.meta.seq), Some(seq));
+    }
+}
+
+#[test]
 fn delete_topic_removes_partition_data_and_orphans_are_cleaned() {
     let mem = MemBackend::new();
     let (store, _) = open(&mem, config());
