@@ -16,8 +16,8 @@ use crate::error::{IoOp, LogError, Result};
 use crate::file::{OpenMode, StorageBackend};
 
 /// Replaces `dir/name` with `bytes` atomically and durably (temp file, fdatasync, rename,
-/// directory fsync). The error names the failing step and its file; the file is then either
-/// the old or the new version.
+/// directory fsync). The error names the failing step and its file ([`LogError::NoSpace`]
+/// when the device is full); the file is then either the old or the new version.
 pub fn write_atomic(
     backend: &dyn StorageBackend,
     dir: &Path,
@@ -33,9 +33,9 @@ pub fn write_atomic(
     }
     let file = backend
         .open(&tmp, OpenMode::CreateNew)
-        .map_err(|e| LogError::io(IoOp::Open, &tmp, e))?;
+        .map_err(|e| LogError::io_or_no_space(IoOp::Open, &tmp, e))?;
     file.append(&[bytes])
-        .map_err(|e| LogError::io(IoOp::Append, &tmp, e))?;
+        .map_err(|e| LogError::io_or_no_space(IoOp::Append, &tmp, e))?;
     file.sync().map_err(|e| LogError::io(IoOp::Sync, &tmp, e))?;
     backend
         .rename(&tmp, &path)

@@ -142,8 +142,13 @@ pub(super) fn applier(
             let mut durable = write_lock(&meta.durable);
             match durable.apply(&op) {
                 // Effects run before readers see the new state, so a topic is never visible
-                // without its partitions.
-                Ok(effects) => effects.iter().try_for_each(|e| registry.perform(e)),
+                // without its partitions. Every effect is attempted even after one failed: a
+                // partition whose purge was never attempted would keep accepting writes that
+                // the restart's purge deletes.
+                Ok(effects) => effects
+                    .iter()
+                    .map(|e| registry.perform(e))
+                    .fold(Ok(()), Result::and),
                 Err(e) => {
                     // The pending state accepted it: the two disagree, which is a bug.
                     tracing::error!(seq, error = %e, "durable apply refused an accepted operation");

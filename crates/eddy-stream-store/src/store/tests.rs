@@ -2,11 +2,11 @@ use std::path::Path;
 use std::sync::Arc;
 
 use bytes::Bytes;
-use eddy_log::{LogError, MemBackend, StorageBackend};
+use eddy_log::{Errno, FsCall, LogError, MemBackend, StorageBackend};
 
 use super::*;
 use crate::metadata::{MetadataOp, TopicConfig};
-use crate::partition::{Appended, StampWith};
+use crate::partition::{AppendTicket, Appended, StampWith};
 
 fn config() -> StreamStoreConfig {
     StreamStoreConfig {
@@ -303,6 +303,113 @@ fn purge_topic_restarts_offsets_and_clears_consumer_offsets() {
     drop(store);
     let (store, _) = open(&mem, config());
     assert_eq!(store.partition(addr(0)).unwrap().stats().messages, 1);
+}
+
+#[test]
+fn a_purge_that_runs_out_of_space_stops_the_partition_until_it_is_retried() {
+    let mem = MemBackend::new();
+    let (store, _) = open(&mem, config());
+    create_stream_topic(&store, 2, 1 << 20);
+    for p in 0..2 {
+        store
+            .append(addr(p), batch(2, 1), 0)
+            .unwrap()
+            .wait()
+            .unwrap();
+    }
+    let purge = || {
+        meta(
+            &store,
+            MetadataOp::PurgeTopic {
+                stream_id: 0,
+                topic_id: 0,
+            },
+        )
+    };
+    // Only partition 0's fresh segment cannot be created.
+    let uid0 = store.read_metadata(|s| s.partition(addr(0)).unwrap().uid);
+    let dir0 = Path::new(PARTITIONS_DIR).join(format!("{uid0:020}"));
+    mem.inject_faults(move |call, path| {
+        let segment = path.extension().is_some_and(|e| e == "log");
+        (call == FsCall::Create && path.starts_with(&dir0) && segment)
+            .then(|| Errno::NoSpace.error())
+    });
+    assert!(purge().is_err());
+    mem.clear_faults();
+    // Partition 1 was purged all the same and takes writes; partition 0 refuses them until
+    // its purge is done.
+    let ack = store
+        .append(addr(1), batch(1, 2), 0)
+        .unwrap()
+        .wait()
+        .unwrap();
+    assert_eq!(
+        ack.base_offset, 0,
+        "the other partition's purge was performed"
+    );
+    let refused = store
+        .append(addr(0), batch(1, 2), 0)
+        .and_then(AppendTicket::wait);
+    assert!(
+        matches!(
+            refused,
+            Err(StreamStoreError::PurgeUnfinished {
+                partition_id: 0,
+                ..
+            })
+        ),
+        "{refused:?}"
+    );
+    purge().unwrap();
+    for p in 0..2 {
+        let ack = store
+            .append(addr(p), batch(1, 3), 0)
+            .unwrap()
+            .wait()
+            .unwrap();
+        assert_eq!(ack.base_offset, 0);
+    }
+    mem.crash();
+    drop(store);
+    let (store, _) = open(&mem, config());
+    for p in 0..2 {
+        assert_eq!(store.partition(addr(p)).unwrap().stats().messages, 1);
+    }
+}
+
+#[test]
+fn a_purge_cut_short_is_finished_by_the_restart() {
+    let mem = MemBackend::new();
+    let (store, _) = open(&mem, config());
+    create_stream_topic(&store, 1, 1 << 20);
+    store
+        .append(addr(0), batch(2, 1), 0)
+        .unwrap()
+        .wait()
+        .unwrap();
+    // The state file cannot be replaced: the log was purged, the partition's generation lags.
+    mem.inject_faults(|call, path| {
+        (call == FsCall::Append && path.ends_with("state.tmp")).then(|| Errno::Io.error())
+    });
+    assert!(meta(
+        &store,
+        MetadataOp::PurgeTopic {
+            stream_id: 0,
+            topic_id: 0,
+        },
+    )
+    .is_err());
+    mem.clear_faults();
+    assert!(store.append(addr(0), batch(1, 2), 0).is_err());
+    drop(store);
+    let (store, _) = open(&mem, config());
+    assert_eq!(store.partition(addr(0)).unwrap().stats().messages, 0);
+    let ack = store
+        .append(addr(0), batch(1, 3), 0)
+        .unwrap()
+        .wait()
+        .unwrap();
+    assert_eq!(ack.base_offset, 0);
 }
 
 #[test]
