@@ -450,11 +450,21 @@ impl LogInner {
         if writer.active.synced_len == writer.active.len {
             return Ok(());
         }
-        writer
-            .active
-            .file
-            .sync()
-            .map_err(|e| WriteFailure::Fatal(Arc::new(e)))?;
+        if let Err(e) = writer.active.file.sync() {
+            // With fsync durability nothing past the last good sync was acknowledged: cut it
+            // off, so that a restart does not bring back records whose writers were told they
+            // failed (an unacknowledged metadata operation, a purge or a delete, must not take
+            // effect later). Best effort: the log fail-stops either way.
+            if matches!(self.config.durability, Durability::Fsync) {
+                match writer.active.file.truncate(writer.active.synced_len) {
+                    Ok(()) => writer.active.len = writer.active.synced_len,
+                    Err(e2) => {
+                        tracing::warn!(dir = %self.dir.display(), error = %e2, "cannot cut the unsynced tail after a failed fdatasync; a restart may find records that were refused");
+                    }
+                }
+            }
+            return Err(WriteFailure::Fatal(Arc::new(e)));
+        }
         self.counters.fsyncs.fetch_add(1, Ordering::Relaxed);
         self.pool.stats.add_fsync();
         if let Some(stats) = &self.store_stats {

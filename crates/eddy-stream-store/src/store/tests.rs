@@ -378,6 +378,43 @@ fn a_purge_that_runs_out_of_space_stops_the_partition_until_it_is_retried() {
 }
 
 #[test]
+fn a_purge_whose_fdatasync_failed_never_takes_effect() {
+    let mem = MemBackend::new();
+    let (store, _) = open(&mem, config());
+    create_stream_topic(&store, 1, 1 << 20);
+    store
+        .append(addr(0), batch(2, 1), 0)
+        .unwrap()
+        .wait()
+        .unwrap();
+    mem.inject_faults(|call, path| {
+        (call == FsCall::Sync && path.starts_with(METADATA_DIR)).then(|| Errno::Io.error())
+    });
+    let purge = meta(
+        &store,
+        MetadataOp::PurgeTopic {
+            stream_id: 0,
+            topic_id: 0,
+        },
+    );
+    assert!(purge.is_err(), "{purge:?}");
+    mem.clear_faults();
+    // The purge failed: the partition keeps its batches and takes more.
+    store
+        .append(addr(0), batch(1, 2), 0)
+        .unwrap()
+        .wait()
+        .unwrap();
+    drop(store);
+    let (store, _) = open(&mem, config());
+    assert_eq!(
+        store.partition(addr(0)).unwrap().stats().messages,
+        3,
+        "a purge its client saw fail must not take effect at the restart"
+    );
+}
+
+#[test]
 fn a_purge_cut_short_is_finished_by_the_restart() {
     let mem = MemBackend::new();
     let (store, _) = open(&mem, config());
