@@ -216,9 +216,9 @@ impl Harness {
         }
     }
 
-    fn run(&mut self, op: Op) {
+    fn run(&mut self, op: &Op) {
         self.seed += 1;
-        match op {
+        match *op {
             Op::Append { p, count, len } => self.append(p, count, len),
             Op::StoreOffset { p, offset } => {
                 let answer = self
@@ -250,26 +250,17 @@ impl Harness {
                         topic_id: 0,
                     }))
                     .wait();
-                match answer {
-                    Ok(_) => {
-                        for (part, offsets) in
-                            self.model.parts.iter_mut().zip(&mut self.model.offsets)
-                        {
-                            *part = PartModel::default();
-                            offsets.clear();
-                            offsets.insert(None);
-                        }
-                        self.model.purge_maybe = false;
+                let purged = answer.is_ok();
+                // A failed purge may still take effect (at the latest at the next open).
+                self.model.purge_maybe = !purged;
+                for (part, offsets) in self.model.parts.iter_mut().zip(&mut self.model.offsets) {
+                    if purged {
+                        *part = PartModel::default();
+                        offsets.clear();
+                    } else {
+                        part.acked_since_failed_purge = false;
                     }
-                    Err(_) => {
-                        self.model.purge_maybe = true;
-                        for (part, offsets) in
-                            self.model.parts.iter_mut().zip(&mut self.model.offsets)
-                        {
-                            part.acked_since_failed_purge = false;
-                            offsets.insert(None);
-                        }
-                    }
+                    offsets.insert(None);
                 }
             }
             Op::Fault {
@@ -390,7 +381,14 @@ impl Harness {
             .collect();
         let part = &mut self.model.parts[p as usize];
         let everything_acked = part.acked.iter().all(|(b, m)| found.get(b) == Some(m));
-        if !everything_acked {
+        if everything_acked {
+            for (base, batch) in &found {
+                assert!(
+                    part.acked.get(base) == Some(batch) || part.maybe.get(base) == Some(batch),
+                    "partition {p}: batch at {base} was never written"
+                );
+            }
+        } else {
             // Only a purge that failed and took effect after all may remove acknowledged
             // batches, and only those acknowledged before it.
             assert!(
@@ -404,13 +402,6 @@ impl Harness {
                 "partition {p}: after a purge, found {:?} that was never written",
                 found.keys().collect::<Vec<_>>()
             );
-        } else {
-            for (base, batch) in &found {
-                assert!(
-                    part.acked.get(base) == Some(batch) || part.maybe.get(base) == Some(batch),
-                    "partition {p}: batch at {base} was never written"
-                );
-            }
         }
         // Offsets are contiguous inside what is there.
         let mut next = None;
@@ -426,15 +417,15 @@ impl Harness {
     }
 }
 
-fn run_ops(ops: Vec<Op>) {
+fn run_ops(ops: &[Op]) {
     let mut h = Harness::new();
     for op in ops {
         h.run(op);
     }
-    h.run(Op::Reopen);
+    h.run(&Op::Reopen);
     // Without faults everything works again.
     for p in 0..PARTITIONS {
-        h.run(Op::Append {
+        h.run(&Op::Append {
             p,
             count: 1,
             len: 3,
@@ -445,7 +436,7 @@ fn run_ops(ops: Vec<Op>) {
             "partition {p} takes writes once the faults are gone"
         );
     }
-    h.run(Op::Crash { keep: 0 });
+    h.run(&Op::Crash { keep: 0 });
 }
 
 proptest! {
@@ -453,6 +444,6 @@ proptest! {
 
     #[test]
     fn acknowledged_writes_survive_storage_faults(ops in proptest::collection::vec(op(), 1..60)) {
-        run_ops(ops);
+        run_ops(&ops);
     }
 }
