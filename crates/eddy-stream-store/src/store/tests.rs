@@ -157,6 +157,45 @@ fn a_created_partition_survives_a_crash_after_the_ack() {
 }
 
 #[test]
+fn shutdown_through_a_shared_handle_stops_every_write() {
+    let mem = MemBackend::new();
+    let (store, _) = open(&mem, config());
+    create_stream_topic(&store, 1, 1 << 20);
+    store
+        .append(addr(0), batch(1, 1), 0)
+        .unwrap()
+        .wait()
+        .unwrap();
+    let store = Arc::new(store);
+    let other = Arc::clone(&store);
+    store.shutdown().unwrap();
+    let refused = other.append(addr(0), batch(1, 2), 0);
+    assert!(
+        matches!(refused, Err(StreamStoreError::Log(LogError::Shutdown))),
+        "{refused:?}"
+    );
+    let refused = meta(
+        &other,
+        MetadataOp::CreateStream {
+            id: 1,
+            name: "late".into(),
+            created_at: 9,
+            options: vec![],
+        },
+    );
+    assert!(
+        matches!(refused, Err(StreamStoreError::Log(LogError::Shutdown))),
+        "{refused:?}"
+    );
+    // Reads still work; a second shutdown does nothing.
+    assert_eq!(other.partition(addr(0)).unwrap().stats().messages, 1);
+    other.shutdown().unwrap();
+    drop((store, other));
+    let (store, _) = open(&mem, config());
+    assert_eq!(store.partition(addr(0)).unwrap().stats().messages, 1);
+}
+
+#[test]
 fn validation_failures_write_nothing() {
     let mem = MemBackend::new();
     let (store, _) = open(&mem, config());
