@@ -88,6 +88,11 @@ enum Op {
         offset: u64,
     },
     Purge,
+    /// Deletes the `n` oldest sealed segments of a partition.
+    DeleteSegments {
+        p: u32,
+        n: u32,
+    },
     /// From now on `call`s on `target` fail with `errno`: the next `budget` of them, or all of
     /// them until `Clear`.
     Fault {
@@ -120,6 +125,7 @@ fn op() -> impl Strategy<Value = Op> {
         10 => (0..PARTITIONS, 1u32..4, 0usize..90).prop_map(|(p, count, len)| Op::Append { p, count, len }),
         2 => (0..PARTITIONS, 0u64..40).prop_map(|(p, offset)| Op::StoreOffset { p, offset }),
         1 => Just(Op::Purge),
+        1 => (0..PARTITIONS, 1u32..3).prop_map(|(p, n)| Op::DeleteSegments { p, n }),
         4 => (target, 0..CALLS.len(), errno, proptest::option::of(1u32..4)).prop_map(
             |(target, call, errno, budget)| Op::Fault { target, call: CALLS[call], errno, budget }
         ),
@@ -144,6 +150,8 @@ struct PartModel {
     maybe: BTreeMap<u64, Batch>,
     /// Acknowledged after a purge that failed (a purge that took effect deletes none).
     acked_since_failed_purge: bool,
+    /// A segment deletion failed: the oldest batches below this offset may be gone.
+    gone_below: u64,
 }
 
 #[derive(Debug, Default)]
@@ -263,6 +271,39 @@ impl Harness {
                     offsets.insert(None);
                 }
             }
+            Op::DeleteSegments { p, n } => {
+                // What the deletion may remove: the `n` oldest sealed segments.
+                let limit = self
+                    .store()
+                    .partition(addr(p))
+                    .unwrap()
+                    .log()
+                    .segments()
+                    .iter()
+                    .filter(|s| s.sealed)
+                    .take(n as usize)
+                    .map(|s| s.end)
+                    .max()
+                    .unwrap_or(0);
+                let answer = self
+                    .store()
+                    .commit(Operation::DeleteSegments {
+                        addr: addr(p),
+                        count: n,
+                    })
+                    .wait();
+                let part = &mut self.model.parts[p as usize];
+                match answer {
+                    Ok(Applied::SegmentsDeleted(segments)) => {
+                        for s in segments {
+                            part.acked.retain(|b, _| *b < s.base || *b >= s.end);
+                            part.maybe.retain(|b, _| *b < s.base || *b >= s.end);
+                        }
+                    }
+                    Ok(other) => panic!("unexpected {other:?}"),
+                    Err(_) => part.gone_below = part.gone_below.max(limit),
+                }
+            }
             Op::Fault {
                 target,
                 call,
@@ -380,6 +421,12 @@ impl Harness {
             })
             .collect();
         let part = &mut self.model.parts[p as usize];
+        // A failed segment deletion may have removed the oldest batches (oldest first, so
+        // a prefix of them), nothing else.
+        let first = found.keys().next().copied().unwrap_or(u64::MAX);
+        let cut = first.min(part.gone_below);
+        part.acked.retain(|b, _| *b >= cut);
+        part.maybe.retain(|b, _| *b >= cut);
         let everything_acked = part.acked.iter().all(|(b, m)| found.get(b) == Some(m));
         if everything_acked {
             for (base, batch) in &found {
@@ -414,6 +461,7 @@ impl Harness {
         part.acked = found;
         part.maybe.clear();
         part.acked_since_failed_purge = false;
+        part.gone_below = 0;
     }
 }
 

@@ -126,13 +126,17 @@ impl Log {
         // The newest segment may hold bytes that were written but never synced (the process
         // died, or its fdatasync failed, before the acknowledgement): recovery found them
         // whole, so readers will see them from now on, and the writer counts them as synced.
-        // Make that true before anything is served.
+        // Make that true before anything is served, and the same for the directory: a removal
+        // whose directory sync failed (retention) must not be undone by a later power cut.
         if let Some(last) = recovered.last() {
             let path = dir.join(segment_file_name(last.state.base));
             last.file
                 .sync()
                 .map_err(|e| LogError::io(IoOp::Sync, path, e))?;
         }
+        backend
+            .sync_dir(&dir)
+            .map_err(|e| LogError::io(IoOp::SyncDir, &dir, e))?;
 
         // Honour the persisted frontier: never hand out a sequence number below it.
         let last_end = recovered

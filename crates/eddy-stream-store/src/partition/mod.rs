@@ -21,6 +21,10 @@
 //! Purge empties a partition and restarts offsets at 0 (stream protocol 7.4); its crash safety
 //! comes from the purge generation recorded in the metadata before the purge and in the
 //! partition state file after it: a partition whose generation lags is purged again at open.
+//! A purge that fails part-way (no space for the fresh segment or the state file, an I/O
+//! error) fail-stops the partition: appends and polls are refused with
+//! [`StreamStoreError::PurgeUnfinished`] until a purge completes, since the open that finishes
+//! it would delete whatever was accepted in between.
 //!
 //! Files in a partition directory: the log's segments and indexes, and `state` (48 bytes):
 //!
