@@ -1,10 +1,11 @@
-//! Storage faults, model-checked: random event writes run while the crash-simulating backend
+//! Storage faults, model-checked: random event writes, trims and compaction passes run while
+//! the crash-simulating backend
 //! fails chosen storage calls (`ENOSPC`, `EIO`, `EMFILE` at opens, creations, appends, syncs,
 //! directory syncs, renames, removals, truncations, reads, listings) of one shard's log, one
 //! shard's index, or anything, for a few calls or until the fault clears; then clean restarts
-//! and power cuts. No write may hang; every acknowledged write must be readable after every
-//! reopen with its version and value; a refused one may or may not be there, but nothing else
-//! may appear. The memtables are tiny, so index flushes (and their failures) happen all the
+//! and power cuts. No write may hang; every acknowledged write above its aggregate's
+//! acknowledged trim floor must be readable after every reopen with its version and value; a
+//! refused write or trim may or may not have taken effect, but nothing else may appear. The memtables are tiny, so index flushes (and their failures) happen all the
 //! time.
 
 use std::collections::BTreeMap;
@@ -15,7 +16,8 @@ use std::time::Duration;
 
 use bytes::Bytes;
 use eddy_event_store::{
-    AggregateKey, AggregateWrite, EventStore, EventStoreConfig, NewEvent, ReadQuery, WriteRequest,
+    AggregateKey, AggregateWrite, CompactionPolicy, EventStore, EventStoreConfig, NewEvent,
+    ReadQuery, TrimRequest, WriteRequest,
 };
 use eddy_log::{Errno, FsCall, MemBackend};
 use proptest::prelude::*;
@@ -69,6 +71,13 @@ enum Op {
         events: usize,
         len: usize,
     },
+    /// Trims `key` to keep the newest `keep` acknowledged versions (at least one).
+    Trim {
+        key: usize,
+        keep: u64,
+    },
+    /// One compaction pass that rewrites every sealed segment with anything to reclaim.
+    Compact,
     Fault {
         target: Target,
         call: FsCall,
@@ -95,6 +104,8 @@ fn op() -> impl Strategy<Value = Op> {
     ];
     prop_oneof![
         12 => (0..KEYS, 1usize..3, 1usize..120).prop_map(|(key, events, len)| Op::Write { key, events, len }),
+        2 => (0..KEYS, 1u64..4).prop_map(|(key, keep)| Op::Trim { key, keep }),
+        1 => Just(Op::Compact),
         4 => (target, 0..CALLS.len(), errno, proptest::option::of(1u32..4)).prop_map(
             |(target, call, errno, budget)| Op::Fault { target, call: CALLS[call], errno, budget }
         ),
@@ -113,6 +124,9 @@ struct KeyModel {
     acked: BTreeMap<u64, Vec<Bytes>>,
     /// Refused batches by the version they were given: each may or may not be there.
     maybe: BTreeMap<u64, Vec<Bytes>>,
+    /// The acknowledged trim floor (1: untrimmed), and the higher one of a refused trim.
+    floor: u64,
+    floor_maybe: Option<u64>,
 }
 
 struct Harness {
@@ -129,7 +143,12 @@ impl Harness {
         Harness {
             mem,
             store: Some(store),
-            keys: (0..KEYS).map(|_| KeyModel::default()).collect(),
+            keys: (0..KEYS)
+                .map(|_| KeyModel {
+                    floor: 1,
+                    ..KeyModel::default()
+                })
+                .collect(),
             seq: 0,
         }
     }
@@ -145,6 +164,15 @@ impl Harness {
                 events,
                 len,
             } => self.write(k, events, len),
+            Op::Trim { key: k, keep } => self.trim(k, keep),
+            Op::Compact => {
+                let policy = CompactionPolicy {
+                    min_reclaimable_ratio: 0.0,
+                    ..CompactionPolicy::default()
+                };
+                // Fails or not: compaction never changes what reads return.
+                let _ = self.store().compact(policy);
+            }
             Op::Fault {
                 target,
                 call,
@@ -238,26 +266,62 @@ impl Harness {
         }
     }
 
+    fn trim(&mut self, k: usize, keep: u64) {
+        let model = &mut self.keys[k];
+        let Some(&newest) = model.acked.keys().next_back() else {
+            return;
+        };
+        let keep_from = newest.saturating_sub(keep - 1).max(1);
+        if keep_from <= model.floor {
+            return;
+        }
+        self.seq += 1;
+        let answer = self
+            .store()
+            .trim(TrimRequest {
+                key: key(k),
+                keep_from_version: keep_from,
+                client_id: 1,
+                user_id: None,
+                now: self.seq,
+            })
+            .wait_timeout(PATIENCE)
+            .unwrap_or_else(|_| panic!("a trim of key {k} did not answer: a stalled shard"));
+        let model = &mut self.keys[k];
+        if answer.is_ok() {
+            model.floor = keep_from;
+            model.floor_maybe = None;
+        } else {
+            model.floor_maybe = Some(model.floor_maybe.unwrap_or(0).max(keep_from));
+        }
+    }
+
     fn reopen(&mut self) {
         let (store, _) = EventStore::open(Arc::new(self.mem.clone()), config())
             .expect("the store opens after the faults are gone");
         self.store = Some(store);
         for k in 0..KEYS {
-            let found: Vec<Batch> = match self.store().read(&key(k), &ReadQuery::from_version(1)) {
-                Ok(page) => page
-                    .batches
-                    .into_iter()
-                    .map(|b| (b.version, b.events.into_iter().map(|e| e.value).collect()))
-                    .collect(),
-                Err(e) => {
-                    assert!(
-                        self.keys[k].acked.is_empty(),
-                        "key {k}: unreadable ({e:?}) with acknowledged writes"
-                    );
-                    Vec::new()
-                }
-            };
+            let floor = self.floor_of(k);
+            let found: Vec<Batch> =
+                match self.store().read(&key(k), &ReadQuery::from_version(floor)) {
+                    Ok(page) => page
+                        .batches
+                        .into_iter()
+                        .map(|b| (b.version, b.events.into_iter().map(|e| e.value).collect()))
+                        .collect(),
+                    Err(e) => {
+                        assert!(
+                            self.keys[k].acked.is_empty(),
+                            "key {k}: unreadable ({e:?}) with acknowledged writes"
+                        );
+                        Vec::new()
+                    }
+                };
             let model = &mut self.keys[k];
+            model.floor = floor;
+            model.floor_maybe = None;
+            model.acked.retain(|v, _| *v >= floor);
+            model.maybe.retain(|v, _| *v >= floor);
             let found: BTreeMap<u64, Vec<Bytes>> = found.into_iter().collect();
             for (version, values) in &model.acked {
                 assert_eq!(
@@ -278,12 +342,35 @@ impl Harness {
             let versions: Vec<u64> = found.keys().copied().collect();
             assert_eq!(
                 versions,
-                (1..=versions.len() as u64).collect::<Vec<_>>(),
-                "key {k}: versions are contiguous"
+                (floor..floor + versions.len() as u64).collect::<Vec<_>>(),
+                "key {k}: versions are contiguous from the floor"
             );
             model.acked = found;
             model.maybe.clear();
         }
+    }
+}
+
+impl Harness {
+    /// The trim floor the store reports for `k`, which must be the acknowledged one or the
+    /// one a refused trim asked for.
+    fn floor_of(&self, k: usize) -> u64 {
+        let model = &self.keys[k];
+        let Ok(details) = self.store().details(&key(k)) else {
+            assert!(
+                model.acked.is_empty(),
+                "key {k}: no details with acknowledged writes"
+            );
+            return 1;
+        };
+        let floor = details.min_aggregate_version;
+        assert!(
+            floor == model.floor || Some(floor) == model.floor_maybe,
+            "key {k}: floor {floor}, acknowledged {}, refused {:?}",
+            model.floor,
+            model.floor_maybe
+        );
+        floor
     }
 }
 
