@@ -5,6 +5,7 @@
 
 use std::io;
 use std::path::PathBuf;
+use std::sync::Arc;
 
 use eddy_log::{Corruption, IoOp, LogError};
 
@@ -24,6 +25,19 @@ pub enum EventStoreError {
     /// shutdown): for a mutation, nothing is acknowledged.
     #[error(transparent)]
     Log(#[from] LogError),
+    /// The shard's index cannot be flushed (writing its run fails: a full disk, an I/O error)
+    /// and its memory budget is used up, so the shard refuses mutations; nothing was written.
+    /// The flush is retried with backoff, and the shard takes writes again once one succeeds.
+    #[error(
+        "shard {shard} refuses writes: its index cannot be written to disk (retried with backoff)"
+    )]
+    IndexBacklog {
+        /// The shard.
+        shard: u32,
+        /// The flush failure.
+        #[source]
+        source: Arc<EventStoreError>,
+    },
     /// Looking an event's schema up failed (2014): the write was refused before validation.
     #[error("cannot look the event's schema up")]
     SchemaLookup {

@@ -28,7 +28,9 @@ pub enum LogError {
     },
     /// The device (or the fault-injecting backend) is full; the write was refused and rolled
     /// back. Everything acknowledged before it is intact and the log keeps accepting writes.
-    #[error("no space left while appending to {path}; the write was refused and nothing acknowledged was lost")]
+    /// Also the answer of [`write_atomic`](crate::write_atomic) on a full disk (the file keeps
+    /// its old version).
+    #[error("no space left while writing {path}; the write was refused and nothing acknowledged was lost")]
     NoSpace {
         /// The file that could not grow.
         path: PathBuf,
@@ -132,10 +134,31 @@ impl LogError {
         }
     }
 
+    /// [`LogError::NoSpace`] when `source` says the device or quota is full, else
+    /// [`LogError::Io`].
+    pub fn io_or_no_space(op: IoOp, path: impl Into<PathBuf>, source: io::Error) -> Self {
+        if is_no_space(&source) {
+            LogError::NoSpace {
+                path: path.into(),
+                source: Arc::new(source),
+            }
+        } else {
+            LogError::io(op, path, source)
+        }
+    }
+
     /// True when the error is the clear "interior corruption" refusal of recovery.
     pub fn is_corruption(&self) -> bool {
         matches!(self, LogError::Corrupt { .. })
     }
+}
+
+/// True for the errors of a full device or quota (`ENOSPC`, `EDQUOT`).
+pub(crate) fn is_no_space(e: &io::Error) -> bool {
+    matches!(
+        e.kind(),
+        io::ErrorKind::StorageFull | io::ErrorKind::QuotaExceeded
+    )
 }
 
 /// The I/O step that failed, for [`LogError::Io`].

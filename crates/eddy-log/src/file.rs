@@ -14,18 +14,24 @@
 //!   simulate a power cut ([`MemBackend::crash`], [`MemBackend::crash_with`]): unsynced bytes are
 //!   dropped, or torn at any byte, or replaced by whatever the test wants (zeros, garbage). It
 //!   can also inject faults: a byte capacity that makes appends fail with `ENOSPC` after a
-//!   partial write ([`MemBackend::set_capacity`]) and failing syncs
-//!   ([`MemBackend::fail_syncs`]).
+//!   partial write ([`MemBackend::set_capacity`]), failing syncs ([`MemBackend::fail_syncs`]),
+//!   and any error at any storage call ([`MemBackend::inject_faults`]: `ENOSPC`, `EIO`,
+//!   `EMFILE`, ... chosen per call and path).
 //!
-//! Crash model of [`MemBackend`] (documented because tests rely on it): file creation, removal,
-//! rename and truncation are durable at once (the storage layer always follows them with a
-//! sync of the file or directory, so this only shortens the window, never changes the
-//! outcome); appended bytes are durable only once `sync` returns.
+//! Crash model of [`MemBackend`] (documented because tests rely on it): appended bytes are
+//! durable only once the file's `sync` returns; truncation is durable at once; directory
+//! entries (a created, removed or renamed file, a created directory) are durable only once
+//! their directory's `sync_dir` returns, so a crash undoes every namespace change its directory
+//! was not synced after, as `fsync` of the directory is what makes them durable on a real file
+//! system. The storage layer therefore syncs the parent of every directory it creates
+//! ([`create_dir_durable`](crate::create_dir_durable)) and the directory of every file it
+//! creates or renames.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, HashMap};
 use std::fmt;
 use std::fs;
 use std::io::{self, IoSlice, Write};
+use std::ops::Bound;
 use std::os::unix::fs::FileExt;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -106,10 +112,22 @@ pub struct FsBackend {
 }
 
 impl FsBackend {
-    /// A backend rooted at `root` (created if missing).
+    /// A backend rooted at `root`. A missing root is created, durably: the parent of every
+    /// directory this creates is fsynced.
     pub fn new(root: impl Into<PathBuf>) -> io::Result<Self> {
         let root = root.into();
+        let missing: Vec<&Path> = root
+            .ancestors()
+            .take_while(|p| !p.as_os_str().is_empty() && !p.exists())
+            .collect();
         fs::create_dir_all(&root)?;
+        for dir in missing {
+            let parent = match dir.parent() {
+                Some(p) if !p.as_os_str().is_empty() => p,
+                _ => Path::new("."),
+            };
+            fs::File::open(parent)?.sync_all()?;
+        }
         Ok(FsBackend { root })
     }
 
@@ -226,6 +244,66 @@ impl StorageBackend for FsBackend {
 // ------------------------------------------------------------------------------------------------
 // In-memory files with crash simulation and fault injection.
 
+/// A storage call of [`MemBackend`], as its fault injector sees it
+/// ([`MemBackend::inject_faults`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+#[non_exhaustive]
+pub enum FsCall {
+    /// [`StorageBackend::open`] of an existing file ([`OpenMode::Existing`]).
+    Open,
+    /// [`StorageBackend::open`] that may create the file ([`OpenMode::CreateNew`],
+    /// [`OpenMode::CreateOrOpen`]).
+    Create,
+    /// [`StorageFile::read_at`].
+    Read,
+    /// [`StorageFile::append`] (an injected error writes nothing).
+    Append,
+    /// [`StorageFile::len`].
+    Len,
+    /// [`StorageFile::truncate`].
+    Truncate,
+    /// [`StorageFile::sync`].
+    Sync,
+    /// [`StorageBackend::list`].
+    List,
+    /// [`StorageBackend::create_dir_all`].
+    CreateDir,
+    /// [`StorageBackend::remove_file`] and [`StorageBackend::remove_dir_all`].
+    Remove,
+    /// [`StorageBackend::rename`] (the path is the target).
+    Rename,
+    /// [`StorageBackend::sync_dir`].
+    SyncDir,
+}
+
+/// The operating-system errors fault-injection tests use most, built as the kernel reports
+/// them (Linux `errno` values), so they classify exactly like real ones
+/// (`ENOSPC` is [`io::ErrorKind::StorageFull`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+#[non_exhaustive]
+pub enum Errno {
+    /// `ENOSPC`: no space left on the device.
+    NoSpace,
+    /// `EIO`: an I/O error of the device.
+    Io,
+    /// `EMFILE`: the process has too many open files.
+    TooManyFiles,
+}
+
+impl Errno {
+    /// The error as the operating system reports it.
+    pub fn error(self) -> io::Error {
+        io::Error::from_raw_os_error(match self {
+            Errno::NoSpace => 28,
+            Errno::Io => 5,
+            Errno::TooManyFiles => 24,
+        })
+    }
+}
+
+/// Decides, before each storage call, whether it fails (and with what).
+type Injector = Arc<dyn Fn(FsCall, &Path) -> Option<io::Error> + Send + Sync>;
+
 /// In-memory files that can simulate a crash and inject faults. Cheap to clone (shared state).
 ///
 /// A clone belongs to the "process" that made it: after [`MemBackend::crash`], the
@@ -233,6 +311,13 @@ impl StorageBackend for FsBackend {
 /// of a killed process), so a writer thread of the dead store cannot touch the recovered
 /// files. Open the store again with a fresh clone. The test helpers ([`MemBackend::crash`],
 /// [`MemBackend::read_file`], ...) work on any clone.
+///
+/// Crash model: a file's bytes survive a crash up to its last [`StorageFile::sync`]
+/// (truncation is durable at once); a directory's entries (files and directories created,
+/// removed or renamed in it) survive as they were at its last [`StorageBackend::sync_dir`]. So
+/// a file created and synced in a directory that was not synced afterwards is gone after the
+/// crash, a rename not followed by a directory sync is undone, and a directory whose own entry
+/// was never synced in its parent vanishes with everything in it.
 #[derive(Debug, Default)]
 pub struct MemBackend {
     shared: Arc<MemShared>,
@@ -257,18 +342,107 @@ struct MemShared {
     faults: Mutex<Faults>,
 }
 
-#[derive(Debug, Default)]
-struct MemTree {
-    files: BTreeMap<PathBuf, Arc<MemFileData>>,
-    dirs: std::collections::BTreeSet<PathBuf>,
+/// The id of the root directory in [`MemTree::durable`].
+const ROOT_DIR: u64 = 0;
+
+/// A directory entry as it was when its directory was last synced.
+#[derive(Debug, Clone)]
+enum DurableEntry {
+    File(Arc<MemFileData>),
+    Dir(u64),
 }
 
 #[derive(Debug, Default)]
+struct MemTree {
+    files: BTreeMap<PathBuf, Arc<MemFileData>>,
+    /// Every directory but the root, with its id (a directory made again after a removal is
+    /// a new directory with a new id, as it would be a new inode).
+    dirs: BTreeMap<PathBuf, u64>,
+    /// The last directory id handed out.
+    last_dir: u64,
+    /// Per directory id: its entries as of its last `sync_dir`, which is what a crash leaves.
+    durable: HashMap<u64, BTreeMap<String, DurableEntry>>,
+}
+
+impl MemTree {
+    fn dir_id(&self, dir: &Path) -> Option<u64> {
+        if dir.as_os_str().is_empty() {
+            Some(ROOT_DIR)
+        } else {
+            self.dirs.get(dir).copied()
+        }
+    }
+
+    /// The current entries of `dir` (which exists).
+    fn entries(&self, dir: &Path) -> BTreeMap<String, DurableEntry> {
+        fn under<'a, V>(
+            map: &'a BTreeMap<PathBuf, V>,
+            dir: &'a Path,
+        ) -> impl Iterator<Item = (&'a PathBuf, &'a V)> + 'a {
+            // Paths order by component, so everything under `dir` follows it contiguously.
+            map.range::<Path, _>((Bound::Excluded(dir), Bound::Unbounded))
+                .take_while(move |(p, _)| p.starts_with(dir))
+        }
+        let name_in_dir = |p: &Path| -> Option<String> {
+            if p.parent().unwrap_or(Path::new("")) == dir {
+                p.file_name().and_then(|n| n.to_str()).map(str::to_owned)
+            } else {
+                None
+            }
+        };
+        let mut out = BTreeMap::new();
+        for (path, data) in under(&self.files, dir) {
+            if let Some(name) = name_in_dir(path) {
+                out.insert(name, DurableEntry::File(Arc::clone(data)));
+            }
+        }
+        for (path, id) in under(&self.dirs, dir) {
+            if let Some(name) = name_in_dir(path) {
+                out.insert(name, DurableEntry::Dir(*id));
+            }
+        }
+        out
+    }
+
+    /// Makes the entry at `path` (a file or directory that exists) durable in its parent.
+    fn make_entry_durable(&mut self, path: &Path) {
+        let parent = path.parent().unwrap_or(Path::new(""));
+        let (Some(parent_id), Some(name)) = (
+            self.dir_id(parent),
+            path.file_name().and_then(|n| n.to_str()),
+        ) else {
+            return;
+        };
+        let entry = match (self.files.get(path), self.dirs.get(path)) {
+            (Some(data), _) => DurableEntry::File(Arc::clone(data)),
+            (None, Some(id)) => DurableEntry::Dir(*id),
+            (None, None) => return,
+        };
+        self.durable
+            .entry(parent_id)
+            .or_default()
+            .insert(name.to_owned(), entry);
+    }
+}
+
+#[derive(Default)]
 struct Faults {
     /// Total bytes all files may hold; appends beyond it write what fits and fail with ENOSPC.
     capacity: Option<u64>,
     /// This many upcoming syncs fail with EIO.
     failing_syncs: u64,
+    /// Asked before every storage call (see [`MemBackend::inject_faults`]).
+    injector: Option<Injector>,
+}
+
+impl fmt::Debug for Faults {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Faults")
+            .field("capacity", &self.capacity)
+            .field("failing_syncs", &self.failing_syncs)
+            .field("injector", &self.injector.is_some())
+            .finish()
+    }
 }
 
 #[derive(Debug, Default)]
@@ -297,12 +471,11 @@ fn crashed() -> io::Error {
 }
 
 impl MemFile {
-    fn check_epoch(&self) -> io::Result<()> {
-        if self.backend.epoch.load(Ordering::Acquire) == self.epoch {
-            Ok(())
-        } else {
-            Err(crashed())
+    fn check(&self, call: FsCall) -> io::Result<()> {
+        if self.backend.epoch.load(Ordering::Acquire) != self.epoch {
+            return Err(crashed());
         }
+        self.backend.injected(call, &self.path)
     }
 
     /// The path of this file inside its backend.
@@ -313,7 +486,7 @@ impl MemFile {
 
 impl StorageFile for MemFile {
     fn read_at(&self, offset: u64, buf: &mut [u8]) -> io::Result<()> {
-        self.check_epoch()?;
+        self.check(FsCall::Read)?;
         let state = lock(&self.data.state);
         let start =
             usize::try_from(offset).map_err(|_| io::Error::from(io::ErrorKind::UnexpectedEof))?;
@@ -326,7 +499,7 @@ impl StorageFile for MemFile {
     }
 
     fn append(&self, parts: &[&[u8]]) -> io::Result<()> {
-        self.check_epoch()?;
+        self.check(FsCall::Append)?;
         let total: usize = parts.iter().map(|p| p.len()).sum();
         let room = self.backend.room();
         let mut state = lock(&self.data.state);
@@ -349,12 +522,12 @@ impl StorageFile for MemFile {
     }
 
     fn len(&self) -> io::Result<u64> {
-        self.check_epoch()?;
+        self.check(FsCall::Len)?;
         Ok(lock(&self.data.state).data.len() as u64)
     }
 
     fn truncate(&self, len: u64) -> io::Result<()> {
-        self.check_epoch()?;
+        self.check(FsCall::Truncate)?;
         let mut state = lock(&self.data.state);
         let len = usize::try_from(len).unwrap_or(usize::MAX);
         if len < state.data.len() {
@@ -365,7 +538,7 @@ impl StorageFile for MemFile {
     }
 
     fn sync(&self) -> io::Result<()> {
-        self.check_epoch()?;
+        self.check(FsCall::Sync)?;
         {
             let mut faults = lock(&self.backend.faults);
             if faults.failing_syncs > 0 {
@@ -390,6 +563,15 @@ impl MemShared {
             .sum();
         Some(capacity.saturating_sub(used))
     }
+
+    /// The injected failure of `call` on `path`, if any.
+    fn injected(&self, call: FsCall, path: &Path) -> io::Result<()> {
+        let injector = lock(&self.faults).injector.clone();
+        match injector.and_then(|decide| decide(call, path)) {
+            Some(e) => Err(e),
+            None => Ok(()),
+        }
+    }
 }
 
 impl MemBackend {
@@ -410,6 +592,22 @@ impl MemBackend {
         lock(&self.shared.faults).failing_syncs = count;
     }
 
+    /// Asks `fault` before every storage call (of every clone and every file handle) whether
+    /// it fails: `Some(error)` fails the call with that error without doing anything (an
+    /// append writes nothing), `None` lets it run. Replaces an earlier injector; the capacity
+    /// and failing syncs still apply. [`Errno`] builds the usual errors.
+    pub fn inject_faults(
+        &self,
+        fault: impl Fn(FsCall, &Path) -> Option<io::Error> + Send + Sync + 'static,
+    ) {
+        lock(&self.shared.faults).injector = Some(Arc::new(fault));
+    }
+
+    /// Removes every injected fault: the injector, the capacity and the failing syncs.
+    pub fn clear_faults(&self) {
+        *lock(&self.shared.faults) = Faults::default();
+    }
+
     /// Total bytes held by all files (synced or not).
     pub fn used_bytes(&self) -> u64 {
         lock(&self.shared.tree)
@@ -419,33 +617,65 @@ impl MemBackend {
             .sum()
     }
 
-    /// Simulates a power cut: every byte not yet synced is lost. Handles opened before the
-    /// crash refuse every further call.
+    /// Simulates a power cut: every byte and every directory entry not yet synced is lost.
+    /// Handles opened before the crash refuse every further call.
     pub fn crash(&self) {
         self.crash_with(|_, _| Vec::new());
     }
 
-    /// Simulates a power cut with a custom fate for each file's unsynced bytes: `tail` is
-    /// called with the file's path and its unsynced bytes and returns what the file holds after
-    /// its synced prefix once the machine is back (a prefix of the bytes for a torn write,
-    /// zeros for lost pages, anything else for garbage). Faults are cleared.
+    /// Simulates a power cut with a custom fate for each surviving file's unsynced bytes:
+    /// `tail` is called with the file's path and its unsynced bytes and returns what the file
+    /// holds after its synced prefix once the machine is back (a prefix of the bytes for a
+    /// torn write, zeros for lost pages, anything else for garbage). Directory entries are
+    /// what each directory's last sync saw (see the crash model on [`MemBackend`]). Faults
+    /// are cleared.
     pub fn crash_with(&self, mut tail: impl FnMut(&Path, &[u8]) -> Vec<u8>) {
         let mut tree = lock(&self.shared.tree);
         self.shared.epoch.fetch_add(1, Ordering::AcqRel);
-        let old = std::mem::take(&mut tree.files);
-        for (path, file) in old {
-            let state = lock(&file.state).clone();
-            let mut data = state.data[..state.synced].to_vec();
-            let survived = tail(&path, &state.data[state.synced..]);
-            data.extend_from_slice(&survived);
-            let synced = data.len();
-            tree.files.insert(
-                path,
-                Arc::new(MemFileData {
-                    state: Mutex::new(MemFileState { data, synced }),
-                }),
-            );
+        let old = std::mem::take(&mut *tree);
+        let mut new = MemTree {
+            last_dir: old.last_dir,
+            ..MemTree::default()
+        };
+        // One copy per file even if a crash left it under two names (an unsynced source
+        // directory of a rename between directories).
+        let mut copies: HashMap<*const MemFileData, Arc<MemFileData>> = HashMap::new();
+        let mut walk = vec![(PathBuf::new(), ROOT_DIR)];
+        while let Some((dir, id)) = walk.pop() {
+            let Some(entries) = old.durable.get(&id) else {
+                continue;
+            };
+            for (name, entry) in entries {
+                let path = dir.join(name);
+                match entry {
+                    DurableEntry::Dir(child) => {
+                        new.dirs.insert(path.clone(), *child);
+                        walk.push((path, *child));
+                    }
+                    DurableEntry::File(file) => {
+                        let copy = copies.entry(Arc::as_ptr(file)).or_insert_with(|| {
+                            let state = lock(&file.state).clone();
+                            let mut data = state.data[..state.synced].to_vec();
+                            data.extend_from_slice(&tail(&path, &state.data[state.synced..]));
+                            let synced = data.len();
+                            Arc::new(MemFileData {
+                                state: Mutex::new(MemFileState { data, synced }),
+                            })
+                        });
+                        new.files.insert(path, Arc::clone(copy));
+                    }
+                }
+            }
         }
+        // Whatever is there after the reboot is durable.
+        let dirs: Vec<(PathBuf, u64)> = std::iter::once((PathBuf::new(), ROOT_DIR))
+            .chain(new.dirs.iter().map(|(p, id)| (p.clone(), *id)))
+            .collect();
+        for (path, id) in dirs {
+            let entries = new.entries(&path);
+            new.durable.insert(id, entries);
+        }
+        *tree = new;
         *lock(&self.shared.faults) = Faults::default();
     }
 
@@ -455,9 +685,20 @@ impl MemBackend {
         tree.files.get(path).map(|f| lock(&f.state).data.clone())
     }
 
-    /// Overwrites a file's bytes (all of them durable), for tests that damage files.
+    /// Overwrites a file's bytes, for tests that damage files: the bytes, the file's entry
+    /// and any parent directory this creates are durable at once.
     pub fn write_file(&self, path: &Path, bytes: &[u8]) {
         let mut tree = lock(&self.shared.tree);
+        let mut parent = PathBuf::new();
+        for component in path.parent().into_iter().flat_map(Path::components) {
+            parent.push(component);
+            if !tree.dirs.contains_key(&parent) {
+                tree.last_dir += 1;
+                let id = tree.last_dir;
+                tree.dirs.insert(parent.clone(), id);
+                tree.make_entry_durable(&parent);
+            }
+        }
         let len = bytes.len();
         tree.files.insert(
             path.to_path_buf(),
@@ -468,6 +709,7 @@ impl MemBackend {
                 }),
             }),
         );
+        tree.make_entry_durable(path);
     }
 
     /// Every file path, sorted, for tests.
@@ -484,19 +726,19 @@ impl MemBackend {
         })
     }
 
-    fn alive(&self) -> io::Result<()> {
-        if self.shared.epoch.load(Ordering::Acquire) == self.epoch {
-            Ok(())
-        } else {
-            Err(crashed())
+    /// Refuses calls of a killed process's clone, then asks the fault injector.
+    fn check(&self, call: FsCall, path: &Path) -> io::Result<()> {
+        if self.shared.epoch.load(Ordering::Acquire) != self.epoch {
+            return Err(crashed());
         }
+        self.shared.injected(call, path)
     }
 
     fn parent_exists(tree: &MemTree, path: &Path) -> bool {
         match path.parent() {
             None => true,
             Some(p) if p.as_os_str().is_empty() => true,
-            Some(p) => tree.dirs.contains(p),
+            Some(p) => tree.dirs.contains_key(p),
         }
     }
 }
@@ -507,7 +749,11 @@ fn not_found() -> io::Error {
 
 impl StorageBackend for MemBackend {
     fn open(&self, path: &Path, mode: OpenMode) -> io::Result<Arc<dyn StorageFile>> {
-        self.alive()?;
+        let call = match mode {
+            OpenMode::Existing => FsCall::Open,
+            OpenMode::CreateNew | OpenMode::CreateOrOpen => FsCall::Create,
+        };
+        self.check(call, path)?;
         let mut tree = lock(&self.shared.tree);
         if !Self::parent_exists(&tree, path) {
             return Err(not_found());
@@ -520,6 +766,9 @@ impl StorageBackend for MemBackend {
             (OpenMode::Existing, None) => return Err(not_found()),
             (_, Some(data)) => data,
             (_, None) => {
+                if tree.dirs.contains_key(path) {
+                    return Err(io::Error::from(io::ErrorKind::AlreadyExists));
+                }
                 let data = Arc::new(MemFileData::default());
                 tree.files.insert(path.to_path_buf(), Arc::clone(&data));
                 data
@@ -530,38 +779,23 @@ impl StorageBackend for MemBackend {
     }
 
     fn list(&self, dir: &Path) -> io::Result<Vec<DirEntry>> {
-        self.alive()?;
+        self.check(FsCall::List, dir)?;
         let tree = lock(&self.shared.tree);
-        let is_root = dir.as_os_str().is_empty();
-        if !is_root && !tree.dirs.contains(dir) {
+        if tree.dir_id(dir).is_none() {
             return Err(not_found());
         }
-        let child_name = |p: &Path| -> Option<String> {
-            if p.parent().unwrap_or(Path::new("")) == dir {
-                p.file_name().and_then(|n| n.to_str()).map(str::to_owned)
-            } else {
-                None
-            }
-        };
-        let mut out = Vec::new();
-        for path in tree.files.keys() {
-            if let Some(name) = child_name(path) {
-                out.push(DirEntry {
-                    name,
-                    is_dir: false,
-                });
-            }
-        }
-        for path in &tree.dirs {
-            if let Some(name) = child_name(path) {
-                out.push(DirEntry { name, is_dir: true });
-            }
-        }
-        Ok(out)
+        Ok(tree
+            .entries(dir)
+            .into_iter()
+            .map(|(name, entry)| DirEntry {
+                name,
+                is_dir: matches!(entry, DurableEntry::Dir(_)),
+            })
+            .collect())
     }
 
     fn create_dir_all(&self, dir: &Path) -> io::Result<()> {
-        self.alive()?;
+        self.check(FsCall::CreateDir, dir)?;
         let mut tree = lock(&self.shared.tree);
         let mut current = PathBuf::new();
         for component in dir.components() {
@@ -569,30 +803,34 @@ impl StorageBackend for MemBackend {
             if tree.files.contains_key(&current) {
                 return Err(io::Error::from(io::ErrorKind::AlreadyExists));
             }
-            tree.dirs.insert(current.clone());
+            if !tree.dirs.contains_key(&current) {
+                tree.last_dir += 1;
+                let id = tree.last_dir;
+                tree.dirs.insert(current.clone(), id);
+            }
         }
         Ok(())
     }
 
     fn remove_file(&self, path: &Path) -> io::Result<()> {
-        self.alive()?;
+        self.check(FsCall::Remove, path)?;
         let mut tree = lock(&self.shared.tree);
         tree.files.remove(path).map(|_| ()).ok_or_else(not_found)
     }
 
     fn remove_dir_all(&self, dir: &Path) -> io::Result<()> {
-        self.alive()?;
+        self.check(FsCall::Remove, dir)?;
         let mut tree = lock(&self.shared.tree);
-        if !tree.dirs.contains(dir) {
+        if !tree.dirs.contains_key(dir) {
             return Err(not_found());
         }
         tree.files.retain(|p, _| !p.starts_with(dir));
-        tree.dirs.retain(|p| !p.starts_with(dir));
+        tree.dirs.retain(|p, _| !p.starts_with(dir));
         Ok(())
     }
 
     fn rename(&self, from: &Path, to: &Path) -> io::Result<()> {
-        self.alive()?;
+        self.check(FsCall::Rename, to)?;
         let mut tree = lock(&self.shared.tree);
         if !Self::parent_exists(&tree, to) {
             return Err(not_found());
@@ -603,18 +841,17 @@ impl StorageBackend for MemBackend {
     }
 
     fn sync_dir(&self, dir: &Path) -> io::Result<()> {
-        self.alive()?;
-        let tree = lock(&self.shared.tree);
-        if dir.as_os_str().is_empty() || tree.dirs.contains(dir) {
-            Ok(())
-        } else {
-            Err(not_found())
-        }
+        self.check(FsCall::SyncDir, dir)?;
+        let mut tree = lock(&self.shared.tree);
+        let id = tree.dir_id(dir).ok_or_else(not_found)?;
+        let entries = tree.entries(dir);
+        tree.durable.insert(id, entries);
+        Ok(())
     }
 
     fn exists(&self, path: &Path) -> bool {
         let tree = lock(&self.shared.tree);
-        tree.files.contains_key(path) || tree.dirs.contains(path)
+        tree.files.contains_key(path) || tree.dirs.contains_key(path)
     }
 }
 
@@ -714,6 +951,7 @@ mod tests {
     fn crash_drops_unsynced_and_kills_old_handles() {
         let backend = MemBackend::new();
         let f = backend.open(Path::new("f"), OpenMode::CreateNew).unwrap();
+        backend.sync_dir(Path::new("")).unwrap();
         f.append(&[b"durable"]).unwrap();
         f.sync().unwrap();
         f.append(&[b"volatile"]).unwrap();
@@ -733,6 +971,7 @@ mod tests {
         for keep in 0..=8usize {
             let backend = MemBackend::new();
             let f = backend.open(Path::new("f"), OpenMode::CreateNew).unwrap();
+            backend.sync_dir(Path::new("")).unwrap();
             f.append(&[b"abc"]).unwrap();
             f.sync().unwrap();
             f.append(&[b"defghijk"]).unwrap();
@@ -764,5 +1003,126 @@ mod tests {
         backend.fail_syncs(1);
         assert!(f.sync().is_err());
         assert!(f.sync().is_ok());
+    }
+
+    #[test]
+    fn unsynced_directory_entries_vanish_in_a_crash() {
+        let backend = MemBackend::new();
+        backend.create_dir_all(Path::new("a/b")).unwrap();
+        let f = backend
+            .open(Path::new("a/b/f"), OpenMode::CreateNew)
+            .unwrap();
+        f.append(&[b"synced bytes"]).unwrap();
+        f.sync().unwrap();
+        // The file's bytes are synced, but no directory was: the whole tree is gone.
+        backend.crash();
+        assert!(!backend.exists(Path::new("a")));
+        assert!(backend.file_paths().is_empty());
+
+        let backend = backend.clone();
+        backend.create_dir_all(Path::new("a/b")).unwrap();
+        let f = backend
+            .open(Path::new("a/b/f"), OpenMode::CreateNew)
+            .unwrap();
+        f.append(&[b"synced bytes"]).unwrap();
+        f.sync().unwrap();
+        backend.sync_dir(Path::new("a/b")).unwrap();
+        backend.sync_dir(Path::new("")).unwrap();
+        // `b`'s entry in `a` was never synced: `a` survives empty.
+        backend.crash();
+        assert!(backend.exists(Path::new("a")));
+        assert!(!backend.exists(Path::new("a/b")));
+
+        let backend = backend.clone();
+        backend.create_dir_all(Path::new("a/b")).unwrap();
+        backend.sync_dir(Path::new("a")).unwrap();
+        let f = backend
+            .open(Path::new("a/b/f"), OpenMode::CreateNew)
+            .unwrap();
+        f.append(&[b"synced bytes"]).unwrap();
+        f.sync().unwrap();
+        backend.sync_dir(Path::new("a/b")).unwrap();
+        backend.crash();
+        assert_eq!(
+            backend.read_file(Path::new("a/b/f")).unwrap(),
+            b"synced bytes"
+        );
+    }
+
+    #[test]
+    fn a_rename_without_a_directory_sync_is_undone() {
+        let backend = MemBackend::new();
+        for (name, bytes) in [("x", b"old"), ("x.tmp", b"new")] {
+            let f = backend.open(Path::new(name), OpenMode::CreateNew).unwrap();
+            f.append(&[bytes]).unwrap();
+            f.sync().unwrap();
+        }
+        backend.sync_dir(Path::new("")).unwrap();
+        backend.rename(Path::new("x.tmp"), Path::new("x")).unwrap();
+        backend.crash();
+        assert_eq!(backend.read_file(Path::new("x")).unwrap(), b"old");
+        assert_eq!(backend.read_file(Path::new("x.tmp")).unwrap(), b"new");
+
+        let backend = backend.clone();
+        backend.rename(Path::new("x.tmp"), Path::new("x")).unwrap();
+        backend.remove_file(Path::new("x")).unwrap();
+        backend.sync_dir(Path::new("")).unwrap();
+        backend.crash();
+        assert!(backend.file_paths().is_empty());
+    }
+
+    #[test]
+    fn a_directory_made_again_does_not_bring_back_its_old_entries() {
+        let backend = MemBackend::new();
+        backend.create_dir_all(Path::new("d")).unwrap();
+        backend
+            .open(Path::new("d/old"), OpenMode::CreateNew)
+            .unwrap();
+        backend.sync_dir(Path::new("d")).unwrap();
+        backend.sync_dir(Path::new("")).unwrap();
+        backend.remove_dir_all(Path::new("d")).unwrap();
+        backend.create_dir_all(Path::new("d")).unwrap();
+        backend.sync_dir(Path::new("")).unwrap();
+        backend.crash();
+        assert!(backend.exists(Path::new("d")));
+        assert!(backend.clone().list(Path::new("d")).unwrap().is_empty());
+    }
+
+    #[test]
+    fn injected_faults_fail_the_chosen_calls_until_cleared() {
+        let backend = MemBackend::new();
+        backend.create_dir_all(Path::new("d")).unwrap();
+        backend.inject_faults(|call, path| match call {
+            FsCall::Create if path.starts_with("d") => Some(Errno::TooManyFiles.error()),
+            FsCall::Append => Some(Errno::NoSpace.error()),
+            FsCall::Sync => Some(Errno::Io.error()),
+            _ => None,
+        });
+        let err = backend
+            .open(Path::new("d/f"), OpenMode::CreateNew)
+            .unwrap_err();
+        assert_eq!(err.raw_os_error(), Some(24));
+        assert!(
+            !backend.exists(Path::new("d/f")),
+            "a refused open creates nothing"
+        );
+        let f = backend.open(Path::new("g"), OpenMode::CreateNew).unwrap();
+        let err = f.append(&[b"x"]).unwrap_err();
+        assert_eq!(err.kind(), io::ErrorKind::StorageFull);
+        assert_eq!(f.len().unwrap(), 0, "an injected append writes nothing");
+        assert_eq!(f.sync().unwrap_err().raw_os_error(), Some(5));
+        backend.clear_faults();
+        f.append(&[b"x"]).unwrap();
+        f.sync().unwrap();
+        backend.open(Path::new("d/f"), OpenMode::CreateNew).unwrap();
+    }
+
+    #[test]
+    fn fs_backend_creates_its_root() {
+        let dir = tempfile::tempdir().unwrap();
+        let root = dir.path().join("x/y");
+        let backend = FsBackend::new(&root).unwrap();
+        assert!(root.is_dir());
+        assert_eq!(backend.root(), root);
     }
 }

@@ -17,8 +17,9 @@
 //! * [`completion`](mod@completion): [`Completion`]s, the runtime-agnostic acknowledgements
 //!   you block on or `.await`, and [`Completion::map`] to answer with an upper layer's types.
 //! * [`write_atomic`]: the one atomic small-file writer (temp file, fdatasync, rename,
-//!   directory fsync) and [`lock`] / [`read_lock`] / [`write_lock`], the one poison-tolerant
-//!   lock helper.
+//!   directory fsync), [`create_dir_durable`] (creates a directory and fsyncs its parent, so
+//!   the new entry survives a crash) and [`lock`] / [`read_lock`] / [`write_lock`], the one
+//!   poison-tolerant lock helper.
 //!
 //! **An acknowledged write is on stable storage.** Appends are group-committed: one writer per
 //! log drains everything queued, writes it in one vectored append, issues one `fdatasync`, then
@@ -171,11 +172,13 @@ pub mod sync;
 #[doc(hidden)]
 pub mod fuzzing;
 
-pub use atomic::write_atomic;
+pub use atomic::{create_dir_durable, write_atomic};
 pub use cache::{next_owner_id, Cache, CacheKey, DEFAULT_CACHE_BYTES};
 pub use completion::{completion, Completer, Completion};
 pub use error::{Corruption, IoOp, LogError, Result};
-pub use file::{DirEntry, FsBackend, MemBackend, OpenMode, StorageBackend, StorageFile};
+pub use file::{
+    DirEntry, Errno, FsBackend, FsCall, MemBackend, OpenMode, StorageBackend, StorageFile,
+};
 pub use log::{
     Assigned, CommitHook, Durability, Log, LogBounds, LogConfig, LogStats, OpenOptions, RecordMeta,
     RecoveryReport, Repair, Reservation, SegmentRewrite, SegmentSummary, StoredRecord,

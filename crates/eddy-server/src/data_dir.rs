@@ -58,7 +58,8 @@ impl DataDir {
             path: root.to_path_buf(),
             source,
         };
-        std::fs::create_dir_all(root).map_err(unusable)?;
+        // Created durably: the parent of every directory made is fsynced.
+        eddy_log::FsBackend::new(root).map_err(unusable)?;
         let lock_path = root.join(LOCK_FILE);
         let mut lock = OpenOptions::new()
             .read(true)

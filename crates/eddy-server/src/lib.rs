@@ -671,9 +671,9 @@ impl Server {
         // A compaction pass in progress stops at its next segment boundary; the store is closed
         // after it.
         let _ = compaction_task.await;
-        // Flush and sync storage. Connections that outlived the drain may still hold the store;
-        // everything acknowledged is durable already, so flushing the background-fsync topics is
-        // all that is left to do for them.
+        // Flush, sync and stop both stores before the lock goes: connections that outlived the
+        // drain (and the metrics samplers) may still hold them, and nothing may reach the disk
+        // once another server can own the directory. Their late writes are refused.
         let store = Arc::clone(&shared.store);
         let event_store = Arc::clone(shared.events.store());
         drop(shared);
@@ -683,18 +683,95 @@ impl Server {
             Ok(Err(e)) => tracing::error!(error = %e, "closing the event store failed"),
             Err(e) => tracing::error!(error = %e, "closing the event store panicked"),
         }
-        let closed = tokio::task::spawn_blocking(move || match Arc::try_unwrap(store) {
-            Ok(store) => store.close(),
-            Err(store) => store.flush_unsynced(),
-        })
-        .await;
+        let closed = tokio::task::spawn_blocking(move || store.shutdown()).await;
         match closed {
             Ok(Ok(())) => tracing::info!("storage flushed and synced"),
             Ok(Err(e)) => tracing::error!(error = %e, "storage flush at shutdown failed"),
             Err(e) => tracing::error!(error = %e, "storage flush at shutdown panicked"),
         }
+        // Both stores are stopped: only now may another server take the directory.
         drop(data_dir);
         tracing::info!("stopped");
         Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use eddy_stream_store::{MetadataOp, Operation};
+
+    /// A connection task that outlived the drain timeout still holds the server's shared state,
+    /// and with it both stores. The data directory's lock may only be released once neither
+    /// store can write any more: a second server may take the directory the moment it is free.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn the_data_dir_stays_locked_until_both_stores_have_stopped() {
+        let tmp = tempfile::tempdir().unwrap();
+        let data = tmp.path().join("data");
+        let config = ServerConfig {
+            data_dir: data.clone(),
+            stream_port: 0,
+            client_port: 0,
+            replication_port: 0,
+            http_port: 0,
+            num_shards: Some(1),
+            drain_timeout_ms: 50,
+            ..ServerConfig::default()
+        };
+        let server = Server::bind(config).await.unwrap();
+        let lingering = Arc::clone(&server.shared);
+        server.run(async {}).await.unwrap();
+        // The lock is free: another server could own the directory now...
+        let next_owner = DataDir::open(&data).expect("the lock is released after run");
+        // ...so nothing the old stores accept may reach the disk any more.
+        let store = Arc::clone(&lingering.store);
+        let late = tokio::task::spawn_blocking(move || {
+            store
+                .commit(Operation::Metadata(MetadataOp::CreateStream {
+                    id: 77,
+                    name: "after-the-lock".into(),
+                    created_at: 1,
+                    options: vec![],
+                }))
+                .wait()
+        })
+        .await
+        .unwrap();
+        assert!(
+            late.is_err(),
+            "the stream store still commits after the lock was released: {late:?}"
+        );
+        let events = Arc::clone(lingering.events.store());
+        let late = tokio::task::spawn_blocking(move || {
+            events
+                .write(eddy_event_store::WriteRequest {
+                    client_id: 1,
+                    user_id: None,
+                    writes: vec![eddy_event_store::AggregateWrite {
+                        key: eddy_event_store::AggregateKey::new(1, 1, 1),
+                        events: vec![eddy_event_store::NewEvent {
+                            client_seq: 1,
+                            event_id: None,
+                            event_timestamp: 1,
+                            event_type_major: 1,
+                            event_type_minor: 0,
+                            value: bytes::Bytes::from_static(b"late"),
+                            iv: None,
+                        }],
+                        allow_create: true,
+                        expected_version: None,
+                        enforce_client_idempotency: false,
+                    }],
+                    now: 1,
+                })
+                .wait()
+        })
+        .await
+        .unwrap();
+        assert!(
+            late.is_err(),
+            "the event store still writes after the lock was released: {late:?}"
+        );
+        drop((lingering, next_owner));
     }
 }

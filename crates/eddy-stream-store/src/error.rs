@@ -33,6 +33,19 @@ pub enum StreamStoreError {
         /// Partition id.
         partition_id: u32,
     },
+    /// The partition's last purge did not finish (purging its log or replacing its state file
+    /// failed: a full disk, an I/O error). The partition is fail-stopped: it refuses appends
+    /// and polls until a purge completes (a retry of the purge, or the restart that finishes
+    /// it), because whatever it accepted before that would be deleted when the purge finishes.
+    #[error("partition {stream_id}/{topic_id}/{partition_id} is stopped until its unfinished purge completes (retry the purge or restart the server)")]
+    PurgeUnfinished {
+        /// Stream id.
+        stream_id: u32,
+        /// Topic id.
+        topic_id: u32,
+        /// Partition id.
+        partition_id: u32,
+    },
     /// A metadata snapshot or operation could not be encoded or decoded.
     #[error("cannot {action} {path}")]
     Encoding {

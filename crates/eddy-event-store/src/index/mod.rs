@@ -9,7 +9,9 @@
 //! * Runs are merged newest-wins by a binary-counter policy (a run is merged into its older
 //!   neighbour once it is at least half its size), so a shard has `O(log n)` runs. Merges run
 //!   on their own thread: a flush never waits for a merge, and appliers (the commit path)
-//!   wait only when two memtables are already frozen (back-pressure, bounded memory).
+//!   wait only when two memtables are already frozen (back-pressure, bounded memory). A
+//!   failed flush is retried with backoff; while it fails appliers do not wait, and the shard
+//!   refuses mutations once two memtables are frozen (`Index::flush_backlog`).
 //! * Each run keeps in memory only its sparse block index (first key of every 8 KiB block)
 //!   and a split-block bloom filter (~10 bits per key) over its point keys (aggregates, client
 //!   marks, schemas) and the aggregate prefix of its version keys: a lookup of an aggregate
@@ -51,7 +53,8 @@ use std::sync::{Arc, Condvar, Mutex, RwLock};
 use bytes::Bytes;
 
 use eddy_log::{
-    lock, read_lock, sync, write_atomic, write_lock, Cache, IoOp, OpenMode, StorageBackend,
+    create_dir_durable, lock, read_lock, sync, write_atomic, write_lock, Cache, IoOp, OpenMode,
+    StorageBackend,
 };
 
 use crate::error::{EventStoreError, Result};
@@ -118,6 +121,12 @@ pub(crate) struct Index {
     /// A background flusher serves this index: appliers may wait for it (back-pressure).
     /// Cleared at shutdown, so a commit finishing after the flusher stopped never waits.
     served: AtomicBool,
+    /// Set while the last flush failed (until one succeeds): appliers then never wait for the
+    /// flusher (it retries with backoff and may not succeed for a long time; an applier waits
+    /// on a commit thread the other logs share), and the shard refuses new mutations while
+    /// [`MAX_FROZEN`] memtables wait (see [`Index::flush_backlog`]), which bounds the memory.
+    flush_failing: AtomicBool,
+    flush_failure: Mutex<Option<Arc<EventStoreError>>>,
     drained: Condvar,
     drained_lock: Mutex<()>,
 }
@@ -156,9 +165,7 @@ impl Index {
         cache: Arc<Cache>,
         budget: u64,
     ) -> Result<(Index, IndexOpen)> {
-        backend
-            .create_dir_all(&dir)
-            .map_err(|e| EventStoreError::io(IoOp::CreateDir, &dir, e))?;
+        create_dir_durable(&*backend, &dir)?;
         let manifest = match backend.open(&dir.join(MANIFEST), OpenMode::Existing) {
             Ok(f) => {
                 let len = f
@@ -240,6 +247,8 @@ impl Index {
             manifest_lock: Mutex::new(()),
             next_id: AtomicU64::new(next_id),
             served: AtomicBool::new(false),
+            flush_failing: AtomicBool::new(false),
+            flush_failure: Mutex::new(None),
             drained: Condvar::new(),
             drained_lock: Mutex::new(()),
         };
@@ -293,13 +302,36 @@ impl Index {
         self.drained.notify_all();
     }
 
+    /// Records the outcome of a background flush: the error of a failed one, `None` after a
+    /// successful one.
+    pub(crate) fn set_flush_failure(&self, failure: Option<Arc<EventStoreError>>) {
+        let failing = failure.is_some();
+        *lock(&self.flush_failure) = failure;
+        self.flush_failing.store(failing, Ordering::SeqCst);
+        self.drained.notify_all();
+    }
+
+    /// The flush failure that makes the shard refuse mutations: the last flush failed and
+    /// [`MAX_FROZEN`] memtables wait for the next one.
+    pub(crate) fn flush_backlog(&self) -> Option<Arc<EventStoreError>> {
+        if !self.flush_failing.load(Ordering::SeqCst) || self.read_guard().frozen.len() < MAX_FROZEN
+        {
+            return None;
+        }
+        lock(&self.flush_failure).clone()
+    }
+
     /// Applies the entries of committed records up to (not including) `end_seq`. Returns true
     /// when a frozen memtable waits for its flush. With `wait`, and while a flusher serves the
-    /// index, waits as long as too many memtables are frozen (back-pressure).
+    /// index and its flushes succeed, waits as long as too many memtables are frozen
+    /// (back-pressure).
     pub(crate) fn apply(&self, entries: Vec<(Vec<u8>, Vec<u8>)>, end_seq: u64, wait: bool) -> bool {
         let mut view = self.write_guard();
         if wait {
-            while view.frozen.len() >= MAX_FROZEN && self.served.load(Ordering::SeqCst) {
+            while view.frozen.len() >= MAX_FROZEN
+                && self.served.load(Ordering::SeqCst)
+                && !self.flush_failing.load(Ordering::SeqCst)
+            {
                 drop(view);
                 let g = lock(&self.drained_lock);
                 drop(sync::wait_timeout(

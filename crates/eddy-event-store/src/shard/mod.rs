@@ -203,6 +203,12 @@ impl Shard {
         marks: &HashMap<AggregateKey, Option<Mark>>,
         generation: u64,
     ) -> Option<Result<Completion<RecordMeta>>> {
+        if let Some(source) = self.index.flush_backlog() {
+            return Some(Err(EventStoreError::IndexBacklog {
+                shard: self.id,
+                source,
+            }));
+        }
         let tag = body.tag();
         let reservation = match self.log.reserve(1, tag, header.now) {
             Ok(r) => r,

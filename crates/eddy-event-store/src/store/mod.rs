@@ -17,8 +17,8 @@ use std::sync::{Arc, Mutex};
 use std::thread::JoinHandle;
 
 use eddy_log::{
-    lock, write_atomic, Cache, CommitPool, CommitStats, Completion, Corruption, IoOp, Log,
-    LogConfig, OpenOptions, StorageBackend,
+    create_dir_durable, lock, write_atomic, Cache, CommitPool, CommitStats, Completion, Corruption,
+    IoOp, Log, LogConfig, OpenOptions, StorageBackend,
 };
 
 use crate::compact::{self, CompactionPolicy, CompactionReport, PassMark, SegmentReclaim};
@@ -114,9 +114,7 @@ impl EventStore {
             });
         }
         let root = PathBuf::from("events");
-        backend
-            .create_dir_all(&root)
-            .map_err(|e| EventStoreError::io(IoOp::CreateDir, &root, e))?;
+        create_dir_durable(&*backend, &root)?;
         let dict_hash = config
             .dictionary
             .as_ref()

@@ -410,6 +410,130 @@ fn trim_delete_and_recreate() {
 }
 
 #[test]
+fn a_new_store_survives_a_crash_after_the_first_ack() {
+    let disk = MemBackend::new();
+    let store = open(&disk, cfg());
+    write(&store, 1, vec![part(K, vec![ev(1, 1, "first")])]).unwrap();
+    write(&store, 1, vec![part(K_ODD, vec![ev(1, 1, "odd")])]).unwrap();
+    // Power cut right after the acks: the store's directories were all created in this run.
+    disk.crash();
+    drop(store);
+    let (store, recovery) = EventStore::open(Arc::new(disk.clone()), cfg()).unwrap();
+    assert!(!recovery.created, "META survived");
+    for (key, value) in [(K, "first"), (K_ODD, "odd")] {
+        let page = store.read(&key, &ReadQuery::from_version(1)).unwrap();
+        assert_eq!(page.batches.len(), 1);
+        assert_eq!(page.batches[0].events[0].value, Bytes::from(value));
+    }
+}
+
+/// Writes one event to `key` and waits at most `deadline` for the answer: `None` when none came
+/// (a stalled shard).
+fn write_within(
+    store: &EventStore,
+    key: AggregateKey,
+    seq: u64,
+    deadline: std::time::Duration,
+) -> Option<Result<WriteOutcome>> {
+    let value = format!("{seq:>60}");
+    store
+        .write(WriteRequest {
+            client_id: 1,
+            user_id: None,
+            writes: vec![part(key, vec![ev(seq, 1, &value)])],
+            now: 5,
+        })
+        .wait_timeout(deadline)
+        .ok()
+}
+
+#[test]
+fn a_failing_index_flush_neither_stalls_writes_nor_loses_them_and_they_resume_when_it_clears() {
+    use eddy_log::{Errno, FsCall};
+    use std::time::{Duration, Instant};
+    const PATIENCE: Duration = Duration::from_secs(20);
+    for errno in [Errno::Io, Errno::NoSpace] {
+        let disk = MemBackend::new();
+        let config = EventStoreConfig {
+            num_shards: 3,
+            pool_threads: 2,
+            memtable_bytes: 1024,
+            segment_size: 1 << 20,
+            ..cfg()
+        };
+        let store = open(&disk, config.clone());
+        let keys: Vec<AggregateKey> = (0..3u128).map(|s| AggregateKey::new(1, 1, s)).collect();
+        // Shards 0 and 1 cannot write index runs (nor their manifests): every flush fails.
+        disk.inject_faults(move |call, path| {
+            let index =
+                path.starts_with("events/index-000") || path.starts_with("events/index-001");
+            (call == FsCall::Create && index).then(|| errno.error())
+        });
+        let mut acked: Vec<Vec<String>> = vec![Vec::new(); 3];
+        let mut refused = 0;
+        let mut seq = 0;
+        for round in 0..60 {
+            for shard in 0..2 {
+                seq += 1;
+                let answer = write_within(&store, keys[shard], seq, PATIENCE)
+                    .unwrap_or_else(|| panic!("{errno:?}: write {round} to shard {shard} stalled"));
+                match answer {
+                    Ok(_) => acked[shard].push(format!("{seq:>60}")),
+                    Err(EventStoreError::IndexBacklog { shard: s, .. }) => {
+                        assert_eq!(s as usize, shard);
+                        refused += 1;
+                    }
+                    Err(e) => panic!("{errno:?}: unexpected {e:?}"),
+                }
+            }
+        }
+        assert!(
+            refused > 0,
+            "{errno:?}: the backlog must refuse writes at some point"
+        );
+        // The commit pool is not held by the stalled shards: shard 2 writes on.
+        seq += 1;
+        write_within(&store, keys[2], seq, PATIENCE)
+            .expect("shard 2 answers while shards 0 and 1 cannot flush")
+            .unwrap();
+        acked[2].push(format!("{seq:>60}"));
+        // The fault clears: the flusher's retries succeed and both shards take writes again.
+        disk.clear_faults();
+        for shard in 0..2 {
+            let since = Instant::now();
+            loop {
+                seq += 1;
+                match write_within(&store, keys[shard], seq, PATIENCE).expect("no stall") {
+                    Ok(_) => {
+                        acked[shard].push(format!("{seq:>60}"));
+                        break;
+                    }
+                    Err(EventStoreError::IndexBacklog { .. }) if since.elapsed() < PATIENCE => {
+                        std::thread::sleep(Duration::from_millis(20));
+                    }
+                    Err(e) => panic!("{errno:?}: writes did not resume: {e:?}"),
+                }
+            }
+        }
+        // Nothing acknowledged is lost, crash or not.
+        disk.crash();
+        drop(store);
+        let store = open(&disk, config);
+        for (shard, values) in acked.iter().enumerate() {
+            let page = store
+                .read(&keys[shard], &ReadQuery::from_version(1))
+                .unwrap();
+            let got: Vec<String> = page
+                .batches
+                .iter()
+                .map(|b| String::from_utf8(b.events[0].value.to_vec()).unwrap())
+                .collect();
+            assert_eq!(&got, values, "{errno:?}: shard {shard}");
+        }
+    }
+}
+
+#[test]
 fn crash_and_reopen_keeps_acknowledged_state_and_rebuilds_indexes() {
     let disk = MemBackend::new();
     let store = open(&disk, cfg());

@@ -19,7 +19,9 @@
 //!
 //! * An fsync error is fatal for the log (fail-stop): every pending and future write is refused
 //!   with [`LogError::LogFailed`](crate::LogError::LogFailed) and nothing more is acknowledged; the page cache is never
-//!   trusted again.
+//!   trusted again. With [`Durability::Fsync`] the bytes written since the last good fsync
+//!   (all of them unacknowledged) are cut off the file, so a restart does not bring back a
+//!   record whose writer was told it failed.
 //! * `ENOSPC` (or `EDQUOT`) while appending truncates the partial write away and refuses the
 //!   group and everything queued behind it with [`LogError::NoSpace`](crate::LogError::NoSpace); acknowledged records
 //!   are untouched and the log keeps accepting writes once space returns.
@@ -34,7 +36,10 @@
 //! [`LogError::Corrupt`](crate::LogError::Corrupt) naming the file and byte offset, unless [`LogConfig::repair`] is
 //! set. Sealed segments are synced before the next segment is created, so any damage in them
 //! is corruption. Indexes are derived data: an index that is missing, torn, zero-filled or
-//! inconsistent with its segment is rebuilt from the segment.
+//! inconsistent with its segment is rebuilt from the segment. The newest segment is synced
+//! before the log is served: whole records that were written but never synced (the process
+//! died before its fdatasync) become readable at open, so they must survive a later power
+//! cut.
 //!
 //! # Rewriting sealed segments
 //!

@@ -7,6 +7,7 @@ use std::path::{Path, PathBuf};
 use std::sync::atomic::AtomicU64;
 use std::sync::{Arc, Condvar, Mutex, RwLock};
 
+use crate::atomic::create_dir_durable;
 use crate::cache::{next_owner_id, Cache};
 use crate::error::{Corruption, IoOp, LogError, Result};
 use crate::file::{OpenMode, StorageBackend};
@@ -38,9 +39,7 @@ impl Log {
         let dir = dir.into();
         config.validate()?;
         let mut report = RecoveryReport::default();
-        backend
-            .create_dir_all(&dir)
-            .map_err(|e| LogError::io(IoOp::CreateDir, &dir, e))?;
+        create_dir_durable(&*backend, &dir)?;
         let listing = backend
             .list(&dir)
             .map_err(|e| LogError::io(IoOp::List, &dir, e))?;
@@ -141,6 +140,20 @@ impl Log {
             // A cut in a gap of sequence numbers continues at the cut, as it did before.
             min_next_seq = min_next_seq.max(cut);
         }
+        // The newest segment may hold bytes that were written but never synced (the process
+        // died, or its fdatasync failed, before the acknowledgement): recovery found them
+        // whole, so readers will see them from now on, and the writer counts them as synced.
+        // Make that true before anything is served, and the same for the directory: a removal
+        // whose directory sync failed (retention) must not be undone by a later power cut.
+        if let Some(last) = recovered.last() {
+            let path = dir.join(segment_file_name(last.state.base));
+            last.file
+                .sync()
+                .map_err(|e| LogError::io(IoOp::Sync, path, e))?;
+        }
+        backend
+            .sync_dir(&dir)
+            .map_err(|e| LogError::io(IoOp::SyncDir, &dir, e))?;
 
         // Honour the persisted frontier: never hand out a sequence number below it.
         let last_end = recovered

@@ -3,10 +3,11 @@
 //! are removed afterwards).
 
 use crate::error::Result;
+use crate::format::segment_file_name;
 use crate::sync::{lock, read_lock};
 
 use super::segment_files::remove_segment_files;
-use super::state::Log;
+use super::state::{Log, SegmentState};
 use super::types::SegmentSummary;
 
 impl Log {
@@ -37,9 +38,36 @@ impl Log {
             }
             removed
         };
-        for (owner, seg) in &removed {
+        let next_base = lock(&self.inner.view).segments.front().map(|s| s.base);
+        for (i, (owner, seg)) in removed.iter().enumerate() {
             self.inner.cache.remove((*owner, seg.base));
-            remove_segment_files(&*self.inner.backend, &self.inner.dir, seg.base)?;
+            if let Err(e) = remove_segment_files(&*self.inner.backend, &self.inner.dir, seg.base) {
+                // Segments whose log file is still there go back to the front of the view:
+                // they stay readable and the next run deletes them. Left out of the view they
+                // would come back at the next open behind the segments deleted after them.
+                let log_path = self.inner.dir.join(segment_file_name(seg.base));
+                let first_kept = if self.inner.backend.exists(&log_path) {
+                    i
+                } else {
+                    i + 1
+                };
+                let mut view = lock(&self.inner.view);
+                // Unless the log changed meanwhile (a purge replaced every segment).
+                if view.segments.front().map(|s| s.base) == next_base {
+                    for (owner, s) in removed[first_kept..].iter().rev() {
+                        view.segments.push_front(SegmentState {
+                            base: s.base,
+                            end: s.end,
+                            len: s.bytes,
+                            first_ts: s.first_timestamp,
+                            max_ts: s.max_timestamp,
+                            sealed: true,
+                            owner: *owner,
+                        });
+                    }
+                }
+                return Err(e);
+            }
         }
         Ok(removed.into_iter().map(|(_, s)| s).collect())
     }

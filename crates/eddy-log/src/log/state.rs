@@ -162,12 +162,7 @@ pub(crate) struct LogInner {
     pub(super) store_stats: Option<Arc<CommitStats>>,
 }
 
-pub(super) fn is_no_space(e: &io::Error) -> bool {
-    matches!(
-        e.kind(),
-        io::ErrorKind::StorageFull | io::ErrorKind::QuotaExceeded
-    )
-}
+pub(super) use crate::error::is_no_space;
 
 /// A handle on an open log. Cheap to clone; all clones share one writer.
 #[derive(Clone)]

@@ -104,8 +104,9 @@ pub struct RecoveryReport {
 
 /// Called by the writer around acknowledgements, so an upper layer can act in log order on
 /// the writer thread: the partition persists its offset frontier in `before_ack`; the metadata
-/// store hands durable operations to its applier there and forgets refused ones in
-/// `on_refused`.
+/// store hands durable operations to its applier in `after_publish` (the applier's answer is
+/// the operation's acknowledgement, so the operation must be readable by then) and forgets
+/// refused ones in `on_refused`.
 pub trait CommitHook: Send + Sync + fmt::Debug {
     /// Records up to (not including) `end_seq` are durable (written, for background durability)
     /// and about to be acknowledged. An error fail-stops the log.

@@ -9,9 +9,10 @@ use std::sync::atomic::Ordering;
 use std::sync::Arc;
 
 use crate::cache::{next_owner_id, SealedSegment};
-use crate::error::LogError;
+use crate::error::{IoOp, LogError};
 use crate::format::{
-    IndexEntry, IndexKind, INDEX_ENTRY_LEN, INDEX_HEADER_LEN, RECORD_HEADER_LEN, SEGMENT_HEADER_LEN,
+    parse_file_name, IndexEntry, IndexKind, INDEX_ENTRY_LEN, INDEX_HEADER_LEN, RECORD_HEADER_LEN,
+    SEGMENT_HEADER_LEN,
 };
 use crate::pool::Job;
 use crate::sync::{lock, read_lock};
@@ -483,11 +484,21 @@ impl LogInner {
         if writer.active.synced_len == writer.active.len {
             return Ok(());
         }
-        writer
-            .active
-            .file
-            .sync()
-            .map_err(|e| WriteFailure::Fatal(Arc::new(e)))?;
+        if let Err(e) = writer.active.file.sync() {
+            // With fsync durability nothing past the last good sync was acknowledged: cut it
+            // off, so that a restart does not bring back records whose writers were told they
+            // failed (an unacknowledged metadata operation, a purge or a delete, must not take
+            // effect later). Best effort: the log fail-stops either way.
+            if matches!(self.config.durability, Durability::Fsync) {
+                match writer.active.file.truncate(writer.active.synced_len) {
+                    Ok(()) => writer.active.len = writer.active.synced_len,
+                    Err(e2) => {
+                        tracing::warn!(dir = %self.dir.display(), error = %e2, "cannot cut the unsynced tail after a failed fdatasync; a restart may find records that were refused");
+                    }
+                }
+            }
+            return Err(WriteFailure::Fatal(Arc::new(e)));
+        }
         self.counters.fsyncs.fetch_add(1, Ordering::Relaxed);
         self.pool.stats.add_fsync();
         if let Some(stats) = &self.store_stats {
@@ -584,7 +595,23 @@ impl LogInner {
             .collect();
         for (owner, seg_base) in &old {
             self.cache.remove((*owner, *seg_base));
-            remove_segment_files(&*self.backend, &self.dir, *seg_base).map_err(fatal)?;
+        }
+        // Every segment in the directory, not only the view's: one a failed retention run
+        // left behind must not come back after the purge.
+        let listing = self
+            .backend
+            .list(&self.dir)
+            .map_err(|e| fatal(LogError::io(IoOp::List, &self.dir, e)))?;
+        let mut bases: Vec<u64> = listing
+            .iter()
+            .filter(|e| !e.is_dir)
+            .filter_map(|e| parse_file_name(&e.name).map(|(base, _)| base))
+            .chain(old.iter().map(|(_, base)| *base))
+            .collect();
+        bases.sort_unstable();
+        bases.dedup();
+        for seg_base in bases {
+            remove_segment_files(&*self.backend, &self.dir, seg_base).map_err(fatal)?;
         }
         let (file, index_file) = match create_segment(&*self.backend, &self.dir, base) {
             Ok(pair) => pair,

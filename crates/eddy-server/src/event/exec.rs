@@ -50,7 +50,19 @@ pub(super) fn detail(e: &EventStoreError) -> String {
         _ => {
             let reference = FAILURE_REFERENCE.fetch_add(1, Ordering::Relaxed);
             tracing::error!(reference, error = %error_chain(e), "event store failure");
-            format!("internal storage error (server log reference {reference})")
+            let what = match e {
+                EventStoreError::Log(LogError::NoSpace { .. }) => {
+                    "no space left on the server's storage"
+                }
+                EventStoreError::Log(LogError::LogFailed { .. }) => {
+                    "the shard's storage failed; it refuses writes until the server restarts"
+                }
+                EventStoreError::IndexBacklog { .. } => {
+                    "the shard's index cannot be written to storage; it refuses writes until it can"
+                }
+                _ => "internal storage error",
+            };
+            format!("{what} (server log reference {reference})")
         }
     }
 }
@@ -632,5 +644,37 @@ mod tests {
         assert!(delete_error(&empty, p)
             .message()
             .contains("at least one delete"));
+    }
+
+    #[test]
+    fn storage_failures_say_what_kind_without_paths() {
+        let p = Placement::new(1, RoutingRule::AggregateId, false);
+        let os = || std::io::Error::from_raw_os_error(28);
+        let full = EventStoreError::Log(LogError::NoSpace {
+            path: "events/shard-000".into(),
+            source: Arc::new(os()),
+        });
+        let backlog = EventStoreError::IndexBacklog {
+            shard: 0,
+            source: Arc::new(EventStoreError::Log(LogError::io(
+                eddy_log::IoOp::Open,
+                "events/index-000/run-1.eix.tmp",
+                os(),
+            ))),
+        };
+        for (e, says) in [
+            (full, "no space left"),
+            (backlog, "index cannot be written"),
+        ] {
+            let answer = write_error(&e, p);
+            assert_eq!(answer.code(), ErrorCode::WriteFsyncError);
+            let text = answer.message();
+            assert!(text.contains(says), "{text}");
+            assert!(text.contains("server log reference"), "{text}");
+            assert!(
+                !text.contains("events/"),
+                "no path reaches the client: {text}"
+            );
+        }
     }
 }

@@ -37,7 +37,9 @@ use std::time::Duration;
 use eddy_event_store::{
     EventStore, EventStoreConfig, EventStoreError, EventStoreRecovery, Placement, Refusal,
 };
-use eddy_log::{write_atomic, Cache, CommitPool, FsBackend, IoOp, LogError};
+use eddy_log::{
+    write_atomic, Cache, CommitPool, FsBackend, IoOp, LogError, OpenMode, StorageBackend,
+};
 use eddy_wire::event::{Dictionary, DictionaryError, FrameLimits, RequestType};
 
 use crate::config::ServerConfig;
@@ -111,35 +113,61 @@ pub enum EventSetupError {
 }
 
 /// Loads the cluster dictionary from `path`; on first boot (no file) writes the built-in one
-/// there first, so the dictionary a data directory was created with never changes under it.
+/// there first, atomically and durably (temp file, fdatasync, rename, fsync of the data
+/// directory), so the dictionary a data directory was created with never changes under it.
 pub fn load_dictionary(path: &Path, level: i32) -> Result<Dictionary, EventSetupError> {
     let io = |source| EventSetupError::DictionaryIo {
         path: path.to_path_buf(),
         source,
     };
-    let bytes = match std::fs::read(path) {
-        Ok(bytes) => bytes,
+    let (Some(dir), Some(name)) = (path.parent(), path.file_name().and_then(|n| n.to_str())) else {
+        return Err(io(std::io::ErrorKind::InvalidInput.into()));
+    };
+    let dir = if dir.as_os_str().is_empty() {
+        Path::new(".")
+    } else {
+        dir
+    };
+    let fs = FsBackend::new(dir).map_err(io)?;
+    load_dictionary_from(&fs, name, path, level)
+}
+
+/// [`load_dictionary`] on any storage backend: the file `name` in the backend's root (errors
+/// name it `shown`).
+pub fn load_dictionary_from(
+    backend: &dyn StorageBackend,
+    name: &str,
+    shown: &Path,
+    level: i32,
+) -> Result<Dictionary, EventSetupError> {
+    let io = |source| EventSetupError::DictionaryIo {
+        path: shown.to_path_buf(),
+        source,
+    };
+    let bytes = match backend.open(Path::new(name), OpenMode::Existing) {
+        Ok(file) => {
+            let len = file.len().map_err(io)?;
+            let len =
+                usize::try_from(len).map_err(|_| io(std::io::ErrorKind::InvalidData.into()))?;
+            let mut bytes = vec![0u8; len];
+            file.read_at(0, &mut bytes).map_err(io)?;
+            bytes
+        }
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
             let bytes = eddy_wire::event::BUILTIN_DICTIONARY_BYTES.to_vec();
-            let (Some(dir), Some(name)) =
-                (path.parent(), path.file_name().and_then(|n| n.to_str()))
-            else {
-                return Err(io(std::io::ErrorKind::InvalidInput.into()));
-            };
-            let written = FsBackend::new(dir)
-                .map_err(|e| LogError::io(IoOp::Open, dir, e))
-                .and_then(|fs| write_atomic(&fs, Path::new(""), name, &bytes));
-            written.map_err(|source| EventSetupError::DictionaryWrite {
-                path: path.to_path_buf(),
-                source,
+            write_atomic(backend, Path::new(""), name, &bytes).map_err(|source| {
+                EventSetupError::DictionaryWrite {
+                    path: shown.to_path_buf(),
+                    source,
+                }
             })?;
-            tracing::info!(path = %path.display(), "wrote the built-in zstd dictionary");
+            tracing::info!(path = %shown.display(), "wrote the built-in zstd dictionary");
             bytes
         }
         Err(e) => return Err(io(e)),
     };
     Dictionary::from_bytes(bytes, level).map_err(|source| EventSetupError::DictionaryInvalid {
-        path: path.to_path_buf(),
+        path: shown.to_path_buf(),
         source,
     })
 }
@@ -258,6 +286,24 @@ pub async fn serve_connection(socket: Conn, ctx: ConnectionContext) {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn the_dictionary_written_on_first_boot_survives_a_crash() {
+        let disk = eddy_log::MemBackend::new();
+        let name = "dictionary.zstd_dict";
+        let shown = Path::new("data").join(name);
+        let first = load_dictionary_from(&disk, name, &shown, 3).unwrap();
+        // Power cut right after the first boot wrote it: the file (its bytes and its entry in
+        // the data directory) is still there, so the next boot loads it rather than writing
+        // whatever built-in dictionary that build has.
+        disk.crash();
+        assert_eq!(
+            disk.read_file(Path::new(name)).as_deref(),
+            Some(eddy_wire::event::BUILTIN_DICTIONARY_BYTES)
+        );
+        let again = load_dictionary_from(&disk.clone(), name, &shown, 3).unwrap();
+        assert_eq!(again.bytes(), first.bytes());
+    }
 
     #[test]
     fn metric_names_cover_every_request_type_once() {

@@ -276,7 +276,9 @@ async fn run(
             }
             Err(e) => {
                 if e.is_server_fault() {
-                    tracing::warn!(error = %e, code = e.code().code(), "request failed");
+                    // The whole chain: a storage failure names its file and the OS error.
+                    let error = crate::error_chain(&e);
+                    tracing::warn!(%error, code = e.code().code(), "request failed");
                 } else {
                     tracing::debug!(error = %e, code = e.code().code(), "request refused");
                 }

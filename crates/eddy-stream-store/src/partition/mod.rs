@@ -21,6 +21,10 @@
 //! Purge empties a partition and restarts offsets at 0 (stream protocol 7.4); its crash safety
 //! comes from the purge generation recorded in the metadata before the purge and in the
 //! partition state file after it: a partition whose generation lags is purged again at open.
+//! A purge that fails part-way (no space for the fresh segment or the state file, an I/O
+//! error) fail-stops the partition: appends and polls are refused with
+//! [`StreamStoreError::PurgeUnfinished`] until a purge completes, since the open that finishes
+//! it would delete whatever was accepted in between.
 //!
 //! Files in a partition directory: the log's segments and indexes, and `state` (48 bytes):
 //!
@@ -36,19 +40,24 @@
 mod state_file;
 mod types;
 
+#[cfg(test)]
+mod tests;
+
 use std::fmt;
 use std::io;
 use std::path::{Path, PathBuf};
-use std::sync::atomic::AtomicU64;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 
 use bytes::Bytes;
 use eddy_log::{
-    lock, Cache, CommitHook, CommitPool, CommitStats, Completion, Corruption, Durability, IoOp,
-    Log, OpenMode, OpenOptions, RecoveryReport, SegmentSummary, StorageBackend,
+    create_dir_durable, lock, Cache, CommitHook, CommitPool, CommitStats, Completion, Corruption,
+    Durability, IoOp, Log, OpenMode, OpenOptions, RecoveryReport, SegmentSummary, StorageBackend,
 };
 
 use crate::error::{Result, StreamStoreError};
+#[cfg(test)]
+use state_file::encode_state;
 use state_file::{decode_state, StateFile, StateRecord, STATE_LEN};
 
 pub use state_file::STATE_FILE;
@@ -68,6 +77,11 @@ pub struct Partition {
     /// Serialises appends with purge (a purge must finish, state file included, before any
     /// append after it is acknowledged).
     admission: Mutex<()>,
+    /// Set (under `admission`) while a purge is unfinished: from its start until its log purge
+    /// and its state file are both done. A failed purge leaves it set, and the partition
+    /// refuses appends and polls until a later purge completes: the metadata already records
+    /// the purge, so the restart would finish it and delete whatever was accepted meanwhile.
+    purge_unfinished: AtomicBool,
 }
 
 impl fmt::Debug for Partition {
@@ -114,9 +128,8 @@ impl Partition {
             generation,
             stats,
         } = open;
-        backend
-            .create_dir_all(&dir)
-            .map_err(|e| StreamStoreError::io(IoOp::CreateDir, &dir, e))?;
+        // Durably: an acknowledged partition survives a crash with its directory.
+        create_dir_durable(&*backend, &dir)?;
         let state_path = dir.join(STATE_FILE);
         let on_disk = match backend.open(&state_path, OpenMode::Existing) {
             Ok(file) => {
@@ -219,6 +232,7 @@ impl Partition {
                 log,
                 state,
                 admission: Mutex::new(()),
+                purge_unfinished: AtomicBool::new(false),
             },
             report,
         ))
@@ -226,6 +240,23 @@ impl Partition {
 
     fn admission(&self) -> MutexGuard<'_, ()> {
         lock(&self.admission)
+    }
+
+    /// Refuses while a purge is unfinished (see [`StreamStoreError::PurgeUnfinished`]).
+    fn check_not_stopped(&self) -> Result<()> {
+        if self.purge_unfinished.load(Ordering::Acquire) {
+            return Err(StreamStoreError::PurgeUnfinished {
+                stream_id: self.addr.stream_id,
+                topic_id: self.addr.topic_id,
+                partition_id: self.addr.partition_id,
+            });
+        }
+        Ok(())
+    }
+
+    /// True while the partition refuses appends and polls because its last purge failed.
+    pub fn purge_unfinished(&self) -> bool {
+        self.purge_unfinished.load(Ordering::Acquire)
     }
 
     /// Where the partition sits.
@@ -254,6 +285,7 @@ impl Partition {
         let count = batch.message_count();
         let partition_id = self.addr.partition_id;
         let _guard = self.admission();
+        self.check_not_stopped()?;
         let reservation = self.log.reserve(count, 0, now_us)?;
         let assigned = reservation.assigned();
         let bytes = batch.stamp(&Stamp {
@@ -278,6 +310,7 @@ impl Partition {
         bytes: Bytes,
     ) -> Result<AppendTicket> {
         let _guard = self.admission();
+        self.check_not_stopped()?;
         let inner = self
             .log
             .append_assigned(base_offset, timestamp, message_count, 0, bytes)?;
@@ -303,6 +336,7 @@ impl Partition {
     /// Reads batches covering offsets `start..start + count` (clamped to what is retained and
     /// acknowledged), stopping early past `max_bytes`.
     pub fn read(&self, start: u64, count: u64, max_bytes: u64) -> Result<Vec<StoredBatch>> {
+        self.check_not_stopped()?;
         Ok(self
             .log
             .read(start, count, max_bytes)?
@@ -326,6 +360,7 @@ impl Partition {
         stored_offset: Option<u64>,
         max_bytes: u64,
     ) -> Result<Polled> {
+        self.check_not_stopped()?;
         let stats = self.stats();
         let partition_id = self.addr.partition_id;
         if stats.messages == 0 || count == 0 {
@@ -396,15 +431,22 @@ impl Partition {
     }
 
     /// Empties the partition and restarts offsets at 0, recording purge generation
-    /// `generation`. Appends wait until it is done.
+    /// `generation`. Appends wait until it is done. If it fails (a full disk while creating
+    /// the fresh segment or replacing the state file, an I/O error), the partition is
+    /// fail-stopped: appends and polls are refused with
+    /// [`StreamStoreError::PurgeUnfinished`] until a purge succeeds (the caller retries it with
+    /// a new generation, or the next open finishes it), so nothing is acknowledged that
+    /// finishing the purge would delete.
     pub fn purge(&self, generation: u64) -> Result<()> {
         let _guard = self.admission();
+        self.purge_unfinished.store(true, Ordering::Release);
         self.log.purge(0).wait()?;
         self.state.write(StateRecord {
             uid: self.state.uid,
             generation,
             frontier: 0,
         })?;
+        self.purge_unfinished.store(false, Ordering::Release);
         Ok(())
     }
 

@@ -3,7 +3,7 @@
 //! reopens on the crash-simulating backend, checked against a `BTreeMap` model.
 
 use super::*;
-use eddy_log::{LogConfig, MemBackend, VerifyOnOpen};
+use eddy_log::{Errno, FsCall, LogConfig, LogError, MemBackend, VerifyOnOpen};
 use proptest::prelude::*;
 use std::collections::BTreeMap;
 
@@ -75,6 +75,7 @@ impl Env {
                 dir: PathBuf::from("partitions/77"),
                 config: self.config,
                 generation: self.generation,
+                stats: None,
             },
         )
     }
@@ -280,6 +281,116 @@ fn purge_restarts_offsets_and_survives_crash_midway() {
     );
 }
 
+/// Where a purge runs out of space: creating the log's fresh segment, or replacing the state
+/// file after the log was purged.
+#[derive(Debug, Clone, Copy)]
+enum PurgeFault {
+    SegmentCreate,
+    StateWrite,
+}
+
+impl PurgeFault {
+    const ALL: [PurgeFault; 2] = [PurgeFault::SegmentCreate, PurgeFault::StateWrite];
+
+    fn inject(self, mem: &MemBackend) {
+        mem.inject_faults(move |call, path| {
+            let hit = match self {
+                PurgeFault::SegmentCreate => {
+                    call == FsCall::Create && path.extension().is_some_and(|e| e == "log")
+                }
+                PurgeFault::StateWrite => call == FsCall::Append && path.ends_with("state.tmp"),
+            };
+            hit.then(|| Errno::NoSpace.error())
+        });
+    }
+}
+
+#[test]
+fn a_failed_purge_fail_stops_the_partition_so_nothing_acknowledged_is_purged_later() {
+    for fault in PurgeFault::ALL {
+        let mut env = Env::new(small_log());
+        let (p, _) = env.open().unwrap();
+        for _ in 0..6 {
+            p.append(fake(2, vec![1; 30]), 5).unwrap().wait().unwrap();
+        }
+        // The metadata records purge generation 1, then the partition performs it.
+        env.generation = 1;
+        fault.inject(&env.mem);
+        assert!(p.purge(1).is_err(), "{fault:?}");
+        env.mem.clear_faults();
+        // Space is back, but the purge is unfinished: a write accepted now would be
+        // acknowledged, then deleted by the restart that finishes the purge.
+        let attempt = p
+            .append(fake(1, vec![2; 10]), 6)
+            .and_then(AppendTicket::wait);
+        let polled = p.poll(PollStrategy::First, 10, None, u64::MAX);
+        // The restart finishes the purge; whatever was acknowledged must be there.
+        drop(p);
+        let (p, _) = env.open().unwrap();
+        assert_eq!(p.generation(), 1);
+        if let Ok(acked) = &attempt {
+            assert!(
+                !p.read(acked.base_offset, 1, u64::MAX).unwrap().is_empty(),
+                "{fault:?}: the batch acknowledged at {} was purged by the restart",
+                acked.base_offset
+            );
+        }
+        assert!(
+            matches!(attempt, Err(StreamStoreError::PurgeUnfinished { .. })),
+            "{fault:?}: {attempt:?}"
+        );
+        assert!(
+            matches!(polled, Err(StreamStoreError::PurgeUnfinished { .. })),
+            "{fault:?}: {polled:?}"
+        );
+        assert_eq!(p.stats().messages, 0);
+        assert_eq!(
+            p.append(fake(1, vec![3]), 7)
+                .unwrap()
+                .wait()
+                .unwrap()
+                .base_offset,
+            0
+        );
+    }
+}
+
+#[test]
+fn a_purge_retried_after_a_failure_reopens_the_partition() {
+    for fault in PurgeFault::ALL {
+        let mut env = Env::new(small_log());
+        let (p, _) = env.open().unwrap();
+        for _ in 0..6 {
+            p.append(fake(2, vec![1; 30]), 5).unwrap().wait().unwrap();
+        }
+        env.generation = 1;
+        fault.inject(&env.mem);
+        let err = p.purge(1).unwrap_err();
+        assert!(
+            matches!(err, StreamStoreError::Log(LogError::NoSpace { .. })),
+            "{fault:?}: {err:?}"
+        );
+        // Still full: the retry fails too and the partition stays stopped.
+        env.generation = 2;
+        assert!(p.purge(2).is_err());
+        assert!(p.append(fake(1, vec![2]), 6).is_err());
+        env.mem.clear_faults();
+        env.generation = 3;
+        p.purge(3).unwrap();
+        assert_eq!(p.generation(), 3);
+        let a = p.append(fake(2, vec![4; 10]), 8).unwrap().wait().unwrap();
+        assert_eq!(a.base_offset, 0);
+        env.mem.crash();
+        drop(p);
+        let (p, _) = env.open().unwrap();
+        assert_eq!(
+            p.stats().messages,
+            2,
+            "{fault:?}: the acknowledged batch survives"
+        );
+    }
+}
+
 #[test]
 fn background_durability_never_reuses_offsets_after_a_crash() {
     let env = Env::new(LogConfig {
@@ -331,7 +442,7 @@ fn append_stamped_checks_the_offset() {
     assert_eq!(t.wait().unwrap().base_offset, 0);
     assert!(matches!(
         p.append_stamped(5, 10, 1, Bytes::new()),
-        Err(StreamStoreError::OutOfOrder { .. })
+        Err(StreamStoreError::Log(eddy_log::LogError::OutOfOrder { .. }))
     ));
 }
 
@@ -732,7 +843,7 @@ fn run_model(ops: Vec<Op>, verify: VerifyOnOpen) {
                         model.next = ack.base_offset + u64::from(count);
                         model.now = model.now.max(ack.timestamp);
                     }
-                    Err(StreamStoreError::NoSpace { .. }) => {}
+                    Err(StreamStoreError::Log(eddy_log::LogError::NoSpace { .. })) => {}
                     Err(other) => panic!("unexpected {other:?}"),
                 }
             }

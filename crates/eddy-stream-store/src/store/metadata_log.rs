@@ -82,15 +82,23 @@ impl fmt::Debug for MetaShared {
     }
 }
 
-/// The metadata log's hook: durable operations go to the applier in log order; refused ones are
-/// answered with the refusal.
+/// The metadata log's hook: durable operations go to the applier in log order once readers of
+/// the log can see them; refused ones are answered with the refusal.
 #[derive(Debug)]
 pub(super) struct MetaHook {
     pub(super) shared: Arc<MetaShared>,
 }
 
 impl CommitHook for MetaHook {
-    fn before_ack(&self, end_seq: u64) -> io::Result<()> {
+    fn before_ack(&self, _end_seq: u64) -> io::Result<()> {
+        Ok(())
+    }
+
+    /// Hands the operations below `end_seq` to the applier. Not in `before_ack`: the applier
+    /// acknowledges an operation as soon as it is applied, and an acknowledged operation must
+    /// already be in the log's read view (its bounds, `Log::read`), which the writer publishes
+    /// between the two calls.
+    fn after_publish(&self, end_seq: u64) {
         let durable: Vec<(u64, InFlight)> = {
             let mut inflight = lock(&self.shared.inflight);
             let rest = inflight.split_off(&end_seq);
@@ -109,7 +117,6 @@ impl CommitHook for MetaHook {
                 None => done.complete(Err(LogError::Shutdown.into())),
             }
         }
-        Ok(())
     }
 
     fn on_refused(&self, next_seq: u64, error: &dyn Fn() -> LogError) {
@@ -135,8 +142,13 @@ pub(super) fn applier(
             let mut durable = write_lock(&meta.durable);
             match durable.apply(&op) {
                 // Effects run before readers see the new state, so a topic is never visible
-                // without its partitions.
-                Ok(effects) => effects.iter().try_for_each(|e| registry.perform(e)),
+                // without its partitions. Every effect is attempted even after one failed: a
+                // partition whose purge was never attempted would keep accepting writes that
+                // the restart's purge deletes.
+                Ok(effects) => effects
+                    .iter()
+                    .map(|e| registry.perform(e))
+                    .fold(Ok(()), Result::and),
                 Err(e) => {
                     // The pending state accepted it: the two disagree, which is a bug.
                     tracing::error!(seq, error = %e, "durable apply refused an accepted operation");

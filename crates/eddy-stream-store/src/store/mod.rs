@@ -55,12 +55,13 @@ use std::collections::BTreeMap;
 use std::fmt;
 use std::path::{Path, PathBuf};
 use std::sync::mpsc;
-use std::sync::{Arc, RwLock};
+use std::sync::{Arc, Mutex, RwLock};
 use std::thread::JoinHandle;
 
 use eddy_log::{
-    lock, read_lock, write_lock, Cache, CommitPool, CommitStats, CommitStatsSnapshot, Completion,
-    Corruption, Durability, IoOp, Log, OpenOptions, RecoveryReport, StorageBackend,
+    create_dir_durable, lock, read_lock, write_lock, Cache, CommitPool, CommitStats,
+    CommitStatsSnapshot, Completion, Corruption, Durability, IoOp, Log, OpenOptions,
+    RecoveryReport, StorageBackend,
 };
 
 use crate::error::{Result, StreamStoreError};
@@ -105,7 +106,8 @@ pub struct StreamStore {
     stats: Arc<CommitStats>,
     registry: Arc<Registry>,
     meta: Arc<MetaShared>,
-    applier: Option<JoinHandle<()>>,
+    /// `None` once the store is shut down.
+    applier: Mutex<Option<JoinHandle<()>>>,
 }
 
 impl fmt::Debug for StreamStore {
@@ -144,9 +146,7 @@ impl StreamStore {
         let mut recovery = StreamStoreRecovery::default();
 
         // Metadata: snapshot, then log replay.
-        backend
-            .create_dir_all(Path::new(METADATA_DIR))
-            .map_err(|e| StreamStoreError::io(IoOp::CreateDir, METADATA_DIR, e))?;
+        create_dir_durable(&*backend, Path::new(METADATA_DIR))?;
         let (snapshot_next, mut state) =
             read_snapshot(&*backend)?.unwrap_or((0, MetadataState::default()));
         let meta = Arc::new(MetaShared::new());
@@ -223,9 +223,7 @@ impl StreamStore {
             config,
             partitions: RwLock::new(BTreeMap::new()),
         });
-        backend
-            .create_dir_all(Path::new(PARTITIONS_DIR))
-            .map_err(|e| StreamStoreError::io(IoOp::CreateDir, PARTITIONS_DIR, e))?;
+        create_dir_durable(&*backend, Path::new(PARTITIONS_DIR))?;
         let known: std::collections::BTreeSet<String> = state
             .partitions()
             .map(|(_, p, _)| format!("{:020}", p.uid))
@@ -279,7 +277,7 @@ impl StreamStore {
                 stats,
                 registry,
                 meta,
-                applier: Some(applier),
+                applier: Mutex::new(Some(applier)),
             },
             recovery,
         ))
@@ -408,11 +406,19 @@ impl StreamStore {
     }
 
     /// Flushes everything and stops the store (dropping it does the same, ignoring errors).
-    pub fn close(mut self) -> Result<()> {
+    pub fn close(self) -> Result<()> {
         self.shutdown()
     }
 
-    fn shutdown(&mut self) -> Result<()> {
+    /// [`StreamStore::close`] through a shared handle: flushes everything and stops the store
+    /// even while other handles are alive (a connection that outlived the server's drain).
+    /// From then on every commit and append is refused with
+    /// [`LogError::Shutdown`](eddy_log::LogError::Shutdown); reads keep working. Calling it
+    /// again does nothing.
+    pub fn shutdown(&self) -> Result<()> {
+        let Some(applier) = lock(&self.applier).take() else {
+            return Ok(());
+        };
         let mut first_error = None;
         if let Some(log) = self.meta.log.get() {
             if let Err(e) = log.close() {
@@ -420,9 +426,7 @@ impl StreamStore {
             }
         }
         lock(&self.meta.jobs).take();
-        if let Some(handle) = self.applier.take() {
-            let _ = handle.join();
-        }
+        let _ = applier.join();
         let partitions: Vec<Arc<Partition>> = read_lock(&self.registry.partitions)
             .values()
             .cloned()
@@ -438,10 +442,8 @@ impl StreamStore {
 
 impl Drop for StreamStore {
     fn drop(&mut self) {
-        if self.applier.is_some() {
-            if let Err(e) = self.shutdown() {
-                tracing::warn!(error = %e, "store shutdown error");
-            }
+        if let Err(e) = self.shutdown() {
+            tracing::warn!(error = %e, "store shutdown error");
         }
     }
 }

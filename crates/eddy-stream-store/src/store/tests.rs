@@ -2,11 +2,11 @@ use std::path::Path;
 use std::sync::Arc;
 
 use bytes::Bytes;
-use eddy_log::{LogError, MemBackend, StorageBackend};
+use eddy_log::{Errno, FsCall, LogError, MemBackend, StorageBackend};
 
 use super::*;
 use crate::metadata::{MetadataOp, TopicConfig};
-use crate::partition::{Appended, StampWith};
+use crate::partition::{AppendTicket, Appended, StampWith};
 
 fn config() -> StreamStoreConfig {
     StreamStoreConfig {
@@ -134,6 +134,68 @@ fn metadata_and_messages_survive_reopen_and_crash() {
 }
 
 #[test]
+fn a_created_partition_survives_a_crash_after_the_ack() {
+    let mem = MemBackend::new();
+    let (store, _) = open(&mem, config());
+    create_stream_topic(&store, 2, 1 << 20);
+    let acked = store
+        .append(addr(1), batch(2, 5), 10)
+        .unwrap()
+        .wait()
+        .unwrap();
+    // Power cut with the store running: only synced bytes and synced directory entries stay.
+    mem.crash();
+    drop(store);
+    let (store, recovery) = open(&mem, config());
+    assert_eq!(recovery.partitions.len(), 2);
+    assert!(store.read_metadata(|s| s.topic(0, 0).is_some()));
+    let polled = store
+        .poll(addr(1), None, PollStrategy::First, 10, u64::MAX)
+        .unwrap();
+    assert_eq!(polled.batches.len(), 1, "the acknowledged batch survives");
+    assert_eq!(polled.batches[0].base_offset, acked.base_offset);
+}
+
+#[test]
+fn shutdown_through_a_shared_handle_stops_every_write() {
+    let mem = MemBackend::new();
+    let (store, _) = open(&mem, config());
+    create_stream_topic(&store, 1, 1 << 20);
+    store
+        .append(addr(0), batch(1, 1), 0)
+        .unwrap()
+        .wait()
+        .unwrap();
+    let store = Arc::new(store);
+    let other = Arc::clone(&store);
+    store.shutdown().unwrap();
+    let refused = other.append(addr(0), batch(1, 2), 0);
+    assert!(
+        matches!(refused, Err(StreamStoreError::Log(LogError::Shutdown))),
+        "{refused:?}"
+    );
+    let refused = meta(
+        &other,
+        MetadataOp::CreateStream {
+            id: 1,
+            name: "late".into(),
+            created_at: 9,
+            options: vec![],
+        },
+    );
+    assert!(
+        matches!(refused, Err(StreamStoreError::Log(LogError::Shutdown))),
+        "{refused:?}"
+    );
+    // Reads still work; a second shutdown does nothing.
+    assert_eq!(other.partition(addr(0)).unwrap().stats().messages, 1);
+    other.shutdown().unwrap();
+    drop((store, other));
+    let (store, _) = open(&mem, config());
+    assert_eq!(store.partition(addr(0)).unwrap().stats().messages, 1);
+}
+
+#[test]
 fn validation_failures_write_nothing() {
     let mem = MemBackend::new();
     let (store, _) = open(&mem, config());
@@ -164,6 +226,35 @@ fn validation_failures_write_nothing() {
             ..
         })
     ));
+}
+
+#[test]
+fn an_acknowledged_metadata_operation_is_visible_in_the_metadata_log() {
+    let mem = MemBackend::new();
+    let (store, _) = open(&mem, config());
+    create_stream_topic(&store, 1, 1 << 20);
+    for offset in 0..2_000u64 {
+        let Applied::Metadata { seq } = meta(
+            &store,
+            MetadataOp::StoreConsumerOffset {
+                addr: addr(0),
+                consumer: ConsumerKey::Consumer(1),
+                offset,
+                forward_only: false,
+            },
+        )
+        .unwrap() else {
+            panic!("a metadata operation answers with its sequence number");
+        };
+        // A reader that follows the acknowledgement sees the operation in the log.
+        let bounds = store.meta_log().bounds();
+        assert!(
+            bounds.next > seq,
+            "op {seq} acknowledged, log ends at {bounds:?}"
+        );
+        let records = store.meta_log().read(seq, 1, u64::MAX).unwrap();
+        assert_eq!(records.first().map(|r| r.meta.seq), Some(seq));
+    }
 }
 
 #[test]
@@ -251,6 +342,150 @@ fn purge_topic_restarts_offsets_and_clears_consumer_offsets() {
     drop(store);
     let (store, _) = open(&mem, config());
     assert_eq!(store.partition(addr(0)).unwrap().stats().messages, 1);
+}
+
+#[test]
+fn a_purge_that_runs_out_of_space_stops_the_partition_until_it_is_retried() {
+    let mem = MemBackend::new();
+    let (store, _) = open(&mem, config());
+    create_stream_topic(&store, 2, 1 << 20);
+    for p in 0..2 {
+        store
+            .append(addr(p), batch(2, 1), 0)
+            .unwrap()
+            .wait()
+            .unwrap();
+    }
+    let purge = || {
+        meta(
+            &store,
+            MetadataOp::PurgeTopic {
+                stream_id: 0,
+                topic_id: 0,
+            },
+        )
+    };
+    // Only partition 0's fresh segment cannot be created.
+    let uid0 = store.read_metadata(|s| s.partition(addr(0)).unwrap().uid);
+    let dir0 = Path::new(PARTITIONS_DIR).join(format!("{uid0:020}"));
+    mem.inject_faults(move |call, path| {
+        let segment = path.extension().is_some_and(|e| e == "log");
+        (call == FsCall::Create && path.starts_with(&dir0) && segment)
+            .then(|| Errno::NoSpace.error())
+    });
+    assert!(purge().is_err());
+    mem.clear_faults();
+    // Partition 1 was purged all the same and takes writes; partition 0 refuses them until
+    // its purge is done.
+    let ack = store
+        .append(addr(1), batch(1, 2), 0)
+        .unwrap()
+        .wait()
+        .unwrap();
+    assert_eq!(
+        ack.base_offset, 0,
+        "the other partition's purge was performed"
+    );
+    let refused = store
+        .append(addr(0), batch(1, 2), 0)
+        .and_then(AppendTicket::wait);
+    assert!(
+        matches!(
+            refused,
+            Err(StreamStoreError::PurgeUnfinished {
+                partition_id: 0,
+                ..
+            })
+        ),
+        "{refused:?}"
+    );
+    purge().unwrap();
+    for p in 0..2 {
+        let ack = store
+            .append(addr(p), batch(1, 3), 0)
+            .unwrap()
+            .wait()
+            .unwrap();
+        assert_eq!(ack.base_offset, 0);
+    }
+    mem.crash();
+    drop(store);
+    let (store, _) = open(&mem, config());
+    for p in 0..2 {
+        assert_eq!(store.partition(addr(p)).unwrap().stats().messages, 1);
+    }
+}
+
+#[test]
+fn a_purge_whose_fdatasync_failed_never_takes_effect() {
+    let mem = MemBackend::new();
+    let (store, _) = open(&mem, config());
+    create_stream_topic(&store, 1, 1 << 20);
+    store
+        .append(addr(0), batch(2, 1), 0)
+        .unwrap()
+        .wait()
+        .unwrap();
+    mem.inject_faults(|call, path| {
+        (call == FsCall::Sync && path.starts_with(METADATA_DIR)).then(|| Errno::Io.error())
+    });
+    let purge = meta(
+        &store,
+        MetadataOp::PurgeTopic {
+            stream_id: 0,
+            topic_id: 0,
+        },
+    );
+    assert!(purge.is_err(), "{purge:?}");
+    mem.clear_faults();
+    // The purge failed: the partition keeps its batches and takes more.
+    store
+        .append(addr(0), batch(1, 2), 0)
+        .unwrap()
+        .wait()
+        .unwrap();
+    drop(store);
+    let (store, _) = open(&mem, config());
+    assert_eq!(
+        store.partition(addr(0)).unwrap().stats().messages,
+        3,
+        "a purge its client saw fail must not take effect at the restart"
+    );
+}
+
+#[test]
+fn a_purge_cut_short_is_finished_by_the_restart() {
+    let mem = MemBackend::new();
+    let (store, _) = open(&mem, config());
+    create_stream_topic(&store, 1, 1 << 20);
+    store
+        .append(addr(0), batch(2, 1), 0)
+        .unwrap()
+        .wait()
+        .unwrap();
+    // The state file cannot be replaced: the log was purged, the partition's generation lags.
+    mem.inject_faults(|call, path| {
+        (call == FsCall::Append && path.ends_with("state.tmp")).then(|| Errno::Io.error())
+    });
+    assert!(meta(
+        &store,
+        MetadataOp::PurgeTopic {
+            stream_id: 0,
+            topic_id: 0,
+        },
+    )
+    .is_err());
+    mem.clear_faults();
+    assert!(store.append(addr(0), batch(1, 2), 0).is_err());
+    drop(store);
+    let (store, _) = open(&mem, config());
+    assert_eq!(store.partition(addr(0)).unwrap().stats().messages, 0);
+    let ack = store
+        .append(addr(0), batch(1, 3), 0)
+        .unwrap()
+        .wait()
+        .unwrap();
+    assert_eq!(ack.base_offset, 0);
 }
 
 #[test]
