@@ -560,3 +560,151 @@ async fn users() {
     assert_eq!(again.id, 1);
     assert_eq!(again.status, UserStatus::Inactive);
 }
+
+/// The bytes a batch of `msgs` occupies once stored: the 256-byte batch header and, per message,
+/// the 48-byte frame header, the payload and the user headers (stream protocol §4).
+fn stored_batch_bytes(msgs: &[IggyMessage]) -> u64 {
+    256 + msgs
+        .iter()
+        .map(|m| 48 + u64::from(m.header.payload_length) + u64::from(m.header.user_headers_length))
+        .sum::<u64>()
+}
+
+/// Sends `batches` batches of `per_batch` messages of `size` bytes (user headers on every
+/// message) to one partition; returns the stored bytes of one batch (all batches are alike).
+async fn fill(
+    client: &IggyClient,
+    (stream, topic, partition): (u32, u32, u32),
+    batches: usize,
+    per_batch: usize,
+    size: usize,
+) -> u64 {
+    let headers = std::collections::BTreeMap::from([(
+        HeaderKey::from_str("kind").unwrap(),
+        HeaderValue::from_str("stats").unwrap(),
+    )]);
+    let mut one = 0;
+    for b in 0..batches {
+        let mut msgs: Vec<IggyMessage> = (0..per_batch)
+            .map(|i| {
+                let mut payload = format!("{b:04}-{i:04}-").into_bytes();
+                payload.resize(size, b'x');
+                IggyMessage::builder()
+                    .payload(bytes::Bytes::from(payload))
+                    .user_headers(headers.clone())
+                    .build()
+                    .unwrap()
+            })
+            .collect();
+        one = stored_batch_bytes(&msgs);
+        client
+            .send_messages(
+                &id(stream),
+                &id(topic),
+                &Partitioning::partition_id(partition),
+                &mut msgs,
+            )
+            .await
+            .unwrap();
+    }
+    one
+}
+
+/// Every size and count figure of the stream protocol (GET_TOPIC and its partitions,
+/// GET_TOPICS, GET_STREAM, GET_STREAMS, GET_STATS) for stream 0 / topic 0, which must all agree.
+async fn figures(client: &IggyClient) -> (u64, u64) {
+    let topic = client.get_topic(&id(0), &id(0)).await.unwrap().unwrap();
+    let size = topic.size.as_bytes_u64();
+    let messages = topic.messages_count;
+    let partition_size: u64 = topic.partitions.iter().map(|p| p.size.as_bytes_u64()).sum();
+    let partition_messages: u64 = topic.partitions.iter().map(|p| p.messages_count).sum();
+    assert_eq!((partition_size, partition_messages), (size, messages));
+    let topics = client.get_topics(&id(0)).await.unwrap();
+    assert_eq!(
+        (topics[0].size.as_bytes_u64(), topics[0].messages_count),
+        (size, messages)
+    );
+    let stream = client.get_stream(&id(0)).await.unwrap().unwrap();
+    assert_eq!(
+        (stream.size.as_bytes_u64(), stream.messages_count),
+        (size, messages)
+    );
+    assert_eq!(
+        (
+            stream.topics[0].size.as_bytes_u64(),
+            stream.topics[0].messages_count
+        ),
+        (size, messages)
+    );
+    let streams = client.get_streams().await.unwrap();
+    assert_eq!(
+        (streams[0].size.as_bytes_u64(), streams[0].messages_count),
+        (size, messages)
+    );
+    let stats = client.get_stats().await.unwrap();
+    assert_eq!(
+        (
+            stats.messages_size_bytes.as_bytes_u64(),
+            stats.messages_count
+        ),
+        (size, messages)
+    );
+    (size, messages)
+}
+
+/// Issue 21: sizes are the stored message bytes, exactly: nothing after a purge, the sum of what
+/// was sent across a restart, and what is left after segments are deleted.
+#[tokio::test]
+async fn size_figures_are_exact_across_purge_restart_and_segment_deletion() {
+    let mut eddy = server();
+    let client = root(eddy.addrs().stream).await;
+    client.create_stream("s").await.unwrap();
+    client
+        .create_topic(
+            &id(0),
+            "t",
+            &TopicCreateOptions {
+                partitions_count: Some(2),
+                segment_size: Some(IggyByteSize::from(1024 * 1024u64)),
+                ..TopicCreateOptions::default()
+            },
+        )
+        .await
+        .unwrap();
+    assert_eq!(figures(&client).await, (0, 0), "a new topic is empty");
+
+    let batch = fill(&client, (0, 0, 0), 3, 10, 100).await;
+    assert_eq!(fill(&client, (0, 0, 1), 2, 10, 100).await, batch);
+    assert_eq!(figures(&client).await, (5 * batch, 50));
+
+    client.purge_topic(&id(0), &id(0)).await.unwrap();
+    assert_eq!(figures(&client).await, (0, 0), "a purged topic is empty");
+
+    fill(&client, (0, 0, 0), 3, 10, 100).await;
+    assert_eq!(figures(&client).await, (3 * batch, 30));
+    eddy.restart();
+    let client = root(eddy.addrs().stream).await;
+    assert_eq!(
+        figures(&client).await,
+        (3 * batch, 30),
+        "a restart changes nothing"
+    );
+    fill(&client, (0, 0, 0), 3, 10, 100).await;
+    assert_eq!(
+        figures(&client).await,
+        (6 * batch, 60),
+        "filled twice with a restart between: twice one fill"
+    );
+
+    // ~3 MiB into 1 MiB segments, then the oldest segment goes: what is left is whole batches.
+    client.purge_stream(&id(0)).await.unwrap();
+    let big = fill(&client, (0, 0, 1), 30, 100, 1000).await;
+    assert_eq!(figures(&client).await, (30 * big, 3000));
+    client.delete_segments(&id(0), &id(0), 1, 1).await.unwrap();
+    let (size, messages) = figures(&client).await;
+    assert!(messages < 3000 && messages % 100 == 0, "{messages}");
+    assert_eq!(size, messages / 100 * big);
+    eddy.restart();
+    let client = root(eddy.addrs().stream).await;
+    assert_eq!(figures(&client).await, (size, messages));
+}

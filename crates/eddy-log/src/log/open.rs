@@ -160,6 +160,7 @@ impl Log {
                     base,
                     end: base,
                     len: SEGMENT_HEADER_LEN as u64,
+                    records: 0,
                     first_ts: None,
                     max_ts: None,
                     sealed: false,

@@ -87,6 +87,9 @@ pub(super) struct SegmentState {
     pub(super) base: u64,
     pub(super) end: u64,
     pub(super) len: u64,
+    /// Records in the segment (its payload bytes are `len` less the segment header and this
+    /// many record headers).
+    pub(super) records: u64,
     pub(super) first_ts: Option<u64>,
     pub(super) max_ts: Option<u64>,
     pub(super) sealed: bool,
@@ -102,6 +105,7 @@ impl SegmentState {
             base: self.base,
             end: self.end,
             bytes: self.len,
+            records: self.records,
             first_timestamp: self.first_ts,
             max_timestamp: self.max_ts,
             sealed: self.sealed,

@@ -422,6 +422,57 @@ fn valid_indexes_are_not_rebuilt_and_missing_ones_are() {
     check_records(&read_all(&log), 0, 30, 40);
 }
 
+/// Records and payload bytes per segment, as the summaries report them.
+fn payload_figures(log: &Log) -> Vec<(u64, u64)> {
+    log.segments()
+        .iter()
+        .map(|s| (s.records, s.payload_bytes()))
+        .collect()
+}
+
+#[test]
+fn segment_summaries_count_records_and_payload_bytes_exactly() {
+    for verify_on_open in [VerifyOnOpen::Full, VerifyOnOpen::Tail] {
+        let h = Harness::new(LogConfig {
+            verify_on_open,
+            ..small()
+        });
+        let (log, _) = h.open().unwrap();
+        assert_eq!(
+            payload_figures(&log),
+            [(0, 0)],
+            "an empty log holds nothing"
+        );
+        append_n(&log, 30, 40);
+        let figures = payload_figures(&log);
+        assert!(figures.len() > 2, "{figures:?}");
+        assert_eq!(figures.iter().map(|f| f.0).sum::<u64>(), 30);
+        assert!(figures
+            .iter()
+            .all(|(records, bytes)| *bytes == records * 40));
+        drop(log);
+        // Reopening (every segment verified, or sealed ones trusted) gives the same figures.
+        let (log, _) = h.open().unwrap();
+        assert_eq!(payload_figures(&log), figures, "{verify_on_open:?}");
+        append_n(&log, 1, 40);
+        assert_eq!(
+            log.segments()
+                .iter()
+                .map(SegmentSummary::payload_bytes)
+                .sum::<u64>(),
+            31 * 40
+        );
+        log.delete_oldest_segments(1).unwrap();
+        assert_eq!(payload_figures(&log)[0], figures[1]);
+        log.purge(0).wait().unwrap();
+        assert_eq!(
+            payload_figures(&log),
+            [(0, 0)],
+            "a purged log holds nothing"
+        );
+    }
+}
+
 #[test]
 fn tail_mode_trusts_sealed_segments_and_scans_the_tail() {
     let h = Harness::new(LogConfig {

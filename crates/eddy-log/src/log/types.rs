@@ -9,6 +9,7 @@ use std::sync::Arc;
 use bytes::Bytes;
 
 use crate::error::{Corruption, LogError};
+use crate::format::{RECORD_HEADER_LEN, SEGMENT_HEADER_LEN};
 use crate::pool::CommitStats;
 
 /// What a record is, without its payload.
@@ -51,12 +52,24 @@ pub struct SegmentSummary {
     pub end: u64,
     /// File size in bytes (headers included).
     pub bytes: u64,
+    /// Records in it.
+    pub records: u64,
     /// Timestamp of its first record (`None` when empty).
     pub first_timestamp: Option<u64>,
     /// Newest timestamp in it (`None` when empty).
     pub max_timestamp: Option<u64>,
     /// True when sealed (immutable).
     pub sealed: bool,
+}
+
+impl SegmentSummary {
+    /// Bytes of its record payloads: the file without its segment header and record headers
+    /// (for a partition: the stored batches, exactly as appended).
+    pub fn payload_bytes(&self) -> u64 {
+        self.bytes
+            .saturating_sub(SEGMENT_HEADER_LEN as u64)
+            .saturating_sub(self.records.saturating_mul(RECORD_HEADER_LEN as u64))
+    }
 }
 
 /// The readable range of a log.

@@ -295,7 +295,7 @@ impl Partition {
             next_offset,
             current_offset: if messages == 0 { 0 } else { next_offset - 1 },
             messages,
-            size_bytes: segments.iter().map(|s| s.bytes).sum(),
+            size_bytes: segments.iter().map(SegmentSummary::payload_bytes).sum(),
             segments: u32::try_from(segments.len()).unwrap_or(u32::MAX),
         }
     }
@@ -454,3 +454,6 @@ fn remove_segments(backend: &dyn StorageBackend, dir: &Path) -> Result<()> {
         .sync_dir(dir)
         .map_err(|e| StreamStoreError::io(IoOp::SyncDir, dir, e))
 }
+
+#[cfg(test)]
+mod tests;

@@ -21,7 +21,7 @@ pub(super) struct StateRecord {
     pub(super) frontier: u64,
 }
 
-fn encode_state(s: &StateRecord) -> [u8; STATE_LEN] {
+pub(super) fn encode_state(s: &StateRecord) -> [u8; STATE_LEN] {
     let mut out = [0u8; STATE_LEN];
     out[0..8].copy_from_slice(&STATE_MAGIC);
     out[8..12].copy_from_slice(&FORMAT_VERSION.to_le_bytes());

@@ -222,7 +222,8 @@ pub struct PartitionStats {
     pub current_offset: u64,
     /// Messages stored (retention gaps excluded).
     pub messages: u64,
-    /// Bytes on disk.
+    /// Bytes of the stored batches, exactly as appended (stream protocol `size_bytes`: file
+    /// and record headers are not counted, so an empty partition holds 0 bytes).
     pub size_bytes: u64,
     /// Segments.
     pub segments: u32,
