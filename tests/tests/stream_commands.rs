@@ -708,3 +708,94 @@ async fn size_figures_are_exact_across_purge_restart_and_segment_deletion() {
     let client = root(eddy.addrs().stream).await;
     assert_eq!(figures(&client).await, (size, messages));
 }
+
+/// Polls one message from `partition` with the `first` strategy; its offset.
+async fn first_offset(client: &IggyClient, partition: u32) -> u64 {
+    let polled = client
+        .poll_messages(
+            &id(0),
+            &id(0),
+            Some(partition),
+            &Consumer::new(id(1)),
+            &PollingStrategy::first(),
+            1,
+            false,
+        )
+        .await
+        .unwrap();
+    polled.messages[0].header.offset
+}
+
+/// Issue 21: `max_topic_size` deletes the topic's oldest sealed segments once the topic holds
+/// more than that, with small segments and several partitions, never an active segment; a
+/// topic under its size keeps everything.
+#[tokio::test]
+async fn max_topic_size_deletes_the_oldest_sealed_segments() {
+    const MIB: u64 = 1024 * 1024;
+    let eddy = server();
+    let client = root(eddy.addrs().stream).await;
+    client.create_stream("s").await.unwrap();
+    client
+        .create_topic(
+            &id(0),
+            "t",
+            &TopicCreateOptions {
+                partitions_count: Some(3),
+                segment_size: Some(IggyByteSize::from(MIB)),
+                max_topic_size: Some(MaxTopicSize::Custom(IggyByteSize::from(4 * MIB))),
+                ..TopicCreateOptions::default()
+            },
+        )
+        .await
+        .unwrap();
+    // Under the size: nothing goes.
+    let batch = fill(&client, (0, 0, 0), 20, 100, 1000).await;
+    tokio::time::sleep(std::time::Duration::from_millis(2500)).await;
+    let topic = client.get_topic(&id(0), &id(0)).await.unwrap().unwrap();
+    assert!(topic.partitions[0].segments_count >= 2);
+    assert_eq!(topic.messages_count, 2000);
+    assert_eq!(first_offset(&client, 0).await, 0);
+
+    // ~3.5 MiB more on two partitions: the topic is over 4 MiB.
+    fill(&client, (0, 0, 1), 20, 100, 1000).await;
+    fill(&client, (0, 0, 2), 15, 100, 1000).await;
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+    let topic = loop {
+        let topic = client.get_topic(&id(0), &id(0)).await.unwrap().unwrap();
+        if topic.size.as_bytes_u64() <= 4 * MIB || std::time::Instant::now() > deadline {
+            break topic;
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(200)).await;
+    };
+    let size = topic.size.as_bytes_u64();
+    assert!(size <= 4 * MIB, "{size} bytes stored, 4 MiB allowed");
+    assert!(
+        size > 2 * MIB,
+        "only what was needed went: {size} bytes left"
+    );
+    assert_eq!(size, topic.messages_count / 100 * batch, "sizes stay exact");
+    // The oldest segments went first (partition 0's), active segments never: the newest
+    // message of every partition is still there.
+    assert!(
+        first_offset(&client, 0).await > 0,
+        "partition 0 lost its oldest"
+    );
+    let newest = [1999, 1999, 1499];
+    for (p, partition) in topic.partitions.iter().enumerate() {
+        assert!(partition.segments_count >= 1);
+        assert_eq!(partition.current_offset, newest[p]);
+        let last = client
+            .poll_messages(
+                &id(0),
+                &id(0),
+                Some(partition.id),
+                &Consumer::new(id(1)),
+                &PollingStrategy::last(),
+                1,
+                false,
+            )
+            .await
+            .unwrap();
+        assert_eq!(offsets(&last), [newest[p]]);
+    }
+}

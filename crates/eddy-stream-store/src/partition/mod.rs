@@ -390,6 +390,16 @@ impl Partition {
         Ok(deleted)
     }
 
+    /// Deletes the oldest sealed segments as long as they start at `bases`, in order; stops at
+    /// the first that does not (a concurrent deletion or purge moved the partition on). The
+    /// active segment is never deleted. Returns what was deleted.
+    pub fn delete_sealed_segments(&self, bases: &[u64]) -> Result<Vec<SegmentSummary>> {
+        let mut expected = bases.iter();
+        Ok(self
+            .log
+            .delete_sealed_while(|seg| expected.next() == Some(&seg.base))?)
+    }
+
     /// Deletes the `n` oldest sealed segments.
     pub fn delete_oldest_segments(&self, n: usize) -> Result<Vec<SegmentSummary>> {
         Ok(self.log.delete_oldest_segments(n)?)

@@ -9,10 +9,6 @@ use eddy_log::{
 use crate::metadata::TopicConfig;
 use crate::partition::PartitionConfig;
 
-/// The per-partition share of `max_topic_size` is floored at one segment plus one maximum
-/// batch (a smaller share would delete every segment the moment it seals).
-pub const MAX_BATCH_BYTES: u64 = eddy_log::format::MAX_RECORD_PAYLOAD as u64;
-
 /// Store-wide configuration.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct StreamStoreConfig {

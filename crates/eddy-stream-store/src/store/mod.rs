@@ -73,7 +73,7 @@ use operation::CommitInner;
 use registry::{open_partitions, Registry};
 use snapshot::read_snapshot;
 
-pub use config::{StreamStoreConfig, MAX_BATCH_BYTES};
+pub use config::StreamStoreConfig;
 pub use metadata_log::METADATA_TAG;
 pub use operation::{Applied, Commit, Operation};
 pub use registry::PARTITIONS_DIR;
