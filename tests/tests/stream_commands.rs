@@ -799,3 +799,144 @@ async fn max_topic_size_deletes_the_oldest_sealed_segments() {
         assert_eq!(offsets(&last), [newest[p]]);
     }
 }
+
+/// Every file under `dir` that contains `needle`.
+fn files_containing(dir: &std::path::Path, needle: &[u8]) -> Vec<std::path::PathBuf> {
+    let mut found = Vec::new();
+    let mut dirs = vec![dir.to_path_buf()];
+    while let Some(d) = dirs.pop() {
+        for entry in std::fs::read_dir(&d).unwrap() {
+            let path = entry.unwrap().path();
+            if path.is_dir() {
+                dirs.push(path);
+            } else if std::fs::read(&path)
+                .unwrap_or_default()
+                .windows(needle.len())
+                .any(|w| w == needle)
+            {
+                found.push(path);
+            }
+        }
+    }
+    found
+}
+
+/// Sends one batch whose payloads and user headers carry `marker`; polls it back.
+async fn send_and_poll_marked(client: &IggyClient, marker: &str) -> Vec<IggyMessage> {
+    let headers = std::collections::BTreeMap::from([(
+        HeaderKey::from_str("note").unwrap(),
+        HeaderValue::from_str(&format!("{marker}-HEADER")).unwrap(),
+    )]);
+    let mut msgs: Vec<IggyMessage> = (0..5)
+        .map(|i| {
+            IggyMessage::builder()
+                .payload(bytes::Bytes::from(format!("{marker}-PAYLOAD-{i}")))
+                .user_headers(headers.clone())
+                .build()
+                .unwrap()
+        })
+        .collect();
+    client
+        .send_messages(&id(0), &id(0), &Partitioning::partition_id(0), &mut msgs)
+        .await
+        .unwrap();
+    poll_all(client).await.unwrap()
+}
+
+async fn poll_all(client: &IggyClient) -> Result<Vec<IggyMessage>, IggyError> {
+    let polled = client
+        .poll_messages(
+            &id(0),
+            &id(0),
+            Some(0),
+            &Consumer::new(id(1)),
+            &PollingStrategy::offset(0),
+            100,
+            false,
+        )
+        .await?;
+    Ok(polled.messages)
+}
+
+/// Issue 21: with an encryption key (here from the environment) message payloads and user
+/// headers never reach the data directory in the clear, polls decrypt them, the key never
+/// reaches the log, and without the key (or with another) stored messages cannot be read.
+#[tokio::test]
+async fn an_encryption_key_keeps_payloads_out_of_the_data_directory() {
+    const KEY: &str = "3q2+7wABAgMEBQYHCAkKCwwNDg8QERITFBUWFxgZGhs=";
+    const OTHER: &str = "AAECAwQFBgcICQoLDA0ODxAREhMUFRYXGBkaGxwdHh8=";
+    // Without a key the payload is in the files: the search below finds what it looks for.
+    let plain = server();
+    let client = root(plain.addrs().stream).await;
+    stream_and_topic(&client, "s", "t", 1).await;
+    send_and_poll_marked(&client, "CLEARTEXT").await;
+    assert!(!files_containing(plain.data_dir(), b"CLEARTEXT-PAYLOAD").is_empty());
+    drop(plain);
+
+    let with_env = |key: &str| eddy_tests::Options {
+        env: vec![("EDDY_ENCRYPTION_KEY".to_owned(), key.to_owned())],
+        ..eddy_tests::Options::default()
+    };
+    let mut eddy = eddy_tests::Eddy::start_with(eddy_tests::server_bin!(), with_env(KEY));
+    let client = root(eddy.addrs().stream).await;
+    stream_and_topic(&client, "s", "t", 1).await;
+    let polled = send_and_poll_marked(&client, "TOPSECRET").await;
+    assert_eq!(payloads_of(&polled)[4], "TOPSECRET-PAYLOAD-4");
+    let header = polled[0].user_headers_map().unwrap().unwrap();
+    assert_eq!(
+        header[&HeaderKey::from_str("note").unwrap()]
+            .as_str()
+            .unwrap(),
+        "TOPSECRET-HEADER"
+    );
+    for marker in [&b"TOPSECRET"[..], KEY.as_bytes()] {
+        let found = files_containing(eddy.data_dir(), marker);
+        assert!(found.is_empty(), "readable in {found:?}");
+    }
+    drop(client);
+    eddy.restart();
+    let client = root(eddy.addrs().stream).await;
+    assert_eq!(
+        poll_all(&client).await.unwrap().len(),
+        5,
+        "a restart reads them"
+    );
+    assert!(
+        !eddy.log().lines().iter().any(|l| l.contains(KEY)),
+        "the key reached the log"
+    );
+
+    // Another key, or none: the messages do not read (and nothing else breaks).
+    drop(client);
+    for other in [Some(OTHER), None] {
+        *eddy.options_mut() = other.map_or_else(eddy_tests::Options::default, with_env);
+        eddy.restart();
+        let client = root(eddy.addrs().stream).await;
+        assert!(poll_all(&client).await.is_err(), "read with {other:?}");
+        assert_eq!(
+            client
+                .get_topic(&id(0), &id(0))
+                .await
+                .unwrap()
+                .unwrap()
+                .messages_count,
+            5
+        );
+        drop(client);
+    }
+    *eddy.options_mut() = with_env(KEY);
+    eddy.restart();
+    let client = root(eddy.addrs().stream).await;
+    assert_eq!(
+        poll_all(&client).await.unwrap().len(),
+        5,
+        "the key reads them again"
+    );
+}
+
+fn payloads_of(messages: &[IggyMessage]) -> Vec<String> {
+    messages
+        .iter()
+        .map(|m| String::from_utf8_lossy(&m.payload).into_owned())
+        .collect()
+}

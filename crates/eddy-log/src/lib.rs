@@ -151,6 +151,7 @@
 
 pub mod atomic;
 pub mod cache;
+pub mod cipher;
 pub mod completion;
 pub mod error;
 pub mod file;
@@ -164,6 +165,7 @@ pub mod fuzzing;
 
 pub use atomic::write_atomic;
 pub use cache::{next_owner_id, Cache, CacheKey, DEFAULT_CACHE_BYTES};
+pub use cipher::Cipher;
 pub use completion::{completion, Completer, Completion};
 pub use error::{Corruption, IoOp, LogError, Result};
 pub use file::{DirEntry, FsBackend, MemBackend, OpenMode, StorageBackend, StorageFile};

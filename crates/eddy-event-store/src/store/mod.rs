@@ -206,6 +206,7 @@ impl EventStore {
                 OpenOptions {
                     hook: Some(hook),
                     stats: Some(Arc::clone(&stats)),
+                    cipher: config.cipher.clone(),
                     ..OpenOptions::default()
                 },
             )?;

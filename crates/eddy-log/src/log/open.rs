@@ -251,6 +251,7 @@ impl Log {
             }),
             counters: LogCounters::default(),
             store_stats: options.stats,
+            cipher: options.cipher,
         });
         Ok((Log { inner }, report))
     }

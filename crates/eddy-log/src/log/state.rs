@@ -152,6 +152,8 @@ pub(crate) struct LogInner {
     pub(super) counters: LogCounters,
     /// The owning store's counters ([`OpenOptions::stats`](super::types::OpenOptions::stats)).
     pub(super) store_stats: Option<Arc<CommitStats>>,
+    /// Seals payloads on append and opens them on read ([`OpenOptions::cipher`](super::types::OpenOptions::cipher)).
+    pub(super) cipher: Option<crate::cipher::Cipher>,
 }
 
 pub(super) fn is_no_space(e: &io::Error) -> bool {

@@ -888,6 +888,88 @@ fn read_record_finds_every_record_in_sealed_and_active_segments() {
         .is_none());
 }
 
+#[test]
+fn a_cipher_seals_every_payload_on_disk_and_opens_it_on_read() {
+    let h = Harness::new(small());
+    let key = crate::Cipher::new(&[9; 32]);
+    let with_key = || OpenOptions {
+        cipher: Some(key.clone()),
+        ..OpenOptions::default()
+    };
+    let marker = |seq: u64| Bytes::from(format!("secret-{seq:04}-").repeat(4));
+    let (log, _) = h.open_with(with_key()).unwrap();
+    let metas: Vec<RecordMeta> = (0..30)
+        .map(|_| {
+            log.append_with(2, 0, 1000, |a| Ok(marker(a.seq)))
+                .unwrap()
+                .wait()
+                .unwrap()
+        })
+        .collect();
+    assert!(log.segments().len() > 2);
+    let check = |log: &Log| {
+        let all = read_all(log);
+        assert_eq!(all.len(), 30);
+        for (r, m) in all.iter().zip(&metas) {
+            assert_eq!(r.payload, marker(m.seq));
+            assert_eq!(
+                log.read_record(m.seq).unwrap().unwrap().payload,
+                marker(m.seq)
+            );
+        }
+    };
+    check(&log);
+    // Nothing of a payload is in any file.
+    for path in h.mem.file_paths() {
+        let bytes = h.mem.read_file(&path).unwrap();
+        assert!(!bytes.windows(7).any(|w| w == b"secret-"), "{path:?}");
+    }
+    // Compaction rewrites see and replace plaintext; the replacement is sealed too.
+    let sealed_base = log.segments()[0].base;
+    log.rewrite_sealed::<LogError>(sealed_base, |meta, payload| {
+        assert_eq!(*payload, marker(meta.seq));
+        Ok(Some(Bytes::from(format!("secret-short-{}", meta.seq))))
+    })
+    .unwrap()
+    .unwrap();
+    let first = log.read_record(sealed_base).unwrap().unwrap();
+    assert_eq!(first.payload, format!("secret-short-{sealed_base}"));
+    drop(log);
+    for path in h.mem.file_paths() {
+        let bytes = h.mem.read_file(&path).unwrap();
+        assert!(!bytes.windows(7).any(|w| w == b"secret-"), "{path:?}");
+    }
+    // Full verification needs no key; reading does.
+    let (log, _) = h.open().unwrap();
+    let err = log.read(0, u64::MAX, u64::MAX).unwrap_err();
+    assert!(
+        matches!(
+            &err,
+            LogError::Corrupt {
+                kind: Corruption::Undecryptable,
+                ..
+            }
+        ),
+        "{err:?}"
+    );
+    drop(log);
+    let other = OpenOptions {
+        cipher: Some(crate::Cipher::new(&[1; 32])),
+        ..OpenOptions::default()
+    };
+    let (log, _) = h.open_with(other).unwrap();
+    assert!(log.read_record(metas[5].seq).is_err());
+    drop(log);
+    // Records written before the key was set stay readable after it is set.
+    let h = Harness::new(small());
+    let (log, _) = h.open().unwrap();
+    append_n(&log, 3, 50);
+    drop(log);
+    let (log, _) = h.open_with(with_key()).unwrap();
+    append_n(&log, 3, 50);
+    check_records(&read_all(&log), 0, 6, 50);
+}
+
 // ------------------------------------------------------------------------------------------------
 // Rewriting sealed segments.
 

@@ -8,6 +8,7 @@ use std::sync::Arc;
 
 use bytes::Bytes;
 
+use crate::cipher::Cipher;
 use crate::error::{Corruption, LogError};
 use crate::format::{RECORD_HEADER_LEN, SEGMENT_HEADER_LEN};
 use crate::pool::CommitStats;
@@ -163,4 +164,6 @@ pub struct OpenOptions {
     /// Group-commit counters of the store that owns this log (besides the pool's totals), so
     /// each store on a shared [`CommitPool`](crate::CommitPool) reports its own.
     pub stats: Option<Arc<CommitStats>>,
+    /// Encrypt record payloads at rest with this key (see [`crate::cipher`]).
+    pub cipher: Option<Cipher>,
 }

@@ -44,8 +44,8 @@ use std::sync::{Arc, Mutex, MutexGuard};
 
 use bytes::Bytes;
 use eddy_log::{
-    lock, Cache, CommitHook, CommitPool, CommitStats, Completion, Corruption, Durability, IoOp,
-    Log, OpenMode, OpenOptions, RecoveryReport, SegmentSummary, StorageBackend,
+    lock, Cache, Cipher, CommitHook, CommitPool, CommitStats, Completion, Corruption, Durability,
+    IoOp, Log, OpenMode, OpenOptions, RecoveryReport, SegmentSummary, StorageBackend,
 };
 
 use crate::error::{Result, StreamStoreError};
@@ -96,6 +96,8 @@ pub struct PartitionOpen {
     pub generation: u64,
     /// The owning store's group-commit counters (see [`OpenOptions::stats`]).
     pub stats: Option<Arc<CommitStats>>,
+    /// Encrypts the stored batches (see [`OpenOptions::cipher`]).
+    pub cipher: Option<Cipher>,
 }
 
 impl Partition {
@@ -113,6 +115,7 @@ impl Partition {
             config,
             generation,
             stats,
+            cipher,
         } = open;
         backend
             .create_dir_all(&dir)
@@ -211,6 +214,7 @@ impl Partition {
                 min_next_seq: frontier,
                 hook,
                 stats,
+                cipher,
             },
         )?;
         Ok((

@@ -76,6 +76,7 @@ impl Env {
                 config: self.config,
                 generation: self.generation,
                 stats: None,
+                cipher: None,
             },
         )
     }

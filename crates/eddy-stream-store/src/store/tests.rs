@@ -260,7 +260,7 @@ fn snapshots_compact_the_metadata_log() {
         snapshot_every_ops: 5,
         ..config()
     };
-    let (store, _) = open(&mem, cfg);
+    let (store, _) = open(&mem, cfg.clone());
     create_stream_topic(&store, 1, 1 << 20);
     for i in 0..40u64 {
         meta(
@@ -310,7 +310,7 @@ fn damaged_snapshot_refuses_to_open() {
         snapshot_every_ops: 2,
         ..config()
     };
-    let (store, _) = open(&mem, cfg);
+    let (store, _) = open(&mem, cfg.clone());
     create_stream_topic(&store, 1, 1 << 20);
     drop(store);
     let path = Path::new(METADATA_DIR).join(SNAPSHOT_FILE);
