@@ -64,8 +64,10 @@ pub struct SegmentSummary {
 }
 
 impl SegmentSummary {
-    /// Bytes of its record payloads: the file without its segment header and record headers
-    /// (for a partition: the stored batches, exactly as appended).
+    /// Bytes of its record payloads as stored: the file without its segment header and record
+    /// headers (for a partition: the stored batches, exactly as appended; a log with a
+    /// [`Cipher`] stores them sealed, [`SEALED_OVERHEAD`](crate::cipher::SEALED_OVERHEAD)
+    /// bytes longer each).
     pub fn payload_bytes(&self) -> u64 {
         self.bytes
             .saturating_sub(SEGMENT_HEADER_LEN as u64)
