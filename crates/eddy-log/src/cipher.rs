@@ -16,7 +16,7 @@
 //! A payload without the magic was written without encryption and is read as it is (turning
 //! encryption on encrypts new records; older ones stay as they were until retention, deletion
 //! or compaction removes them). A sealed payload read without a key, or with another key, is
-//! [`Corruption::Undecryptable`](crate::Corruption::Undecryptable).
+//! [`Corruption::Undecryptable`].
 
 use std::fmt;
 use std::sync::Arc;
