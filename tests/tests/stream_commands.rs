@@ -560,3 +560,383 @@ async fn users() {
     assert_eq!(again.id, 1);
     assert_eq!(again.status, UserStatus::Inactive);
 }
+
+/// The bytes a batch of `msgs` occupies once stored: the 256-byte batch header and, per message,
+/// the 48-byte frame header, the payload and the user headers (stream protocol §4).
+fn stored_batch_bytes(msgs: &[IggyMessage]) -> u64 {
+    256 + msgs
+        .iter()
+        .map(|m| 48 + u64::from(m.header.payload_length) + u64::from(m.header.user_headers_length))
+        .sum::<u64>()
+}
+
+/// Sends `batches` batches of `per_batch` messages of `size` bytes (user headers on every
+/// message) to one partition; returns the stored bytes of one batch (all batches are alike).
+async fn fill(
+    client: &IggyClient,
+    (stream, topic, partition): (u32, u32, u32),
+    batches: usize,
+    per_batch: usize,
+    size: usize,
+) -> u64 {
+    let headers = std::collections::BTreeMap::from([(
+        HeaderKey::from_str("kind").unwrap(),
+        HeaderValue::from_str("stats").unwrap(),
+    )]);
+    let mut one = 0;
+    for b in 0..batches {
+        let mut msgs: Vec<IggyMessage> = (0..per_batch)
+            .map(|i| {
+                let mut payload = format!("{b:04}-{i:04}-").into_bytes();
+                payload.resize(size, b'x');
+                IggyMessage::builder()
+                    .payload(bytes::Bytes::from(payload))
+                    .user_headers(headers.clone())
+                    .build()
+                    .unwrap()
+            })
+            .collect();
+        one = stored_batch_bytes(&msgs);
+        client
+            .send_messages(
+                &id(stream),
+                &id(topic),
+                &Partitioning::partition_id(partition),
+                &mut msgs,
+            )
+            .await
+            .unwrap();
+    }
+    one
+}
+
+/// Every size and count figure of the stream protocol (GET_TOPIC and its partitions,
+/// GET_TOPICS, GET_STREAM, GET_STREAMS, GET_STATS) for stream 0 / topic 0, which must all agree.
+async fn figures(client: &IggyClient) -> (u64, u64) {
+    let topic = client.get_topic(&id(0), &id(0)).await.unwrap().unwrap();
+    let size = topic.size.as_bytes_u64();
+    let messages = topic.messages_count;
+    let partition_size: u64 = topic.partitions.iter().map(|p| p.size.as_bytes_u64()).sum();
+    let partition_messages: u64 = topic.partitions.iter().map(|p| p.messages_count).sum();
+    assert_eq!((partition_size, partition_messages), (size, messages));
+    let topics = client.get_topics(&id(0)).await.unwrap();
+    assert_eq!(
+        (topics[0].size.as_bytes_u64(), topics[0].messages_count),
+        (size, messages)
+    );
+    let stream = client.get_stream(&id(0)).await.unwrap().unwrap();
+    assert_eq!(
+        (stream.size.as_bytes_u64(), stream.messages_count),
+        (size, messages)
+    );
+    assert_eq!(
+        (
+            stream.topics[0].size.as_bytes_u64(),
+            stream.topics[0].messages_count
+        ),
+        (size, messages)
+    );
+    let streams = client.get_streams().await.unwrap();
+    assert_eq!(
+        (streams[0].size.as_bytes_u64(), streams[0].messages_count),
+        (size, messages)
+    );
+    let stats = client.get_stats().await.unwrap();
+    assert_eq!(
+        (
+            stats.messages_size_bytes.as_bytes_u64(),
+            stats.messages_count
+        ),
+        (size, messages)
+    );
+    (size, messages)
+}
+
+/// Issue 21: sizes are the stored message bytes, exactly: nothing after a purge, the sum of what
+/// was sent across a restart, and what is left after segments are deleted.
+#[tokio::test]
+async fn size_figures_are_exact_across_purge_restart_and_segment_deletion() {
+    let mut eddy = server();
+    let client = root(eddy.addrs().stream).await;
+    client.create_stream("s").await.unwrap();
+    client
+        .create_topic(
+            &id(0),
+            "t",
+            &TopicCreateOptions {
+                partitions_count: Some(2),
+                segment_size: Some(IggyByteSize::from(1024 * 1024u64)),
+                ..TopicCreateOptions::default()
+            },
+        )
+        .await
+        .unwrap();
+    assert_eq!(figures(&client).await, (0, 0), "a new topic is empty");
+
+    let batch = fill(&client, (0, 0, 0), 3, 10, 100).await;
+    assert_eq!(fill(&client, (0, 0, 1), 2, 10, 100).await, batch);
+    assert_eq!(figures(&client).await, (5 * batch, 50));
+
+    client.purge_topic(&id(0), &id(0)).await.unwrap();
+    assert_eq!(figures(&client).await, (0, 0), "a purged topic is empty");
+
+    fill(&client, (0, 0, 0), 3, 10, 100).await;
+    assert_eq!(figures(&client).await, (3 * batch, 30));
+    eddy.restart();
+    let client = root(eddy.addrs().stream).await;
+    assert_eq!(
+        figures(&client).await,
+        (3 * batch, 30),
+        "a restart changes nothing"
+    );
+    fill(&client, (0, 0, 0), 3, 10, 100).await;
+    assert_eq!(
+        figures(&client).await,
+        (6 * batch, 60),
+        "filled twice with a restart between: twice one fill"
+    );
+
+    // ~3 MiB into 1 MiB segments, then the oldest segment goes: what is left is whole batches.
+    client.purge_stream(&id(0)).await.unwrap();
+    let big = fill(&client, (0, 0, 1), 30, 100, 1000).await;
+    assert_eq!(figures(&client).await, (30 * big, 3000));
+    client.delete_segments(&id(0), &id(0), 1, 1).await.unwrap();
+    let (size, messages) = figures(&client).await;
+    assert!(messages < 3000 && messages % 100 == 0, "{messages}");
+    assert_eq!(size, messages / 100 * big);
+    eddy.restart();
+    let client = root(eddy.addrs().stream).await;
+    assert_eq!(figures(&client).await, (size, messages));
+}
+
+/// Polls one message from `partition` with the `first` strategy; its offset.
+async fn first_offset(client: &IggyClient, partition: u32) -> u64 {
+    let polled = client
+        .poll_messages(
+            &id(0),
+            &id(0),
+            Some(partition),
+            &Consumer::new(id(1)),
+            &PollingStrategy::first(),
+            1,
+            false,
+        )
+        .await
+        .unwrap();
+    polled.messages[0].header.offset
+}
+
+/// Issue 21: `max_topic_size` deletes the topic's oldest sealed segments once the topic holds
+/// more than that, with small segments and several partitions, never an active segment; a
+/// topic under its size keeps everything.
+#[tokio::test]
+async fn max_topic_size_deletes_the_oldest_sealed_segments() {
+    const MIB: u64 = 1024 * 1024;
+    let eddy = server();
+    let client = root(eddy.addrs().stream).await;
+    client.create_stream("s").await.unwrap();
+    client
+        .create_topic(
+            &id(0),
+            "t",
+            &TopicCreateOptions {
+                partitions_count: Some(3),
+                segment_size: Some(IggyByteSize::from(MIB)),
+                max_topic_size: Some(MaxTopicSize::Custom(IggyByteSize::from(4 * MIB))),
+                ..TopicCreateOptions::default()
+            },
+        )
+        .await
+        .unwrap();
+    // Under the size: nothing goes.
+    let batch = fill(&client, (0, 0, 0), 20, 100, 1000).await;
+    tokio::time::sleep(std::time::Duration::from_millis(2500)).await;
+    let topic = client.get_topic(&id(0), &id(0)).await.unwrap().unwrap();
+    assert!(topic.partitions[0].segments_count >= 2);
+    assert_eq!(topic.messages_count, 2000);
+    assert_eq!(first_offset(&client, 0).await, 0);
+
+    // ~3.5 MiB more on two partitions: the topic is over 4 MiB.
+    fill(&client, (0, 0, 1), 20, 100, 1000).await;
+    fill(&client, (0, 0, 2), 15, 100, 1000).await;
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+    let topic = loop {
+        let topic = client.get_topic(&id(0), &id(0)).await.unwrap().unwrap();
+        if topic.size.as_bytes_u64() <= 4 * MIB || std::time::Instant::now() > deadline {
+            break topic;
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(200)).await;
+    };
+    let size = topic.size.as_bytes_u64();
+    assert!(size <= 4 * MIB, "{size} bytes stored, 4 MiB allowed");
+    assert!(
+        size > 2 * MIB,
+        "only what was needed went: {size} bytes left"
+    );
+    assert_eq!(size, topic.messages_count / 100 * batch, "sizes stay exact");
+    // The oldest segments went first (partition 0's), active segments never: the newest
+    // message of every partition is still there.
+    assert!(
+        first_offset(&client, 0).await > 0,
+        "partition 0 lost its oldest"
+    );
+    let newest = [1999, 1999, 1499];
+    for (p, partition) in topic.partitions.iter().enumerate() {
+        assert!(partition.segments_count >= 1);
+        assert_eq!(partition.current_offset, newest[p]);
+        let last = client
+            .poll_messages(
+                &id(0),
+                &id(0),
+                Some(partition.id),
+                &Consumer::new(id(1)),
+                &PollingStrategy::last(),
+                1,
+                false,
+            )
+            .await
+            .unwrap();
+        assert_eq!(offsets(&last), [newest[p]]);
+    }
+}
+
+/// Every file under `dir` that contains `needle`.
+fn files_containing(dir: &std::path::Path, needle: &[u8]) -> Vec<std::path::PathBuf> {
+    let mut found = Vec::new();
+    let mut dirs = vec![dir.to_path_buf()];
+    while let Some(d) = dirs.pop() {
+        for entry in std::fs::read_dir(&d).unwrap() {
+            let path = entry.unwrap().path();
+            if path.is_dir() {
+                dirs.push(path);
+            } else if std::fs::read(&path)
+                .unwrap_or_default()
+                .windows(needle.len())
+                .any(|w| w == needle)
+            {
+                found.push(path);
+            }
+        }
+    }
+    found
+}
+
+/// Sends one batch whose payloads and user headers carry `marker`; polls it back.
+async fn send_and_poll_marked(client: &IggyClient, marker: &str) -> Vec<IggyMessage> {
+    let headers = std::collections::BTreeMap::from([(
+        HeaderKey::from_str("note").unwrap(),
+        HeaderValue::from_str(&format!("{marker}-HEADER")).unwrap(),
+    )]);
+    let mut msgs: Vec<IggyMessage> = (0..5)
+        .map(|i| {
+            IggyMessage::builder()
+                .payload(bytes::Bytes::from(format!("{marker}-PAYLOAD-{i}")))
+                .user_headers(headers.clone())
+                .build()
+                .unwrap()
+        })
+        .collect();
+    client
+        .send_messages(&id(0), &id(0), &Partitioning::partition_id(0), &mut msgs)
+        .await
+        .unwrap();
+    poll_all(client).await.unwrap()
+}
+
+async fn poll_all(client: &IggyClient) -> Result<Vec<IggyMessage>, IggyError> {
+    let polled = client
+        .poll_messages(
+            &id(0),
+            &id(0),
+            Some(0),
+            &Consumer::new(id(1)),
+            &PollingStrategy::offset(0),
+            100,
+            false,
+        )
+        .await?;
+    Ok(polled.messages)
+}
+
+/// Issue 21: with an encryption key (here from the environment) message payloads and user
+/// headers never reach the data directory in the clear, polls decrypt them, the key never
+/// reaches the log, and without the key (or with another) stored messages cannot be read.
+#[tokio::test]
+async fn an_encryption_key_keeps_payloads_out_of_the_data_directory() {
+    const KEY: &str = "3q2+7wABAgMEBQYHCAkKCwwNDg8QERITFBUWFxgZGhs=";
+    const OTHER: &str = "AAECAwQFBgcICQoLDA0ODxAREhMUFRYXGBkaGxwdHh8=";
+    // Without a key the payload is in the files: the search below finds what it looks for.
+    let plain = server();
+    let client = root(plain.addrs().stream).await;
+    stream_and_topic(&client, "s", "t", 1).await;
+    send_and_poll_marked(&client, "CLEARTEXT").await;
+    assert!(!files_containing(plain.data_dir(), b"CLEARTEXT-PAYLOAD").is_empty());
+    drop(plain);
+
+    let with_env = |key: &str| eddy_tests::Options {
+        env: vec![("EDDY_ENCRYPTION_KEY".to_owned(), key.to_owned())],
+        ..eddy_tests::Options::default()
+    };
+    let mut eddy = eddy_tests::Eddy::start_with(eddy_tests::server_bin!(), with_env(KEY));
+    let client = root(eddy.addrs().stream).await;
+    stream_and_topic(&client, "s", "t", 1).await;
+    let polled = send_and_poll_marked(&client, "TOPSECRET").await;
+    assert_eq!(payloads_of(&polled)[4], "TOPSECRET-PAYLOAD-4");
+    let header = polled[0].user_headers_map().unwrap().unwrap();
+    assert_eq!(
+        header[&HeaderKey::from_str("note").unwrap()]
+            .as_str()
+            .unwrap(),
+        "TOPSECRET-HEADER"
+    );
+    for marker in [&b"TOPSECRET"[..], KEY.as_bytes()] {
+        let found = files_containing(eddy.data_dir(), marker);
+        assert!(found.is_empty(), "readable in {found:?}");
+    }
+    drop(client);
+    eddy.restart();
+    let client = root(eddy.addrs().stream).await;
+    assert_eq!(
+        poll_all(&client).await.unwrap().len(),
+        5,
+        "a restart reads them"
+    );
+    assert!(
+        !eddy.log().lines().iter().any(|l| l.contains(KEY)),
+        "the key reached the log"
+    );
+
+    // Another key, or none: the messages do not read (and nothing else breaks).
+    drop(client);
+    for other in [Some(OTHER), None] {
+        *eddy.options_mut() = other.map_or_else(eddy_tests::Options::default, with_env);
+        eddy.restart();
+        let client = root(eddy.addrs().stream).await;
+        assert!(poll_all(&client).await.is_err(), "read with {other:?}");
+        assert_eq!(
+            client
+                .get_topic(&id(0), &id(0))
+                .await
+                .unwrap()
+                .unwrap()
+                .messages_count,
+            5
+        );
+        drop(client);
+    }
+    *eddy.options_mut() = with_env(KEY);
+    eddy.restart();
+    let client = root(eddy.addrs().stream).await;
+    assert_eq!(
+        poll_all(&client).await.unwrap().len(),
+        5,
+        "the key reads them again"
+    );
+}
+
+fn payloads_of(messages: &[IggyMessage]) -> Vec<String> {
+    messages
+        .iter()
+        .map(|m| String::from_utf8_lossy(&m.payload).into_owned())
+        .collect()
+}

@@ -37,8 +37,8 @@ use std::sync::{Arc, Mutex, PoisonError};
 use std::task::{Context, Poll, Wake, Waker};
 
 use eddy_log::{
-    write_atomic, Cache, CommitPool, Completion, Corruption, IoOp, Log, LogConfig, LogError,
-    OpenMode, OpenOptions, StorageBackend,
+    create_dir_durable, write_atomic, Cache, CommitPool, Completion, Corruption, IoOp, Log,
+    LogConfig, LogError, OpenMode, OpenOptions, StorageBackend,
 };
 
 use crate::store::{Durable, GroupStore, StoreError};
@@ -155,9 +155,8 @@ impl RaftLog {
         cache: Arc<Cache>,
     ) -> Result<Self, StoreError> {
         let dir = dir.into();
-        backend
-            .create_dir_all(&dir)
-            .map_err(|e| storage(LogError::io(IoOp::CreateDir, &dir, e)))?;
+        // Durably: a group's directory, like every one eddy makes, survives a crash with it.
+        create_dir_durable(&*backend, &dir).map_err(storage)?;
         let (hard, snap) = read_state(&*backend, &dir)?;
         let (log, _report) = Log::open(
             Arc::clone(&backend),

@@ -437,21 +437,29 @@ pub(crate) fn derive_update<E>(
                         found: p.version,
                     }));
                 }
-                match (before, p.recreate) {
+                // A new aggregate and a fresh incarnation start every figure afresh (the old
+                // incarnation's batches are unreadable); a continued incarnation makes them
+                // readable again and keeps counting them.
+                let fresh = match (before, p.recreate) {
                     (None, _) => {
                         up.created.push(p.key);
-                        s.floor = 1;
-                        s.first_event_seq = 1;
-                        s.first_server_ts = ts;
-                        s.min_event_ts = p.events.min_event_timestamp;
-                        s.max_event_ts = p.events.max_event_timestamp;
+                        true
                     }
                     (Some(_), Recreate::Fresh) => {
-                        s.floor = 1;
-                        s.first_event_seq = 1;
                         up.deaths += 1;
+                        true
                     }
-                    _ => {}
+                    _ => false,
+                };
+                if fresh {
+                    s.floor = 1;
+                    s.first_event_seq = 1;
+                    s.batch_count = 0;
+                    s.first_server_ts = ts;
+                    s.min_event_ts = p.events.min_event_timestamp;
+                    s.max_event_ts = p.events.max_event_timestamp;
+                    s.compressed = 0;
+                    s.uncompressed = 0;
                 }
                 s.deleted = false;
                 s.allow_recreate = false;

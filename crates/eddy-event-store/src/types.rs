@@ -334,7 +334,8 @@ pub struct AggregateListItem {
     pub key: AggregateKey,
     /// Soft-deleted (and not recreated).
     pub is_deleted: bool,
-    /// Batches written to it (all incarnations).
+    /// Batches written to its current incarnation (a fresh recreate starts every figure of
+    /// this item afresh; a continued one keeps counting the batches it makes readable again).
     pub event_batch_count: u64,
     /// Smallest client event timestamp seen (0 = none).
     pub min_event_timestamp: u64,

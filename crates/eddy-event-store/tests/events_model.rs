@@ -383,7 +383,9 @@ impl Model {
         for (p, (version, first_seq, fresh)) in parts.iter().zip(plans) {
             let a = self.aggs.entry(p.key).or_default();
             if fresh {
+                // A fresh incarnation counts only its own batches.
                 a.batches.clear();
+                a.batch_count = 0;
                 a.floor = 1;
             }
             a.exists = true;

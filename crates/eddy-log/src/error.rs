@@ -241,6 +241,9 @@ pub enum Corruption {
     FileChecksum,
     /// A snapshot or state file has an unknown format version.
     UnknownVersion(u32),
+    /// An encrypted record payload does not open: no encryption key is configured, or another
+    /// key than the one it was written with (see [`crate::cipher`]).
+    Undecryptable,
 }
 
 impl fmt::Display for Corruption {
@@ -264,6 +267,9 @@ impl fmt::Display for Corruption {
             }
             Corruption::FileChecksum => f.write_str("file checksum mismatch"),
             Corruption::UnknownVersion(v) => write!(f, "unknown format version {v}"),
+            Corruption::Undecryptable => {
+                f.write_str("encrypted payload does not decrypt (missing or different key)")
+            }
         }
     }
 }

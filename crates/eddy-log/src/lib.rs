@@ -161,6 +161,7 @@
 
 pub mod atomic;
 pub mod cache;
+pub mod cipher;
 pub mod completion;
 pub mod error;
 pub mod file;
@@ -174,6 +175,7 @@ pub mod fuzzing;
 
 pub use atomic::{create_dir_durable, write_atomic};
 pub use cache::{next_owner_id, Cache, CacheKey, DEFAULT_CACHE_BYTES};
+pub use cipher::Cipher;
 pub use completion::{completion, Completer, Completion};
 pub use error::{Corruption, IoOp, LogError, Result};
 pub use file::{

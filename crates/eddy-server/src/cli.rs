@@ -146,6 +146,18 @@ pub struct ServeArgs {
     #[arg(long, env = "EDDY_TLS_CA_CERT", value_name = "FILE")]
     pub tls_ca_cert: Option<PathBuf>,
 
+    /// At-rest encryption key (standard base64 of 32 random bytes, e.g. `openssl rand -base64
+    /// 32`): stored messages and events are encrypted with AES-256-GCM. Losing or changing it
+    /// makes the data written with it unreadable. Prefer the environment variable or the config
+    /// file to the flag.
+    #[arg(
+        long,
+        env = "EDDY_ENCRYPTION_KEY",
+        value_name = "BASE64",
+        hide_env_values = true
+    )]
+    pub encryption_key: Option<String>,
+
     /// zstd level (1-22) for stored events and compressed responses.
     #[arg(long, env = "EDDY_WAL_COMPRESSION_LEVEL", default_value_t = cfg::DEFAULT_WAL_COMPRESSION_LEVEL)]
     pub wal_compression_level: i32,
@@ -667,6 +679,7 @@ mod tests {
             tls_cert: Some("c".into()),
             tls_key: Some("k".into()),
             tls_ca_cert: Some("ca".into()),
+            encryption_key: Some("k".into()),
             num_shards: Some(2),
             advertise_host: Some("h".into()),
             peers: vec!["2=h:1".into()],

@@ -268,6 +268,9 @@ pub struct ServerConfig {
     pub tls_key: Option<PathBuf>,
     /// PEM CA bundle that client certificates must chain to (mTLS).
     pub tls_ca_cert: Option<PathBuf>,
+    /// At-rest encryption key: the standard base64 of 32 bytes. When set, stored message
+    /// batches and event records are encrypted with AES-256-GCM. Never logged.
+    pub encryption_key: Option<String>,
     /// zstd level for stored events and compressed responses (1..=22).
     pub wal_compression_level: i32,
     /// Log level filter (`trace`, `debug`, `info`, `warn`, `error`, or a `RUST_LOG`-style directive).
@@ -389,6 +392,7 @@ impl Default for ServerConfig {
             tls_cert: None,
             tls_key: None,
             tls_ca_cert: None,
+            encryption_key: None,
             wal_compression_level: DEFAULT_WAL_COMPRESSION_LEVEL,
             log_level: "info".to_owned(),
             log_format: LogFormat::Text,
@@ -434,11 +438,16 @@ impl Default for ServerConfig {
 }
 
 impl ServerConfig {
-    /// This configuration as TOML, the root password replaced by `<redacted>` (for snapshots and
+    /// This configuration as TOML, the root password and the encryption key replaced by
+    /// `<redacted>` (for snapshots and
     /// diagnostics; never for loading).
     pub fn redacted_toml(&self) -> String {
         let redacted = ServerConfig {
             root_password: "<redacted>".to_owned(),
+            encryption_key: self
+                .encryption_key
+                .as_ref()
+                .map(|_| "<redacted>".to_owned()),
             ..self.clone()
         };
         toml::to_string(&redacted).unwrap_or_else(|e| format!("# cannot render: {e}\n"))
@@ -469,6 +478,10 @@ impl std::fmt::Debug for ServerConfig {
             .field("tls_cert", &self.tls_cert)
             .field("tls_key", &self.tls_key)
             .field("tls_ca_cert", &self.tls_ca_cert)
+            .field(
+                "encryption_key",
+                &self.encryption_key.as_ref().map(|_| "<redacted>"),
+            )
             .field("wal_compression_level", &self.wal_compression_level)
             .field("log_level", &self.log_level)
             .field("log_format", &self.log_format)
@@ -638,6 +651,13 @@ impl ServerConfig {
         }
         if self.root_password.is_empty() {
             return invalid("root_password", "must not be empty".into());
+        }
+        if self.encryption_key.is_some() && self.encryption_key_bytes().is_none() {
+            // The value itself is never part of the message.
+            return invalid(
+                "encryption_key",
+                "must be the standard base64 of exactly 32 bytes".into(),
+            );
         }
         if self.max_connections == 0 {
             return invalid("max_connections", "must be at least 1".into());
@@ -831,6 +851,22 @@ impl ServerConfig {
             );
         }
         Ok(())
+    }
+
+    fn encryption_key_bytes(&self) -> Option<[u8; eddy_log::cipher::KEY_LEN]> {
+        use base64::Engine as _;
+        let key = self.encryption_key.as_deref()?;
+        let bytes = base64::engine::general_purpose::STANDARD
+            .decode(key.trim())
+            .ok()?;
+        bytes.try_into().ok()
+    }
+
+    /// The at-rest cipher of `encryption_key` (`None` when encryption is off). Call after
+    /// [`ServerConfig::validate`].
+    pub fn cipher(&self) -> Option<eddy_log::Cipher> {
+        self.encryption_key_bytes()
+            .map(|key| eddy_log::Cipher::new(&key))
     }
 
     /// True while the root password is the published default.
@@ -1072,5 +1108,36 @@ mod tests {
             "{toml}"
         );
         assert!(toml.contains("stream_port = 8090"), "{toml}");
+    }
+
+    #[test]
+    fn the_encryption_key_is_32_base64_bytes_and_never_shown() {
+        // base64 of 32 bytes 0x41 ('A').
+        let key = "QUFBQUFBQUFBQUFBQUFBQUFBQUFBQUFBQUFBQUFBQUE=";
+        let c = ServerConfig {
+            encryption_key: Some(key.into()),
+            ..ServerConfig::default()
+        };
+        c.validate().unwrap();
+        assert!(c.cipher().is_some());
+        assert!(ServerConfig::default().cipher().is_none());
+        assert!(!format!("{c:?}").contains(key), "{c:?}");
+        assert!(format!("{c:?}").contains("encryption_key: Some(\"<redacted>\")"));
+        let toml = c.redacted_toml();
+        assert!(!toml.contains(key), "{toml}");
+        for bad in [
+            "",
+            "not base64!",
+            "QUFB",
+            "QUFBQUFBQUFBQUFBQUFBQUFBQUFBQUFBQUFBQUFBQUFBQQ==",
+        ] {
+            let c = ServerConfig {
+                encryption_key: Some(bad.into()),
+                ..ServerConfig::default()
+            };
+            let err = c.validate().unwrap_err().to_string();
+            assert!(err.contains("encryption_key"), "{err}");
+            assert!(bad.is_empty() || !err.contains(bad), "{err}");
+        }
     }
 }

@@ -265,6 +265,7 @@ fn storage_engine(config: &ServerConfig) -> Result<(CommitPool, Arc<Cache>), Ser
 
 /// Opens and recovers the stream store off the reactor (recovery reads and verifies files).
 async fn open_store(
+    config: &ServerConfig,
     data_dir: &DataDir,
     pool: &CommitPool,
     cache: &Arc<Cache>,
@@ -277,13 +278,12 @@ async fn open_store(
         })
     })?;
     let (pool, cache) = (pool.clone(), Arc::clone(cache));
+    let store_config = StreamStoreConfig {
+        cipher: config.cipher(),
+        ..StreamStoreConfig::default()
+    };
     let opened = tokio::task::spawn_blocking(move || {
-        StreamStore::open_shared(
-            Arc::new(backend),
-            StreamStoreConfig::default(),
-            &pool,
-            cache,
-        )
+        StreamStore::open_shared(Arc::new(backend), store_config, &pool, cache)
     })
     .await;
     let opened = match opened {
@@ -492,7 +492,10 @@ impl Server {
         metrics.add_sampler(Box::new(move |out| sampled.sample(out)));
 
         let (pool, cache) = storage_engine(&config)?;
-        let store = open_store(&data_dir, &pool, &cache).await?;
+        let store = open_store(&config, &data_dir, &pool, &cache).await?;
+        if config.encryption_key.is_some() {
+            tracing::info!("at-rest encryption is on (AES-256-GCM): new messages and events are stored encrypted");
+        }
         let dictionary =
             event::load_dictionary(&data_dir.dictionary_file(), config.wal_compression_level)?;
         let event_store = open_event_store(&config, &data_dir, &dictionary, &pool, &cache).await?;

@@ -851,6 +851,7 @@ proptest! {
                 config: PartitionConfig { log: small_log() },
                 generation: 0,
                 stats: None,
+                cipher: None,
             },
         ).unwrap();
         let mut node = env.node("replicated", None);

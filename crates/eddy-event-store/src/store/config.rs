@@ -3,7 +3,7 @@
 use std::time::Duration;
 
 use bytes::Bytes;
-use eddy_log::{CommitStatsSnapshot, LogStats, RecoveryReport, VerifyOnOpen};
+use eddy_log::{Cipher, CommitStatsSnapshot, LogStats, RecoveryReport, VerifyOnOpen};
 
 use crate::index::IndexStats;
 use crate::placement::RoutingRule;
@@ -56,6 +56,9 @@ pub struct EventStoreConfig {
     /// [`LogConfig::group_window`](eddy_log::LogConfig::group_window)). With a window the commit pool gets at least one thread
     /// per shard, so a shard waiting out its window never delays another.
     pub fsync_delay: Duration,
+    /// Encrypt the shard logs' records at rest with this key (events, trims, deletes and
+    /// schema registrations alike; the per-shard index holds no event body and is not).
+    pub cipher: Option<Cipher>,
 }
 
 impl EventStoreConfig {
@@ -88,6 +91,7 @@ impl Default for EventStoreConfig {
             max_subscribers_per_shard: watch::DEFAULT_MAX_SUBSCRIBERS,
             max_schema_bytes: crate::record::MAX_SCHEMA_BYTES,
             fsync_delay: Duration::ZERO,
+            cipher: None,
         }
     }
 }

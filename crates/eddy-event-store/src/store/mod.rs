@@ -204,6 +204,7 @@ impl EventStore {
                 OpenOptions {
                     hook: Some(hook),
                     stats: Some(Arc::clone(&stats)),
+                    cipher: config.cipher.clone(),
                     ..OpenOptions::default()
                 },
             )?;

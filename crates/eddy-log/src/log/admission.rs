@@ -70,6 +70,10 @@ impl Reservation<'_> {
             tag,
             assigned,
         } = self;
+        let payload = match &log.inner.cipher {
+            Some(cipher) => cipher.seal(assigned.seq, count, tag, &payload),
+            None => payload,
+        };
         let len = u32::try_from(payload.len())
             .ok()
             .filter(|len| *len <= MAX_RECORD_PAYLOAD)

@@ -40,7 +40,8 @@ pub enum VerifyOnOpen {
     /// entry (rebuilding only indexes that disagree).
     Full,
     /// Trust a sealed segment whose index verifies and carries a seal entry matching the file
-    /// length; scan the active segment from its last index entry.
+    /// length; scan the active segment from its last index entry. Record headers before that
+    /// are still walked (one header read per record, no payload read) to count the records.
     Tail,
 }
 

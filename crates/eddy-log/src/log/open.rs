@@ -191,6 +191,7 @@ impl Log {
                     base,
                     end: base,
                     len: SEGMENT_HEADER_LEN as u64,
+                    records: 0,
                     first_ts: None,
                     max_ts: None,
                     sealed: false,
@@ -286,6 +287,7 @@ impl Log {
             counters: LogCounters::default(),
             truncations: AtomicU64::new(0),
             store_stats: options.stats,
+            cipher: options.cipher,
         });
         Ok((Log { inner }, report))
     }

@@ -16,6 +16,8 @@ use crate::format::{
 use crate::sync::{lock, read_lock};
 
 use super::segment_files::{index_lower_bound, index_lower_bound_ts, load_index, read_exact};
+use crate::cipher::reveal;
+
 use super::state::{Log, SegmentState};
 use super::types::{LogBounds, RecordMeta, SegmentSummary, StoredRecord};
 
@@ -255,6 +257,12 @@ impl Log {
                         .verify_payload(&payload)
                         .map_err(|kind| LogError::corrupt(path(), at, kind))?;
                 }
+                let payload = reveal(
+                    self.inner.cipher.as_ref(),
+                    (header.seq, header.count, header.tag),
+                    payload,
+                )
+                .map_err(|kind| LogError::corrupt(path(), at, kind))?;
                 let start = header.seq.max(from_seq);
                 *covered += header.end_seq() - start;
                 *bytes += u64::from(header.payload_len);
@@ -351,6 +359,12 @@ impl Log {
                         .verify_payload(&payload)
                         .map_err(|kind| LogError::corrupt(path(), pos, kind))?;
                 }
+                let payload = reveal(
+                    self.inner.cipher.as_ref(),
+                    (header.seq, header.count, header.tag),
+                    payload,
+                )
+                .map_err(|kind| LogError::corrupt(path(), pos, kind))?;
                 return Ok(Some(StoredRecord {
                     meta: RecordMeta {
                         seq: header.seq,

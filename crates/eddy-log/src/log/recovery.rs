@@ -36,6 +36,8 @@ struct Scan {
     pub(super) end_pos: u64,
     pub(super) first_ts: Option<u64>,
     pub(super) max_ts: Option<u64>,
+    /// Good records scanned.
+    pub(super) records: u64,
     /// Index entries generated at `index_interval` (for rebuilding).
     pub(super) entries: Vec<IndexEntry>,
     /// Positions and seqs of every record start seen (only when cross-checking an index).
@@ -69,6 +71,7 @@ fn scan_records(
         end_pos: pos,
         first_ts: None,
         max_ts: None,
+        records: 0,
         entries: Vec::new(),
         damage: None,
     };
@@ -139,10 +142,32 @@ fn scan_records(
         );
         pos += record_len;
         seq = header.end_seq();
+        scan.records += 1;
         scan.end_pos = pos;
         scan.end_seq = seq;
     }
     Ok(scan)
+}
+
+/// Counts the records between `from` and `to` by walking their headers alone (a segment's
+/// record count is not in its index; tail verification needs it for the segment's payload
+/// bytes). Reads one header per record and verifies header checksums only; `None` when the
+/// walk does not land exactly on `to` (the caller then verifies the whole segment).
+pub(super) fn count_records(file: &dyn StorageFile, from: u64, to: u64) -> io::Result<Option<u64>> {
+    let mut pos = from;
+    let mut records = 0u64;
+    while pos < to {
+        if to - pos < RECORD_HEADER_LEN as u64 {
+            return Ok(None);
+        }
+        let raw = read_exact(file, pos, RECORD_HEADER_LEN as u64)?;
+        let Ok(header) = RecordHeader::decode(&raw, pos) else {
+            return Ok(None);
+        };
+        pos += header.record_len();
+        records += 1;
+    }
+    Ok((pos == to).then_some(records))
 }
 
 /// Looks in `(damage_at, file_len)` for a genuine record header (magic and header checksum)
@@ -282,6 +307,7 @@ pub(super) fn recover_segment(
         base,
         end: scan.end_seq,
         len: end_pos,
+        records: scan.records,
         first_ts: scan.first_ts,
         max_ts: scan.max_ts,
         sealed: seal_wanted,
@@ -363,10 +389,16 @@ fn recover_tail(
     if !is_last {
         if let Some(seal) = loaded.seal {
             if seal.position == len {
+                let Some(records) = count_records(&**file, SEGMENT_HEADER_LEN as u64, len)
+                    .map_err(ctx.io(IoOp::Read, &segment_file_name(base)))?
+                else {
+                    return Ok(None);
+                };
                 let state = SegmentState {
                     base,
                     end: seal.seq,
                     len,
+                    records,
                     first_ts: loaded.entries.first().map(|e| e.timestamp),
                     max_ts: Some(seal.timestamp),
                     sealed: true,
@@ -410,6 +442,11 @@ fn recover_tail(
     if scan.damage.is_some() || scan.end_pos == last.position {
         return Ok(None);
     }
+    let Some(before) = count_records(&**file, SEGMENT_HEADER_LEN as u64, last.position)
+        .map_err(ctx.io(IoOp::Read, &name))?
+    else {
+        return Ok(None);
+    };
     ctx.report.bytes_verified += scan.end_pos - last.position;
     let mut index = usable;
     index.extend(scan.entries);
@@ -417,6 +454,7 @@ fn recover_tail(
         base,
         end: scan.end_seq,
         len,
+        records: before + scan.records,
         first_ts: index.first().map(|e| e.timestamp),
         max_ts: scan.max_ts,
         sealed: !is_last,

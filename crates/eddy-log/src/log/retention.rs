@@ -59,6 +59,7 @@ impl Log {
                             base: s.base,
                             end: s.end,
                             len: s.bytes,
+                            records: s.records,
                             first_ts: s.first_timestamp,
                             max_ts: s.max_timestamp,
                             sealed: true,

@@ -9,6 +9,7 @@ use std::sync::Arc;
 use bytes::{Bytes, BytesMut};
 
 use crate::cache::{next_owner_id, SealedSegment};
+use crate::cipher::reveal;
 use crate::error::{Corruption, IoOp, LogError, Result};
 use crate::file::{OpenMode, StorageFile};
 use crate::format::{
@@ -291,7 +292,7 @@ impl Log {
                 &*old.file,
                 &log_path,
                 (base, target.end, target.len),
-                |_, header, payload| {
+                |at, header, payload| {
                     report.records += 1;
                     let meta = RecordMeta {
                         seq: header.seq,
@@ -300,10 +301,18 @@ impl Log {
                         tag: header.tag,
                         len: header.payload_len,
                     };
-                    let (payload, payload_crc) = match rewrite(&meta, &payload)? {
+                    // The caller sees (and replaces) plaintext; a replacement is sealed again.
+                    let record = (header.seq, header.count, header.tag);
+                    let plain = reveal(inner.cipher.as_ref(), record, payload.clone())
+                        .map_err(|kind| LogError::corrupt(&log_path, at, kind))?;
+                    let (payload, payload_crc) = match rewrite(&meta, &plain)? {
                         None => (payload, header.payload_crc),
                         Some(replaced) => {
                             report.rewritten += 1;
+                            let replaced = match &inner.cipher {
+                                Some(c) => c.seal(header.seq, header.count, header.tag, &replaced),
+                                None => replaced,
+                            };
                             let crc = crc32c::crc32c(&replaced);
                             (replaced, crc)
                         }

@@ -90,6 +90,9 @@ pub(super) struct SegmentState {
     pub(super) base: u64,
     pub(super) end: u64,
     pub(super) len: u64,
+    /// Records in the segment (its payload bytes are `len` less the segment header and this
+    /// many record headers).
+    pub(super) records: u64,
     pub(super) first_ts: Option<u64>,
     pub(super) max_ts: Option<u64>,
     pub(super) sealed: bool,
@@ -107,6 +110,7 @@ impl SegmentState {
             base: self.base,
             end: self.end,
             bytes: self.len,
+            records: self.records,
             first_timestamp: self.first_ts,
             max_timestamp: self.max_ts,
             sealed: self.sealed,
@@ -160,6 +164,8 @@ pub(crate) struct LogInner {
     pub(super) truncations: AtomicU64,
     /// The owning store's counters ([`OpenOptions::stats`](super::types::OpenOptions::stats)).
     pub(super) store_stats: Option<Arc<CommitStats>>,
+    /// Seals payloads on append and opens them on read ([`OpenOptions::cipher`](super::types::OpenOptions::cipher)).
+    pub(super) cipher: Option<crate::cipher::Cipher>,
 }
 
 pub(super) use crate::error::is_no_space;

@@ -574,6 +574,57 @@ fn valid_indexes_are_not_rebuilt_and_missing_ones_are() {
     check_records(&read_all(&log), 0, 30, 40);
 }
 
+/// Records and payload bytes per segment, as the summaries report them.
+fn payload_figures(log: &Log) -> Vec<(u64, u64)> {
+    log.segments()
+        .iter()
+        .map(|s| (s.records, s.payload_bytes()))
+        .collect()
+}
+
+#[test]
+fn segment_summaries_count_records_and_payload_bytes_exactly() {
+    for verify_on_open in [VerifyOnOpen::Full, VerifyOnOpen::Tail] {
+        let h = Harness::new(LogConfig {
+            verify_on_open,
+            ..small()
+        });
+        let (log, _) = h.open().unwrap();
+        assert_eq!(
+            payload_figures(&log),
+            [(0, 0)],
+            "an empty log holds nothing"
+        );
+        append_n(&log, 30, 40);
+        let figures = payload_figures(&log);
+        assert!(figures.len() > 2, "{figures:?}");
+        assert_eq!(figures.iter().map(|f| f.0).sum::<u64>(), 30);
+        assert!(figures
+            .iter()
+            .all(|(records, bytes)| *bytes == records * 40));
+        drop(log);
+        // Reopening (every segment verified, or sealed ones trusted) gives the same figures.
+        let (log, _) = h.open().unwrap();
+        assert_eq!(payload_figures(&log), figures, "{verify_on_open:?}");
+        append_n(&log, 1, 40);
+        assert_eq!(
+            log.segments()
+                .iter()
+                .map(SegmentSummary::payload_bytes)
+                .sum::<u64>(),
+            31 * 40
+        );
+        log.delete_oldest_segments(1).unwrap();
+        assert_eq!(payload_figures(&log)[0], figures[1]);
+        log.purge(0).wait().unwrap();
+        assert_eq!(
+            payload_figures(&log),
+            [(0, 0)],
+            "a purged log holds nothing"
+        );
+    }
+}
+
 #[test]
 fn tail_mode_trusts_sealed_segments_and_scans_the_tail() {
     let h = Harness::new(LogConfig {
@@ -987,6 +1038,88 @@ fn read_record_finds_every_record_in_sealed_and_active_segments() {
         .read_record(metas.last().unwrap().end_seq())
         .unwrap()
         .is_none());
+}
+
+#[test]
+fn a_cipher_seals_every_payload_on_disk_and_opens_it_on_read() {
+    let h = Harness::new(small());
+    let key = crate::Cipher::new(&[9; 32]);
+    let with_key = || OpenOptions {
+        cipher: Some(key.clone()),
+        ..OpenOptions::default()
+    };
+    let marker = |seq: u64| Bytes::from(format!("secret-{seq:04}-").repeat(4));
+    let (log, _) = h.open_with(with_key()).unwrap();
+    let metas: Vec<RecordMeta> = (0..30)
+        .map(|_| {
+            log.append_with(2, 0, 1000, |a| Ok(marker(a.seq)))
+                .unwrap()
+                .wait()
+                .unwrap()
+        })
+        .collect();
+    assert!(log.segments().len() > 2);
+    let check = |log: &Log| {
+        let all = read_all(log);
+        assert_eq!(all.len(), 30);
+        for (r, m) in all.iter().zip(&metas) {
+            assert_eq!(r.payload, marker(m.seq));
+            assert_eq!(
+                log.read_record(m.seq).unwrap().unwrap().payload,
+                marker(m.seq)
+            );
+        }
+    };
+    check(&log);
+    // Nothing of a payload is in any file.
+    for path in h.mem.file_paths() {
+        let bytes = h.mem.read_file(&path).unwrap();
+        assert!(!bytes.windows(7).any(|w| w == b"secret-"), "{path:?}");
+    }
+    // Compaction rewrites see and replace plaintext; the replacement is sealed too.
+    let sealed_base = log.segments()[0].base;
+    log.rewrite_sealed::<LogError>(sealed_base, |meta, payload| {
+        assert_eq!(*payload, marker(meta.seq));
+        Ok(Some(Bytes::from(format!("secret-short-{}", meta.seq))))
+    })
+    .unwrap()
+    .unwrap();
+    let first = log.read_record(sealed_base).unwrap().unwrap();
+    assert_eq!(first.payload, format!("secret-short-{sealed_base}"));
+    drop(log);
+    for path in h.mem.file_paths() {
+        let bytes = h.mem.read_file(&path).unwrap();
+        assert!(!bytes.windows(7).any(|w| w == b"secret-"), "{path:?}");
+    }
+    // Full verification needs no key; reading does.
+    let (log, _) = h.open().unwrap();
+    let err = log.read(0, u64::MAX, u64::MAX).unwrap_err();
+    assert!(
+        matches!(
+            &err,
+            LogError::Corrupt {
+                kind: Corruption::Undecryptable,
+                ..
+            }
+        ),
+        "{err:?}"
+    );
+    drop(log);
+    let other = OpenOptions {
+        cipher: Some(crate::Cipher::new(&[1; 32])),
+        ..OpenOptions::default()
+    };
+    let (log, _) = h.open_with(other).unwrap();
+    assert!(log.read_record(metas[5].seq).is_err());
+    drop(log);
+    // Records written before the key was set stay readable after it is set.
+    let h = Harness::new(small());
+    let (log, _) = h.open().unwrap();
+    append_n(&log, 3, 50);
+    drop(log);
+    let (log, _) = h.open_with(with_key()).unwrap();
+    append_n(&log, 3, 50);
+    check_records(&read_all(&log), 0, 6, 50);
 }
 
 // ------------------------------------------------------------------------------------------------

@@ -36,7 +36,7 @@ use crate::format::{
 };
 use crate::sync::{lock, read_lock};
 
-use super::recovery::Recovered;
+use super::recovery::{count_records, Recovered};
 use super::segment_files::{
     create_segment, index_lower_bound, load_index, read_exact, write_index,
 };
@@ -240,6 +240,8 @@ pub(super) fn cut_recovered(
         }
         CutAt::Damaged { at, kind } => return Err(LogError::corrupt(&path, at, kind)),
     };
+    let records = records_below(&*last.file, pos, last.state.len, last.state.records)
+        .map_err(|e| LogError::io(IoOp::Read, &path, e))?;
     last.file
         .truncate(pos)
         .and_then(|()| last.file.sync())
@@ -248,11 +250,24 @@ pub(super) fn cut_recovered(
     write_index(backend, dir, base, &last.index, None)?;
     last.state.end = seq;
     last.state.len = pos;
+    last.state.records = records;
     last.state.max_ts = last_ts;
     if pos == SEGMENT_HEADER_LEN as u64 {
         last.state.first_ts = None;
     }
     Ok(())
+}
+
+/// How many of a segment's `total` records lie below a cut at `pos` (its length is `len`):
+/// the cut-off tail's headers are walked (truncations are rare, and cut uncommitted tails).
+fn records_below(file: &dyn StorageFile, pos: u64, len: u64, total: u64) -> io::Result<u64> {
+    match count_records(file, pos, len)? {
+        Some(cut) => Ok(total.saturating_sub(cut)),
+        None => Err(io::Error::new(
+            io::ErrorKind::InvalidData,
+            "record headers do not end at the segment's length",
+        )),
+    }
 }
 
 /// Keeps the truncation counter odd while it lives.
@@ -281,6 +296,7 @@ enum Keep {
     Prefix {
         pos: u64,
         last_ts: Option<u64>,
+        records: u64,
         loaded: Arc<SealedSegment>,
     },
 }
@@ -350,6 +366,9 @@ impl LogInner {
             (writer.active.base, writer.active.len),
             seq,
         )?;
+        let total = lock(&self.view).segments.back().map_or(0, |s| s.records);
+        let records =
+            records_below(&*file, pos, writer.active.len, total).map_err(TruncateFailure::Fatal)?;
         let _in_progress = InProgress::start(&self.truncations);
         // The atomic step: the file is the old one or the cut one, and the sync makes every
         // byte below the cut durable too (background durability may have left some behind).
@@ -383,6 +402,7 @@ impl LogInner {
             .expect("a log always has a segment");
         seg.end = seq;
         seg.len = pos;
+        seg.records = records;
         seg.max_ts = last_ts;
         if pos == SEGMENT_HEADER_LEN as u64 {
             seg.first_ts = None;
@@ -413,9 +433,12 @@ impl LogInner {
             let loaded = self.load_sealed(held).map_err(fatal)?;
             let (pos, last_ts) =
                 self.cut_point(&*loaded.file, &loaded.index, (held.base, held.len), seq)?;
+            let records = records_below(&*loaded.file, pos, held.len, held.records)
+                .map_err(TruncateFailure::Fatal)?;
             Keep::Prefix {
                 pos,
                 last_ts,
+                records,
                 loaded,
             }
         };
@@ -446,6 +469,7 @@ impl LogInner {
                 pos,
                 last_ts,
                 loaded,
+                ..
             } => {
                 loaded
                     .file
@@ -498,10 +522,16 @@ impl LogInner {
             Keep::Nothing => {
                 view.segments.pop_back();
             }
-            Keep::Prefix { pos, last_ts, .. } => {
+            Keep::Prefix {
+                pos,
+                last_ts,
+                records,
+                ..
+            } => {
                 let seg = view.segments.back_mut().expect("segment j is kept");
                 seg.end = seq;
                 seg.len = pos;
+                seg.records = records;
                 seg.max_ts = last_ts;
                 seg.owner = owner;
             }
@@ -510,6 +540,7 @@ impl LogInner {
             base: seq,
             end: seq,
             len: SEGMENT_HEADER_LEN as u64,
+            records: 0,
             first_ts: None,
             max_ts: None,
             sealed: false,

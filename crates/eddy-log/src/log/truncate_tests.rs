@@ -562,6 +562,15 @@ fn check(log: &Log, model: &[ModelRecord], first: u64, next: u64) {
     for (seq, _, payload) in model {
         assert_eq!(&log.read_record(*seq).unwrap().unwrap().payload, payload);
     }
+    // The segments' exact size figures follow every cut, retention and reopen.
+    let segments = log.segments();
+    let records: u64 = segments.iter().map(|s| s.records).sum();
+    let payload: u64 = segments.iter().map(SegmentSummary::payload_bytes).sum();
+    assert_eq!(records, model.len() as u64);
+    assert_eq!(
+        payload,
+        model.iter().map(|(_, _, p)| p.len() as u64).sum::<u64>()
+    );
 }
 
 proptest! {

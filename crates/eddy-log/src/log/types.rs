@@ -8,7 +8,9 @@ use std::sync::Arc;
 
 use bytes::Bytes;
 
+use crate::cipher::Cipher;
 use crate::error::{Corruption, LogError};
+use crate::format::{RECORD_HEADER_LEN, SEGMENT_HEADER_LEN};
 use crate::pool::CommitStats;
 
 /// What a record is, without its payload.
@@ -51,12 +53,26 @@ pub struct SegmentSummary {
     pub end: u64,
     /// File size in bytes (headers included).
     pub bytes: u64,
+    /// Records in it.
+    pub records: u64,
     /// Timestamp of its first record (`None` when empty).
     pub first_timestamp: Option<u64>,
     /// Newest timestamp in it (`None` when empty).
     pub max_timestamp: Option<u64>,
     /// True when sealed (immutable).
     pub sealed: bool,
+}
+
+impl SegmentSummary {
+    /// Bytes of its record payloads as stored: the file without its segment header and record
+    /// headers (for a partition: the stored batches, exactly as appended; a log with a
+    /// [`Cipher`] stores them sealed, [`SEALED_OVERHEAD`](crate::cipher::SEALED_OVERHEAD)
+    /// bytes longer each).
+    pub fn payload_bytes(&self) -> u64 {
+        self.bytes
+            .saturating_sub(SEGMENT_HEADER_LEN as u64)
+            .saturating_sub(self.records.saturating_mul(RECORD_HEADER_LEN as u64))
+    }
 }
 
 /// The readable range of a log.
@@ -151,4 +167,6 @@ pub struct OpenOptions {
     /// Group-commit counters of the store that owns this log (besides the pool's totals), so
     /// each store on a shared [`CommitPool`](crate::CommitPool) reports its own.
     pub stats: Option<Arc<CommitStats>>,
+    /// Encrypt record payloads at rest with this key (see [`crate::cipher`]).
+    pub cipher: Option<Cipher>,
 }

@@ -419,6 +419,7 @@ impl LogInner {
             debug_assert_eq!(seg.base, writer.active.base);
             seg.end = end_seq;
             seg.len = writer.active.len;
+            seg.records += count;
             if seg.first_ts.is_none() {
                 seg.first_ts = first_ts;
             }
@@ -563,6 +564,7 @@ impl LogInner {
                 base,
                 end: base,
                 len: SEGMENT_HEADER_LEN as u64,
+                records: 0,
                 first_ts: None,
                 max_ts: None,
                 sealed: false,
@@ -637,6 +639,7 @@ impl LogInner {
             base,
             end: base,
             len: SEGMENT_HEADER_LEN as u64,
+            records: 0,
             first_ts: None,
             max_ts: None,
             sealed: false,

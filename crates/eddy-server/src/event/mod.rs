@@ -190,6 +190,7 @@ pub fn store_config(config: &ServerConfig, num_shards: u32, dictionary: &[u8]) -
         segment_size: config.shard_log_segment_bytes,
         fsync_delay: Duration::from_micros(config.fsync_delay_us),
         max_schema_bytes: config.max_schema_size_bytes as usize,
+        cipher: config.cipher(),
         ..EventStoreConfig::default()
     }
 }

@@ -51,13 +51,12 @@ use std::sync::{Arc, Mutex, MutexGuard};
 
 use bytes::Bytes;
 use eddy_log::{
-    create_dir_durable, lock, Cache, CommitHook, CommitPool, CommitStats, Completion, Corruption,
-    Durability, IoOp, Log, OpenMode, OpenOptions, RecoveryReport, SegmentSummary, StorageBackend,
+    create_dir_durable, lock, Cache, Cipher, CommitHook, CommitPool, CommitStats, Completion,
+    Corruption, Durability, IoOp, Log, OpenMode, OpenOptions, RecoveryReport, SegmentSummary,
+    StorageBackend,
 };
 
 use crate::error::{Result, StreamStoreError};
-#[cfg(test)]
-use state_file::encode_state;
 use state_file::{decode_state, StateFile, StateRecord, STATE_LEN};
 
 pub use state_file::STATE_FILE;
@@ -110,6 +109,8 @@ pub struct PartitionOpen {
     pub generation: u64,
     /// The owning store's group-commit counters (see [`OpenOptions::stats`]).
     pub stats: Option<Arc<CommitStats>>,
+    /// Encrypts the stored batches (see [`OpenOptions::cipher`]).
+    pub cipher: Option<Cipher>,
 }
 
 impl Partition {
@@ -127,6 +128,7 @@ impl Partition {
             config,
             generation,
             stats,
+            cipher,
         } = open;
         // Durably: an acknowledged partition survives a crash with its directory.
         create_dir_durable(&*backend, &dir)?;
@@ -224,6 +226,7 @@ impl Partition {
                 min_next_seq: frontier,
                 hook,
                 stats,
+                cipher,
             },
         )?;
         Ok((
@@ -328,7 +331,7 @@ impl Partition {
             next_offset,
             current_offset: if messages == 0 { 0 } else { next_offset - 1 },
             messages,
-            size_bytes: segments.iter().map(|s| s.bytes).sum(),
+            size_bytes: segments.iter().map(SegmentSummary::payload_bytes).sum(),
             segments: u32::try_from(segments.len()).unwrap_or(u32::MAX),
         }
     }
@@ -423,6 +426,16 @@ impl Partition {
             }
         })?;
         Ok(deleted)
+    }
+
+    /// Deletes the oldest sealed segments as long as they start at `bases`, in order; stops at
+    /// the first that does not (a concurrent deletion or purge moved the partition on). The
+    /// active segment is never deleted. Returns what was deleted.
+    pub fn delete_sealed_segments(&self, bases: &[u64]) -> Result<Vec<SegmentSummary>> {
+        let mut expected = bases.iter();
+        Ok(self
+            .log
+            .delete_sealed_while(|seg| expected.next() == Some(&seg.base))?)
     }
 
     /// Deletes the `n` oldest sealed segments.

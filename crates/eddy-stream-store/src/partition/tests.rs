@@ -76,6 +76,7 @@ impl Env {
                 config: self.config,
                 generation: self.generation,
                 stats: None,
+                cipher: None,
             },
         )
     }
@@ -234,6 +235,27 @@ fn retention_by_expiry_and_size() {
         .poll(PollStrategy::Offset(0), 100, None, u64::MAX)
         .unwrap();
     assert_eq!(polled.start_offset, p.stats().first_offset);
+}
+
+#[test]
+fn size_is_the_stored_batch_bytes_exactly() {
+    let env = Env::new(small_log());
+    let (p, _) = env.open().unwrap();
+    assert_eq!(p.stats().size_bytes, 0, "an empty partition holds nothing");
+    let batch = (FAKE_HEADER + 40) as u64;
+    for i in 0..12u64 {
+        p.append(fake(2, vec![1; 40]), i).unwrap().wait().unwrap();
+    }
+    assert!(p.stats().segments > 2);
+    assert_eq!(p.stats().size_bytes, 12 * batch);
+    drop(p);
+    let (p, _) = env.open().unwrap();
+    assert_eq!(p.stats().size_bytes, 12 * batch, "a reopen changes nothing");
+    let deleted = p.delete_oldest_segments(1).unwrap();
+    let left = 12 - (deleted[0].end - deleted[0].base) / 2;
+    assert_eq!(p.stats().size_bytes, left * batch);
+    p.purge(1).unwrap();
+    assert_eq!(p.stats().size_bytes, 0, "a purged partition holds nothing");
 }
 
 #[test]
@@ -442,7 +464,7 @@ fn append_stamped_checks_the_offset() {
     assert_eq!(t.wait().unwrap().base_offset, 0);
     assert!(matches!(
         p.append_stamped(5, 10, 1, Bytes::new()),
-        Err(StreamStoreError::Log(eddy_log::LogError::OutOfOrder { .. }))
+        Err(StreamStoreError::Log(LogError::OutOfOrder { .. }))
     ));
 }
 
@@ -465,7 +487,7 @@ fn state_file_roundtrip() {
         generation: 2,
         frontier: 3,
     };
-    let bytes = encode_state(&s);
+    let bytes = state_file::encode_state(&s);
     assert_eq!(&bytes[0..8], b"EDDYPST\0");
     assert_eq!(decode_state(&bytes), Ok(s));
     for cut in 0..STATE_LEN {
@@ -630,6 +652,15 @@ fn check_against_model(p: &Partition, model: &Model) {
             .values()
             .map(|b| u64::from(b.count))
             .sum::<u64>()
+    );
+    assert_eq!(
+        stats.size_bytes,
+        model
+            .batches
+            .values()
+            .map(|b| (FAKE_HEADER + b.body.len()) as u64)
+            .sum::<u64>(),
+        "the size is the stored batch bytes"
     );
     // Indexes agree with the log: point lookups of every offset find the right batch.
     for (base, batch) in &model.batches {
@@ -843,7 +874,7 @@ fn run_model(ops: Vec<Op>, verify: VerifyOnOpen) {
                         model.next = ack.base_offset + u64::from(count);
                         model.now = model.now.max(ack.timestamp);
                     }
-                    Err(StreamStoreError::Log(eddy_log::LogError::NoSpace { .. })) => {}
+                    Err(StreamStoreError::Log(LogError::NoSpace { .. })) => {}
                     Err(other) => panic!("unexpected {other:?}"),
                 }
             }

@@ -222,7 +222,8 @@ pub struct PartitionStats {
     pub current_offset: u64,
     /// Messages stored (retention gaps excluded).
     pub messages: u64,
-    /// Bytes on disk.
+    /// Bytes of the stored batches, exactly as appended (stream protocol `size_bytes`: file
+    /// and record headers are not counted, so an empty partition holds 0 bytes).
     pub size_bytes: u64,
     /// Segments.
     pub segments: u32,
@@ -233,7 +234,9 @@ pub struct PartitionStats {
 pub struct RetentionPolicy {
     /// Delete sealed segments whose newest timestamp + this ≤ now (µs). `None`: never.
     pub message_expiry: Option<u64>,
-    /// Delete the oldest sealed segments while the sealed bytes exceed this. `None`: unlimited.
+    /// Delete the oldest sealed segments while the partition's sealed file bytes exceed this.
+    /// `None`: unlimited. (The store applies `max_topic_size` over a whole topic instead: see
+    /// [`StreamStore::run_retention`](crate::StreamStore::run_retention).)
     pub max_bytes: Option<u64>,
     /// Never delete a segment holding offsets above this (the lowest committed consumer offset,
     /// if the server pins retention to consumers). `None`: no pin.

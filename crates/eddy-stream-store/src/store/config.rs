@@ -2,19 +2,15 @@
 //! log and for each partition.
 
 use eddy_log::{
-    Durability, LogConfig, VerifyOnOpen, DEFAULT_CACHE_BYTES, DEFAULT_INDEX_INTERVAL,
+    Cipher, Durability, LogConfig, VerifyOnOpen, DEFAULT_CACHE_BYTES, DEFAULT_INDEX_INTERVAL,
     DEFAULT_MAX_GROUP_BYTES,
 };
 
 use crate::metadata::TopicConfig;
 use crate::partition::PartitionConfig;
 
-/// The per-partition share of `max_topic_size` is floored at one segment plus one maximum
-/// batch (a smaller share would delete every segment the moment it seals).
-pub const MAX_BATCH_BYTES: u64 = eddy_log::format::MAX_RECORD_PAYLOAD as u64;
-
 /// Store-wide configuration.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq)]
 pub struct StreamStoreConfig {
     /// Writer threads of the commit pool.
     pub pool_threads: usize,
@@ -38,6 +34,9 @@ pub struct StreamStoreConfig {
     /// offset of its partition (Iggy's behaviour; off by default because an abandoned consumer
     /// would pin the disk forever).
     pub retention_respects_consumer_offsets: bool,
+    /// Encrypt the partitions' stored batches at rest with this key (the metadata log is not
+    /// encrypted: it holds names, settings and password hashes, no message).
+    pub cipher: Option<Cipher>,
 }
 
 impl Default for StreamStoreConfig {
@@ -53,6 +52,7 @@ impl Default for StreamStoreConfig {
             metadata_segment_size: 4 * 1024 * 1024,
             snapshot_every_ops: 10_000,
             retention_respects_consumer_offsets: false,
+            cipher: None,
         }
     }
 }

@@ -134,7 +134,7 @@ pub(super) fn applier(
     meta: &MetaShared,
     registry: &Registry,
     backend: &dyn StorageBackend,
-    config: StreamStoreConfig,
+    config: &StreamStoreConfig,
     mut snapshot_next: u64,
 ) {
     while let Ok(Job { seq, op, done }) = rx.recv() {

@@ -74,7 +74,7 @@ use operation::CommitInner;
 use registry::{open_partitions, Registry};
 use snapshot::read_snapshot;
 
-pub use config::{StreamStoreConfig, MAX_BATCH_BYTES};
+pub use config::StreamStoreConfig;
 pub use metadata_log::METADATA_TAG;
 pub use operation::{Applied, Commit, Operation};
 pub use registry::PARTITIONS_DIR;
@@ -163,6 +163,8 @@ impl StreamStore {
                     shared: Arc::clone(&meta),
                 })),
                 stats: Some(Arc::clone(&stats)),
+                // Names, settings and hashes: no message is ever in the metadata log.
+                cipher: None,
             },
         )?;
         recovery.metadata = report;
@@ -220,7 +222,7 @@ impl StreamStore {
             pool: pool.clone(),
             cache,
             stats: Arc::clone(&stats),
-            config,
+            config: config.clone(),
             partitions: RwLock::new(BTreeMap::new()),
         });
         create_dir_durable(&*backend, Path::new(PARTITIONS_DIR))?;
@@ -265,9 +267,10 @@ impl StreamStore {
             let meta = Arc::clone(&meta);
             let registry = Arc::clone(&registry);
             let backend = Arc::clone(&backend);
+            let config = config.clone();
             std::thread::Builder::new()
                 .name("eddy-storage-applier".into())
-                .spawn(move || applier(&rx, &meta, &registry, &*backend, config, snapshot_next))
+                .spawn(move || applier(&rx, &meta, &registry, &*backend, &config, snapshot_next))
                 .map_err(|e| StreamStoreError::io(IoOp::Open, "applier thread", e))?
         };
         Ok((

@@ -53,6 +53,7 @@ impl Registry {
                 config: self.config.partition_config(topic),
                 generation,
                 stats: Some(Arc::clone(&self.stats)),
+                cipher: self.config.cipher.clone(),
             },
         )?;
         Ok((Arc::new(partition), report))

@@ -495,7 +495,7 @@ fn snapshots_compact_the_metadata_log() {
         snapshot_every_ops: 5,
         ..config()
     };
-    let (store, _) = open(&mem, cfg);
+    let (store, _) = open(&mem, cfg.clone());
     create_stream_topic(&store, 1, 1 << 20);
     for i in 0..40u64 {
         meta(
@@ -545,7 +545,7 @@ fn damaged_snapshot_refuses_to_open() {
         snapshot_every_ops: 2,
         ..config()
     };
-    let (store, _) = open(&mem, cfg);
+    let (store, _) = open(&mem, cfg.clone());
     create_stream_topic(&store, 1, 1 << 20);
     drop(store);
     let path = Path::new(METADATA_DIR).join(SNAPSHOT_FILE);
@@ -691,6 +691,101 @@ fn retention_runs_per_topic_options() {
         .wait()
         .unwrap();
     assert!(matches!(applied, Applied::SegmentsDeleted(ref s) if s.len() == 2));
+}
+
+/// Stored bytes of every partition of topic 0/0.
+fn topic_bytes(store: &StreamStore, partitions: u32) -> Vec<u64> {
+    (0..partitions)
+        .map(|p| store.partition(addr(p)).unwrap().stats().size_bytes)
+        .collect()
+}
+
+#[test]
+fn max_topic_size_deletes_the_topics_oldest_sealed_segments() {
+    let mem = MemBackend::new();
+    let (store, _) = open(&mem, config());
+    // A 256-byte segment holds two 48-byte batches (plus headers), and the cap 12 of them.
+    let one = batch(1, 0).stamp(&crate::partition::Stamp {
+        partition_id: 0,
+        base_offset: 0,
+        base_timestamp: 0,
+    });
+    let one = one.len() as u64;
+    let cap = 12 * one;
+    meta(
+        &store,
+        MetadataOp::CreateStream {
+            id: 0,
+            name: "s".into(),
+            created_at: 0,
+            options: vec![],
+        },
+    )
+    .unwrap();
+    meta(
+        &store,
+        MetadataOp::CreateTopic {
+            stream_id: 0,
+            id: 0,
+            name: "t".into(),
+            created_at: 0,
+            partitions: 3,
+            config: TopicConfig {
+                segment_size: 256,
+                max_topic_size: Some(cap),
+                ..TopicConfig::default()
+            },
+            explicit_options: vec![],
+            derived_options: vec![],
+        },
+    )
+    .unwrap();
+    // Partition 0 is written first (its segments are the oldest), then 1; 2 stays empty.
+    let mut now = 0;
+    for p in [0, 1] {
+        for _ in 0..10 {
+            now += 10;
+            store
+                .append(addr(p), batch(1, 0), now)
+                .unwrap()
+                .wait()
+                .unwrap();
+        }
+    }
+    assert_eq!(topic_bytes(&store, 3).iter().sum::<u64>(), 20 * one);
+    let report = store.run_retention(now).unwrap();
+    let bytes = topic_bytes(&store, 3);
+    let total: u64 = bytes.iter().sum();
+    assert!(total <= cap, "{bytes:?}");
+    assert!(total > cap - 256, "only what was needed went: {bytes:?}");
+    // Partition 0's segments went first; partition 1 kept everything.
+    assert_eq!(report.deleted.len(), 1, "{report:?}");
+    assert_eq!(report.deleted[0].0, addr(0));
+    assert_eq!(bytes[1], 10 * one);
+    assert!(store.partition(addr(0)).unwrap().stats().first_offset > 0);
+    // Under the size: nothing more goes.
+    assert_eq!(store.run_retention(now).unwrap().segments(), 0);
+    // Active segments are never deleted, whatever the size.
+    meta(
+        &store,
+        MetadataOp::UpdateTopic {
+            stream_id: 0,
+            topic_id: 0,
+            name: "t".into(),
+            message_expiry: None,
+            max_topic_size: Some(1),
+            compression_algorithm: 1,
+            replication_factor: 1,
+            explicit_options: vec![],
+        },
+    )
+    .unwrap();
+    store.run_retention(now).unwrap();
+    for p in [0, 1] {
+        let stats = store.partition(addr(p)).unwrap().stats();
+        assert_eq!(stats.segments, 1);
+        assert_eq!(stats.current_offset, 9);
+    }
 }
 
 #[test]
