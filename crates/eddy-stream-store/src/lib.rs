@@ -117,6 +117,7 @@ pub mod error;
 pub mod metadata;
 pub mod partition;
 pub mod replicated;
+pub mod replicated_metadata;
 pub mod store;
 
 #[doc(hidden)]

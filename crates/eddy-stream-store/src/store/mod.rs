@@ -49,7 +49,7 @@ mod metadata_log;
 mod operation;
 mod registry;
 mod retention;
-mod snapshot;
+pub(crate) mod snapshot;
 
 use std::collections::BTreeMap;
 use std::fmt;

@@ -18,7 +18,8 @@ pub const SNAPSHOT_FILE: &str = "snapshot";
 const SNAPSHOT_MAGIC: [u8; 8] = *b"EDDYSNAP";
 const SNAPSHOT_HEADER_LEN: usize = 40;
 
-fn encode_snapshot(next_seq: u64, state: &MetadataState) -> Result<Vec<u8>> {
+/// A snapshot file's bytes: the header (see the module docs of `store`) and the state.
+pub(crate) fn encode_snapshot(next_seq: u64, state: &MetadataState) -> Result<Vec<u8>> {
     let payload = encode_state(state).map_err(|source| StreamStoreError::Encoding {
         action: "encode",
         path: Path::new(METADATA_DIR).join(SNAPSHOT_FILE),
@@ -40,21 +41,55 @@ fn encode_snapshot(next_seq: u64, state: &MetadataState) -> Result<Vec<u8>> {
 
 pub(super) fn read_snapshot(backend: &dyn StorageBackend) -> Result<Option<(u64, MetadataState)>> {
     let path = Path::new(METADATA_DIR).join(SNAPSHOT_FILE);
-    let file = match backend.open(&path, OpenMode::Existing) {
+    Ok(read_snapshot_with_trailer(backend, &path, 0)?.map(|(next, state, _)| (next, state)))
+}
+
+/// Reads a snapshot file at `path` (`None` when there is none): the header and state of
+/// [`encode_snapshot`], followed by `trailer` more bytes the caller checks itself (the
+/// replicated metadata's term and checksum). Returns the snapshot's next sequence number, its
+/// state and the whole file's bytes.
+pub(crate) fn read_snapshot_with_trailer(
+    backend: &dyn StorageBackend,
+    path: &Path,
+    trailer: usize,
+) -> Result<Option<(u64, MetadataState, Vec<u8>)>> {
+    let file = match backend.open(path, OpenMode::Existing) {
         Ok(f) => f,
         Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(None),
         Err(e) => return Err(StreamStoreError::io(IoOp::Open, path, e)),
     };
     let len = file
         .len()
-        .map_err(|e| StreamStoreError::io(IoOp::Len, &path, e))?;
+        .map_err(|e| StreamStoreError::io(IoOp::Len, path, e))?;
+    let limit = (MAX_SNAPSHOT_BYTES + SNAPSHOT_HEADER_LEN + trailer) as u64;
+    if len > limit {
+        return Err(LogError::TooLarge {
+            what: "metadata snapshot",
+            size: len,
+            limit,
+            path: path.to_path_buf(),
+        }
+        .into());
+    }
+    let mut bytes = vec![0u8; usize::try_from(len).unwrap_or(usize::MAX)];
+    file.read_at(0, &mut bytes)
+        .map_err(|e| StreamStoreError::io(IoOp::Read, path, e))?;
+    let (next_seq, state) = decode_snapshot(path, &bytes, trailer)?;
+    Ok(Some((next_seq, state, bytes)))
+}
+
+/// Decodes a whole snapshot (`bytes`, from a file at `path` or a peer) whose last `trailer`
+/// bytes are the caller's: its next sequence number and state.
+pub(crate) fn decode_snapshot(
+    path: &Path,
+    bytes: &[u8],
+    trailer: usize,
+) -> Result<(u64, MetadataState)> {
     // An unreadable snapshot is not a fresh store: refuse rather than start empty.
-    if len < SNAPSHOT_HEADER_LEN as u64 {
+    if bytes.len() < SNAPSHOT_HEADER_LEN + trailer {
         return Err(StreamStoreError::corrupt(path, 0, Corruption::Truncated));
     }
-    let mut header = [0u8; SNAPSHOT_HEADER_LEN];
-    file.read_at(0, &mut header)
-        .map_err(|e| StreamStoreError::io(IoOp::Read, &path, e))?;
+    let header = &bytes[..SNAPSHOT_HEADER_LEN];
     let u32_at = |at: usize| {
         u32::from_le_bytes([header[at], header[at + 1], header[at + 2], header[at + 3]])
     };
@@ -75,34 +110,23 @@ pub(super) fn read_snapshot(backend: &dyn StorageBackend) -> Result<Option<(u64,
     }
     let next_seq = u64_at(16);
     let payload_len = u64_at(24);
-    if payload_len > MAX_SNAPSHOT_BYTES as u64 {
-        return Err(LogError::TooLarge {
-            what: "metadata snapshot",
-            size: payload_len,
-            limit: MAX_SNAPSHOT_BYTES as u64,
-            path,
-        }
-        .into());
-    }
-    if len != SNAPSHOT_HEADER_LEN as u64 + payload_len {
+    if payload_len != (bytes.len() - SNAPSHOT_HEADER_LEN - trailer) as u64 {
         return Err(StreamStoreError::corrupt(path, 0, Corruption::Truncated));
     }
-    let mut payload = vec![0u8; usize::try_from(payload_len).unwrap_or(usize::MAX)];
-    file.read_at(SNAPSHOT_HEADER_LEN as u64, &mut payload)
-        .map_err(|e| StreamStoreError::io(IoOp::Read, &path, e))?;
-    if crc32c::crc32c(&payload) != u32_at(32) {
+    let payload = &bytes[SNAPSHOT_HEADER_LEN..bytes.len() - trailer];
+    if crc32c::crc32c(payload) != u32_at(32) {
         return Err(StreamStoreError::corrupt(
             path,
             SNAPSHOT_HEADER_LEN as u64,
             Corruption::FileChecksum,
         ));
     }
-    let state = decode_state(&payload).map_err(|source| StreamStoreError::Encoding {
+    let state = decode_state(payload).map_err(|source| StreamStoreError::Encoding {
         action: "decode",
-        path: path.clone(),
+        path: path.to_path_buf(),
         source,
     })?;
-    Ok(Some((next_seq, state)))
+    Ok((next_seq, state))
 }
 
 pub(super) fn write_snapshot(

@@ -1,0 +1,258 @@
+//! Replicated metadata: the state machine half of the cluster's metadata group (users, tokens,
+//! streams, topics, partitions, consumer groups and offsets, in one total order).
+//!
+//! In a cluster the metadata group's Raft log *is* the metadata log: each committed entry's
+//! data is one encoded [`MetadataOp`](crate::MetadataOp) (or empty, the no-op a new leader appends), and
+//! [`ReplicatedMetadata::apply`] applies it to the [`MetadataState`] every member holds. Apply
+//! is deterministic (an operation the state refuses is refused on every member alike and
+//! changes nothing), so proposers need no pending state of their own: the apply outcome is the
+//! answer.
+//!
+//! # Exactly once across restarts
+//!
+//! The state is kept durably only as snapshots in `<dir>/`[`SNAPSHOT_FILE`]: the same header
+//! and state as the single-node metadata snapshot (`next_seq` = the Raft index after the last
+//! applied entry), then the entry's term (u64 LE) and a CRC-32C of everything before it. A
+//! snapshot is written (atomically) every `snapshot_every` entries and whenever one is
+//! installed from the leader. After a restart the state is the snapshot's, and the Raft layer
+//! applies the committed entries after it again, in order: each entry is applied exactly once
+//! to a state that has not seen it. The Raft log may drop entries only through the last
+//! durable snapshot ([`ReplicatedMetadata::durable_through`]).
+//!
+//! Partition effects ([`Effect`]) are returned, not performed: in a cluster a partition is a
+//! Raft group of its own, which the server creates, purges and removes.
+
+use std::path::{Path, PathBuf};
+use std::sync::{Arc, PoisonError, RwLock, RwLockReadGuard};
+
+use eddy_log::{create_dir_durable, write_atomic, Corruption, StorageBackend};
+
+use crate::error::{MetadataError, Result, StreamStoreError};
+use crate::metadata::{decode_op, Effect, MetadataState};
+use crate::store::snapshot::{decode_snapshot, encode_snapshot, read_snapshot_with_trailer};
+
+/// The replicated metadata snapshot's file name (in the metadata group's directory).
+pub const SNAPSHOT_FILE: &str = "metadata.snapshot";
+/// Bytes after the snapshot proper: term (u64) and CRC-32C (u32) of everything before.
+const TRAILER_LEN: usize = 12;
+
+/// What applying one committed entry did.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum MetadataApplied {
+    /// The operation changed the state; these partition effects follow from it.
+    Applied(Vec<Effect>),
+    /// The state refused the operation (every member refuses it alike); nothing changed.
+    Refused(MetadataError),
+    /// A leader's no-op entry.
+    Noop,
+    /// The entry's data is not an operation (a bug in a proposer, or damage the log's
+    /// checksums did not catch); skipped on every member alike.
+    Undecodable,
+}
+
+/// A read handle on the applied state, shared with request handlers.
+#[derive(Debug, Clone, Default)]
+pub struct MetadataView(Arc<RwLock<MetadataState>>);
+
+impl MetadataView {
+    /// Reads the applied state.
+    pub fn read<R>(&self, f: impl FnOnce(&MetadataState) -> R) -> R {
+        f(&self.0.read().unwrap_or_else(PoisonError::into_inner))
+    }
+
+    fn guard(&self) -> RwLockReadGuard<'_, MetadataState> {
+        self.0.read().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    fn replace(&self, state: MetadataState) {
+        *self.0.write().unwrap_or_else(PoisonError::into_inner) = state;
+    }
+}
+
+/// The metadata group's state on one member.
+pub struct ReplicatedMetadata {
+    backend: Arc<dyn StorageBackend>,
+    dir: PathBuf,
+    view: MetadataView,
+    /// Index and term of the last entry applied (or of the snapshot installed).
+    applied: (u64, u64),
+    /// Index of the last durable snapshot (0: none).
+    snapshot_at: u64,
+    snapshot_every: u64,
+}
+
+impl std::fmt::Debug for ReplicatedMetadata {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("ReplicatedMetadata")
+            .field("dir", &self.dir)
+            .field("applied", &self.applied)
+            .field("snapshot_at", &self.snapshot_at)
+            .finish_non_exhaustive()
+    }
+}
+
+impl ReplicatedMetadata {
+    /// Opens the state in `dir` from its last snapshot (empty, at index 0, without one). A
+    /// snapshot is written every `snapshot_every` applied entries (at least 1).
+    ///
+    /// # Errors
+    /// The directory cannot be made, or a snapshot file exists but does not read back whole.
+    pub fn open(
+        backend: Arc<dyn StorageBackend>,
+        dir: impl Into<PathBuf>,
+        snapshot_every: u64,
+    ) -> Result<Self> {
+        let dir = dir.into();
+        create_dir_durable(&*backend, &dir)?;
+        let (state, applied) = match read(&*backend, &dir)? {
+            Some((state, index, term)) => (state, (index, term)),
+            None => (MetadataState::default(), (0, 0)),
+        };
+        Ok(ReplicatedMetadata {
+            backend,
+            dir,
+            view: MetadataView(Arc::new(RwLock::new(state))),
+            applied,
+            snapshot_at: applied.0,
+            snapshot_every: snapshot_every.max(1),
+        })
+    }
+
+    /// The shared read handle.
+    pub fn view(&self) -> MetadataView {
+        self.view.clone()
+    }
+
+    /// Index and term of the last entry applied.
+    pub fn applied(&self) -> (u64, u64) {
+        self.applied
+    }
+
+    /// Through which index the state is durable without the log (its last snapshot).
+    pub fn durable_through(&self) -> u64 {
+        self.snapshot_at
+    }
+
+    /// Applies the committed entry at `index` (term `term`) whose data is `data`. Entries at
+    /// or below the applied index are ignored (they are in the state already).
+    ///
+    /// # Errors
+    /// Only the periodic snapshot's write; the entry is applied either way (the log keeps it
+    /// until a later snapshot succeeds).
+    pub fn apply(&mut self, index: u64, term: u64, data: &[u8]) -> (MetadataApplied, Result<()>) {
+        if index <= self.applied.0 {
+            return (MetadataApplied::Noop, Ok(()));
+        }
+        let outcome = if data.is_empty() {
+            MetadataApplied::Noop
+        } else {
+            match decode_op(data) {
+                Ok(op) => {
+                    let mut state = self.view.0.write().unwrap_or_else(PoisonError::into_inner);
+                    match state.apply(&op) {
+                        Ok(effects) => MetadataApplied::Applied(effects),
+                        Err(e) => MetadataApplied::Refused(e),
+                    }
+                }
+                Err(e) => {
+                    tracing::error!(index, error = %e, "a committed metadata entry does not decode; skipped on every member");
+                    MetadataApplied::Undecodable
+                }
+            }
+        };
+        self.applied = (index, term);
+        let saved = if index - self.snapshot_at >= self.snapshot_every {
+            self.save()
+        } else {
+            Ok(())
+        };
+        (outcome, saved)
+    }
+
+    /// The state at the applied index as snapshot bytes (what [`install`](Self::install)
+    /// takes on another member).
+    ///
+    /// # Errors
+    /// The state does not encode (it always does).
+    pub fn snapshot(&self) -> Result<Vec<u8>> {
+        let state = self.view.guard();
+        encode(&state, self.applied.0, self.applied.1)
+    }
+
+    /// Replaces the state with a leader's snapshot (from [`snapshot`](Self::snapshot)),
+    /// durably before returning. Returns the snapshot's index and term.
+    ///
+    /// # Errors
+    /// The bytes are not a snapshot, or the file cannot be written.
+    pub fn install(&mut self, bytes: &[u8]) -> Result<(u64, u64)> {
+        let (state, index, term) = decode(&self.dir.join(SNAPSHOT_FILE), bytes)?;
+        write_atomic(&*self.backend, &self.dir, SNAPSHOT_FILE, bytes)?;
+        self.view.replace(state);
+        self.applied = (index, term);
+        self.snapshot_at = index;
+        Ok((index, term))
+    }
+
+    /// Writes a snapshot of the applied state now.
+    ///
+    /// # Errors
+    /// The file cannot be written.
+    pub fn save(&mut self) -> Result<()> {
+        let bytes = self.snapshot()?;
+        write_atomic(&*self.backend, &self.dir, SNAPSHOT_FILE, &bytes)?;
+        self.snapshot_at = self.applied.0;
+        Ok(())
+    }
+}
+
+fn encode(state: &MetadataState, index: u64, term: u64) -> Result<Vec<u8>> {
+    let mut out = encode_snapshot(index + 1, state)?;
+    out.extend_from_slice(&term.to_le_bytes());
+    let crc = crc32c::crc32c(&out);
+    out.extend_from_slice(&crc.to_le_bytes());
+    Ok(out)
+}
+
+/// Checks and splits the trailer of a whole snapshot (`bytes`), returning index and term.
+fn trailer(path: &Path, next_seq: u64, bytes: &[u8]) -> Result<(u64, u64)> {
+    let at = bytes.len() - TRAILER_LEN;
+    let crc = u32::from_le_bytes(bytes[at + 8..].try_into().expect("4 bytes"));
+    if crc32c::crc32c(&bytes[..at + 8]) != crc {
+        return Err(StreamStoreError::corrupt(
+            path,
+            at as u64,
+            Corruption::FileChecksum,
+        ));
+    }
+    let term = u64::from_le_bytes(bytes[at..at + 8].try_into().expect("8 bytes"));
+    let index = next_seq.checked_sub(1).ok_or_else(|| {
+        StreamStoreError::corrupt(path, 16, Corruption::BadHeaderField("next index 0"))
+    })?;
+    Ok((index, term))
+}
+
+fn read(backend: &dyn StorageBackend, dir: &Path) -> Result<Option<(MetadataState, u64, u64)>> {
+    let path = dir.join(SNAPSHOT_FILE);
+    let Some((next, state, bytes)) = read_snapshot_with_trailer(backend, &path, TRAILER_LEN)?
+    else {
+        return Ok(None);
+    };
+    let (index, term) = trailer(&path, next, &bytes)?;
+    Ok(Some((state, index, term)))
+}
+
+/// Decodes snapshot bytes received from a leader (checked like a file).
+fn decode(path: &Path, bytes: &[u8]) -> Result<(MetadataState, u64, u64)> {
+    let (next, state) = decode_snapshot(path, bytes, TRAILER_LEN)?;
+    let (index, term) = trailer(path, next, bytes)?;
+    Ok((state, index, term))
+}
+
+impl From<MetadataError> for MetadataApplied {
+    fn from(e: MetadataError) -> Self {
+        MetadataApplied::Refused(e)
+    }
+}
+
+#[cfg(test)]
+mod tests;
