@@ -3,9 +3,12 @@
 //! `transport` owns the replication sockets; the consensus engine runs on its own thread
 //! (`eddy_consensus::Runner`) and talks to the transport through queues only.
 
+pub mod groups;
 pub mod metadata;
 pub mod partition;
 pub mod transport;
 
+#[cfg(test)]
+mod testkit;
 #[cfg(test)]
 mod tests;

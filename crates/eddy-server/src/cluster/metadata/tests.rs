@@ -9,20 +9,20 @@ use std::sync::{mpsc, Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use eddy_consensus::logstore::{RaftLog, Replicated};
-use eddy_consensus::{GroupId, Node, NodeConfig, NodeId, ProposeError, Role, Runner};
+use eddy_consensus::{GroupId, NodeId, ProposeError, Runner};
 use eddy_log::{Cache, CommitPool, FsBackend, LogConfig, StorageBackend};
 use eddy_stream_store::metadata::{encode_op, Effect};
 use eddy_stream_store::replicated_metadata::{MetadataApplied, MetadataView};
 use eddy_stream_store::{MetadataOp, MetadataState, TopicConfig};
 
 use super::{EffectSink, MetadataMachine};
+use crate::cluster::testkit;
 
 const G: GroupId = GroupId(0);
-const TICK: Duration = Duration::from_millis(20);
 /// Small, so the test crosses several snapshots and compactions.
 const SNAPSHOT_EVERY: u64 = 8;
 
-type Peers = Arc<Mutex<Vec<Option<Runner<MetadataApplied>>>>>;
+type Peers = testkit::Peers<MetadataApplied>;
 type Seen = Arc<Mutex<Vec<(u64, Vec<Effect>)>>>;
 
 /// Records every effect a member's machine passes on, and installs.
@@ -74,29 +74,7 @@ fn open_member(id: NodeId, root: &Path, peers: &Peers, pool: &CommitPool, wiped:
     )
     .unwrap();
     let store = Replicated::open(raft_log, machine).unwrap();
-    let out = Arc::clone(peers);
-    let runner = Runner::spawn(
-        &format!("raft-{id}"),
-        move |wake| {
-            let mut config = NodeConfig::new(id, vec![1, 2, 3]);
-            config.maintain_ticks = 2;
-            let mut node = Node::new(config, wake);
-            if wiped {
-                // It lost what it voted and acknowledged: no vote until it has caught up.
-                node.set_rebuilding();
-            }
-            node
-        },
-        TICK,
-        Box::new(move |to, batch| {
-            let target = out.lock().unwrap()[usize::try_from(to - 1).unwrap()].clone();
-            if let Some(r) = target {
-                r.receive(id, batch);
-            }
-        }),
-        Box::new(|_| {}),
-    )
-    .unwrap();
+    let runner = testkit::spawn(id, 3, peers, wiped);
     let (tx, rx) = mpsc::channel();
     runner.add_group(
         G,
@@ -113,23 +91,7 @@ fn open_member(id: NodeId, root: &Path, peers: &Peers, pool: &CommitPool, wiped:
 }
 
 fn leader(peers: &Peers) -> NodeId {
-    let deadline = Instant::now() + Duration::from_secs(10);
-    while Instant::now() < deadline {
-        let runners = peers.lock().unwrap().clone();
-        let leaders: Vec<NodeId> = runners
-            .iter()
-            .enumerate()
-            .filter_map(|(i, r)| {
-                let v = r.as_ref()?.view().get(G)?;
-                (v.role == Role::Leader).then_some(i as u64 + 1)
-            })
-            .collect();
-        if leaders.len() == 1 {
-            return leaders[0];
-        }
-        std::thread::sleep(Duration::from_millis(10));
-    }
-    panic!("no single leader");
+    testkit::leader(peers, G)
 }
 
 fn propose(member: &Member, op: &MetadataOp) -> Result<MetadataApplied, ProposeError> {
@@ -167,19 +129,16 @@ fn create_topic(stream_id: u32) -> MetadataOp {
 }
 
 fn wait_for(view: &MetadataView, want: &MetadataState) {
-    let deadline = Instant::now() + Duration::from_secs(10);
-    loop {
-        if view.read(|s| s == want) {
-            return;
-        }
-        assert!(
-            Instant::now() < deadline,
-            "member has {} streams, want {}",
-            view.read(|s| s.streams.len()),
-            want.streams.len()
-        );
-        std::thread::sleep(Duration::from_millis(10));
-    }
+    testkit::eventually(
+        || view.read(|s| s == want),
+        || {
+            format!(
+                "member has {} streams, want {}",
+                view.read(|s| s.streams.len()),
+                want.streams.len()
+            )
+        },
+    );
 }
 
 /// The effects a member passed on, deduplicated by entry index (a restart passes the entries

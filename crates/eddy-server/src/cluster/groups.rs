@@ -1,0 +1,317 @@
+//! One node's replicated groups: the metadata group and a partition group per stream
+//! partition, on one Raft node (one [`Runner`], one transport). The metadata group's partition
+//! effects create, purge and remove partition groups on every member ([`PartitionGroups`] is
+//! the metadata machine's [`EffectSink`]).
+//!
+//! Group ids: the metadata group is `GroupId(0)`; the partition with uid `u` (unique for the
+//! cluster's lifetime, assigned by the metadata state) is `GroupId(u + 1)`. Its Raft log lives
+//! in `raft/partitions/<uid, 20 digits>/` under the data directory.
+//!
+//! Everything here is idempotent, because a restart passes the effects after the metadata
+//! snapshot again: a partition group is created when missing, removed when present. After a
+//! restart or a snapshot install [`PartitionGroups::reconcile`] makes the groups match the
+//! metadata state (and deletes the directories of partitions the state no longer has).
+
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+use std::sync::{Arc, Mutex, OnceLock, PoisonError};
+
+use eddy_consensus::logstore::{RaftLog, StateMachine};
+use eddy_consensus::{GroupId, LogEntry, Replicated, Runner, Snapshot, SnapshotMeta, StoreError};
+use eddy_log::{Cache, CommitPool, LogConfig, StorageBackend};
+use eddy_stream_store::metadata::Effect;
+use eddy_stream_store::replicated::{ApplyOutcome, PartitionEntry};
+use eddy_stream_store::replicated_metadata::{MetadataApplied, MetadataView};
+use eddy_stream_store::PartitionAddr;
+
+use super::metadata::EffectSink;
+use super::partition::{PartitionGroup, PartitionMachine};
+
+/// The metadata group's id.
+pub const METADATA_GROUP: GroupId = GroupId(0);
+/// Where partition groups' logs live, under the data directory.
+pub const PARTITIONS_DIR: &str = "raft/partitions";
+
+/// The group of the partition with `uid`.
+pub fn partition_group_id(uid: u64) -> GroupId {
+    GroupId(uid + 1)
+}
+
+/// What a proposal to any of a node's groups yields.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum ClusterOutcome {
+    /// A metadata entry's outcome.
+    Metadata(MetadataApplied),
+    /// A partition entry's outcome.
+    Partition(ApplyOutcome),
+}
+
+/// A state machine whose outcome is wrapped into [`ClusterOutcome`], so groups of every kind
+/// run on one node.
+#[derive(Debug)]
+pub struct AsCluster<M>(pub M);
+
+impl<M> StateMachine for AsCluster<M>
+where
+    M: StateMachine,
+    M::Outcome: Into<ClusterOutcome>,
+{
+    type Outcome = ClusterOutcome;
+
+    fn applied(&self) -> SnapshotMeta {
+        self.0.applied()
+    }
+    fn apply(&mut self, entry: &LogEntry) -> ClusterOutcome {
+        self.0.apply(entry).into()
+    }
+    fn snapshot(&self) -> Result<Snapshot, StoreError> {
+        self.0.snapshot()
+    }
+    fn install_snapshot(&mut self, snapshot: &Snapshot) -> Result<(), StoreError> {
+        self.0.install_snapshot(snapshot)
+    }
+    fn entry_timestamp(&self, entry: &LogEntry) -> Option<u64> {
+        self.0.entry_timestamp(entry)
+    }
+    fn compactable_through(&mut self, now_us: u64) -> Option<u64> {
+        self.0.compactable_through(now_us)
+    }
+}
+
+impl From<MetadataApplied> for ClusterOutcome {
+    fn from(o: MetadataApplied) -> Self {
+        ClusterOutcome::Metadata(o)
+    }
+}
+
+impl From<ApplyOutcome> for ClusterOutcome {
+    fn from(o: ApplyOutcome) -> Self {
+        ClusterOutcome::Partition(o)
+    }
+}
+
+/// Storage every partition group of a node shares.
+#[derive(Clone)]
+pub struct GroupStorage {
+    /// The data directory's backend.
+    pub backend: Arc<dyn StorageBackend>,
+    /// The commit pool.
+    pub pool: CommitPool,
+    /// The read cache.
+    pub cache: Arc<Cache>,
+    /// Each partition log's configuration.
+    pub log: LogConfig,
+}
+
+impl std::fmt::Debug for GroupStorage {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("GroupStorage")
+            .field("log", &self.log)
+            .finish_non_exhaustive()
+    }
+}
+
+struct Open {
+    uid: u64,
+    group: PartitionGroup,
+}
+
+struct Inner {
+    storage: GroupStorage,
+    groups: BTreeMap<PartitionAddr, Open>,
+}
+
+/// The partition groups of one node (cheap to clone), and the metadata machine's sink.
+#[derive(Clone)]
+pub struct PartitionGroups {
+    inner: Arc<Mutex<Inner>>,
+    runner: Arc<OnceLock<Runner<ClusterOutcome>>>,
+}
+
+impl std::fmt::Debug for PartitionGroups {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("PartitionGroups")
+            .field("groups", &self.lock().groups.len())
+            .finish_non_exhaustive()
+    }
+}
+
+fn dir_of(uid: u64) -> PathBuf {
+    Path::new(PARTITIONS_DIR).join(format!("{uid:020}"))
+}
+
+impl PartitionGroups {
+    /// No groups yet; [`start`](Self::start) hands it the node once it runs.
+    pub fn new(storage: GroupStorage) -> Self {
+        PartitionGroups {
+            inner: Arc::new(Mutex::new(Inner {
+                storage,
+                groups: BTreeMap::new(),
+            })),
+            runner: Arc::new(OnceLock::new()),
+        }
+    }
+
+    fn lock(&self) -> std::sync::MutexGuard<'_, Inner> {
+        self.inner.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    /// Hands it the node's runner and creates the groups of every partition `view` knows
+    /// (those the metadata snapshot holds; later entries' effects follow as they apply).
+    pub fn start(&self, runner: Runner<ClusterOutcome>, view: &MetadataView) {
+        let _ = self.runner.set(runner);
+        self.reconcile(view);
+    }
+
+    /// A partition's group on this node, if it has one.
+    pub fn get(&self, addr: PartitionAddr) -> Option<(u64, PartitionGroup)> {
+        self.lock()
+            .groups
+            .get(&addr)
+            .map(|o| (o.uid, o.group.clone()))
+    }
+
+    /// Every partition group on this node: address and uid.
+    pub fn all(&self) -> Vec<(PartitionAddr, u64)> {
+        self.lock()
+            .groups
+            .iter()
+            .map(|(a, o)| (*a, o.uid))
+            .collect()
+    }
+
+    /// Makes the groups match `view`: creates the missing ones, removes the others (their
+    /// directories too, and those of partitions no group was open for).
+    pub fn reconcile(&self, view: &MetadataView) {
+        let wanted: BTreeMap<PartitionAddr, u64> =
+            view.read(|s| s.partitions().map(|(addr, p, _)| (addr, p.uid)).collect());
+        let stale: Vec<(PartitionAddr, u64)> = self
+            .all()
+            .into_iter()
+            .filter(|(addr, uid)| wanted.get(addr) != Some(uid))
+            .collect();
+        for (addr, uid) in stale {
+            self.delete(addr, uid);
+        }
+        for (addr, uid) in &wanted {
+            self.create(*addr, *uid);
+        }
+        // Directories of partitions deleted while this node was down or before a snapshot.
+        let backend = Arc::clone(&self.lock().storage.backend);
+        let keep: std::collections::BTreeSet<String> =
+            wanted.values().map(|uid| format!("{uid:020}")).collect();
+        if let Ok(entries) = backend.list(Path::new(PARTITIONS_DIR)) {
+            for e in entries {
+                if e.is_dir && !keep.contains(&e.name) {
+                    let dir = Path::new(PARTITIONS_DIR).join(&e.name);
+                    if let Err(err) = backend.remove_dir_all(&dir) {
+                        tracing::warn!(dir = %dir.display(), error = %err, "cannot remove a deleted partition's group directory");
+                    }
+                }
+            }
+        }
+    }
+
+    fn create(&self, addr: PartitionAddr, uid: u64) {
+        let Some(runner) = self.runner.get() else {
+            return;
+        };
+        let mut inner = self.lock();
+        if inner.groups.contains_key(&addr) {
+            return;
+        }
+        let storage = inner.storage.clone();
+        let opened = (|| {
+            let raft_log = RaftLog::open(
+                Arc::clone(&storage.backend),
+                dir_of(uid),
+                storage.log,
+                &storage.pool,
+                Arc::clone(&storage.cache),
+            )?;
+            let (machine, group) = PartitionMachine::open(
+                addr,
+                raft_log.log().clone(),
+                Arc::clone(&storage.backend),
+                raft_log.dir(),
+            )?;
+            Ok::<_, StoreError>((Replicated::open(raft_log, AsCluster(machine))?, group))
+        })();
+        match opened {
+            Ok((store, group)) => {
+                inner.groups.insert(addr, Open { uid, group });
+                runner.add_group(
+                    partition_group_id(uid),
+                    Box::new(store),
+                    Box::new(move |r| {
+                        if let Err(e) = r {
+                            tracing::error!(?addr, uid, error = %e, "cannot add a partition group");
+                        }
+                    }),
+                );
+            }
+            Err(e) => {
+                tracing::error!(?addr, uid, error = %e, "cannot open a partition group; it is retried at the next restart");
+            }
+        }
+    }
+
+    fn delete(&self, addr: PartitionAddr, uid: u64) {
+        let removed = self.lock().groups.remove(&addr);
+        if removed.is_none() {
+            return;
+        }
+        let backend = Arc::clone(&self.lock().storage.backend);
+        let remove_dir = move || {
+            let dir = dir_of(uid);
+            if let Err(e) = backend.remove_dir_all(&dir) {
+                tracing::warn!(dir = %dir.display(), error = %e, "cannot remove a deleted partition's group directory");
+            }
+        };
+        match self.runner.get() {
+            // On the node thread, after the group is gone: its files are closed first.
+            Some(runner) => runner.with(move |node| {
+                node.remove_group(partition_group_id(uid));
+                remove_dir();
+            }),
+            None => remove_dir(),
+        }
+    }
+
+    /// Proposes a purge to the partition's group. Every member proposes it; only the group's
+    /// leader can, and the partition applies a purge generation once, so the copies change
+    /// nothing.
+    fn purge(&self, addr: PartitionAddr, uid: u64, generation: u64) {
+        let (Some(runner), true) = (self.runner.get(), self.lock().groups.contains_key(&addr))
+        else {
+            return;
+        };
+        let Ok(entry) = (PartitionEntry::Purge { generation }).encode() else {
+            return;
+        };
+        runner.propose(partition_group_id(uid), entry, Box::new(move |_| {}));
+    }
+}
+
+impl EffectSink for PartitionGroups {
+    fn applied(&mut self, _index: u64, effects: &[Effect]) {
+        for effect in effects {
+            match *effect {
+                Effect::CreatePartition { addr, uid, .. } => self.create(addr, uid),
+                Effect::DeletePartition { addr, uid } => self.delete(addr, uid),
+                Effect::PurgePartition {
+                    addr,
+                    uid,
+                    generation,
+                } => self.purge(addr, uid, generation),
+            }
+        }
+    }
+
+    fn installed(&mut self, _index: u64, view: &MetadataView) {
+        self.reconcile(view);
+    }
+}
+
+#[cfg(test)]
+mod tests;

@@ -1,0 +1,315 @@
+//! Three nodes, each running the metadata group and the partition groups its effects create on
+//! one Raft thread over real files: a topic's partitions become groups on every member,
+//! messages go through each partition's own leader, a purge and a deletion reach every member,
+//! and a restarted node rebuilds its groups from the metadata.
+
+use std::path::Path;
+use std::sync::{mpsc, Arc};
+use std::time::Duration;
+
+use bytes::Bytes;
+use eddy_consensus::logstore::RaftLog;
+use eddy_consensus::{GroupId, NodeId, ProposeError, Replicated, Runner};
+use eddy_log::{Cache, CommitPool, FsBackend, LogConfig, StorageBackend};
+use eddy_stream_store::metadata::encode_op;
+use eddy_stream_store::replicated::{ApplyOutcome, PartitionEntry};
+use eddy_stream_store::replicated_metadata::{MetadataApplied, MetadataView};
+use eddy_stream_store::{MetadataOp, PartitionAddr, PollStrategy, TopicConfig};
+
+use super::{
+    partition_group_id, AsCluster, ClusterOutcome, GroupStorage, PartitionGroups, METADATA_GROUP,
+};
+use crate::cluster::metadata::MetadataMachine;
+use crate::cluster::testkit;
+
+type Peers = testkit::Peers<ClusterOutcome>;
+
+struct Member {
+    runner: Runner<ClusterOutcome>,
+    groups: PartitionGroups,
+    view: MetadataView,
+}
+
+fn small_log() -> LogConfig {
+    LogConfig {
+        segment_size: 16 * 1024,
+        ..LogConfig::default()
+    }
+}
+
+fn open_member(id: NodeId, root: &Path, peers: &Peers, pool: &CommitPool) -> Member {
+    let node_root = root.join(format!("node-{id}"));
+    std::fs::create_dir_all(&node_root).unwrap();
+    let backend: Arc<dyn StorageBackend> = Arc::new(FsBackend::new(&node_root).unwrap());
+    let cache = Arc::new(Cache::new(1 << 20));
+    let raft_log = RaftLog::open(
+        Arc::clone(&backend),
+        "raft/metadata",
+        small_log(),
+        pool,
+        Arc::clone(&cache),
+    )
+    .unwrap();
+    let groups = PartitionGroups::new(GroupStorage {
+        backend: Arc::clone(&backend),
+        pool: pool.clone(),
+        cache,
+        log: small_log(),
+    });
+    let (machine, view) = MetadataMachine::open(
+        backend,
+        raft_log.dir().to_path_buf(),
+        8,
+        Box::new(groups.clone()),
+    )
+    .unwrap();
+    let store = Replicated::open(raft_log, AsCluster(machine)).unwrap();
+    let runner = testkit::spawn(id, 3, peers, false);
+    groups.start(runner.clone(), &view);
+    let (tx, rx) = mpsc::channel();
+    runner.add_group(
+        METADATA_GROUP,
+        Box::new(store),
+        Box::new(move |r| tx.send(r.is_ok()).unwrap()),
+    );
+    assert!(rx.recv().unwrap());
+    peers.lock().unwrap()[usize::try_from(id - 1).unwrap()] = Some(runner.clone());
+    Member {
+        runner,
+        groups,
+        view,
+    }
+}
+
+fn propose(
+    runner: &Runner<ClusterOutcome>,
+    group: GroupId,
+    data: Bytes,
+) -> Result<ClusterOutcome, ProposeError> {
+    let (tx, rx) = mpsc::channel();
+    runner.propose(
+        group,
+        data,
+        Box::new(move |r| {
+            let _ = tx.send(r);
+        }),
+    );
+    rx.recv_timeout(Duration::from_secs(10)).unwrap()
+}
+
+fn metadata(members: &[Option<Member>], peers: &Peers, op: &MetadataOp) -> MetadataApplied {
+    let leader = testkit::leader(peers, METADATA_GROUP);
+    let m = members[usize::try_from(leader - 1).unwrap()]
+        .as_ref()
+        .unwrap();
+    match propose(&m.runner, METADATA_GROUP, encode_op(op).unwrap().into()).unwrap() {
+        ClusterOutcome::Metadata(out) => out,
+        other @ ClusterOutcome::Partition(_) => panic!("{other:?}"),
+    }
+}
+
+/// Appends `body` (`count` messages) through the partition's own leader.
+fn produce(
+    members: &[Option<Member>],
+    peers: &Peers,
+    addr: PartitionAddr,
+    count: u32,
+    body: &[u8],
+) -> ApplyOutcome {
+    let uid = members
+        .iter()
+        .flatten()
+        .next()
+        .unwrap()
+        .groups
+        .get(addr)
+        .unwrap()
+        .0;
+    let leader = testkit::leader(peers, partition_group_id(uid));
+    let m = members[usize::try_from(leader - 1).unwrap()]
+        .as_ref()
+        .unwrap();
+    let (_, group) = m.groups.get(addr).unwrap();
+    let stamp = group.predict([]);
+    let entry = PartitionEntry::Append {
+        base_offset: stamp.next_offset,
+        message_count: count,
+        timestamp: stamp.min_timestamp.max(1_000),
+        batch: Bytes::copy_from_slice(body),
+    }
+    .encode()
+    .unwrap();
+    match propose(&m.runner, partition_group_id(uid), entry).unwrap() {
+        ClusterOutcome::Partition(out) => out,
+        other @ ClusterOutcome::Metadata(_) => panic!("{other:?}"),
+    }
+}
+
+fn served(m: &Member, addr: PartitionAddr) -> Option<Vec<(u64, Bytes)>> {
+    let (_, group) = m.groups.get(addr)?;
+    let polled = group
+        .partition()
+        .poll(PollStrategy::Offset(0), 1_000, None, u64::MAX)
+        .ok()?;
+    Some(
+        polled
+            .batches
+            .into_iter()
+            .map(|b| (b.base_offset, b.bytes))
+            .collect(),
+    )
+}
+
+fn wait_served(members: &[Option<Member>], addr: PartitionAddr, want: &[(u64, Bytes)]) {
+    for m in members.iter().flatten() {
+        testkit::eventually(
+            || served(m, addr).as_deref() == Some(want),
+            || format!("a member serves {:?}", served(m, addr)),
+        );
+    }
+}
+
+const P0: PartitionAddr = PartitionAddr {
+    stream_id: 1,
+    topic_id: 1,
+    partition_id: 0,
+};
+const P1: PartitionAddr = PartitionAddr {
+    stream_id: 1,
+    topic_id: 1,
+    partition_id: 1,
+};
+
+#[test]
+fn partition_groups_follow_the_metadata_on_every_member() {
+    let tmp = tempfile::tempdir().unwrap();
+    let pool = CommitPool::new(2).unwrap();
+    let peers: Peers = Arc::default();
+    peers.lock().unwrap().extend([None, None, None]);
+    let mut members: Vec<Option<Member>> = (1..=3)
+        .map(|id| Some(open_member(id, tmp.path(), &peers, &pool)))
+        .collect();
+
+    let out = metadata(
+        &members,
+        &peers,
+        &MetadataOp::CreateStream {
+            id: 1,
+            name: "orders".into(),
+            created_at: 1,
+            options: vec![],
+        },
+    );
+    assert_eq!(out, MetadataApplied::Applied(vec![]));
+    let out = metadata(
+        &members,
+        &peers,
+        &MetadataOp::CreateTopic {
+            stream_id: 1,
+            id: 1,
+            name: "placed".into(),
+            created_at: 2,
+            partitions: 2,
+            config: TopicConfig::default(),
+            explicit_options: vec![],
+            derived_options: vec![],
+        },
+    );
+    assert!(
+        matches!(&out, MetadataApplied::Applied(e) if e.len() == 2),
+        "{out:?}"
+    );
+    for m in members.iter().flatten() {
+        testkit::eventually(
+            || m.groups.all().len() == 2,
+            || format!("groups {:?}", m.groups.all()),
+        );
+    }
+
+    // Each partition is its own group with its own leader.
+    let mut want0 = Vec::new();
+    for i in 0..5u8 {
+        let body = vec![i; 300];
+        let out = produce(&members, &peers, P0, 2, &body);
+        assert!(
+            matches!(out, ApplyOutcome::Appended { base_offset, .. } if base_offset == u64::from(i) * 2),
+            "{out:?}"
+        );
+        want0.push((u64::from(i) * 2, Bytes::from(body)));
+    }
+    let out = produce(&members, &peers, P1, 1, b"other");
+    assert!(matches!(out, ApplyOutcome::Appended { base_offset: 0, .. }));
+    wait_served(&members, P0, &want0);
+    wait_served(&members, P1, &[(0, Bytes::from_static(b"other"))]);
+
+    // A purge of the topic reaches every partition on every member.
+    let out = metadata(
+        &members,
+        &peers,
+        &MetadataOp::PurgeTopic {
+            stream_id: 1,
+            topic_id: 1,
+        },
+    );
+    assert!(
+        matches!(&out, MetadataApplied::Applied(e) if e.len() == 2),
+        "{out:?}"
+    );
+    wait_served(&members, P0, &[]);
+    wait_served(&members, P1, &[]);
+
+    // A node restarts: its groups come back from the metadata, and offsets restart at 0 after
+    // the purge on every member.
+    let gone = members[0].take().unwrap();
+    gone.runner.stop();
+    peers.lock().unwrap()[0] = None;
+    drop(gone);
+    members[0] = Some(open_member(1, tmp.path(), &peers, &pool));
+    testkit::eventually(
+        || members[0].as_ref().unwrap().groups.all().len() == 2,
+        || "the restarted node's groups".into(),
+    );
+    let out = produce(&members, &peers, P0, 1, b"after");
+    assert!(
+        matches!(out, ApplyOutcome::Appended { base_offset: 0, .. }),
+        "{out:?}"
+    );
+    wait_served(&members, P0, &[(0, Bytes::from_static(b"after"))]);
+    for m in members.iter().flatten() {
+        testkit::eventually(
+            || m.view.read(|s| s.streams.len() == 1),
+            || "metadata".into(),
+        );
+    }
+
+    // Deleting the topic removes its groups and their files on every member.
+    let out = metadata(
+        &members,
+        &peers,
+        &MetadataOp::DeleteTopic {
+            stream_id: 1,
+            topic_id: 1,
+        },
+    );
+    assert!(
+        matches!(&out, MetadataApplied::Applied(e) if e.len() == 2),
+        "{out:?}"
+    );
+    for (i, m) in members.iter().enumerate() {
+        let m = m.as_ref().unwrap();
+        let dir = tmp
+            .path()
+            .join(format!("node-{}", i + 1))
+            .join(super::PARTITIONS_DIR);
+        testkit::eventually(
+            || {
+                m.groups.all().is_empty()
+                    && std::fs::read_dir(&dir).map_or(true, |d| d.count() == 0)
+            },
+            || format!("groups {:?} left on node {}", m.groups.all(), i + 1),
+        );
+    }
+    for m in members.iter().flatten() {
+        m.runner.stop();
+    }
+}
