@@ -240,8 +240,9 @@ impl PartitionGroups {
         match opened {
             Ok((store, group)) => {
                 inner.groups.insert(addr, Open { uid, group });
+                let gid = partition_group_id(uid);
                 runner.add_group(
-                    partition_group_id(uid),
+                    gid,
                     Box::new(store),
                     Box::new(move |r| {
                         if let Err(e) = r {
@@ -249,6 +250,16 @@ impl PartitionGroups {
                         }
                     }),
                 );
+                // The metadata leader stands for a new partition's leadership at once (the
+                // others wait for an election timeout first): producers can send without
+                // waiting for one, and the SDK finds every leader on one node.
+                let leads_metadata = runner
+                    .view()
+                    .get(METADATA_GROUP)
+                    .is_some_and(|v| v.role == eddy_consensus::Role::Leader);
+                if leads_metadata {
+                    runner.with(move |node| node.campaign(gid));
+                }
             }
             Err(e) => {
                 tracing::error!(?addr, uid, error = %e, "cannot open a partition group; it is retried at the next restart");
@@ -276,6 +287,34 @@ impl PartitionGroups {
             }),
             None => remove_dir(),
         }
+    }
+
+    /// Moves partition leaderships this node holds to the metadata group's leader, so one
+    /// node leads every group and the SDK, which talks to the leader `GET_CLUSTER_METADATA`
+    /// names, reaches every partition's leader. Run periodically; a transfer that does not
+    /// happen (the target is behind or down) is tried again at the next run.
+    pub fn align_leaders(&self) {
+        let Some(runner) = self.runner.get() else {
+            return;
+        };
+        let gids: Vec<GroupId> = self
+            .all()
+            .into_iter()
+            .map(|(_, uid)| partition_group_id(uid))
+            .collect();
+        runner.with(move |node| {
+            let Some(target) = node.leader(METADATA_GROUP) else {
+                return;
+            };
+            if target == node.id() {
+                return;
+            }
+            for gid in gids {
+                if node.role(gid) == Some(eddy_consensus::Role::Leader) {
+                    node.transfer_leader(gid, target);
+                }
+            }
+        });
     }
 
     /// Proposes a purge to the partition's group. Every member proposes it; only the group's

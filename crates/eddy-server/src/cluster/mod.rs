@@ -6,6 +6,7 @@
 pub mod groups;
 pub mod metadata;
 pub mod partition;
+pub mod streams;
 pub mod transport;
 
 #[cfg(test)]

@@ -1,9 +1,16 @@
 //! Test support: nodes on Raft threads in one process, wired to each other in memory.
 
-use std::sync::{Arc, Mutex};
+use std::path::Path;
+use std::sync::{mpsc, Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use eddy_consensus::{GroupId, Node, NodeConfig, NodeId, Role, Runner};
+use eddy_consensus::logstore::RaftLog;
+use eddy_consensus::{GroupId, Node, NodeConfig, NodeId, Replicated, Role, Runner};
+use eddy_log::{Cache, CommitPool, FsBackend, LogConfig, StorageBackend};
+use eddy_stream_store::replicated_metadata::MetadataView;
+
+use super::groups::{AsCluster, ClusterOutcome, GroupStorage, PartitionGroups, METADATA_GROUP};
+use super::metadata::MetadataMachine;
 
 /// The engine's clock period in tests.
 pub const TICK: Duration = Duration::from_millis(20);
@@ -66,4 +73,59 @@ pub fn eventually(mut done: impl FnMut() -> bool, what: impl Fn() -> String) {
         assert!(Instant::now() < deadline, "{}", what());
         std::thread::sleep(Duration::from_millis(10));
     }
+}
+
+fn small_log() -> LogConfig {
+    LogConfig {
+        segment_size: 16 * 1024,
+        ..LogConfig::default()
+    }
+}
+
+/// Starts member `id` of a 3-member cluster in `root/node-<id>`: the metadata group (a
+/// snapshot every 8 entries) and the partition groups its effects create, on one Raft thread,
+/// registered in `peers`.
+pub fn open_node(
+    id: NodeId,
+    root: &Path,
+    peers: &Peers<ClusterOutcome>,
+    pool: &CommitPool,
+) -> (Runner<ClusterOutcome>, PartitionGroups, MetadataView) {
+    let node_root = root.join(format!("node-{id}"));
+    std::fs::create_dir_all(&node_root).unwrap();
+    let backend: Arc<dyn StorageBackend> = Arc::new(FsBackend::new(&node_root).unwrap());
+    let cache = Arc::new(Cache::new(1 << 20));
+    let raft_log = RaftLog::open(
+        Arc::clone(&backend),
+        "raft/metadata",
+        small_log(),
+        pool,
+        Arc::clone(&cache),
+    )
+    .unwrap();
+    let groups = PartitionGroups::new(GroupStorage {
+        backend: Arc::clone(&backend),
+        pool: pool.clone(),
+        cache,
+        log: small_log(),
+    });
+    let (machine, view) = MetadataMachine::open(
+        backend,
+        raft_log.dir().to_path_buf(),
+        8,
+        Box::new(groups.clone()),
+    )
+    .unwrap();
+    let store = Replicated::open(raft_log, AsCluster(machine)).unwrap();
+    let runner = spawn(id, 3, peers, false);
+    groups.start(runner.clone(), &view);
+    let (tx, rx) = mpsc::channel();
+    runner.add_group(
+        METADATA_GROUP,
+        Box::new(store),
+        Box::new(move |r| tx.send(r.is_ok()).unwrap()),
+    );
+    assert!(rx.recv().unwrap());
+    peers.lock().unwrap()[usize::try_from(id - 1).unwrap()] = Some(runner.clone());
+    (runner, groups, view)
 }

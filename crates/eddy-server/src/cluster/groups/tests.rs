@@ -8,18 +8,14 @@ use std::sync::{mpsc, Arc};
 use std::time::Duration;
 
 use bytes::Bytes;
-use eddy_consensus::logstore::RaftLog;
-use eddy_consensus::{GroupId, NodeId, ProposeError, Replicated, Runner};
-use eddy_log::{Cache, CommitPool, FsBackend, LogConfig, StorageBackend};
+use eddy_consensus::{GroupId, NodeId, ProposeError, Runner};
+use eddy_log::CommitPool;
 use eddy_stream_store::metadata::encode_op;
 use eddy_stream_store::replicated::{ApplyOutcome, PartitionEntry};
 use eddy_stream_store::replicated_metadata::{MetadataApplied, MetadataView};
 use eddy_stream_store::{MetadataOp, PartitionAddr, PollStrategy, TopicConfig};
 
-use super::{
-    partition_group_id, AsCluster, ClusterOutcome, GroupStorage, PartitionGroups, METADATA_GROUP,
-};
-use crate::cluster::metadata::MetadataMachine;
+use super::{partition_group_id, ClusterOutcome, PartitionGroups, METADATA_GROUP};
 use crate::cluster::testkit;
 
 type Peers = testkit::Peers<ClusterOutcome>;
@@ -30,50 +26,8 @@ struct Member {
     view: MetadataView,
 }
 
-fn small_log() -> LogConfig {
-    LogConfig {
-        segment_size: 16 * 1024,
-        ..LogConfig::default()
-    }
-}
-
 fn open_member(id: NodeId, root: &Path, peers: &Peers, pool: &CommitPool) -> Member {
-    let node_root = root.join(format!("node-{id}"));
-    std::fs::create_dir_all(&node_root).unwrap();
-    let backend: Arc<dyn StorageBackend> = Arc::new(FsBackend::new(&node_root).unwrap());
-    let cache = Arc::new(Cache::new(1 << 20));
-    let raft_log = RaftLog::open(
-        Arc::clone(&backend),
-        "raft/metadata",
-        small_log(),
-        pool,
-        Arc::clone(&cache),
-    )
-    .unwrap();
-    let groups = PartitionGroups::new(GroupStorage {
-        backend: Arc::clone(&backend),
-        pool: pool.clone(),
-        cache,
-        log: small_log(),
-    });
-    let (machine, view) = MetadataMachine::open(
-        backend,
-        raft_log.dir().to_path_buf(),
-        8,
-        Box::new(groups.clone()),
-    )
-    .unwrap();
-    let store = Replicated::open(raft_log, AsCluster(machine)).unwrap();
-    let runner = testkit::spawn(id, 3, peers, false);
-    groups.start(runner.clone(), &view);
-    let (tx, rx) = mpsc::channel();
-    runner.add_group(
-        METADATA_GROUP,
-        Box::new(store),
-        Box::new(move |r| tx.send(r.is_ok()).unwrap()),
-    );
-    assert!(rx.recv().unwrap());
-    peers.lock().unwrap()[usize::try_from(id - 1).unwrap()] = Some(runner.clone());
+    let (runner, groups, view) = testkit::open_node(id, root, peers, pool);
     Member {
         runner,
         groups,

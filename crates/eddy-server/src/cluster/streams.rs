@@ -1,0 +1,298 @@
+//! The stream store of a cluster member: what request handlers call instead of the single
+//! node's `StreamStore` (metadata commits and reads, appends, polls, partition figures), on the
+//! metadata group and the partition groups of [`PartitionGroups`].
+//!
+//! * A metadata commit is proposed to the metadata group by its leader and answered with the
+//!   apply outcome every member computes; elsewhere it is refused with
+//!   [`ClusterError::NotLeader`] (the stream protocol's `TransientNotAccepted`, on which the
+//!   SDK looks for the leader again).
+//! * An append is stamped by the partition group's leader with the offset and time it
+//!   predicts after everything it proposed and has not seen applied, then proposed; the
+//!   acknowledgement waits for the entry to be committed (fdatasynced on a majority) and
+//!   applied here. Predictions and proposals happen under one lock per node, so the Raft log
+//!   receives them in prediction order; a prediction that went stale (a proposal ahead of it
+//!   was lost with a leadership change) is refused at apply on every member and answered
+//!   transiently.
+//! * Reads (metadata, polls, figures) are served by any member from what it has applied:
+//!   committed data, possibly behind the leader's.
+
+use std::collections::{BTreeMap, VecDeque};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex, PoisonError};
+
+use bytes::Bytes;
+use eddy_consensus::{GroupId, ProposeError, Role, Runner};
+use eddy_stream_store::metadata::{encode_op, Effect};
+use eddy_stream_store::replicated::{ApplyOutcome, PartitionEntry, ReplicatedError};
+use eddy_stream_store::replicated_metadata::{MetadataApplied, MetadataView};
+use eddy_stream_store::{
+    Appended, ConsumerKey, MetadataError, MetadataOp, MetadataState, PartitionAddr, PartitionStats,
+    PollStrategy, Polled, Stamp, StampableBatch,
+};
+
+use super::groups::{partition_group_id, ClusterOutcome, PartitionGroups, METADATA_GROUP};
+
+/// Why a cluster operation did not happen.
+#[derive(Debug, thiserror::Error)]
+pub enum ClusterError {
+    /// This member does not lead the group (or no leader is known): ask the leader.
+    #[error("this node is not the leader of the {0}; retry on the leader")]
+    NotLeader(&'static str),
+    /// The proposal was not committed (leadership changed, the node is stopping, or too much
+    /// is uncommitted); nothing is known to have changed.
+    #[error("the cluster did not commit the request: {0}")]
+    NotCommitted(ProposeError),
+    /// A batch's predicted offset went stale (a proposal ahead of it was lost); nothing was
+    /// appended.
+    #[error("the batch was stamped for offset {0}, which another batch took; retry")]
+    Stale(u64),
+    /// The metadata state refused the operation (on every member alike).
+    #[error(transparent)]
+    Metadata(#[from] MetadataError),
+    /// The partition has no group on this member.
+    #[error("partition {0:?} not found")]
+    NoPartition(PartitionAddr),
+    /// A partition read failed.
+    #[error(transparent)]
+    Read(#[from] ReplicatedError),
+    /// An entry could not be encoded (a bug).
+    #[error("cannot encode the entry: {0}")]
+    Encode(String),
+}
+
+impl ClusterError {
+    /// Whether the client should retry (on the leader): the stream protocol answers these with
+    /// `TransientNotAccepted`.
+    pub fn is_transient(&self) -> bool {
+        matches!(
+            self,
+            ClusterError::NotLeader(_) | ClusterError::NotCommitted(_) | ClusterError::Stale(_)
+        )
+    }
+}
+
+/// Proposed, not yet applied appends of one partition (oldest first): their ids and entries.
+type Pending = BTreeMap<PartitionAddr, VecDeque<(u64, Bytes)>>;
+
+/// A member's replicated stream store (cheap to clone).
+#[derive(Clone)]
+pub struct ClusterStreams {
+    runner: Runner<ClusterOutcome>,
+    groups: PartitionGroups,
+    view: MetadataView,
+    pending: Arc<Mutex<Pending>>,
+    next_id: Arc<AtomicU64>,
+}
+
+impl std::fmt::Debug for ClusterStreams {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("ClusterStreams")
+            .field("groups", &self.groups)
+            .finish_non_exhaustive()
+    }
+}
+
+async fn proposed(
+    runner: &Runner<ClusterOutcome>,
+    group: GroupId,
+    data: Bytes,
+) -> Result<ClusterOutcome, ClusterError> {
+    let (tx, rx) = tokio::sync::oneshot::channel();
+    runner.propose(
+        group,
+        data,
+        Box::new(move |r| {
+            let _ = tx.send(r);
+        }),
+    );
+    match rx.await {
+        Ok(Ok(outcome)) => Ok(outcome),
+        Ok(Err(e)) => Err(ClusterError::NotCommitted(e)),
+        Err(_) => Err(ClusterError::NotCommitted(ProposeError::Unknown)),
+    }
+}
+
+impl ClusterStreams {
+    /// The store over a running node's groups.
+    pub fn new(
+        runner: Runner<ClusterOutcome>,
+        groups: PartitionGroups,
+        view: MetadataView,
+    ) -> Self {
+        ClusterStreams {
+            runner,
+            groups,
+            view,
+            pending: Arc::default(),
+            next_id: Arc::default(),
+        }
+    }
+
+    /// The node's runner (roles, leaders, statuses).
+    pub fn runner(&self) -> &Runner<ClusterOutcome> {
+        &self.runner
+    }
+
+    /// The partition groups.
+    pub fn groups(&self) -> &PartitionGroups {
+        &self.groups
+    }
+
+    fn leads(&self, group: GroupId) -> bool {
+        self.runner
+            .view()
+            .get(group)
+            .is_some_and(|v| v.role == Role::Leader)
+    }
+
+    /// Whether this member leads the metadata group.
+    pub fn is_metadata_leader(&self) -> bool {
+        self.leads(METADATA_GROUP)
+    }
+
+    /// Reads the metadata this member has applied.
+    pub fn read<R>(&self, f: impl FnOnce(&MetadataState) -> R) -> R {
+        self.view.read(f)
+    }
+
+    /// Commits a metadata operation through the metadata group (on its leader only) and
+    /// returns its partition effects once it is committed and applied here.
+    ///
+    /// # Errors
+    /// Not the leader, not committed, or refused by the state.
+    pub async fn commit(&self, op: &MetadataOp) -> Result<Vec<Effect>, ClusterError> {
+        if !self.is_metadata_leader() {
+            return Err(ClusterError::NotLeader("metadata group"));
+        }
+        let data = encode_op(op).map_err(|e| ClusterError::Encode(e.to_string()))?;
+        match proposed(&self.runner, METADATA_GROUP, Bytes::from(data)).await? {
+            ClusterOutcome::Metadata(MetadataApplied::Applied(effects)) => Ok(effects),
+            ClusterOutcome::Metadata(MetadataApplied::Refused(e)) => Err(e.into()),
+            other => Err(ClusterError::Encode(format!(
+                "the metadata group answered {other:?}"
+            ))),
+        }
+    }
+
+    /// Appends a batch through the partition's group (on its leader only): stamped with the
+    /// predicted offset and `now_us` (or the partition's newest time, if later), acknowledged
+    /// once committed and applied here.
+    ///
+    /// # Errors
+    /// Not the partition's leader, not committed, a stale prediction, or no such partition.
+    pub async fn append<B: StampableBatch>(
+        &self,
+        addr: PartitionAddr,
+        batch: B,
+        now_us: u64,
+    ) -> Result<Appended, ClusterError> {
+        let (uid, group) = self
+            .groups
+            .get(addr)
+            .ok_or(ClusterError::NoPartition(addr))?;
+        let gid = partition_group_id(uid);
+        if !self.leads(gid) {
+            return Err(ClusterError::NotLeader("partition's group"));
+        }
+        let count = batch.message_count();
+        let (rx, base_offset, len) = {
+            let mut pending = self.pending.lock().unwrap_or_else(PoisonError::into_inner);
+            let queue = pending.entry(addr).or_default();
+            let predicted = group.predict(queue.iter().map(|(_, entry)| entry));
+            let timestamp = now_us.max(predicted.min_timestamp);
+            let bytes = batch.stamp(&Stamp {
+                partition_id: addr.partition_id,
+                base_offset: predicted.next_offset,
+                base_timestamp: timestamp,
+            });
+            let len = u32::try_from(bytes.len()).unwrap_or(u32::MAX);
+            let entry = PartitionEntry::Append {
+                base_offset: predicted.next_offset,
+                message_count: count,
+                timestamp,
+                batch: bytes,
+            }
+            .encode()
+            .map_err(|e| ClusterError::Encode(e.to_string()))?;
+            let id = self.next_id.fetch_add(1, Ordering::Relaxed);
+            queue.push_back((id, entry.clone()));
+            let (tx, rx) = tokio::sync::oneshot::channel();
+            let all = Arc::clone(&self.pending);
+            // Proposed under the lock: the node receives proposals in prediction order.
+            self.runner.propose(
+                gid,
+                entry,
+                Box::new(move |r| {
+                    let mut pending = all.lock().unwrap_or_else(PoisonError::into_inner);
+                    if let Some(queue) = pending.get_mut(&addr) {
+                        queue.retain(|(i, _)| *i != id);
+                        if queue.is_empty() {
+                            pending.remove(&addr);
+                        }
+                    }
+                    drop(pending);
+                    let _ = tx.send(r);
+                }),
+            );
+            (rx, predicted.next_offset, len)
+        };
+        let outcome = match rx.await {
+            Ok(Ok(outcome)) => outcome,
+            Ok(Err(e)) => return Err(ClusterError::NotCommitted(e)),
+            Err(_) => return Err(ClusterError::NotCommitted(ProposeError::Unknown)),
+        };
+        match outcome {
+            ClusterOutcome::Partition(ApplyOutcome::Appended {
+                base_offset: applied,
+                message_count,
+                timestamp,
+            }) if applied == base_offset => Ok(Appended {
+                base_offset,
+                message_count,
+                timestamp,
+                len,
+            }),
+            _ => Err(ClusterError::Stale(base_offset)),
+        }
+    }
+
+    /// Polls a partition from what this member has applied; `consumer`'s stored offset
+    /// (for [`PollStrategy::Next`]) comes from the metadata.
+    ///
+    /// # Errors
+    /// No such partition here, or the read failed.
+    pub fn poll(
+        &self,
+        addr: PartitionAddr,
+        consumer: Option<ConsumerKey>,
+        strategy: PollStrategy,
+        count: u32,
+        max_bytes: u64,
+    ) -> Result<Polled, ClusterError> {
+        let (_, group) = self
+            .groups
+            .get(addr)
+            .ok_or(ClusterError::NoPartition(addr))?;
+        let stored = match (strategy, consumer) {
+            (PollStrategy::Next, Some(consumer)) => self.consumer_offset(addr, consumer),
+            _ => None,
+        };
+        Ok(group.partition().poll(strategy, count, stored, max_bytes)?)
+    }
+
+    /// A consumer's stored offset on a partition.
+    pub fn consumer_offset(&self, addr: PartitionAddr, consumer: ConsumerKey) -> Option<u64> {
+        self.view.read(|s| {
+            s.partition(addr)
+                .and_then(|p| p.offsets.get(&consumer).copied())
+        })
+    }
+
+    /// A partition's figures on this member (`None` without its group).
+    pub fn partition_stats(&self, addr: PartitionAddr) -> Option<PartitionStats> {
+        self.groups.get(addr).map(|(_, g)| g.partition().stats())
+    }
+}
+
+#[cfg(test)]
+mod tests;

@@ -1,0 +1,214 @@
+//! The request path's core on three in-process members over real files: metadata commits on
+//! the leader only, concurrent producers through the partition's leader get contiguous offsets
+//! exactly once, followers serve what they applied, consumer offsets are replicated, and after
+//! the leader is lost the next one continues the same offsets.
+
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use bytes::Bytes;
+use eddy_consensus::NodeId;
+use eddy_log::CommitPool;
+use eddy_stream_store::{
+    ConsumerKey, MetadataOp, PartitionAddr, PollStrategy, StampWith, TopicConfig,
+};
+
+use super::{ClusterError, ClusterStreams};
+use crate::cluster::groups::{partition_group_id, ClusterOutcome, METADATA_GROUP};
+use crate::cluster::testkit;
+
+type Peers = testkit::Peers<ClusterOutcome>;
+
+const P0: PartitionAddr = PartitionAddr {
+    stream_id: 1,
+    topic_id: 1,
+    partition_id: 0,
+};
+
+fn member(id: NodeId, root: &std::path::Path, peers: &Peers, pool: &CommitPool) -> ClusterStreams {
+    let (runner, groups, view) = testkit::open_node(id, root, peers, pool);
+    ClusterStreams::new(runner, groups, view)
+}
+
+fn at(members: &[Option<ClusterStreams>], id: NodeId) -> &ClusterStreams {
+    members[usize::try_from(id - 1).unwrap()].as_ref().unwrap()
+}
+
+/// A batch whose stored bytes name the message and carry the stamp.
+fn batch(n: u32) -> StampWith<impl FnOnce(&eddy_stream_store::Stamp) -> Bytes> {
+    StampWith {
+        count: 2,
+        stamp: move |s: &eddy_stream_store::Stamp| {
+            Bytes::from(format!(
+                "batch {n} at {} t {}",
+                s.base_offset, s.base_timestamp
+            ))
+        },
+    }
+}
+
+/// Appends through whichever member leads the partition, retrying transient refusals as the
+/// SDK does, for up to 10 s.
+async fn append(members: &[Option<ClusterStreams>], n: u32) -> u64 {
+    let deadline = Instant::now() + Duration::from_secs(10);
+    loop {
+        for m in members.iter().flatten() {
+            match m.append(P0, batch(n), 1_000).await {
+                Ok(appended) => return appended.base_offset,
+                Err(e) if e.is_transient() => {}
+                Err(e) => panic!("{e}"),
+            }
+        }
+        assert!(Instant::now() < deadline, "batch {n} never appended");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+}
+
+fn served(m: &ClusterStreams) -> Vec<(u64, Bytes)> {
+    m.poll(P0, None, PollStrategy::Offset(0), 10_000, u64::MAX)
+        .map(|p| {
+            p.batches
+                .into_iter()
+                .map(|b| (b.base_offset, b.bytes))
+                .collect()
+        })
+        .unwrap_or_default()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn producers_consumers_and_a_lost_leader_on_the_replicated_request_path() {
+    let tmp = tempfile::tempdir().unwrap();
+    let pool = CommitPool::new(2).unwrap();
+    let peers: Peers = Arc::default();
+    peers.lock().unwrap().extend([None, None, None]);
+    let mut members: Vec<Option<ClusterStreams>> = (1..=3)
+        .map(|id| Some(member(id, tmp.path(), &peers, &pool)))
+        .collect();
+
+    let leader = testkit::leader(&peers, METADATA_GROUP);
+    let follower = (1..=3).find(|&id| id != leader).unwrap();
+    let create = MetadataOp::CreateStream {
+        id: 1,
+        name: "orders".into(),
+        created_at: 1,
+        options: vec![],
+    };
+    // Only the leader commits; a follower's refusal is transient (the SDK asks the leader).
+    let refused = at(&members, follower).commit(&create).await.unwrap_err();
+    assert!(matches!(refused, ClusterError::NotLeader(_)), "{refused}");
+    assert!(refused.is_transient());
+    at(&members, leader).commit(&create).await.unwrap();
+    let dup = at(&members, leader).commit(&create).await.unwrap_err();
+    assert!(matches!(dup, ClusterError::Metadata(_)), "{dup}");
+    let effects = at(&members, leader)
+        .commit(&MetadataOp::CreateTopic {
+            stream_id: 1,
+            id: 1,
+            name: "placed".into(),
+            created_at: 2,
+            partitions: 1,
+            config: TopicConfig::default(),
+            explicit_options: vec![],
+            derived_options: vec![],
+        })
+        .await
+        .unwrap();
+    assert_eq!(effects.len(), 1);
+    // Partition leaderships move to the metadata leader.
+    let uid = at(&members, leader).groups().get(P0).unwrap().0;
+    testkit::eventually(
+        || {
+            for m in members.iter().flatten() {
+                m.groups().align_leaders();
+            }
+            testkit::leader(&peers, partition_group_id(uid)) == leader
+        },
+        || "the partition's leadership never moved to the metadata leader".into(),
+    );
+
+    // Concurrent producers on the leader: every batch acknowledged once, offsets contiguous.
+    let producer = at(&members, leader).clone();
+    let tasks: Vec<_> = (0..40u32)
+        .map(|n| {
+            let p = producer.clone();
+            tokio::spawn(async move { (n, p.append(P0, batch(n), 1_000).await) })
+        })
+        .collect();
+    let mut acked = Vec::new();
+    for t in tasks {
+        let (n, r) = t.await.unwrap();
+        acked.push((r.unwrap().base_offset, n));
+    }
+    acked.sort_unstable();
+    let offsets: Vec<u64> = acked.iter().map(|(o, _)| *o).collect();
+    assert_eq!(offsets, (0..40).map(|i| i * 2).collect::<Vec<u64>>());
+    // A follower does not take appends.
+    let refused = at(&members, follower)
+        .append(P0, batch(99), 1_000)
+        .await
+        .unwrap_err();
+    assert!(refused.is_transient(), "{refused}");
+    // Every member serves exactly the acknowledged batches, stamped as acknowledged.
+    let want: Vec<(u64, Bytes)> = acked
+        .iter()
+        .map(|(o, n)| (*o, Bytes::from(format!("batch {n} at {o} t 1000"))))
+        .collect();
+    for m in members.iter().flatten() {
+        testkit::eventually(
+            || served(m) == want,
+            || format!("serves {:?}", served(m).len()),
+        );
+    }
+
+    // A consumer's offset is replicated with the metadata: a follower resumes after it.
+    let consumer = ConsumerKey::Consumer(7);
+    at(&members, leader)
+        .commit(&MetadataOp::StoreConsumerOffset {
+            addr: P0,
+            consumer,
+            offset: 9,
+            forward_only: false,
+        })
+        .await
+        .unwrap();
+    let f = at(&members, follower);
+    testkit::eventually(
+        || f.consumer_offset(P0, consumer) == Some(9),
+        || "the follower's consumer offset".into(),
+    );
+    let next = f
+        .poll(P0, Some(consumer), PollStrategy::Next, 1, u64::MAX)
+        .unwrap();
+    assert_eq!(next.batches[0].base_offset, 10);
+
+    // The leader's process dies: the others elect leaders and the offsets go on.
+    let lost = members[usize::try_from(leader - 1).unwrap()]
+        .take()
+        .unwrap();
+    lost.runner().stop();
+    peers.lock().unwrap()[usize::try_from(leader - 1).unwrap()] = None;
+    drop(lost);
+    let mut more = Vec::new();
+    for n in 100..105 {
+        more.push((append(&members, n).await, n));
+    }
+    assert_eq!(
+        more.iter().map(|(o, _)| *o).collect::<Vec<_>>(),
+        vec![80, 82, 84, 86, 88]
+    );
+    let mut want = want;
+    want.extend(
+        more.iter()
+            .map(|(o, n)| (*o, Bytes::from(format!("batch {n} at {o} t 1000")))),
+    );
+    for m in members.iter().flatten() {
+        testkit::eventually(
+            || served(m) == want,
+            || format!("serves {:?}", served(m).len()),
+        );
+        assert_eq!(m.partition_stats(P0).unwrap().next_offset, 90);
+    }
+    for m in members.iter().flatten() {
+        m.runner().stop();
+    }
+}
