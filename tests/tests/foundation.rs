@@ -163,15 +163,17 @@ fn unwritable_data_dir_and_bad_config_exit_with_one_line() {
         .unwrap();
     assert!(err.contains("max_request_size"), "{err}");
 
-    // Peers ask for a cluster, which this build cannot serve yet: refused as a configuration
-    // error rather than served alone (acks on one machine only), with the way out in the text.
+    // A peer list that names this node itself is a configuration error (exit 78) that says
+    // which setting is wrong.
     let (mut child, log) = spawn(
         std::path::Path::new(server_bin!()),
         &[
             s("--data-dir"),
             tmp.path().join("cluster").display().to_string(),
+            s("--node-id"),
+            s("1"),
             s("--peer"),
-            s("2=127.0.0.2:10001"),
+            s("1=127.0.0.2:10001"),
         ],
         &[],
     );
@@ -179,10 +181,7 @@ fn unwritable_data_dir_and_bad_config_exit_with_one_line() {
     let err = log
         .wait_for(Duration::from_secs(5), |l| l.starts_with("eddy: error:"))
         .unwrap();
-    assert!(
-        err.contains("peers") && err.contains("single node"),
-        "{err}"
-    );
+    assert!(err.contains("peers") && err.contains("own id"), "{err}");
 
     // A bad environment value is refused by the argument parser (usage error, exit 2).
     let (mut child, _log) = spawn(

@@ -52,11 +52,34 @@ pub enum Health {
     Draining = 2,
 }
 
+/// A cluster member's answer to `/health` while ready: `Some("leader")` or
+/// `Some("follower")` when it is in sync with a known leader, `None` when it is not (503).
+pub type RoleProbe = Arc<dyn Fn() -> Option<&'static str> + Send + Sync>;
+
 /// Shared readiness state, set by the server as it starts and stops.
-#[derive(Debug, Clone, Default)]
-pub struct HealthState(Arc<AtomicU8>);
+#[derive(Clone, Default)]
+pub struct HealthState(Arc<AtomicU8>, Arc<std::sync::OnceLock<RoleProbe>>);
+
+impl std::fmt::Debug for HealthState {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_tuple("HealthState").field(&self.get()).finish()
+    }
+}
 
 impl HealthState {
+    /// Makes `/health` report this cluster member's role (and 503 while it has no leader).
+    pub fn set_role_probe(&self, probe: RoleProbe) {
+        let _ = self.1.set(probe);
+    }
+
+    /// The role probe's answer (`Some("ok")` for a single node).
+    fn role(&self) -> Option<&'static str> {
+        match self.1.get() {
+            Some(probe) => probe(),
+            None => Some("ok"),
+        }
+    }
+
     /// Sets the current state.
     pub fn set(&self, health: Health) {
         self.0.store(health as u8, Ordering::Release);
@@ -224,7 +247,14 @@ fn route(
     }
     match path {
         "/health" => match health.get() {
-            Health::Ready => (StatusCode::OK, TEXT, "ok\n".into()),
+            Health::Ready => match health.role() {
+                Some(role) => (StatusCode::OK, TEXT, format!("{role}\n")),
+                None => (
+                    StatusCode::SERVICE_UNAVAILABLE,
+                    TEXT,
+                    "no leader: this cluster member is not in sync\n".into(),
+                ),
+            },
             Health::Starting => (StatusCode::SERVICE_UNAVAILABLE, TEXT, "starting\n".into()),
             Health::Draining => (StatusCode::SERVICE_UNAVAILABLE, TEXT, "draining\n".into()),
         },

@@ -218,6 +218,8 @@ pub struct Server {
     health: HealthState,
     http_stop: CancellationToken,
     tracker: TaskTracker,
+    /// This node's cluster member (`None`: a single node).
+    cluster: Option<Arc<cluster::member::Member>>,
 }
 
 /// Loads `api_keys.toml` when present, enforcing the rules that keys need TLS and required
@@ -447,18 +449,8 @@ impl Server {
     pub async fn bind(config: ServerConfig) -> Result<Self, ServeError> {
         config.validate()?;
         if config.is_clustered() {
-            // The replication layer (eddy-consensus, the raft log store, replicated partitions,
-            // the peer transport) exists but the request path does not run on it yet; serving
-            // alone while the operator asked for a cluster would acknowledge writes that exist
-            // on one machine only.
-            return Err(ConfigError::Invalid {
-                key: "peers",
-                reason: "this build cannot run as a cluster member yet (the replicated request \
-                         path is not wired into the server); remove --peer / EDDY_PEERS to run \
-                         a single node"
-                    .into(),
-            }
-            .into());
+            // Checked before anything binds or opens.
+            config.cluster_peers()?;
         }
         fds::raise_nofile_limit();
         let data_dir = DataDir::open(&config.data_dir)?;
@@ -500,10 +492,13 @@ impl Server {
             event::load_dictionary(&data_dir.dictionary_file(), config.wal_compression_level)?;
         let event_store = open_event_store(&config, &data_dir, &dictionary, &pool, &cache).await?;
         let events = Arc::new(event::EventService::new(&config, dictionary, event_store));
-        stream::bootstrap_root(&store, &config)
-            .await
-            .map_err(|source| ServeError::RootBootstrap { source })?;
-        stream::check_root_credentials(&store, &config).await;
+        if !config.is_clustered() {
+            // A cluster's root user is created by its first metadata leader (see `run`).
+            stream::bootstrap_root(&store, &config)
+                .await
+                .map_err(|source| ServeError::RootBootstrap { source })?;
+            stream::check_root_credentials(&store, &config).await;
+        }
 
         let stream_addr = at(config.stream_port);
         let stream = bind("stream", stream_addr).await?;
@@ -525,7 +520,30 @@ impl Server {
         let sampled = Arc::clone(&compaction);
         metrics.add_sampler(Box::new(move |out| sampled.sample(out)));
         metrics.add_sampler(Box::new(fds::sample));
-        let stream_state = stream::StreamState::new(Arc::clone(&store), &config, addrs.stream);
+        let mut stream_state = stream::StreamState::new(Arc::clone(&store), &config, addrs.stream);
+        let cluster = if config.is_clustered() {
+            let member = cluster::member::start(
+                &config,
+                data_dir.root(),
+                &pool,
+                &cache,
+                cluster::member::Advertised {
+                    stream: addrs.stream,
+                    client: addrs.client,
+                    http: addrs.http,
+                },
+            )
+            .await?;
+            stream_state = stream_state.with_cluster(member.streams.clone());
+            let member = Arc::new(member);
+            let probed = Arc::clone(&member);
+            health.set_role_probe(Arc::new(move || probed.health_role()));
+            let sampled = Arc::clone(&member);
+            metrics.add_sampler(Box::new(move |out| sampled.sample(out)));
+            Some(member)
+        } else {
+            None
+        };
         let shared = Arc::new(Shared {
             config,
             metrics,
@@ -554,6 +572,7 @@ impl Server {
             health,
             http_stop,
             tracker,
+            cluster,
         })
     }
 
@@ -583,6 +602,7 @@ impl Server {
             health,
             http_stop,
             tracker,
+            cluster,
         } = self;
         let config = &shared.config;
         let stop = CancellationToken::new();
@@ -609,15 +629,25 @@ impl Server {
             conns.clone(),
             event::serve_connection,
         ));
-        // Replication is not served yet; it never takes client TLS settings.
-        loops.spawn(listener::accept_loop(
-            replication,
-            spec(Protocol::Replication, &None),
-            Arc::clone(&shared),
-            stop.clone(),
-            conns.clone(),
-            listener::close_on_first_bytes,
-        ));
+        if let Some(member) = &cluster {
+            // Peers only; it never takes client TLS settings.
+            loops.spawn(Arc::clone(member).serve_replication(replication, stop.clone()));
+            let root = (config.root_username.clone(), config.root_password.clone());
+            loops.spawn(Arc::clone(member).maintain(stop.clone(), move |streams| {
+                let root = root.clone();
+                async move { stream::bootstrap_cluster_root(&streams, &root.0, &root.1).await }
+            }));
+        } else {
+            // A single node does not replicate; the port refuses whatever is sent to it.
+            loops.spawn(listener::accept_loop(
+                replication,
+                spec(Protocol::Replication, &None),
+                Arc::clone(&shared),
+                stop.clone(),
+                conns.clone(),
+                listener::close_on_first_bytes,
+            ));
+        }
         let maintenance_stop = CancellationToken::new();
         let maintenance_task = tokio::spawn(maintenance(
             Arc::clone(&shared.store),
@@ -677,6 +707,12 @@ impl Server {
         // Flush, sync and stop both stores before the lock goes: connections that outlived the
         // drain (and the metrics samplers) may still hold them, and nothing may reach the disk
         // once another server can own the directory. Their late writes are refused.
+        if let Some(member) = &cluster {
+            // The Raft thread stops after what it has queued; its groups' logs close with it.
+            let member = Arc::clone(member);
+            let _ = tokio::task::spawn_blocking(move || member.stop()).await;
+            tracing::info!("cluster member stopped");
+        }
         let store = Arc::clone(&shared.store);
         let event_store = Arc::clone(shared.events.store());
         drop(shared);

@@ -82,6 +82,7 @@ pub struct ClusterStreams {
     view: MetadataView,
     pending: Arc<Mutex<Pending>>,
     next_id: Arc<AtomicU64>,
+    directory: super::transport::Directory,
 }
 
 impl std::fmt::Debug for ClusterStreams {
@@ -125,7 +126,30 @@ impl ClusterStreams {
             view,
             pending: Arc::default(),
             next_id: Arc::default(),
+            directory: super::transport::Directory::default(),
         }
+    }
+
+    /// The members' greetings (addresses for `GET_CLUSTER_METADATA`), from the transport.
+    #[must_use]
+    pub fn with_directory(mut self, directory: super::transport::Directory) -> Self {
+        self.directory = directory;
+        self
+    }
+
+    /// Every member: id, greeting (when known), whether it is reachable, whether it leads
+    /// the metadata group.
+    pub fn members(&self) -> Vec<(u64, Option<eddy_consensus::wire::Hello>, bool, bool)> {
+        let leader = self
+            .runner
+            .view()
+            .get(METADATA_GROUP)
+            .and_then(|v| v.leader);
+        self.directory
+            .all()
+            .into_iter()
+            .map(|(id, info)| (id, Some(info.hello), info.connected, leader == Some(id)))
+            .collect()
     }
 
     /// The node's runner (roles, leaders, statuses).

@@ -185,6 +185,10 @@ pub enum StreamError {
         /// Why.
         reason: String,
     },
+    /// A cluster member could not do it (not the leader, not committed: transient), or a
+    /// replicated read failed.
+    #[error(transparent)]
+    Cluster(crate::cluster::streams::ClusterError),
     /// The command exists but this server does not provide it.
     #[error("{command} is not available on this server")]
     Unavailable {
@@ -221,6 +225,17 @@ impl From<StreamStoreError> for StreamError {
     }
 }
 
+impl From<crate::cluster::streams::ClusterError> for StreamError {
+    fn from(e: crate::cluster::streams::ClusterError) -> Self {
+        use crate::cluster::streams::ClusterError;
+        match e {
+            ClusterError::Metadata(e) => StreamError::Storage(StreamStoreError::Metadata(e)),
+            ClusterError::NoPartition(_) => StreamError::NotFound(Missing::Partition),
+            other => StreamError::Cluster(other),
+        }
+    }
+}
+
 impl From<Denied> for StreamError {
     fn from(e: Denied) -> Self {
         StreamError::Denied(e)
@@ -236,6 +251,7 @@ impl StreamError {
                 StreamStoreError::Metadata(_) | StreamStoreError::PartitionNotFound { .. },
             ) => false,
             StreamError::Storage(_) | StreamError::Auth(_) => true,
+            StreamError::Cluster(e) => !e.is_transient(),
             _ => false,
         }
     }
@@ -247,7 +263,9 @@ impl StreamError {
             StreamError::Options(e) => options_code(e),
             StreamError::Batch(e) => batch_code(e),
             StreamError::Storage(e) => storage_code(e),
-            StreamError::Auth(_) => ErrorCode::Error,
+            // The SDK looks for the leader again and retries on this code.
+            StreamError::Cluster(e) if e.is_transient() => ErrorCode::TransientNotAccepted,
+            StreamError::Auth(_) | StreamError::Cluster(_) => ErrorCode::Error,
             StreamError::RequestChecksum => ErrorCode::InvalidFormat,
             StreamError::Unauthenticated => ErrorCode::Unauthenticated,
             StreamError::Denied(_) => ErrorCode::Unauthorized,
@@ -280,6 +298,7 @@ impl StreamError {
             StreamError::NotAMember => ErrorCode::ConsumerGroupMemberNotFound,
             StreamError::PartitionNotOwned { .. } => ErrorCode::ConsumerGroupPartitionNotOwned,
             StreamError::Unavailable { .. } => ErrorCode::FeatureUnavailable,
+
             StreamError::SnapshotFailed { .. } => ErrorCode::SnapshotFileCompletionFailed,
         }
     }

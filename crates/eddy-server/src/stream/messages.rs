@@ -129,6 +129,19 @@ pub(crate) async fn send(
     };
     // Submitted inline unless this server has so many bytes in flight that the partition's
     // log may push back (then from the blocking pool); the acknowledgement is awaited.
+    if let Some(cluster) = &state.cluster {
+        let appended = cluster
+            .append(addr, Stampable(admitted), crate::clock::now_micros())
+            .await?;
+        return Ok(Outcome::payload(&SendMessagesReply {
+            confirmations: vec![SendConfirmation {
+                stream_id,
+                topic_id,
+                partition_id,
+                base_offset: appended.base_offset,
+            }],
+        }));
+    }
     let (_in_flight, offload) = state.appends.enter(admitted.len() as u64);
     let ticket = if offload {
         let store = Arc::clone(&state.store);
@@ -261,13 +274,21 @@ pub(crate) async fn poll(
         return Err(StreamError::NotFound(Missing::Partition));
     }
     // Reads may reach the disk: off the reactor.
-    let store = std::sync::Arc::clone(&ctx.state.store);
     let (strategy, count) = (strategy(request.strategy), request.count);
-    let polled = tokio::task::spawn_blocking(move || {
-        store.poll(addr, Some(consumer), strategy, count, MAX_POLL_BYTES)
-    })
-    .await
-    .unwrap_or_else(|join| std::panic::resume_unwind(join.into_panic()))?;
+    let polled = if let Some(cluster) = ctx.state.cluster.clone() {
+        tokio::task::spawn_blocking(move || {
+            cluster.poll(addr, Some(consumer), strategy, count, MAX_POLL_BYTES)
+        })
+        .await
+        .unwrap_or_else(|join| std::panic::resume_unwind(join.into_panic()))?
+    } else {
+        let store = std::sync::Arc::clone(&ctx.state.store);
+        tokio::task::spawn_blocking(move || {
+            store.poll(addr, Some(consumer), strategy, count, MAX_POLL_BYTES)
+        })
+        .await
+        .unwrap_or_else(|join| std::panic::resume_unwind(join.into_panic()))?
+    };
     let mut records = Vec::with_capacity(polled.batches.len() * 2);
     let mut served = 0u32;
     for batch in &polled.batches {
@@ -365,11 +386,10 @@ pub(crate) fn get_offset(
     };
     let info = ctx
         .state
-        .store
         .consumer_offset(addr, consumer)
         .map(|stored| ConsumerOffsetInfo {
             partition_id,
-            current_offset: views::partition_stats(&ctx.state.store, addr).current_offset,
+            current_offset: ctx.state.partition_stats(addr).current_offset,
             stored_offset: stored,
         });
     Ok(Outcome::payload(&Maybe(info)))
@@ -410,7 +430,7 @@ pub(crate) async fn store_offset(
         addr.partition_id,
         true,
     )?;
-    let stats = views::partition_stats(&ctx.state.store, addr);
+    let stats = ctx.state.partition_stats(addr);
     if stats.messages == 0 || request.offset > stats.current_offset {
         return Err(StreamError::InvalidOffset {
             offset: request.offset,

@@ -136,8 +136,11 @@ impl ConnectionLimits {
 /// State shared by every stream-protocol connection.
 #[derive(Debug)]
 pub struct StreamState {
-    /// The store (metadata and partitions).
+    /// The store (metadata and partitions) of a single node.
     pub store: Arc<StreamStore>,
+    /// In a cluster: the replicated metadata and partitions, which every stream request uses
+    /// instead of `store` (left empty).
+    pub cluster: Option<crate::cluster::streams::ClusterStreams>,
     /// Connected clients and their sessions.
     pub clients: ClientsTable,
     /// Consumer-group members and assignments.
@@ -180,6 +183,7 @@ impl StreamState {
     ) -> Self {
         Self {
             store,
+            cluster: None,
             clients: ClientsTable::new(),
             groups: Mutex::new(Coordinator::new(Duration::from_millis(
                 config.stream_group_rebalancing_timeout_ms,
@@ -202,6 +206,36 @@ impl StreamState {
         }
     }
 
+    /// Runs this node's stream protocol on a cluster's replicated groups.
+    #[must_use]
+    pub fn with_cluster(mut self, cluster: crate::cluster::streams::ClusterStreams) -> Self {
+        self.cluster = Some(cluster);
+        self
+    }
+
+    /// A partition's figures (zeros when it has no data here).
+    pub(crate) fn partition_stats(
+        &self,
+        addr: eddy_stream_store::PartitionAddr,
+    ) -> eddy_stream_store::PartitionStats {
+        match &self.cluster {
+            Some(cluster) => cluster.partition_stats(addr).unwrap_or(views::NO_STATS),
+            None => views::partition_stats(&self.store, addr),
+        }
+    }
+
+    /// A consumer's stored offset on a partition.
+    pub(crate) fn consumer_offset(
+        &self,
+        addr: eddy_stream_store::PartitionAddr,
+        consumer: eddy_stream_store::ConsumerKey,
+    ) -> Option<u64> {
+        match &self.cluster {
+            Some(cluster) => cluster.consumer_offset(addr, consumer),
+            None => self.store.consumer_offset(addr, consumer),
+        }
+    }
+
     /// The consumer-group coordinator (held briefly, never across an await), with the pending
     /// revocations whose rebalancing timeout has passed completed.
     pub(crate) fn groups(&self) -> MutexGuard<'_, Coordinator> {
@@ -214,6 +248,9 @@ impl StreamState {
     /// partition files is being applied (the applier holds the metadata lock meanwhile), the
     /// read leaves its runtime worker first, so the worker's other tasks go on.
     pub(crate) fn read<R>(&self, f: impl FnOnce(&MetadataState) -> R) -> R {
+        if let Some(cluster) = &self.cluster {
+            return cluster.read(f);
+        }
         if self.slow_commits.any() {
             crate::offload::may_block(|| self.store.read_metadata(f))
         } else {
@@ -225,6 +262,10 @@ impl StreamState {
     /// (which may wait on back-pressure or on the applier) runs on the blocking pool; the
     /// completion is awaited.
     pub(crate) async fn commit(&self, op: MetadataOp) -> Result<(), StreamError> {
+        if let Some(cluster) = &self.cluster {
+            cluster.commit(&op).await?;
+            return Ok(());
+        }
         let _slow = crate::offload::touches_files(&op).then(|| self.slow_commits.enter());
         let store = Arc::clone(&self.store);
         let commit = crate::offload::blocking(move || store.commit(Operation::Metadata(op))).await;
@@ -334,6 +375,42 @@ pub async fn bootstrap_root(
         .await?;
     tracing::info!(username = %config.root_username, "root user created");
     Ok(true)
+}
+
+/// Creates a cluster's root user (id 0, every permission) when the metadata has none; run by
+/// the metadata leader. A concurrent creation by another leader is refused by the metadata
+/// (the first one stands).
+pub async fn bootstrap_cluster_root(
+    cluster: &crate::cluster::streams::ClusterStreams,
+    username: &str,
+    password: &str,
+) {
+    if cluster.read(|meta| meta.users.contains_key(&ROOT_USER_ID)) {
+        return;
+    }
+    let password = password.to_owned();
+    let Ok(Ok(hash)) =
+        tokio::task::spawn_blocking(move || eddy_auth::password::hash_password(&password)).await
+    else {
+        return;
+    };
+    let permissions = Permissions {
+        global: GlobalPermissions::ALL,
+        ..Permissions::default()
+    };
+    let op = MetadataOp::CreateUser {
+        id: ROOT_USER_ID,
+        username: username.to_owned(),
+        password_hash: hash,
+        status: STATUS_ACTIVE,
+        permissions: Some(views::encode_permissions(&permissions)),
+        options: Vec::new(),
+        created_at: crate::clock::now_micros(),
+    };
+    match cluster.commit(&op).await {
+        Ok(_) => tracing::info!(username, "root user created in the cluster"),
+        Err(e) => tracing::debug!(error = %e, "root user not created (yet)"),
+    }
 }
 
 /// What the stored root credential says about the configured one (see

@@ -44,7 +44,7 @@ impl EntityCounts {
             }
             for (addr, _, _) in meta.partitions() {
                 counts.partitions += 1;
-                let stats = super::views::partition_stats(&state.store, addr);
+                let stats = state.partition_stats(addr);
                 counts.segments = counts.segments.saturating_add(stats.segments);
                 counts.messages += stats.messages;
                 counts.bytes += stats.size_bytes;

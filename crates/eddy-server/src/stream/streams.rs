@@ -27,7 +27,7 @@ use super::{views, MAX_STREAMS, MAX_TOPICS_PER_STREAM};
 
 /// `GET_STREAM`: the stream and its topic headers (empty body if it is gone).
 pub(crate) fn get_stream(ctx: Ctx<'_>, stream_id: u32) -> Outcome {
-    let store = &ctx.state.store;
+    let store = ctx.state;
     let details = ctx.state.read(|meta| {
         meta.stream(stream_id)
             .map(|s| views::stream_details(store, s))
@@ -37,7 +37,7 @@ pub(crate) fn get_stream(ctx: Ctx<'_>, stream_id: u32) -> Outcome {
 
 /// `GET_STREAMS`.
 pub(crate) fn get_streams(ctx: Ctx<'_>) -> Outcome {
-    let store = &ctx.state.store;
+    let store = ctx.state;
     let streams = ctx.state.read(|meta| {
         meta.streams
             .values()
@@ -81,7 +81,7 @@ pub(crate) async fn create_stream(
             .await?;
         id
     };
-    let store = &ctx.state.store;
+    let store = ctx.state;
     let details = ctx
         .state
         .read(|meta| meta.stream(id).map(|s| views::stream_details(store, s)))
@@ -129,7 +129,7 @@ pub(crate) async fn purge_stream(ctx: Ctx<'_>, stream_id: u32) -> Result<Outcome
 
 /// `GET_TOPIC`: the topic and its partitions (empty body if it is gone).
 pub(crate) fn get_topic(ctx: Ctx<'_>, stream_id: u32, topic_id: u32) -> Outcome {
-    let store = &ctx.state.store;
+    let store = ctx.state;
     let details = ctx.state.read(|meta| {
         meta.topic(stream_id, topic_id)
             .map(|t| views::topic_details(store, stream_id, t))
@@ -139,7 +139,7 @@ pub(crate) fn get_topic(ctx: Ctx<'_>, stream_id: u32, topic_id: u32) -> Outcome 
 
 /// `GET_TOPICS`: count-prefixed topic headers.
 pub(crate) fn get_topics(ctx: Ctx<'_>, stream_id: u32) -> Outcome {
-    let store = &ctx.state.store;
+    let store = ctx.state;
     let topics = ctx.state.read(|meta| {
         meta.stream(stream_id).map_or_else(Vec::new, |s| {
             s.topics
@@ -200,7 +200,7 @@ pub(crate) async fn create_topic(
             .await?;
         id
     };
-    let store = &ctx.state.store;
+    let store = ctx.state;
     let details = ctx
         .state
         .read(|meta| {
@@ -382,6 +382,13 @@ pub(crate) async fn delete_segments(
     };
     if ctx.state.read(|meta| meta.partition(addr).is_none()) {
         return Err(StreamError::NotFound(Missing::Partition));
+    }
+    if ctx.state.cluster.is_some() {
+        // Retention deletes whole segments of a replicated partition on every member alike;
+        // an operator's deletion is not replicated yet.
+        return Err(StreamError::Unavailable {
+            command: eddy_codec::stream::CommandCode::DeleteSegments,
+        });
     }
     let store = Arc::clone(&ctx.state.store);
     let count = request.segments_count;

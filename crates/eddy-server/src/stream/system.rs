@@ -3,7 +3,7 @@
 use eddy_codec::stream::codec::{Counted, LongString, ToEnd, F32};
 use eddy_codec::stream::commands::describe_options::{DescribeOptions, OptionsCatalog};
 use eddy_codec::stream::commands::get_cluster_metadata::{
-    ClusterMetadata, ClusterNode, ROLE_LEADER, STATUS_HEALTHY,
+    ClusterMetadata, ClusterNode, ROLE_FOLLOWER, ROLE_LEADER, STATUS_HEALTHY,
 };
 use eddy_codec::stream::commands::get_snapshot::{GetSnapshot, Snapshot};
 use eddy_codec::stream::commands::get_stats::Stats;
@@ -97,6 +97,9 @@ pub(crate) async fn snapshot(ctx: Ctx<'_>, request: GetSnapshot) -> Result<Outco
 /// `GET_CLUSTER_METADATA`: exactly one node, this one, leader and healthy (so the SDK's
 /// post-login leader probe stays on this connection).
 pub(crate) fn cluster_metadata(ctx: Ctx<'_>) -> Outcome {
+    if let Some(cluster) = &ctx.state.cluster {
+        return cluster_members(cluster);
+    }
     let addr = ctx.state.node.stream_addr;
     Outcome::payload(&ClusterMetadata {
         name: LongString::new(CLUSTER_NAME),
@@ -110,6 +113,41 @@ pub(crate) fn cluster_metadata(ctx: Ctx<'_>) -> Outcome {
             role: ROLE_LEADER,
             status: STATUS_HEALTHY,
         }]),
+    })
+}
+
+/// `GET_CLUSTER_METADATA` on a cluster member: every member with the stream address it
+/// advertised, the metadata group's leader as `Leader` (the SDK connects there), the others
+/// as followers; a member this node cannot reach is `Unreachable`.
+fn cluster_members(cluster: &crate::cluster::streams::ClusterStreams) -> Outcome {
+    const STATUS_UNREACHABLE: u8 = 3;
+    let nodes = cluster
+        .members()
+        .into_iter()
+        .filter_map(|(id, hello, connected, leader)| {
+            let stream = hello?
+                .prop(crate::cluster::transport::props::STREAM)?
+                .parse::<std::net::SocketAddr>()
+                .ok()?;
+            Some(ClusterNode {
+                name: LongString::new(format!("eddy-{id}")),
+                ip: LongString::new(stream.ip().to_string()),
+                tcp_port: stream.port(),
+                quic_port: 0,
+                http_port: 0,
+                websocket_port: 0,
+                role: if leader { ROLE_LEADER } else { ROLE_FOLLOWER },
+                status: if connected {
+                    STATUS_HEALTHY
+                } else {
+                    STATUS_UNREACHABLE
+                },
+            })
+        })
+        .collect();
+    Outcome::payload(&ClusterMetadata {
+        name: LongString::new("eddy-cluster"),
+        nodes: Counted(nodes),
     })
 }
 

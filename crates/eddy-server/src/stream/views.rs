@@ -142,21 +142,40 @@ fn block(bytes: &[u8]) -> OptionsBlock {
 
 /// Counters of one partition (zeros if its log is gone).
 pub fn partition_stats(store: &StreamStore, addr: PartitionAddr) -> PartitionStats {
-    store.partition(addr).map_or(
-        PartitionStats {
-            first_offset: 0,
-            next_offset: 0,
-            current_offset: 0,
-            messages: 0,
-            size_bytes: 0,
-            segments: 0,
-        },
-        |p| p.stats(),
-    )
+    store.partition(addr).map_or(NO_STATS, |p| p.stats())
 }
 
+/// Where partition figures come from: a single node's store, or a cluster member's groups
+/// (through the stream state).
+pub trait Figures {
+    /// A partition's figures ([`NO_STATS`] when it has no data here).
+    fn figures(&self, addr: PartitionAddr) -> PartitionStats;
+}
+
+impl Figures for StreamStore {
+    fn figures(&self, addr: PartitionAddr) -> PartitionStats {
+        partition_stats(self, addr)
+    }
+}
+
+impl Figures for super::StreamState {
+    fn figures(&self, addr: PartitionAddr) -> PartitionStats {
+        self.partition_stats(addr)
+    }
+}
+
+/// The figures of a partition with no data.
+pub const NO_STATS: PartitionStats = PartitionStats {
+    first_offset: 0,
+    next_offset: 0,
+    current_offset: 0,
+    messages: 0,
+    size_bytes: 0,
+    segments: 0,
+};
+
 fn topic_totals(
-    store: &StreamStore,
+    store: &impl Figures,
     stream_id: u32,
     topic: &TopicRecord,
 ) -> (Vec<PartitionResponse>, u64, u64) {
@@ -166,14 +185,11 @@ fn topic_totals(
         .partitions
         .values()
         .map(|p| {
-            let stats = partition_stats(
-                store,
-                PartitionAddr {
-                    stream_id,
-                    topic_id: topic.id,
-                    partition_id: p.id,
-                },
-            );
+            let stats = store.figures(PartitionAddr {
+                stream_id,
+                topic_id: topic.id,
+                partition_id: p.id,
+            });
             size += stats.size_bytes;
             messages += stats.messages;
             PartitionResponse {
@@ -190,7 +206,7 @@ fn topic_totals(
 }
 
 /// `GetTopicResponse`: the topic header and one entry per partition.
-pub fn topic_details(store: &StreamStore, stream_id: u32, topic: &TopicRecord) -> TopicDetails {
+pub fn topic_details(store: &impl Figures, stream_id: u32, topic: &TopicRecord) -> TopicDetails {
     let (partitions, size, messages) = topic_totals(store, stream_id, topic);
     TopicDetails {
         topic: header_of(topic, size, messages),
@@ -199,7 +215,7 @@ pub fn topic_details(store: &StreamStore, stream_id: u32, topic: &TopicRecord) -
 }
 
 /// The topic header alone.
-pub fn topic_header(store: &StreamStore, stream_id: u32, topic: &TopicRecord) -> TopicHeader {
+pub fn topic_header(store: &impl Figures, stream_id: u32, topic: &TopicRecord) -> TopicHeader {
     let (_, size, messages) = topic_totals(store, stream_id, topic);
     header_of(topic, size, messages)
 }
@@ -223,7 +239,7 @@ fn header_of(topic: &TopicRecord, size_bytes: u64, messages_count: u64) -> Topic
 }
 
 /// `StreamResponse` of a stream.
-pub fn stream_response(store: &StreamStore, stream: &StreamRecord) -> StreamResponse {
+pub fn stream_response(store: &impl Figures, stream: &StreamRecord) -> StreamResponse {
     let mut size = 0;
     let mut messages = 0;
     for topic in stream.topics.values() {
@@ -243,7 +259,7 @@ pub fn stream_response(store: &StreamStore, stream: &StreamRecord) -> StreamResp
 }
 
 /// `GetStreamResponse`: the stream and its topic headers.
-pub fn stream_details(store: &StreamStore, stream: &StreamRecord) -> StreamDetails {
+pub fn stream_details(store: &impl Figures, stream: &StreamRecord) -> StreamDetails {
     let topics: Vec<TopicHeader> = stream
         .topics
         .values()

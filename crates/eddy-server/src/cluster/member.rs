@@ -1,0 +1,346 @@
+//! Starting a cluster member: the Raft node on its thread, the metadata group and the
+//! partition groups under `<data_dir>/raft/`, the peer transport, and the periodic work
+//! (leadership alignment, the root user's creation by the first leader).
+
+use std::collections::BTreeMap;
+use std::net::SocketAddr;
+use std::path::Path;
+use std::sync::{Arc, OnceLock};
+use std::time::Duration;
+
+use bytes::Bytes;
+use eddy_consensus::logstore::RaftLog;
+use eddy_consensus::wire::Hello;
+use eddy_consensus::{Event, GroupId, Node, NodeConfig, NodeId, Replicated, Runner};
+use eddy_log::{Cache, CommitPool, FsBackend, LogConfig, StorageBackend};
+use tokio::net::TcpListener;
+use tokio_util::sync::CancellationToken;
+
+use super::groups::{AsCluster, ClusterOutcome, GroupStorage, PartitionGroups, METADATA_GROUP};
+use super::metadata::MetadataMachine;
+use super::streams::ClusterStreams;
+use super::transport::{fingerprint, props, Inbox, Transport};
+use crate::config::{ConfigError, ServerConfig};
+
+/// Metadata entries between two snapshots of the metadata state.
+pub const METADATA_SNAPSHOT_EVERY: u64 = 1_000;
+
+/// Hands what the transport receives to the node's thread (set once it runs).
+#[derive(Default)]
+struct RunnerInbox(OnceLock<Runner<ClusterOutcome>>);
+
+impl Inbox for RunnerInbox {
+    fn receive(&self, from: NodeId, messages: Vec<(GroupId, Bytes)>) {
+        if let Some(r) = self.0.get() {
+            r.receive(from, messages);
+        }
+    }
+    fn unreachable(&self, peer: NodeId) {
+        if let Some(r) = self.0.get() {
+            r.unreachable(peer);
+        }
+    }
+}
+
+/// A running member: what the request path uses, and what serves the replication port.
+pub struct Member {
+    /// The replicated stream store.
+    pub streams: ClusterStreams,
+    transport: Transport,
+    inbox: Arc<RunnerInbox>,
+    stop: CancellationToken,
+    elections: Arc<std::sync::atomic::AtomicU64>,
+}
+
+impl std::fmt::Debug for Member {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Member")
+            .field("streams", &self.streams)
+            .finish_non_exhaustive()
+    }
+}
+
+/// The addresses this member advertises to clients (through its peers' directories).
+#[derive(Debug, Clone, Copy)]
+pub struct Advertised {
+    /// Stream protocol.
+    pub stream: SocketAddr,
+    /// Event protocol.
+    pub client: SocketAddr,
+    /// HTTP.
+    pub http: SocketAddr,
+}
+
+fn storage_error(e: impl std::fmt::Display) -> ConfigError {
+    ConfigError::Invalid {
+        key: "data_dir",
+        reason: format!("cannot open the cluster's groups: {e}"),
+    }
+}
+
+/// Resolves the peers' replication addresses.
+async fn peer_addrs(config: &ServerConfig) -> Result<BTreeMap<NodeId, SocketAddr>, ConfigError> {
+    let mut out = BTreeMap::new();
+    for peer in config.cluster_peers()? {
+        let addr = tokio::net::lookup_host((peer.host.as_str(), peer.port))
+            .await
+            .ok()
+            .and_then(|mut a| a.next())
+            .ok_or_else(|| ConfigError::Invalid {
+                key: "peers",
+                reason: format!("cannot resolve {}:{}", peer.host, peer.port),
+            })?;
+        out.insert(peer.id, addr);
+    }
+    Ok(out)
+}
+
+/// Starts this node's member of the cluster `config` describes, its groups under
+/// `data_dir/raft/`.
+///
+/// # Errors
+/// Peers that do not resolve, or group storage that does not open.
+pub async fn start(
+    config: &ServerConfig,
+    data_dir: &Path,
+    pool: &CommitPool,
+    cache: &Arc<Cache>,
+    advertised: Advertised,
+) -> Result<Member, ConfigError> {
+    let peers = peer_addrs(config).await?;
+    let me = config.node_id;
+    let mut members: Vec<NodeId> = peers.keys().copied().collect();
+    members.push(me);
+    members.sort_unstable();
+    let backend: Arc<dyn StorageBackend> =
+        Arc::new(FsBackend::new(data_dir).map_err(storage_error)?);
+    let log = LogConfig {
+        segment_size: 64 * 1024 * 1024,
+        ..LogConfig::default()
+    };
+    let raft_log = RaftLog::open(
+        Arc::clone(&backend),
+        "raft/metadata",
+        log,
+        pool,
+        Arc::clone(cache),
+    )
+    .map_err(storage_error)?;
+    let groups = PartitionGroups::new(GroupStorage {
+        backend: Arc::clone(&backend),
+        pool: pool.clone(),
+        cache: Arc::clone(cache),
+        log,
+    });
+    let (machine, view) = MetadataMachine::open(
+        backend,
+        raft_log.dir().to_path_buf(),
+        METADATA_SNAPSHOT_EVERY,
+        Box::new(groups.clone()),
+    )
+    .map_err(storage_error)?;
+    let store = Replicated::open(raft_log, AsCluster(machine)).map_err(storage_error)?;
+
+    let advertise = |addr: SocketAddr| match &config.advertise_host {
+        Some(host) => format!("{host}:{}", addr.port()),
+        None => addr.to_string(),
+    };
+    let hello = Hello {
+        node_id: me,
+        cluster: fingerprint(&members),
+        props: vec![
+            (props::STREAM.into(), advertise(advertised.stream)),
+            (props::CLIENT.into(), advertise(advertised.client)),
+            (props::HTTP.into(), advertise(advertised.http)),
+            (props::VERSION.into(), env!("CARGO_PKG_VERSION").into()),
+        ],
+    };
+    let transport = Transport::new(hello, peers);
+    let inbox = Arc::new(RunnerInbox::default());
+    let stop = CancellationToken::new();
+    let outbox = transport.start_outbound(&inbox, &stop);
+    let tick = Duration::from_millis(config.raft_tick_ms);
+    let voters = members.clone();
+    let elections = Arc::new(std::sync::atomic::AtomicU64::new(0));
+    let elected = Arc::clone(&elections);
+    let runner = Runner::spawn(
+        "eddy-raft",
+        move |wake| Node::new(NodeConfig::new(me, voters), wake),
+        tick,
+        Box::new(move |to, batch| outbox.send(to, &batch)),
+        Box::new(move |event| {
+            if let Event::RoleChanged {
+                group,
+                role,
+                term,
+                leader,
+            } = event
+            {
+                if *group == METADATA_GROUP {
+                    if *role == eddy_consensus::Role::Leader {
+                        elected.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+                    }
+                    tracing::info!(?role, term, ?leader, "metadata group role changed");
+                } else {
+                    tracing::debug!(?group, ?role, term, ?leader, "partition group role changed");
+                }
+            }
+        }),
+    )
+    .map_err(storage_error)?;
+    let _ = inbox.0.set(runner.clone());
+    groups.start(runner.clone(), &view);
+    let (tx, rx) = tokio::sync::oneshot::channel();
+    runner.add_group(
+        METADATA_GROUP,
+        Box::new(store),
+        Box::new(move |r| {
+            let _ = tx.send(r);
+        }),
+    );
+    rx.await
+        .map_err(|_| storage_error("the Raft thread stopped"))?
+        .map_err(storage_error)?;
+    let streams =
+        ClusterStreams::new(runner, groups, view).with_directory(transport.directory().clone());
+    tracing::info!(node_id = me, members = ?members, "cluster member started");
+    Ok(Member {
+        streams,
+        transport,
+        inbox,
+        stop,
+        elections,
+    })
+}
+
+impl Member {
+    /// Serves the replication port until `stop` fires.
+    pub async fn serve_replication(
+        self: Arc<Self>,
+        listener: TcpListener,
+        stop: CancellationToken,
+    ) {
+        loop {
+            let accepted = tokio::select! {
+                () = stop.cancelled() => return,
+                accepted = listener.accept() => accepted,
+            };
+            match accepted {
+                Ok((socket, _)) => {
+                    let _ = socket.set_nodelay(true);
+                    let member = Arc::clone(&self);
+                    let stop = stop.clone();
+                    tokio::spawn(async move {
+                        member
+                            .transport
+                            .serve_inbound(socket, Arc::clone(&member.inbox), stop)
+                            .await;
+                    });
+                }
+                Err(e) => {
+                    tracing::warn!(error = %e, "replication accept failed");
+                    tokio::time::sleep(Duration::from_millis(50)).await;
+                }
+            }
+        }
+    }
+
+    /// Periodic work until `stop` fires: partition leaderships move to the metadata leader,
+    /// and `on_leader` runs while this member leads the metadata group (the root user's
+    /// creation).
+    pub async fn maintain<F, Fut>(self: Arc<Self>, stop: CancellationToken, on_leader: F)
+    where
+        F: Fn(ClusterStreams) -> Fut + Send,
+        Fut: std::future::Future<Output = ()> + Send,
+    {
+        let mut every = tokio::time::interval(Duration::from_millis(500));
+        loop {
+            tokio::select! {
+                () = stop.cancelled() => return,
+                _ = every.tick() => {}
+            }
+            self.streams.groups().align_leaders();
+            if self.streams.is_metadata_leader() {
+                on_leader(self.streams.clone()).await;
+            }
+        }
+    }
+
+    /// `/health`'s answer: this member's role in the metadata group while a leader is known
+    /// (`None` otherwise, or while it is rebuilding from its peers).
+    pub fn health_role(&self) -> Option<&'static str> {
+        let view = self.streams.runner().view().get(METADATA_GROUP)?;
+        view.leader?;
+        match view.role {
+            eddy_consensus::Role::Leader => Some("leader"),
+            eddy_consensus::Role::Follower => Some("follower"),
+            eddy_consensus::Role::Candidate => None,
+        }
+    }
+
+    /// Writes the member's gauges: its role, term, commit and applied indexes per group kind,
+    /// the replication progress of each peer on the metadata group (leader only), partition
+    /// groups and how many it leads, frames dropped towards peers.
+    pub fn sample(&self, out: &mut String) {
+        use std::fmt::Write as _;
+        let statuses = self.streams.runner().statuses();
+        let role_code = |r: eddy_consensus::Role| match r {
+            eddy_consensus::Role::Leader => 2,
+            eddy_consensus::Role::Candidate => 1,
+            eddy_consensus::Role::Follower => 0,
+        };
+        let _ = writeln!(
+            out,
+            "# HELP eddy_cluster_role This member's role in the metadata group (0 follower, 1 candidate, 2 leader).\n# TYPE eddy_cluster_role gauge"
+        );
+        if let Some(meta) = statuses.get(&METADATA_GROUP) {
+            let _ = writeln!(out, "eddy_cluster_role {}", role_code(meta.role));
+            let _ = writeln!(
+                out,
+                "# HELP eddy_cluster_term The metadata group's current term.\n# TYPE eddy_cluster_term gauge\neddy_cluster_term {}",
+                meta.term
+            );
+            let _ = writeln!(
+                out,
+                "# HELP eddy_cluster_commit_index The metadata group's commit index here.\n# TYPE eddy_cluster_commit_index gauge\neddy_cluster_commit_index {}",
+                meta.commit
+            );
+            let _ = writeln!(
+                out,
+                "# HELP eddy_cluster_applied_index The metadata group's applied index here.\n# TYPE eddy_cluster_applied_index gauge\neddy_cluster_applied_index {}",
+                meta.applied
+            );
+            let _ = writeln!(
+                out,
+                "# HELP eddy_cluster_peer_lag Entries a peer's log is behind the leader's on the metadata group (leader only).\n# TYPE eddy_cluster_peer_lag gauge"
+            );
+            for (peer, matched) in &meta.matched {
+                let _ = writeln!(
+                    out,
+                    "eddy_cluster_peer_lag{{peer=\"{peer}\"}} {}",
+                    meta.last_index.saturating_sub(*matched)
+                );
+            }
+        }
+        let partitions = statuses.len().saturating_sub(1);
+        let led = statuses
+            .iter()
+            .filter(|(g, s)| **g != METADATA_GROUP && s.role == eddy_consensus::Role::Leader)
+            .count();
+        let _ = writeln!(
+            out,
+            "# HELP eddy_cluster_partition_groups Partition groups on this member.\n# TYPE eddy_cluster_partition_groups gauge\neddy_cluster_partition_groups {partitions}\n# HELP eddy_cluster_partition_groups_led Partition groups this member leads.\n# TYPE eddy_cluster_partition_groups_led gauge\neddy_cluster_partition_groups_led {led}"
+        );
+        let elections = self.elections.load(std::sync::atomic::Ordering::Relaxed);
+        let _ = writeln!(
+            out,
+            "# HELP eddy_cluster_elections_total Times this member became leader of the metadata group.\n# TYPE eddy_cluster_elections_total counter\neddy_cluster_elections_total {elections}"
+        );
+    }
+
+    /// Stops the transport and the Raft thread.
+    pub fn stop(&self) {
+        self.stop.cancel();
+        self.streams.runner().stop();
+    }
+}

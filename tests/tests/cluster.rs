@@ -1,0 +1,344 @@
+//! A three-node cluster of real `eddy serve` processes on loopback (127.0.0.1-3), driven by
+//! the published Iggy SDK: a client that logs in on a follower is moved to the leader, the
+//! leader gets SIGKILL while producers send, a new leader takes over, the killed node
+//! restarts and catches up (then carries the cluster with one other node), and every
+//! acknowledged batch is there exactly once, in order, at contiguous offsets.
+
+mod stream_support;
+
+use std::collections::BTreeMap;
+use std::net::SocketAddr;
+use std::time::{Duration, Instant};
+
+use eddy_tests::{free_port, http_get, metric_value, server_bin, Eddy, Options};
+use iggy::prelude::*;
+use stream_support::id;
+
+struct Node {
+    eddy: Eddy,
+    stream: SocketAddr,
+}
+
+fn start_cluster(size: u8) -> Vec<Node> {
+    // Distinct hosts, so each node's ports can be the same numbers; the ports are still
+    // chosen free on 127.0.0.1 to avoid clashes with other tests.
+    let ports: Vec<(u16, u16, u16, u16)> = (0..size)
+        .map(|_| (free_port(), free_port(), free_port(), free_port()))
+        .collect();
+    let host = |i: u8| format!("127.0.0.{}", i + 1);
+    (0..size)
+        .map(|i| {
+            let (stream, client, http, replication) = ports[usize::from(i)];
+            let mut args = vec![
+                "--host".to_owned(),
+                host(i),
+                "--stream-port".to_owned(),
+                stream.to_string(),
+                "--client-port".to_owned(),
+                client.to_string(),
+                "--http-port".to_owned(),
+                http.to_string(),
+                "--replication-port".to_owned(),
+                replication.to_string(),
+                "--node-id".to_owned(),
+                (i + 1).to_string(),
+            ];
+            for j in (0..size).filter(|&j| j != i) {
+                args.push("--peer".to_owned());
+                args.push(format!("{}={}:{}", j + 1, host(j), ports[usize::from(j)].3));
+            }
+            let eddy = Eddy::start_with(
+                server_bin!(),
+                Options {
+                    args,
+                    keep_ports: true,
+                    ..Options::default()
+                },
+            );
+            let stream = eddy.addrs().stream;
+            Node { eddy, stream }
+        })
+        .collect()
+}
+
+/// An SDK client logged in as root through `addr` (the SDK moves to the leader it finds),
+/// retried until the cluster has elected a leader and created the root user.
+async fn client_via(addr: SocketAddr) -> IggyClient {
+    let deadline = Instant::now() + Duration::from_secs(20);
+    loop {
+        let client = IggyClient::builder()
+            .with_tcp()
+            .with_server_address(addr.to_string())
+            .with_reconnection_max_retries(Some(0))
+            .build()
+            .expect("client builds");
+        if client.connect().await.is_ok() && client.login_user("iggy", "iggy").await.is_ok() {
+            return client;
+        }
+        assert!(Instant::now() < deadline, "no login through {addr}");
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+}
+
+/// The node ids the cluster reports as leader, and the number of nodes.
+async fn leader_of(client: &IggyClient) -> (Option<u16>, usize) {
+    let meta = client
+        .get_cluster_metadata()
+        .await
+        .expect("cluster metadata");
+    let leader = meta
+        .nodes
+        .iter()
+        .find(|n| n.role == ClusterNodeRole::Leader)
+        .map(|n| n.endpoints.tcp);
+    (leader, meta.nodes.len())
+}
+
+/// The stream addresses of the nodes that are up.
+fn live(nodes: &[Option<Node>], down: &[usize]) -> Vec<SocketAddr> {
+    nodes
+        .iter()
+        .enumerate()
+        .filter(|(i, _)| !down.contains(i))
+        .filter_map(|(_, n)| n.as_ref().map(|n| n.stream))
+        .collect()
+}
+
+/// Sends one 5-message batch tagged `name#attempt`, retrying (a new tag per attempt) on a
+/// fresh client through each live node in turn for up to 20 s; returns the acknowledged tag.
+async fn send_with_retry(addrs: &[SocketAddr], name: &str, attempt: &mut u32) -> String {
+    let deadline = Instant::now() + Duration::from_secs(20);
+    loop {
+        for addr in addrs {
+            let client = client_via(*addr).await;
+            *attempt += 1;
+            let tag = format!("{name}#{attempt}");
+            let mut messages = batch(&tag, 5);
+            let sent = client
+                .send_messages(
+                    &id(0),
+                    &id(0),
+                    &Partitioning::partition_id(0),
+                    &mut messages,
+                )
+                .await;
+            if sent.is_ok() {
+                return tag;
+            }
+        }
+        assert!(
+            Instant::now() < deadline,
+            "the cluster never took batch {name}"
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+}
+
+fn batch(tag: &str, n: usize) -> Vec<IggyMessage> {
+    (0..n)
+        .map(|i| {
+            IggyMessage::builder()
+                .payload(format!("{tag}/{i}").into_bytes().into())
+                .build()
+                .expect("message")
+        })
+        .collect()
+}
+
+/// Every message of partition 0, in offset order: (offset, payload).
+async fn all_messages(client: &IggyClient) -> Vec<(u64, String)> {
+    let mut out = Vec::new();
+    loop {
+        let polled = client
+            .poll_messages(
+                &id(0),
+                &id(0),
+                Some(0),
+                &Consumer::new(id(1)),
+                &PollingStrategy::offset(out.len() as u64),
+                1_000,
+                false,
+            )
+            .await
+            .expect("poll");
+        if polled.messages.is_empty() {
+            return out;
+        }
+        for m in polled.messages {
+            out.push((
+                m.header.offset,
+                String::from_utf8(m.payload.to_vec()).expect("utf-8"),
+            ));
+        }
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn three_nodes_lose_their_leader_without_losing_an_acknowledged_batch() {
+    let mut nodes: Vec<Option<Node>> = start_cluster(3).into_iter().map(Some).collect();
+
+    // Find the leader, then log in on a follower: the SDK's post-login probe of
+    // GET_CLUSTER_METADATA moves the client to the leader, so a replicated command succeeds
+    // (a follower itself would answer TransientNotAccepted).
+    let probe = client_via(nodes[0].as_ref().unwrap().stream).await;
+    let (leader_port, count) = leader_of(&probe).await;
+    assert_eq!(count, 3, "every member is listed");
+    let leader_port = leader_port.expect("a leader is listed");
+    let follower = live(&nodes, &[])
+        .into_iter()
+        .find(|a| a.port() != leader_port)
+        .unwrap();
+    let first = client_via(follower).await;
+    first
+        .create_stream("orders")
+        .await
+        .expect("create stream through a follower");
+    first
+        .create_topic(
+            &id(0),
+            "placed",
+            &TopicCreateOptions {
+                partitions_count: Some(1),
+                ..TopicCreateOptions::default()
+            },
+        )
+        .await
+        .expect("create topic");
+    // /health names each member's role; /metrics has the cluster's gauges.
+    let mut roles = Vec::new();
+    for node in nodes.iter().flatten() {
+        let http = node.eddy.addrs().http;
+        let (status, body) = http_get(http, "/health").unwrap();
+        assert_eq!(status, 200, "{body}");
+        roles.push(body.trim().to_owned());
+        let (_, metrics) = http_get(http, "/metrics").unwrap();
+        assert!(metric_value(&metrics, "eddy_cluster_term").is_some_and(|t| t >= 1.0));
+        assert!(metrics.contains("eddy_cluster_role "), "{metrics}");
+    }
+    roles.sort();
+    assert_eq!(roles, ["follower", "follower", "leader"]);
+
+    let mut acked: Vec<String> = Vec::new();
+    let mut attempt = 0u32;
+    for n in 0..10 {
+        acked.push(send_with_retry(&live(&nodes, &[]), &format!("before-{n}"), &mut attempt).await);
+    }
+
+    // The leader's process dies mid-stream.
+    let dead = nodes
+        .iter()
+        .position(|n| n.as_ref().is_some_and(|n| n.stream.port() == leader_port))
+        .expect("the leader is one of the nodes");
+    nodes[dead].as_mut().unwrap().eddy.kill();
+    let killed_at = Instant::now();
+    for n in 0..10 {
+        acked.push(
+            send_with_retry(&live(&nodes, &[dead]), &format!("after-{n}"), &mut attempt).await,
+        );
+        if n == 0 {
+            assert!(
+                killed_at.elapsed() < Duration::from_secs(15),
+                "the first write after the kill took {:?}",
+                killed_at.elapsed()
+            );
+        }
+    }
+
+    // The old leader restarts and catches up; then another node dies, so the cluster goes on
+    // with the restarted node and one other: what it missed must have reached it.
+    nodes[dead].as_mut().unwrap().eddy.crash_restart();
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    let other = (0..3).find(|&i| i != dead).unwrap();
+    nodes[other].as_mut().unwrap().eddy.kill();
+    for n in 0..5 {
+        acked.push(
+            send_with_retry(&live(&nodes, &[other]), &format!("last-{n}"), &mut attempt).await,
+        );
+    }
+
+    // Every acknowledged batch exactly once, in acknowledgement order; offsets contiguous.
+    let reader = client_via(live(&nodes, &[other])[0]).await;
+    let all = all_messages(&reader).await;
+    for (i, (offset, _)) in all.iter().enumerate() {
+        assert_eq!(*offset, i as u64, "offsets are contiguous");
+    }
+    let mut seen: BTreeMap<String, Vec<usize>> = BTreeMap::new();
+    for (pos, (_, payload)) in all.iter().enumerate() {
+        let (tag, _) = payload.rsplit_once('/').expect("tag/index");
+        seen.entry(tag.to_owned()).or_default().push(pos);
+    }
+    let mut last = None;
+    for tag in &acked {
+        let at = seen
+            .get(tag)
+            .unwrap_or_else(|| panic!("acknowledged batch {tag} lost"));
+        assert_eq!(at.len(), 5, "batch {tag} stored exactly once");
+        assert!(
+            last < Some(at[0]),
+            "batch {tag} out of acknowledgement order"
+        );
+        last = Some(at[0]);
+    }
+    // Unacknowledged attempts (a send that failed over) are there at most once.
+    for (tag, at) in &seen {
+        assert_eq!(at.len(), 5, "attempt {tag} stored once or not at all");
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn five_nodes_keep_every_acknowledged_batch_after_losing_two() {
+    let mut nodes: Vec<Option<Node>> = start_cluster(5).into_iter().map(Some).collect();
+    let client = client_via(nodes[4].as_ref().unwrap().stream).await;
+    let (leader_port, count) = leader_of(&client).await;
+    assert_eq!(count, 5);
+    let leader_port = leader_port.expect("a leader");
+    client.create_stream("s").await.expect("create stream");
+    client
+        .create_topic(
+            &id(0),
+            "t",
+            &TopicCreateOptions {
+                partitions_count: Some(1),
+                ..TopicCreateOptions::default()
+            },
+        )
+        .await
+        .expect("create topic");
+    let mut acked = Vec::new();
+    let mut attempt = 0u32;
+    for n in 0..5 {
+        acked.push(send_with_retry(&live(&nodes, &[]), &format!("a-{n}"), &mut attempt).await);
+    }
+    // The leader and one follower die: three of five are a majority.
+    let leader = nodes
+        .iter()
+        .position(|n| n.as_ref().is_some_and(|n| n.stream.port() == leader_port))
+        .unwrap();
+    let follower = (0..5).find(|&i| i != leader).unwrap();
+    for i in [leader, follower] {
+        nodes[i].as_mut().unwrap().eddy.kill();
+    }
+    for n in 0..5 {
+        acked.push(
+            send_with_retry(
+                &live(&nodes, &[leader, follower]),
+                &format!("b-{n}"),
+                &mut attempt,
+            )
+            .await,
+        );
+    }
+    let reader = client_via(live(&nodes, &[leader, follower])[0]).await;
+    let all = all_messages(&reader).await;
+    let payloads: Vec<&str> = all.iter().map(|(_, p)| p.as_str()).collect();
+    for (i, (offset, _)) in all.iter().enumerate() {
+        assert_eq!(*offset, i as u64);
+    }
+    for tag in &acked {
+        let n = payloads
+            .iter()
+            .filter(|p| p.rsplit_once('/').is_some_and(|(t, _)| t == tag))
+            .count();
+        assert_eq!(n, 5, "batch {tag}");
+    }
+}
