@@ -71,10 +71,15 @@ pub(crate) fn key_type(org: u128, ty: u128) -> Vec<u8> {
 }
 
 pub(crate) fn key_agg(key: &AggregateKey) -> Vec<u8> {
-    let mut k = Vec::with_capacity(57);
-    k.push(KIND_AGG);
-    k.extend_from_slice(&agg_hash(key).to_be_bytes());
-    k.extend_from_slice(&key.to_be_bytes());
+    agg_key_bytes(key).to_vec()
+}
+
+/// [`key_agg`] on the stack (the write path's lookups allocate nothing).
+pub(crate) fn agg_key_bytes(key: &AggregateKey) -> [u8; 57] {
+    let mut k = [0u8; 57];
+    k[0] = KIND_AGG;
+    k[1..9].copy_from_slice(&agg_hash(key).to_be_bytes());
+    k[9..].copy_from_slice(&key.to_be_bytes());
     k
 }
 
@@ -87,10 +92,15 @@ pub(crate) fn key_version(key: &AggregateKey, version: u64) -> Vec<u8> {
 }
 
 pub(crate) fn key_mark(key: &AggregateKey, client: u128) -> Vec<u8> {
-    let mut k = Vec::with_capacity(65);
-    k.push(KIND_MARK);
-    k.extend_from_slice(&key.to_be_bytes());
-    k.extend_from_slice(&client.to_be_bytes());
+    mark_key_bytes(key, client).to_vec()
+}
+
+/// [`key_mark`] on the stack.
+pub(crate) fn mark_key_bytes(key: &AggregateKey, client: u128) -> [u8; 65] {
+    let mut k = [0u8; 65];
+    k[0] = KIND_MARK;
+    k[1..49].copy_from_slice(&key.to_be_bytes());
+    k[49..].copy_from_slice(&client.to_be_bytes());
     k
 }
 

@@ -376,6 +376,29 @@ impl Index {
         Ok(None)
     }
 
+    /// Looks a key up like [`Index::get`] and hands its value to `f` (a memtable's value is
+    /// not copied: `f` runs under the view's read lock, so it should be short, a decode).
+    pub(crate) fn get_with<R>(&self, key: &[u8], f: impl FnOnce(&[u8]) -> R) -> Result<Option<R>> {
+        let runs: Vec<Arc<Run>> = {
+            let view = self.read_guard();
+            if let Some(v) = view.active.get(key) {
+                return Ok(Some(f(v)));
+            }
+            for m in view.frozen.iter().rev() {
+                if let Some(v) = m.map.get(key) {
+                    return Ok(Some(f(v)));
+                }
+            }
+            view.runs.clone()
+        };
+        for run in runs.iter().rev() {
+            if let Some(v) = run.get(&self.cache, key)? {
+                return Ok(Some(f(&v)));
+            }
+        }
+        Ok(None)
+    }
+
     /// The first `limit` distinct keys in `[start, end)` with their newest values.
     pub(crate) fn scan(
         &self,

@@ -37,7 +37,9 @@ use crate::record::{
     chain_tip, encode_record, DeletePart, EncodedEvents, EventCodec, EventRecord, RecordBody,
     WritePart, RECORD_HEADER_LEN, WRITE_PART_HEADER_LEN,
 };
-use crate::state::{decode_schema, derive_update, key_agg, key_mark, key_schema, AggState, Mark};
+use crate::state::{
+    agg_key_bytes, decode_schema, derive_update, key_schema, mark_key_bytes, AggState, Mark,
+};
 use crate::types::{
     AggregateDelete, AggregateKey, AggregateWrite, DeleteOutcome, SchemaKey, SchemaRegistration,
     StoredSchema, TrimOutcome, TrimRequest, WriteOutcome,
@@ -148,21 +150,17 @@ impl Shard {
     // State lookups.
 
     pub(crate) fn committed_agg(&self, key: &AggregateKey) -> Result<Option<AggState>> {
-        match self.index.get(&key_agg(key))? {
-            Some(v) => AggState::decode(&v)
-                .map(Some)
-                .map_err(|k| EventStoreError::corrupt(self.log.dir().join("index"), 0, k)),
-            None => Ok(None),
-        }
+        self.index
+            .get_with(&agg_key_bytes(key), AggState::decode)?
+            .transpose()
+            .map_err(|k| EventStoreError::corrupt(self.log.dir().join("index"), 0, k))
     }
 
-    fn committed_mark(&self, key: &AggregateKey, client: u128) -> Result<Option<Mark>> {
-        match self.index.get(&key_mark(key, client))? {
-            Some(v) => Mark::decode(&v)
-                .map(Some)
-                .map_err(|k| EventStoreError::corrupt(self.log.dir().join("index"), 0, k)),
-            None => Ok(None),
-        }
+    pub(crate) fn committed_mark(&self, key: &AggregateKey, client: u128) -> Result<Option<Mark>> {
+        self.index
+            .get_with(&mark_key_bytes(key, client), Mark::decode)?
+            .transpose()
+            .map_err(|k| EventStoreError::corrupt(self.log.dir().join("index"), 0, k))
     }
 
     /// Write-ahead state: (state, whether it comes from a not-yet-committed record).
@@ -301,19 +299,23 @@ impl Shard {
                     Ok(s) => s,
                     Err(e) => return Completion::ready(Err(e)),
                 };
-                let plan =
-                    match validate_write(part, w, events, state, |k| self.ahead_mark(k, client_id))
-                    {
-                        Ok(p) => p,
-                        Err(e) => return Completion::ready(Err(e)),
-                    };
-                let mark = if state.is_some() {
-                    match self.ahead_mark(&w.key, client_id) {
+                // The mark the idempotency check looked up, if it did (looked up once).
+                let mut seen_mark = None;
+                let plan = match validate_write(part, w, events, state, |k| {
+                    let found = self.ahead_mark(k, client_id)?;
+                    seen_mark = Some(found.0);
+                    Ok(found)
+                }) {
+                    Ok(p) => p,
+                    Err(e) => return Completion::ready(Err(e)),
+                };
+                let mark = match seen_mark {
+                    Some(m) => m,
+                    None if state.is_some() => match self.ahead_mark(&w.key, client_id) {
                         Ok((m, _)) => m,
                         Err(e) => return Completion::ready(Err(e)),
-                    }
-                } else {
-                    None
+                    },
+                    None => None,
                 };
                 priors.insert(w.key, state);
                 marks.insert(w.key, mark);

@@ -89,9 +89,9 @@ pub(super) fn replay(shard: &Shard, from: u64) -> Result<(u64, [u8; 32])> {
                 |k, c| {
                     shard
                         .index
-                        .get(&state::key_mark(k, c))?
-                        .map(|v| state::Mark::decode(&v).map_err(corrupt(s)))
+                        .get_with(&state::mark_key_bytes(k, c), state::Mark::decode)?
                         .transpose()
+                        .map_err(corrupt(s))
                 },
                 corrupt(s),
             )?;
