@@ -21,6 +21,7 @@ use xxhash_rust::xxh3::xxh3_64;
 
 use eddy_log::Corruption;
 
+use crate::index::EntryBatch;
 use crate::record::{EventRecord, RecordBody, Recreate};
 use crate::types::{
     AggregateDetails, AggregateKey, AggregateListItem, SchemaKey, StoredSchema, WatchEvent,
@@ -84,18 +85,19 @@ pub(crate) fn agg_key_bytes(key: &AggregateKey) -> [u8; 57] {
 }
 
 pub(crate) fn key_version(key: &AggregateKey, version: u64) -> Vec<u8> {
-    let mut k = Vec::with_capacity(57);
-    k.push(KIND_VERSION);
-    k.extend_from_slice(&key.to_be_bytes());
-    k.extend_from_slice(&version.to_be_bytes());
+    version_key_bytes(key, version).to_vec()
+}
+
+/// [`key_version`] on the stack.
+pub(crate) fn version_key_bytes(key: &AggregateKey, version: u64) -> [u8; 57] {
+    let mut k = [0u8; 57];
+    k[0] = KIND_VERSION;
+    k[1..49].copy_from_slice(&key.to_be_bytes());
+    k[49..].copy_from_slice(&version.to_be_bytes());
     k
 }
 
-pub(crate) fn key_mark(key: &AggregateKey, client: u128) -> Vec<u8> {
-    mark_key_bytes(key, client).to_vec()
-}
-
-/// [`key_mark`] on the stack.
+/// A client mark's key (kind 5).
 pub(crate) fn mark_key_bytes(key: &AggregateKey, client: u128) -> [u8; 65] {
     let mut k = [0u8; 65];
     k[0] = KIND_MARK;
@@ -199,13 +201,18 @@ pub(crate) struct AggState {
 }
 
 impl AggState {
-    pub(crate) fn encode(&self) -> Vec<u8> {
-        let mut v = Vec::with_capacity(AGG_STATE_LEN);
+    pub(crate) fn encode(&self) -> [u8; AGG_STATE_LEN] {
+        let mut v = [0u8; AGG_STATE_LEN];
         let flags = u8::from(self.deleted)
             | (u8::from(self.allow_recreate) << 1)
             | (u8::from(self.allow_continuation) << 2)
             | (u8::from(self.last_user_id.is_some()) << 3);
-        v.push(flags);
+        v[0] = flags;
+        let mut at = 1;
+        let mut put = |b: &[u8]| {
+            v[at..at + b.len()].copy_from_slice(b);
+            at += b.len();
+        };
         for x in [
             self.version,
             self.floor,
@@ -218,13 +225,13 @@ impl AggState {
             self.min_event_ts,
             self.max_event_ts,
             self.compressed,
+            self.uncompressed,
         ] {
-            v.extend_from_slice(&x.to_le_bytes());
+            put(&x.to_le_bytes());
         }
-        v.extend_from_slice(&self.uncompressed.to_le_bytes());
-        v.extend_from_slice(&self.last_client_id.to_le_bytes());
-        v.extend_from_slice(&self.last_user_id.unwrap_or(0).to_le_bytes());
-        debug_assert_eq!(v.len(), AGG_STATE_LEN);
+        put(&self.last_client_id.to_le_bytes());
+        put(&self.last_user_id.unwrap_or(0).to_le_bytes());
+        debug_assert_eq!(at, AGG_STATE_LEN);
         v
     }
 
@@ -308,10 +315,10 @@ pub(crate) struct Mark {
 }
 
 impl Mark {
-    pub(crate) fn encode(&self) -> Vec<u8> {
-        let mut v = Vec::with_capacity(16);
-        v.extend_from_slice(&self.client_seq.to_le_bytes());
-        v.extend_from_slice(&self.version.to_le_bytes());
+    pub(crate) fn encode(&self) -> [u8; 16] {
+        let mut v = [0u8; 16];
+        v[..8].copy_from_slice(&self.client_seq.to_le_bytes());
+        v[8..].copy_from_slice(&self.version.to_le_bytes());
         v
     }
 
@@ -375,28 +382,24 @@ pub(crate) struct Update {
 }
 
 impl Update {
-    /// The index entries of this update, for a record at log sequence `seq`.
-    pub(crate) fn entries(&self, seq: u64) -> Vec<(Vec<u8>, Vec<u8>)> {
-        let mut out = Vec::with_capacity(
-            self.aggs.len() + self.marks.len() + self.versions.len() + 2 * self.created.len() + 1,
-        );
+    /// Adds the index entries of this update, for a record at log sequence `seq`, to `out`.
+    pub(crate) fn entries_into(&self, seq: u64, out: &mut EntryBatch) {
         for k in &self.created {
-            out.push((key_org(k.org_id), Vec::new()));
-            out.push((key_type(k.org_id, k.aggregate_type_id), Vec::new()));
+            out.push(&key_org(k.org_id), &[]);
+            out.push(&key_type(k.org_id, k.aggregate_type_id), &[]);
         }
         for (k, s) in &self.aggs {
-            out.push((key_agg(k), s.encode()));
+            out.push(&agg_key_bytes(k), &s.encode());
         }
         for (k, c, m) in &self.marks {
-            out.push((key_mark(k, *c), m.encode()));
+            out.push(&mark_key_bytes(k, *c), &m.encode());
         }
         for (k, v) in &self.versions {
-            out.push((key_version(k, *v), seq.to_le_bytes().to_vec()));
+            out.push(&version_key_bytes(k, *v), &seq.to_le_bytes());
         }
         if let Some((k, s)) = &self.schema {
-            out.push((key_schema(k), encode_schema(s)));
+            out.push(&key_schema(k), &encode_schema(s));
         }
-        out
     }
 }
 

@@ -11,7 +11,7 @@ use std::sync::{Arc, Mutex};
 
 use eddy_log::{lock, CommitHook, LogError};
 
-use crate::index::Index;
+use crate::index::{EntryBatch, Index};
 use crate::state::{AggState, Mark, Update};
 use crate::types::{AggregateKey, SchemaKey};
 use crate::watch::Watchers;
@@ -139,12 +139,13 @@ impl CommitHook for ShardHook {
         if committed.is_empty() {
             return;
         }
-        let mut entries = Vec::new();
+        // About three entries of about 80 bytes per write.
+        let mut entries = EntryBatch::with_capacity(3 * committed.len(), 256 * committed.len());
         for r in &committed {
-            entries.extend(r.update.entries(r.seq));
+            r.update.entries_into(r.seq, &mut entries);
         }
         // Readers see the new state from here on: after the log published the records.
-        if self.index.apply(entries, end_seq, true) {
+        if self.index.apply(&entries, end_seq, true) {
             self.flush.flush_needed(self.shard);
         }
         let mut watch = Vec::new();
