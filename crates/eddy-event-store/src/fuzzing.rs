@@ -223,7 +223,7 @@ pub fn event_index_seeds() -> Vec<(String, Vec<u8>)> {
             entries.insert(state::key_version(&k, 1), i.to_le_bytes().to_vec());
             entries.insert(state::key_org(u128::from(i % 3)), Vec::new());
         }
-        index.apply(entries.into_iter().collect(), 7, false);
+        index.apply(&entries.into_iter().collect(), 7, false);
         index.flush_all().expect("flushes");
         let bytes = backend
             .read_file(&PathBuf::from("idx/run-00000000000000000001.eix"))

@@ -219,3 +219,6 @@ pub use watch::{channel_sink, ChannelSink, SubscriptionId, WatchFilter, WatchSin
 /// The hash map of the event store's hot paths: keyed per process (client-chosen keys cannot
 /// aim at collisions) and fast, unlike std's SipHash.
 pub(crate) type FastMap<K, V> = std::collections::HashMap<K, V, foldhash::fast::RandomState>;
+
+/// The hash set of the event store's hot paths (see [`FastMap`]).
+pub(crate) type FastSet<K> = std::collections::HashSet<K, foldhash::fast::RandomState>;

@@ -94,14 +94,17 @@ impl Memtable {
         self.bytes
     }
 
-    /// Inserts or replaces; `overhead` is charged per new entry on top of its bytes.
-    pub(crate) fn insert(&mut self, key: Vec<u8>, value: Vec<u8>, overhead: u64) {
+    /// Inserts or replaces (a replaced value's buffer is reused); `overhead` is charged per
+    /// new entry on top of its bytes.
+    pub(crate) fn insert(&mut self, key: &[u8], value: &[u8], overhead: u64) {
         let vlen = value.len() as u64;
-        if let Some(old) = self.entries.get_mut(&key) {
+        if let Some(old) = self.entries.get_mut(key) {
             self.bytes = self.bytes - old.len() as u64 + vlen;
-            *old = value;
+            old.clear();
+            old.extend_from_slice(value);
             return;
         }
+        let key = key.to_vec();
         self.bytes += key.len() as u64 + vlen + overhead;
         match key.first().copied() {
             Some(kind) if is_listing_kind(kind) => {
@@ -129,7 +132,7 @@ impl Memtable {
             Some(kind) => self.mark_other(kind),
             None => self.mark_other(0),
         }
-        self.entries.insert(key, value);
+        self.entries.insert(key, value.to_vec());
     }
 
     fn mark_other(&mut self, kind: u8) {
@@ -293,7 +296,7 @@ mod tests {
             let mut m = Memtable::default();
             let mut model = BTreeMap::new();
             for (k, v) in inserts {
-                m.insert(k.clone(), v.clone(), 64);
+                m.insert(&k, &v, 64);
                 model.insert(k, v);
             }
             prop_assert_eq!(m.is_empty(), model.is_empty());
@@ -346,7 +349,7 @@ mod tests {
             k
         };
         for v in [5, 6, 7, 1, 2, 9] {
-            m.insert(key(v), vec![], 0);
+            m.insert(&key(v), &[], 0);
         }
         let mut end = key(u64::MAX);
         end.push(0);

@@ -120,7 +120,9 @@ impl Placement {
         &self,
         keys: impl Iterator<Item = &'a AggregateKey>,
     ) -> Result<u32, Refusal> {
-        let mut seen = HashSet::new();
+        // Only a request of several keys needs the duplicate check (and its set).
+        let mut seen = crate::FastSet::default();
+        let mut first = None;
         let mut shard = None;
         for (part, key) in keys.enumerate() {
             if part >= MAX_PARTS {
@@ -130,7 +132,12 @@ impl Placement {
                     limit: MAX_PARTS as u64,
                 });
             }
-            if !seen.insert(*key) {
+            if let Some(first) = first.take() {
+                seen.insert(first);
+            }
+            if part == 0 {
+                first = Some(*key);
+            } else if !seen.insert(*key) {
                 return Err(Refusal::DuplicateKey { part });
             }
             let s = self.shard_of(key);

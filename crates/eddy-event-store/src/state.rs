@@ -21,6 +21,7 @@ use xxhash_rust::xxh3::xxh3_64;
 
 use eddy_log::Corruption;
 
+use crate::index::EntryBatch;
 use crate::record::{EventRecord, RecordBody, Recreate};
 use crate::types::{
     AggregateDetails, AggregateKey, AggregateListItem, SchemaKey, StoredSchema, WatchEvent,
@@ -71,26 +72,37 @@ pub(crate) fn key_type(org: u128, ty: u128) -> Vec<u8> {
 }
 
 pub(crate) fn key_agg(key: &AggregateKey) -> Vec<u8> {
-    let mut k = Vec::with_capacity(57);
-    k.push(KIND_AGG);
-    k.extend_from_slice(&agg_hash(key).to_be_bytes());
-    k.extend_from_slice(&key.to_be_bytes());
+    agg_key_bytes(key).to_vec()
+}
+
+/// [`key_agg`] on the stack (the write path's lookups allocate nothing).
+pub(crate) fn agg_key_bytes(key: &AggregateKey) -> [u8; 57] {
+    let mut k = [0u8; 57];
+    k[0] = KIND_AGG;
+    k[1..9].copy_from_slice(&agg_hash(key).to_be_bytes());
+    k[9..].copy_from_slice(&key.to_be_bytes());
     k
 }
 
 pub(crate) fn key_version(key: &AggregateKey, version: u64) -> Vec<u8> {
-    let mut k = Vec::with_capacity(57);
-    k.push(KIND_VERSION);
-    k.extend_from_slice(&key.to_be_bytes());
-    k.extend_from_slice(&version.to_be_bytes());
+    version_key_bytes(key, version).to_vec()
+}
+
+/// [`key_version`] on the stack.
+pub(crate) fn version_key_bytes(key: &AggregateKey, version: u64) -> [u8; 57] {
+    let mut k = [0u8; 57];
+    k[0] = KIND_VERSION;
+    k[1..49].copy_from_slice(&key.to_be_bytes());
+    k[49..].copy_from_slice(&version.to_be_bytes());
     k
 }
 
-pub(crate) fn key_mark(key: &AggregateKey, client: u128) -> Vec<u8> {
-    let mut k = Vec::with_capacity(65);
-    k.push(KIND_MARK);
-    k.extend_from_slice(&key.to_be_bytes());
-    k.extend_from_slice(&client.to_be_bytes());
+/// A client mark's key (kind 5).
+pub(crate) fn mark_key_bytes(key: &AggregateKey, client: u128) -> [u8; 65] {
+    let mut k = [0u8; 65];
+    k[0] = KIND_MARK;
+    k[1..49].copy_from_slice(&key.to_be_bytes());
+    k[49..].copy_from_slice(&client.to_be_bytes());
     k
 }
 
@@ -189,13 +201,18 @@ pub(crate) struct AggState {
 }
 
 impl AggState {
-    pub(crate) fn encode(&self) -> Vec<u8> {
-        let mut v = Vec::with_capacity(AGG_STATE_LEN);
+    pub(crate) fn encode(&self) -> [u8; AGG_STATE_LEN] {
+        let mut v = [0u8; AGG_STATE_LEN];
         let flags = u8::from(self.deleted)
             | (u8::from(self.allow_recreate) << 1)
             | (u8::from(self.allow_continuation) << 2)
             | (u8::from(self.last_user_id.is_some()) << 3);
-        v.push(flags);
+        v[0] = flags;
+        let mut at = 1;
+        let mut put = |b: &[u8]| {
+            v[at..at + b.len()].copy_from_slice(b);
+            at += b.len();
+        };
         for x in [
             self.version,
             self.floor,
@@ -208,13 +225,13 @@ impl AggState {
             self.min_event_ts,
             self.max_event_ts,
             self.compressed,
+            self.uncompressed,
         ] {
-            v.extend_from_slice(&x.to_le_bytes());
+            put(&x.to_le_bytes());
         }
-        v.extend_from_slice(&self.uncompressed.to_le_bytes());
-        v.extend_from_slice(&self.last_client_id.to_le_bytes());
-        v.extend_from_slice(&self.last_user_id.unwrap_or(0).to_le_bytes());
-        debug_assert_eq!(v.len(), AGG_STATE_LEN);
+        put(&self.last_client_id.to_le_bytes());
+        put(&self.last_user_id.unwrap_or(0).to_le_bytes());
+        debug_assert_eq!(at, AGG_STATE_LEN);
         v
     }
 
@@ -298,10 +315,10 @@ pub(crate) struct Mark {
 }
 
 impl Mark {
-    pub(crate) fn encode(&self) -> Vec<u8> {
-        let mut v = Vec::with_capacity(16);
-        v.extend_from_slice(&self.client_seq.to_le_bytes());
-        v.extend_from_slice(&self.version.to_le_bytes());
+    pub(crate) fn encode(&self) -> [u8; 16] {
+        let mut v = [0u8; 16];
+        v[..8].copy_from_slice(&self.client_seq.to_le_bytes());
+        v[8..].copy_from_slice(&self.version.to_le_bytes());
         v
     }
 
@@ -347,46 +364,105 @@ pub(crate) fn decode_schema(b: &[u8]) -> Result<StoredSchema, Corruption> {
 /// What one record changes.
 #[derive(Debug, Clone, Default)]
 pub(crate) struct Update {
-    /// New state of every aggregate the record names.
-    pub aggs: Vec<(AggregateKey, AggState)>,
-    /// Client marks raised by the record.
-    pub marks: Vec<(AggregateKey, u128, Mark)>,
-    /// New batch versions (their entries point at the record).
-    pub versions: Vec<(AggregateKey, u64)>,
-    /// Aggregates that did not exist before (their org and type entries are written).
-    pub created: Vec<AggregateKey>,
+    /// What the record does to each aggregate it names, in record order.
+    pub changes: Vec<AggChange>,
     /// A registered schema.
     pub schema: Option<(SchemaKey, StoredSchema)>,
-    /// Watch notifications, in record order.
-    pub watch: Vec<WatchEvent>,
     /// Changes that may have made stored batches unreadable (a trim, a delete, a fresh
     /// recreate): compaction rescans a shard only after some.
     pub deaths: u64,
 }
 
+/// What one record does to one aggregate.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct AggChange {
+    pub key: AggregateKey,
+    /// Its new state.
+    pub state: AggState,
+    /// The client mark the record raised on it (client, mark).
+    pub mark: Option<(u128, Mark)>,
+    /// The new batch's version (its entry points at the record).
+    pub version: Option<u64>,
+    /// It did not exist before (its org and type entries are written).
+    pub created: bool,
+    /// What watchers are told.
+    pub kind: ChangeKind,
+}
+
+impl AggChange {
+    /// A change of state alone (no batch, no mark).
+    fn of(key: AggregateKey, state: AggState, kind: ChangeKind) -> Self {
+        AggChange {
+            key,
+            state,
+            mark: None,
+            version: None,
+            created: false,
+            kind,
+        }
+    }
+}
+
+/// The kind of an [`AggChange`], for its watch notifications.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum ChangeKind {
+    /// A batch at the change's `version` (version 1 also announces a creation).
+    Write,
+    /// A trim to this floor.
+    Trim(u64),
+    Delete,
+}
+
 impl Update {
-    /// The index entries of this update, for a record at log sequence `seq`.
-    pub(crate) fn entries(&self, seq: u64) -> Vec<(Vec<u8>, Vec<u8>)> {
-        let mut out = Vec::with_capacity(
-            self.aggs.len() + self.marks.len() + self.versions.len() + 2 * self.created.len() + 1,
-        );
-        for k in &self.created {
-            out.push((key_org(k.org_id), Vec::new()));
-            out.push((key_type(k.org_id, k.aggregate_type_id), Vec::new()));
-        }
-        for (k, s) in &self.aggs {
-            out.push((key_agg(k), s.encode()));
-        }
-        for (k, c, m) in &self.marks {
-            out.push((key_mark(k, *c), m.encode()));
-        }
-        for (k, v) in &self.versions {
-            out.push((key_version(k, *v), seq.to_le_bytes().to_vec()));
+    /// Adds the index entries of this update, for a record at log sequence `seq`, to `out`.
+    pub(crate) fn entries_into(&self, seq: u64, out: &mut EntryBatch) {
+        for c in &self.changes {
+            let k = &c.key;
+            if c.created {
+                out.push(&key_org(k.org_id), &[]);
+                out.push(&key_type(k.org_id, k.aggregate_type_id), &[]);
+            }
+            out.push(&agg_key_bytes(k), &c.state.encode());
+            if let Some((client, m)) = &c.mark {
+                out.push(&mark_key_bytes(k, *client), &m.encode());
+            }
+            if let Some(v) = c.version {
+                out.push(&version_key_bytes(k, v), &seq.to_le_bytes());
+            }
         }
         if let Some((k, s)) = &self.schema {
-            out.push((key_schema(k), encode_schema(s)));
+            out.push(&key_schema(k), &encode_schema(s));
         }
-        out
+    }
+
+    /// Adds the watch notifications of this update to `out`, in record order.
+    pub(crate) fn watch_into(&self, out: &mut Vec<WatchEvent>) {
+        for c in &self.changes {
+            let event = |operation| WatchEvent {
+                key: c.key,
+                operation,
+                from_version: None,
+                to_version: None,
+                keep_from_version: None,
+            };
+            match c.kind {
+                ChangeKind::Write => {
+                    if c.version == Some(1) {
+                        out.push(event(WatchOperation::Create));
+                    }
+                    out.push(WatchEvent {
+                        from_version: c.version,
+                        to_version: c.version,
+                        ..event(WatchOperation::Write)
+                    });
+                }
+                ChangeKind::Trim(floor) => out.push(WatchEvent {
+                    keep_from_version: Some(floor),
+                    ..event(WatchOperation::TrimStart)
+                }),
+                ChangeKind::Delete => out.push(event(WatchOperation::Delete)),
+            }
+        }
     }
 }
 
@@ -402,7 +478,15 @@ pub(crate) fn derive_update<E>(
     mut mark: impl FnMut(&AggregateKey, u128) -> Result<Option<Mark>, E>,
     corrupt: impl Fn(Corruption) -> E,
 ) -> Result<Update, E> {
-    let mut up = Update::default();
+    let mut up = Update {
+        changes: Vec::with_capacity(match &record.body {
+            RecordBody::Write(parts) => parts.len(),
+            RecordBody::Delete(parts) => parts.len(),
+            RecordBody::Trim { .. } => 1,
+            RecordBody::Schema { .. } => 0,
+        }),
+        ..Update::default()
+    };
     let touch = |s: &mut AggState| {
         s.last_seq = seq;
         s.last_server_ts = ts;
@@ -440,11 +524,9 @@ pub(crate) fn derive_update<E>(
                 // A new aggregate and a fresh incarnation start every figure afresh (the old
                 // incarnation's batches are unreadable); a continued incarnation makes them
                 // readable again and keeps counting them.
+                let created = before.is_none();
                 let fresh = match (before, p.recreate) {
-                    (None, _) => {
-                        up.created.push(p.key);
-                        true
-                    }
+                    (None, _) => true,
                     (Some(_), Recreate::Fresh) => {
                         up.deaths += 1;
                         true
@@ -475,39 +557,28 @@ pub(crate) fn derive_update<E>(
                 s.compressed = s.compressed.saturating_add(p.stored_len());
                 s.uncompressed = s.uncompressed.saturating_add(u64::from(p.events.raw_len));
                 touch(&mut s);
-                up.aggs.push((p.key, s));
-                up.versions.push((p.key, p.version));
                 // An aggregate that never existed has no marks: no lookup needed.
                 let old = if before.is_some() {
                     mark(&p.key, record.client_id)?
                 } else {
                     None
                 };
-                if old.is_none_or(|m| p.events.max_client_seq > m.client_seq) {
-                    up.marks.push((
-                        p.key,
+                let raised = old
+                    .is_none_or(|m| p.events.max_client_seq > m.client_seq)
+                    .then_some((
                         record.client_id,
                         Mark {
                             client_seq: p.events.max_client_seq,
                             version: p.version,
                         },
                     ));
-                }
-                if p.version == 1 {
-                    up.watch.push(WatchEvent {
-                        key: p.key,
-                        operation: WatchOperation::Create,
-                        from_version: None,
-                        to_version: None,
-                        keep_from_version: None,
-                    });
-                }
-                up.watch.push(WatchEvent {
+                up.changes.push(AggChange {
                     key: p.key,
-                    operation: WatchOperation::Write,
-                    from_version: Some(p.version),
-                    to_version: Some(p.version),
-                    keep_from_version: None,
+                    state: s,
+                    mark: raised,
+                    version: Some(p.version),
+                    created,
+                    kind: ChangeKind::Write,
                 });
             }
         }
@@ -523,14 +594,8 @@ pub(crate) fn derive_update<E>(
             }
             s.floor = *keep_from;
             touch(&mut s);
-            up.aggs.push((*key, s));
-            up.watch.push(WatchEvent {
-                key: *key,
-                operation: WatchOperation::TrimStart,
-                from_version: None,
-                to_version: None,
-                keep_from_version: Some(*keep_from),
-            });
+            up.changes
+                .push(AggChange::of(*key, s, ChangeKind::Trim(*keep_from)));
         }
         RecordBody::Delete(parts) => {
             up.deaths += parts.len() as u64;
@@ -547,14 +612,7 @@ pub(crate) fn derive_update<E>(
                 s.allow_recreate = p.allow_recreate;
                 s.allow_continuation = p.allow_sequence_continuation;
                 touch(&mut s);
-                up.aggs.push((p.key, s));
-                up.watch.push(WatchEvent {
-                    key: p.key,
-                    operation: WatchOperation::Delete,
-                    from_version: None,
-                    to_version: None,
-                    keep_from_version: None,
-                });
+                up.changes.push(AggChange::of(p.key, s, ChangeKind::Delete));
             }
         }
         RecordBody::Schema {

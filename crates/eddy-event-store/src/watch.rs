@@ -159,13 +159,16 @@ impl Watchers {
         subs.len() != before
     }
 
-    /// Delivers one commit's notifications (in record order) to every matching subscriber.
-    pub(crate) fn publish(&self, mut events: Vec<WatchEvent>) {
-        if events.is_empty() {
-            return;
-        }
+    /// Delivers one commit's notifications (in record order, added to the vector by `fill`,
+    /// which runs only when there are subscribers) to every matching subscriber.
+    pub(crate) fn publish_with(&self, fill: impl FnOnce(&mut Vec<WatchEvent>)) {
         let mut subs = lock(&self.subs);
         if subs.is_empty() {
+            return;
+        }
+        let mut events = Vec::new();
+        fill(&mut events);
+        if events.is_empty() {
             return;
         }
         events.sort_by_key(|e| rank(e.operation)); // stable: record order within a kind

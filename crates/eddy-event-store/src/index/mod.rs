@@ -69,6 +69,58 @@ pub use format::{BLOCK_TARGET, MANIFEST};
 // ------------------------------------------------------------------------------------------------
 // The index.
 
+/// Entries (key, value) to apply to an index, laid out back to back in one buffer: a batch
+/// costs two allocations however many entries it holds, not two per entry.
+#[derive(Debug, Default)]
+pub(crate) struct EntryBatch {
+    bytes: Vec<u8>,
+    /// Per entry, where its key and its value end in `bytes` (each starts where the one
+    /// before it ends).
+    ends: Vec<(usize, usize)>,
+}
+
+impl EntryBatch {
+    /// An empty batch with room for about `entries` entries of `bytes` bytes in all.
+    pub(crate) fn with_capacity(entries: usize, bytes: usize) -> Self {
+        EntryBatch {
+            bytes: Vec::with_capacity(bytes),
+            ends: Vec::with_capacity(entries),
+        }
+    }
+
+    pub(crate) fn push(&mut self, key: &[u8], value: &[u8]) {
+        self.bytes.extend_from_slice(key);
+        let key_end = self.bytes.len();
+        self.bytes.extend_from_slice(value);
+        self.ends.push((key_end, self.bytes.len()));
+    }
+
+    pub(crate) fn clear(&mut self) {
+        self.bytes.clear();
+        self.ends.clear();
+    }
+
+    /// The entries, in the order they were pushed.
+    pub(crate) fn iter(&self) -> impl Iterator<Item = (&[u8], &[u8])> {
+        let mut start = 0;
+        self.ends.iter().map(move |&(key_end, end)| {
+            let entry = (&self.bytes[start..key_end], &self.bytes[key_end..end]);
+            start = end;
+            entry
+        })
+    }
+}
+
+impl<K: AsRef<[u8]>, V: AsRef<[u8]>> FromIterator<(K, V)> for EntryBatch {
+    fn from_iter<I: IntoIterator<Item = (K, V)>>(iter: I) -> Self {
+        let mut batch = EntryBatch::default();
+        for (k, v) in iter {
+            batch.push(k.as_ref(), v.as_ref());
+        }
+        batch
+    }
+}
+
 /// A memtable frozen for flushing, with the log position it reflects.
 #[derive(Debug)]
 struct Frozen {
@@ -325,7 +377,7 @@ impl Index {
     /// when a frozen memtable waits for its flush. With `wait`, and while a flusher serves the
     /// index and its flushes succeed, waits as long as too many memtables are frozen
     /// (back-pressure).
-    pub(crate) fn apply(&self, entries: Vec<(Vec<u8>, Vec<u8>)>, end_seq: u64, wait: bool) -> bool {
+    pub(crate) fn apply(&self, entries: &EntryBatch, end_seq: u64, wait: bool) -> bool {
         let mut view = self.write_guard();
         if wait {
             while view.frozen.len() >= MAX_FROZEN
@@ -342,7 +394,7 @@ impl Index {
                 view = self.write_guard();
             }
         }
-        for (k, v) in entries {
+        for (k, v) in entries.iter() {
             view.active.insert(k, v, ENTRY_OVERHEAD);
         }
         debug_assert!(end_seq >= view.applied);
@@ -371,6 +423,29 @@ impl Index {
         for run in runs.iter().rev() {
             if let Some(v) = run.get(&self.cache, key)? {
                 return Ok(Some(v));
+            }
+        }
+        Ok(None)
+    }
+
+    /// Looks a key up like [`Index::get`] and hands its value to `f` (a memtable's value is
+    /// not copied: `f` runs under the view's read lock, so it should be short, a decode).
+    pub(crate) fn get_with<R>(&self, key: &[u8], f: impl FnOnce(&[u8]) -> R) -> Result<Option<R>> {
+        let runs: Vec<Arc<Run>> = {
+            let view = self.read_guard();
+            if let Some(v) = view.active.get(key) {
+                return Ok(Some(f(v)));
+            }
+            for m in view.frozen.iter().rev() {
+                if let Some(v) = m.map.get(key) {
+                    return Ok(Some(f(v)));
+                }
+            }
+            view.runs.clone()
+        };
+        for run in runs.iter().rev() {
+            if let Some(v) = run.get(&self.cache, key)? {
+                return Ok(Some(f(&v)));
             }
         }
         Ok(None)

@@ -38,7 +38,7 @@ fn flush_merge_and_reopen_keep_newest_values() {
             .map(|i| (key(i), (round * 1000 + i).to_le_bytes().to_vec()))
             .collect();
         seq += 1;
-        index.apply(entries, seq, false);
+        index.apply(&entries.into_iter().collect(), seq, false);
         index.flush_all().unwrap();
     }
     for i in 0..300 {
@@ -62,7 +62,7 @@ fn flush_merge_and_reopen_keep_newest_values() {
 fn damaged_run_means_rebuild() {
     let backend = MemBackend::new();
     let (index, _) = open(&backend, 1);
-    index.apply(vec![(key(1), vec![1])], 1, false);
+    index.apply(&[(key(1), vec![1])].into_iter().collect(), 1, false);
     index.flush_all().unwrap();
     drop(index);
     let run = backend

@@ -37,13 +37,14 @@ use crate::record::{
     chain_tip, encode_record, DeletePart, EncodedEvents, EventCodec, EventRecord, RecordBody,
     WritePart, RECORD_HEADER_LEN, WRITE_PART_HEADER_LEN,
 };
-use crate::state::{decode_schema, derive_update, key_agg, key_mark, key_schema, AggState, Mark};
+use crate::state::{
+    agg_key_bytes, decode_schema, derive_update, key_schema, mark_key_bytes, AggState, Mark,
+};
 use crate::types::{
     AggregateDelete, AggregateKey, AggregateWrite, DeleteOutcome, SchemaKey, SchemaRegistration,
     StoredSchema, TrimOutcome, TrimRequest, WriteOutcome,
 };
 use crate::watch::Watchers;
-use crate::FastMap as HashMap;
 use pending::{Pending, PendingRecord, ShardHook};
 use validate::validate_write;
 
@@ -75,6 +76,15 @@ struct RecordHeading {
     client_id: u128,
     user_id: Option<u128>,
     now: u64,
+}
+
+/// The write-ahead state of an aggregate a record names, as its validation saw it.
+#[derive(Clone, Copy)]
+struct Prior {
+    key: AggregateKey,
+    state: Option<AggState>,
+    /// The writing client's mark on it (looked up for writes to an existing aggregate).
+    mark: Option<Mark>,
 }
 
 /// Damage found in the record at `seq` of `log`.
@@ -148,21 +158,17 @@ impl Shard {
     // State lookups.
 
     pub(crate) fn committed_agg(&self, key: &AggregateKey) -> Result<Option<AggState>> {
-        match self.index.get(&key_agg(key))? {
-            Some(v) => AggState::decode(&v)
-                .map(Some)
-                .map_err(|k| EventStoreError::corrupt(self.log.dir().join("index"), 0, k)),
-            None => Ok(None),
-        }
+        self.index
+            .get_with(&agg_key_bytes(key), AggState::decode)?
+            .transpose()
+            .map_err(|k| EventStoreError::corrupt(self.log.dir().join("index"), 0, k))
     }
 
-    fn committed_mark(&self, key: &AggregateKey, client: u128) -> Result<Option<Mark>> {
-        match self.index.get(&key_mark(key, client))? {
-            Some(v) => Mark::decode(&v)
-                .map(Some)
-                .map_err(|k| EventStoreError::corrupt(self.log.dir().join("index"), 0, k)),
-            None => Ok(None),
-        }
+    pub(crate) fn committed_mark(&self, key: &AggregateKey, client: u128) -> Result<Option<Mark>> {
+        self.index
+            .get_with(&mark_key_bytes(key, client), Mark::decode)?
+            .transpose()
+            .map_err(|k| EventStoreError::corrupt(self.log.dir().join("index"), 0, k))
     }
 
     /// Write-ahead state: (state, whether it comes from a not-yet-committed record).
@@ -192,15 +198,15 @@ impl Shard {
     // --------------------------------------------------------------------------------------------
     // Appending.
 
-    /// Appends `body` (validated against the write-ahead state `priors` / `marks`, taken at
-    /// refusal generation `generation`) and returns the log's acknowledgement of its record.
-    /// `None` when a refusal raced with the validation (start over).
+    /// Appends `body` (validated against the write-ahead state `priors`: per aggregate it
+    /// names, in record order, its state and the writing client's mark, taken at refusal
+    /// generation `generation`) and returns the log's acknowledgement of its record. `None`
+    /// when a refusal raced with the validation (start over).
     fn append(
         &self,
         header: RecordHeading,
         body: RecordBody,
-        priors: &HashMap<AggregateKey, Option<AggState>>,
-        marks: &HashMap<AggregateKey, Option<Mark>>,
+        priors: &[Prior],
         generation: u64,
     ) -> Option<Result<Completion<RecordMeta>>> {
         if let Some(source) = self.index.flush_backlog() {
@@ -228,12 +234,26 @@ impl Shard {
         };
         let payload = encode_record(&record);
         let tip_after = chain_tip(assigned.seq, &payload);
+        // `derive_update` asks for the aggregates in record order: each lookup starts where
+        // the last one matched.
+        let at = std::cell::Cell::new(0);
+        let find = |k: &AggregateKey| {
+            let from = at.get().min(priors.len());
+            let (tail, head) = priors.split_at(from);
+            let i = head
+                .iter()
+                .position(|p| p.key == *k)
+                .map(|i| from + i)
+                .or_else(|| tail.iter().position(|p| p.key == *k))?;
+            at.set(i);
+            Some(&priors[i])
+        };
         let update = match derive_update(
             assigned.seq,
             assigned.timestamp,
             &record,
-            |k| Ok(priors.get(k).copied().flatten()),
-            |k, _| Ok(marks.get(k).copied().flatten()),
+            |k| Ok(find(k).and_then(|p| p.state)),
+            |k, _| Ok(find(k).and_then(|p| p.mark)),
             corrupt_in(&self.log, assigned.seq),
         ) {
             Ok(u) => u,
@@ -287,36 +307,36 @@ impl Shard {
         let _admission = lock(&self.admission);
         loop {
             let generation = lock(&self.pending).generation;
-            let mut priors = HashMap::with_capacity_and_hasher(
-                parts.len(),
-                foldhash::fast::RandomState::default(),
-            );
-            let mut marks = HashMap::with_capacity_and_hasher(
-                parts.len(),
-                foldhash::fast::RandomState::default(),
-            );
+            let mut priors = Vec::with_capacity(parts.len());
             let mut planned = Vec::with_capacity(parts.len());
             for (part, (w, events)) in parts.iter().enumerate() {
                 let (state, _) = match self.ahead_agg(&w.key) {
                     Ok(s) => s,
                     Err(e) => return Completion::ready(Err(e)),
                 };
-                let plan =
-                    match validate_write(part, w, events, state, |k| self.ahead_mark(k, client_id))
-                    {
-                        Ok(p) => p,
-                        Err(e) => return Completion::ready(Err(e)),
-                    };
-                let mark = if state.is_some() {
-                    match self.ahead_mark(&w.key, client_id) {
+                // The mark the idempotency check looked up, if it did (looked up once).
+                let mut seen_mark = None;
+                let plan = match validate_write(part, w, events, state, |k| {
+                    let found = self.ahead_mark(k, client_id)?;
+                    seen_mark = Some(found.0);
+                    Ok(found)
+                }) {
+                    Ok(p) => p,
+                    Err(e) => return Completion::ready(Err(e)),
+                };
+                let mark = match seen_mark {
+                    Some(m) => m,
+                    None if state.is_some() => match self.ahead_mark(&w.key, client_id) {
                         Ok((m, _)) => m,
                         Err(e) => return Completion::ready(Err(e)),
-                    }
-                } else {
-                    None
+                    },
+                    None => None,
                 };
-                priors.insert(w.key, state);
-                marks.insert(w.key, mark);
+                priors.push(Prior {
+                    key: w.key,
+                    state,
+                    mark,
+                });
                 planned.push(plan);
             }
             let versions: Vec<u64> = planned.iter().map(|p| p.version).collect();
@@ -339,7 +359,7 @@ impl Shard {
                 user_id,
                 now,
             };
-            match self.append(heading, body, &priors, &marks, generation) {
+            match self.append(heading, body, &priors, generation) {
                 None => {}
                 Some(Ok(ack)) => {
                     let shard = self.id;
@@ -393,7 +413,11 @@ impl Shard {
                 }
                 .into()));
             }
-            let priors = HashMap::from_iter([(req.key, Some(s))]);
+            let prior = Prior {
+                key: req.key,
+                state: Some(s),
+                mark: None,
+            };
             let floor = req.keep_from_version;
             let body = RecordBody::Trim {
                 key: req.key,
@@ -404,7 +428,7 @@ impl Shard {
                 user_id: req.user_id,
                 now: req.now,
             };
-            match self.append(heading, body, &priors, &HashMap::default(), generation) {
+            match self.append(heading, body, &[prior], generation) {
                 None => {}
                 Some(Ok(ack)) => {
                     return ack.map(move |meta| {
@@ -430,7 +454,7 @@ impl Shard {
         let _admission = lock(&self.admission);
         loop {
             let generation = lock(&self.pending).generation;
-            let mut priors = HashMap::default();
+            let mut priors = Vec::with_capacity(deletes.len());
             let mut parts = Vec::with_capacity(deletes.len());
             for (part, d) in deletes.iter().enumerate() {
                 let state = match self.ahead_agg(&d.key) {
@@ -456,7 +480,11 @@ impl Shard {
                         .into()));
                     }
                 }
-                priors.insert(d.key, Some(s));
+                priors.push(Prior {
+                    key: d.key,
+                    state: Some(s),
+                    mark: None,
+                });
                 parts.push(DeletePart {
                     key: d.key,
                     allow_recreate: d.allow_recreate,
@@ -470,7 +498,7 @@ impl Shard {
                 now,
             };
             let body = RecordBody::Delete(parts);
-            match self.append(heading, body, &priors, &HashMap::default(), generation) {
+            match self.append(heading, body, &priors, generation) {
                 None => {}
                 Some(Ok(ack)) => {
                     let shard = self.id;
@@ -517,8 +545,7 @@ impl Shard {
                 user_id: reg.user_id,
                 now: reg.now,
             };
-            let none = (HashMap::default(), HashMap::default());
-            match self.append(heading, body, &none.0, &none.1, generation) {
+            match self.append(heading, body, &[], generation) {
                 None => {}
                 Some(Ok(ack)) => return ack.map(|meta| meta.map(|_| ()).map_err(Into::into)),
                 Some(Err(e)) => return Completion::ready(Err(e)),

@@ -11,7 +11,7 @@ use std::sync::{Arc, Mutex};
 
 use eddy_log::{lock, CommitHook, LogError};
 
-use crate::index::Index;
+use crate::index::{EntryBatch, Index};
 use crate::state::{AggState, Mark, Update};
 use crate::types::{AggregateKey, SchemaKey};
 use crate::watch::Watchers;
@@ -44,15 +44,15 @@ pub(crate) struct Pending {
 
 impl Pending {
     pub(super) fn add(&mut self, update: &Update) {
-        for (k, s) in &update.aggs {
-            let e = self.aggs.entry(*k).or_insert((*s, 0));
-            e.0 = *s;
+        for c in &update.changes {
+            let e = self.aggs.entry(c.key).or_insert((c.state, 0));
+            e.0 = c.state;
             e.1 += 1;
-        }
-        for (k, c, m) in &update.marks {
-            let e = self.marks.entry((*k, *c)).or_insert((*m, 0));
-            e.0 = *m;
-            e.1 += 1;
+            if let Some((client, m)) = c.mark {
+                let e = self.marks.entry((c.key, client)).or_insert((m, 0));
+                e.0 = m;
+                e.1 += 1;
+            }
         }
         if let Some((k, _)) = &update.schema {
             *self.schemas.entry(*k).or_insert(0) += 1;
@@ -60,19 +60,19 @@ impl Pending {
     }
 
     pub(super) fn release(&mut self, update: &Update) {
-        for (k, _) in &update.aggs {
-            if let Some(e) = self.aggs.get_mut(k) {
+        for c in &update.changes {
+            if let Some(e) = self.aggs.get_mut(&c.key) {
                 e.1 -= 1;
                 if e.1 == 0 {
-                    self.aggs.remove(k);
+                    self.aggs.remove(&c.key);
                 }
             }
-        }
-        for (k, c, _) in &update.marks {
-            if let Some(e) = self.marks.get_mut(&(*k, *c)) {
-                e.1 -= 1;
-                if e.1 == 0 {
-                    self.marks.remove(&(*k, *c));
+            if let Some((client, _)) = c.mark {
+                if let Some(e) = self.marks.get_mut(&(c.key, client)) {
+                    e.1 -= 1;
+                    if e.1 == 0 {
+                        self.marks.remove(&(c.key, client));
+                    }
                 }
             }
         }
@@ -139,26 +139,30 @@ impl CommitHook for ShardHook {
         if committed.is_empty() {
             return;
         }
-        let mut entries = Vec::new();
+        // About three entries of about 80 bytes per write.
+        let mut entries = EntryBatch::with_capacity(3 * committed.len(), 256 * committed.len());
         for r in &committed {
-            entries.extend(r.update.entries(r.seq));
+            r.update.entries_into(r.seq, &mut entries);
         }
         // Readers see the new state from here on: after the log published the records.
-        if self.index.apply(entries, end_seq, true) {
+        if self.index.apply(&entries, end_seq, true) {
             self.flush.flush_needed(self.shard);
         }
-        let mut watch = Vec::new();
         {
             let mut p = lock(&self.pending);
             for r in &committed {
                 p.release(&r.update);
-                watch.extend_from_slice(&r.update.watch);
             }
             if let Some(last) = committed.last() {
                 p.committed_tip = last.tip_after;
             }
             p.deaths += committed.iter().map(|r| r.update.deaths).sum::<u64>();
         }
-        self.watchers.publish(watch);
+        // The notifications are built only when someone subscribes.
+        self.watchers.publish_with(|watch| {
+            for r in &committed {
+                r.update.watch_into(watch);
+            }
+        });
     }
 }

@@ -4,6 +4,7 @@
 use eddy_log::Corruption;
 
 use crate::error::{EventStoreError, Result};
+use crate::index::EntryBatch;
 use crate::record::{decode_record, GENESIS_TIP};
 use crate::shard::Shard;
 use crate::state;
@@ -69,6 +70,7 @@ pub(super) fn replay(shard: &Shard, from: u64) -> Result<(u64, [u8; 32])> {
     let mut seq = from;
     let mut replayed = 0u64;
     let mut checked_link = from > bounds.first;
+    let mut entries = EntryBatch::default();
     while seq < bounds.next {
         let records = log.read(seq, 4096, 16 << 20)?;
         if records.is_empty() {
@@ -89,13 +91,15 @@ pub(super) fn replay(shard: &Shard, from: u64) -> Result<(u64, [u8; 32])> {
                 |k, c| {
                     shard
                         .index
-                        .get(&state::key_mark(k, c))?
-                        .map(|v| state::Mark::decode(&v).map_err(corrupt(s)))
+                        .get_with(&state::mark_key_bytes(k, c), state::Mark::decode)?
                         .transpose()
+                        .map_err(corrupt(s))
                 },
                 corrupt(s),
             )?;
-            if shard.index.apply(up.entries(s), r.meta.end_seq(), false) {
+            entries.clear();
+            up.entries_into(s, &mut entries);
+            if shard.index.apply(&entries, r.meta.end_seq(), false) {
                 shard.index.flush_all()?;
             }
             tip = rec.tip_after(s, &r.payload);

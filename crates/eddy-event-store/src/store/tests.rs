@@ -1162,7 +1162,7 @@ fn compacted_records_round_trip_and_every_prefix_is_refused() {
             |k| k,
         )
         .unwrap();
-        (up.aggs, up.marks, up.versions, up.created)
+        up.changes
     };
     assert_eq!(derive(&decoded), derive(&original));
     for cut in 0..bytes.len() {
