@@ -8,6 +8,9 @@
 //!   hostile-client soak.
 //! - `cargo xtask stream-bench [ARGS...]`: `eddy bench streams` on a release build (Iggy's
 //!   benchmark shapes, durable and not, with the raw disk baseline).
+//! - `cargo xtask cluster-bench [--producers N] [--batches N] [--messages N] [--size B]`:
+//!   durable producers against one node and a local three-node cluster in one command, the
+//!   cluster's throughput as a ratio of the single node's, server CPU per message per node.
 //! - `cargo xtask train-dict`: train the event protocol's default zstd dictionary.
 //! - `cargo xtask sim [ARGS...]`: a campaign of the deterministic cluster simulator
 //!   (`--seeds N [--start S] [--nodes 3|5] [--faults none|light|heavy]`, or `--seed S` to replay
@@ -15,6 +18,7 @@
 //! - `cargo xtask event-load [ARGS...]`: `eddy bench events` on a release build, with the
 //!   PostgreSQL OCC-append comparison and the network floor.
 
+mod cluster_bench;
 mod train_dict;
 
 use std::path::{Path, PathBuf};
@@ -52,6 +56,14 @@ fn main() -> Result<()> {
         "train-dict" => train_dict::run(rest),
         "event-load" => event_load(rest),
         "stream-bench" => stream_bench(rest),
+        "cluster-bench" => {
+            let target = build_release_eddy()?;
+            cluster_bench::run(
+                &target.join("release").join("eddy"),
+                &cluster_bench::scratch(&target),
+                rest,
+            )
+        }
         "sim" => sim(rest),
         "help" | "--help" | "-h" => {
             print_help();
@@ -72,6 +84,12 @@ fn print_help() {
                                  soak for SECONDS\n\
          stream-bench [ARGS...]  release build, then `eddy bench streams` (8 producers x 8\n\
                                  streams, 1000 x 1000 x 1000 B, durable and not); ARGS go to it\n\
+         cluster-bench [ARGS...] durable producers: one node, then a local 3-node cluster's
+\
+                                 leader; ratios and CPU per message per node (--producers N
+\
+                                 --batches N --messages N --size B)
+\
          train-dict [--check]    train the default zstd dictionary of the event protocol\n\
                                  (--check: retrain and compare with the committed one)\n\
          sim [ARGS...]           deterministic simulation campaign (release build of eddy-sim):\n\
@@ -163,12 +181,16 @@ fn bench(args: &[String]) -> Result<()> {
 /// Builds `eddy` in release and runs `eddy bench KIND` with its servers' data, the raw disk
 /// baseline and PostgreSQL (through TMPDIR) under `target/SCRATCH`, a real disk, not a tmpfs;
 /// the result file and the report go to `target/SCRATCH/results`.
-fn bench_release(kind: &str, scratch: &str, args: &[String]) -> Result<()> {
+/// Builds the release `eddy` binary; returns the target directory.
+fn build_release_eddy() -> Result<PathBuf> {
     let mut build = cargo();
     build.args(["build", "--release", "-p", "eddy", "--bin", "eddy"]);
     run(build)?;
-    let target =
-        std::env::var_os("CARGO_TARGET_DIR").map_or_else(|| root().join("target"), PathBuf::from);
+    Ok(std::env::var_os("CARGO_TARGET_DIR").map_or_else(|| root().join("target"), PathBuf::from))
+}
+
+fn bench_release(kind: &str, scratch: &str, args: &[String]) -> Result<()> {
+    let target = build_release_eddy()?;
     let scratch = target.join(scratch);
     std::fs::create_dir_all(&scratch)?;
     let mut cmd = Command::new(target.join("release").join("eddy"));

@@ -1,0 +1,256 @@
+//! `cargo xtask cluster-bench`: durable producers against one node, then against a local
+//! three-node cluster's leader, in one command, and the cluster's figures as ratios of the
+//! single node's (these machines drift 10-25 % within minutes, so only same-command ratios
+//! mean anything).
+//!
+//! Both runs are `eddy bench streams --mode durable --no-consumers` (each producer on its own
+//! stream with one partition). The single node is started by the bench itself; the cluster is
+//! three `eddy serve` processes on 127.0.0.1-3, and the bench runs against the leader
+//! (`--running`). Server CPU per message is read from `/proc/<pid>/stat` of every node.
+
+use std::io::{Read as _, Write as _};
+use std::net::{SocketAddr, TcpStream};
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+use anyhow::{bail, Context, Result};
+
+/// Shape flags passed through to `eddy bench streams`.
+const SHAPE_FLAGS: &[&str] = &["--producers", "--batches", "--messages", "--size"];
+
+struct Figures {
+    messages: u64,
+    msgs_per_sec: f64,
+    p50_us: u64,
+    p99_us: u64,
+}
+
+fn read_figures(out: &Path) -> Result<Figures> {
+    let text = std::fs::read_to_string(out.join("result.json"))
+        .with_context(|| format!("reading {}", out.join("result.json").display()))?;
+    let v: serde_json::Value = serde_json::from_str(&text)?;
+    let run = v["runs"]
+        .as_array()
+        .and_then(|runs| {
+            runs.iter()
+                .find(|r| r["name"].as_str().is_some_and(|n| n.contains("produc")))
+        })
+        .or_else(|| v["runs"].get(0))
+        .context("no run in result.json")?;
+    Ok(Figures {
+        messages: run["messages"].as_u64().unwrap_or(0),
+        msgs_per_sec: run["messages_per_sec"].as_f64().unwrap_or(0.0),
+        p50_us: run["latency_us"]["p50"].as_u64().unwrap_or(0),
+        p99_us: run["latency_us"]["p99"].as_u64().unwrap_or(0),
+    })
+}
+
+/// CPU time (user + system) of a process so far, in seconds.
+fn cpu_seconds(pid: u32) -> Result<f64> {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat"))?;
+    // Fields after the command name (which may contain spaces) start after the last ')'.
+    let rest = stat.rsplit_once(')').context("malformed stat")?.1;
+    let fields: Vec<&str> = rest.split_whitespace().collect();
+    let utime: f64 = fields.get(11).context("utime")?.parse()?;
+    let stime: f64 = fields.get(12).context("stime")?.parse()?;
+    // Clock ticks per second: 100 on every Linux this runs on.
+    Ok((utime + stime) / 100.0)
+}
+
+fn http_get(addr: SocketAddr, path: &str) -> Option<(u16, String)> {
+    let mut s = TcpStream::connect_timeout(&addr, Duration::from_millis(500)).ok()?;
+    s.set_read_timeout(Some(Duration::from_secs(2))).ok()?;
+    write!(s, "GET {path} HTTP/1.0\r\nHost: x\r\n\r\n").ok()?;
+    let mut body = String::new();
+    s.read_to_string(&mut body).ok()?;
+    let status = body.split_whitespace().nth(1)?.parse().ok()?;
+    let content = body
+        .split_once("\r\n\r\n")
+        .map_or("", |(_, b)| b)
+        .to_owned();
+    Some((status, content))
+}
+
+struct Cluster {
+    children: Vec<Child>,
+}
+
+impl Drop for Cluster {
+    fn drop(&mut self) {
+        for c in &mut self.children {
+            let _ = c.kill();
+            let _ = c.wait();
+        }
+    }
+}
+
+fn free_port() -> Result<u16> {
+    Ok(std::net::TcpListener::bind("127.0.0.1:0")?
+        .local_addr()?
+        .port())
+}
+
+/// Starts three nodes in `dir`; returns them and, per node, (stream, http) addresses.
+fn start_cluster(eddy: &Path, dir: &Path) -> Result<(Cluster, Vec<(SocketAddr, SocketAddr)>)> {
+    let mut ports = Vec::new();
+    for _ in 0..3 {
+        ports.push((free_port()?, free_port()?, free_port()?, free_port()?));
+    }
+    let mut cluster = Cluster {
+        children: Vec::new(),
+    };
+    let mut addrs = Vec::new();
+    for i in 0..3usize {
+        let host = format!("127.0.0.{}", i + 1);
+        let (stream, client, http, replication) = ports[i];
+        let mut cmd = Command::new(eddy);
+        cmd.arg("serve")
+            .arg("--data-dir")
+            .arg(dir.join(format!("node-{}", i + 1)))
+            .args(["--host", &host])
+            .args(["--stream-port", &stream.to_string()])
+            .args(["--client-port", &client.to_string()])
+            .args(["--http-port", &http.to_string()])
+            .args(["--replication-port", &replication.to_string()])
+            .args(["--node-id", &(i + 1).to_string()])
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(Stdio::null());
+        for j in (0..3usize).filter(|&j| j != i) {
+            cmd.arg("--peer")
+                .arg(format!("{}=127.0.0.{}:{}", j + 1, j + 1, ports[j].3));
+        }
+        cluster
+            .children
+            .push(cmd.spawn().context("start eddy serve")?);
+        addrs.push((
+            format!("{host}:{stream}").parse()?,
+            format!("{host}:{http}").parse()?,
+        ));
+    }
+    Ok((cluster, addrs))
+}
+
+pub fn run(eddy: &Path, scratch: &Path, args: &[String]) -> Result<()> {
+    let mut shape: Vec<String> = Vec::new();
+    let mut it = args.iter();
+    while let Some(a) = it.next() {
+        if SHAPE_FLAGS.contains(&a.as_str()) {
+            shape.push(a.clone());
+            shape.push(it.next().context("a value after the flag")?.clone());
+        } else {
+            bail!("usage: cargo xtask cluster-bench [--producers N] [--batches N] [--messages N] [--size BYTES]");
+        }
+    }
+    let _ = std::fs::remove_dir_all(scratch);
+    std::fs::create_dir_all(scratch)?;
+    let bench = |extra: &[String], out: &Path| -> Result<()> {
+        let status = Command::new(eddy)
+            .args([
+                "bench",
+                "streams",
+                "--mode",
+                "durable",
+                "--no-consumers",
+                "--no-raw-baseline",
+            ])
+            .arg("--dir")
+            .arg(scratch)
+            .arg("--out")
+            .arg(out)
+            .args(&shape)
+            .args(extra)
+            .env("EDDY_USERNAME", "iggy")
+            .env("EDDY_PASSWORD", "iggy")
+            .status()?;
+        if !status.success() {
+            bail!("eddy bench streams failed ({status})");
+        }
+        Ok(())
+    };
+
+    eprintln!("== single node (durable producers)");
+    let single_out = scratch.join("single");
+    bench(&[], &single_out)?;
+    let single = read_figures(&single_out)?;
+
+    eprintln!("== three-node cluster on 127.0.0.1-3 (durable producers to the leader)");
+    let (cluster, addrs) = start_cluster(eddy, &scratch.join("cluster"))?;
+    let deadline = Instant::now() + Duration::from_secs(30);
+    let leader = loop {
+        let found = addrs.iter().position(|(_, http)| {
+            http_get(*http, "/health").is_some_and(|(s, b)| s == 200 && b.trim() == "leader")
+        });
+        if let Some(i) = found {
+            break i;
+        }
+        if Instant::now() > deadline {
+            bail!("no leader within 30 s");
+        }
+        std::thread::sleep(Duration::from_millis(200));
+    };
+    // The root user is created by the leader right after its election.
+    std::thread::sleep(Duration::from_secs(2));
+    let pids: Vec<u32> = cluster.children.iter().map(Child::id).collect();
+    let before: Vec<f64> = pids
+        .iter()
+        .map(|&p| cpu_seconds(p))
+        .collect::<Result<_>>()?;
+    let cluster_out = scratch.join("cluster-results");
+    bench(
+        &[
+            "--running".to_owned(),
+            "--stream-addr".to_owned(),
+            addrs[leader].0.to_string(),
+            "--http-addr".to_owned(),
+            addrs[leader].1.to_string(),
+            "--server-pid".to_owned(),
+            pids[leader].to_string(),
+        ],
+        &cluster_out,
+    )?;
+    let after: Vec<f64> = pids
+        .iter()
+        .map(|&p| cpu_seconds(p))
+        .collect::<Result<_>>()?;
+    drop(cluster);
+    let clustered = read_figures(&cluster_out)?;
+
+    #[allow(clippy::cast_precision_loss)] // message counts are far below 2^52
+    let per_msg = |cpu: f64| cpu * 1e6 / clustered.messages.max(1) as f64;
+    eprintln!();
+    eprintln!("| | msgs/s | p50 µs/batch | p99 µs/batch |");
+    eprintln!("|---|---|---|---|");
+    eprintln!(
+        "| single node | {:.0} | {} | {} |",
+        single.msgs_per_sec, single.p50_us, single.p99_us
+    );
+    eprintln!(
+        "| 3-node cluster | {:.0} | {} | {} |",
+        clustered.msgs_per_sec, clustered.p50_us, clustered.p99_us
+    );
+    eprintln!(
+        "\ncluster / single msgs/s: {:.2} (goal >= 0.5 with three nodes on this machine's cores)",
+        clustered.msgs_per_sec / single.msgs_per_sec.max(1.0)
+    );
+    for (i, (b, a)) in before.iter().zip(&after).enumerate() {
+        eprintln!(
+            "node {} ({}): server CPU {:.2} µs per message",
+            i + 1,
+            if i == leader { "leader" } else { "follower" },
+            per_msg(a - b)
+        );
+    }
+    eprintln!(
+        "results: {} and {}",
+        single_out.display(),
+        cluster_out.display()
+    );
+    Ok(())
+}
+
+/// Where the bench's scratch directory goes.
+pub fn scratch(target: &Path) -> PathBuf {
+    target.join("cluster-bench")
+}
