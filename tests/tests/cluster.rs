@@ -217,6 +217,23 @@ async fn three_nodes_lose_their_leader_without_losing_an_acknowledged_batch() {
     }
     roles.sort();
     assert_eq!(roles, ["follower", "follower", "leader"]);
+    // The event store is not replicated yet: a member refuses event writes (WRITE_NOT_LEADER)
+    // rather than acknowledge what one machine holds.
+    let mut events = celeriant_client_tokio::CeleriantClient::connect(
+        &nodes[0].as_ref().unwrap().eddy.addrs().client.to_string(),
+    )
+    .await
+    .expect("event client connects");
+    let event = celeriant_client_tokio::json_event(1, &serde_json::json!({"n": 1})).unwrap();
+    let refused = events
+        .write_events(
+            celeriant_wal::aggregate_key::AggregateKey::new(1, 1, 1),
+            vec![event],
+            7,
+        )
+        .await
+        .expect_err("event writes are refused in a cluster");
+    assert!(format!("{refused:?}").contains("NotLeader"), "{refused:?}");
 
     let mut acked: Vec<String> = Vec::new();
     let mut attempt = 0u32;

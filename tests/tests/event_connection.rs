@@ -264,7 +264,21 @@ async fn many_concurrent_connections_and_metrics_per_type() {
     for t in tasks {
         t.await.unwrap();
     }
-    let (status, body) = eddy_tests::http_get(eddy.addrs().http, "/metrics").unwrap();
+    // A request is counted once its answer is written, so the last answers' counts may land
+    // a moment after the client read them: wait for the totals (bounded).
+    let deadline = std::time::Instant::now() + Duration::from_secs(10);
+    let (status, body) = loop {
+        let (status, body) = eddy_tests::http_get(eddy.addrs().http, "/metrics").unwrap();
+        let settled = body.contains(
+            "eddy_request_duration_seconds_count{protocol=\"event\",command=\"list_orgs\"} 360",
+        ) && body.contains(
+            "eddy_request_duration_seconds_count{protocol=\"event\",command=\"identify\"} 120",
+        );
+        if settled || std::time::Instant::now() > deadline {
+            break (status, body);
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    };
     assert_eq!(status, 200);
     assert!(
         body.contains("eddy_requests_total{protocol=\"event\",command=\"identify\"} 120"),

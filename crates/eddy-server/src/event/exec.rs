@@ -468,6 +468,17 @@ pub(super) async fn execute(
                 next_aggregate_version: page.next_version,
             }))
         }
+        // A cluster's event store is not replicated yet: a change acknowledged by one member
+        // would not survive its loss, so none is taken (reads are served).
+        EventRequest::Write(_) if svc.clustered => Err(ServerError::WriteNotLeader {
+            leader_address: None,
+        }),
+        EventRequest::TrimStart(_) if svc.clustered => Err(ServerError::TrimNotLeader {
+            leader_address: None,
+        }),
+        EventRequest::Delete(_) if svc.clustered => Err(ServerError::DeleteNotLeader {
+            leader_address: None,
+        }),
         EventRequest::Write(w) => write(svc, w).await,
         EventRequest::TrimStart(r) => {
             let request = st::TrimRequest {

@@ -241,6 +241,9 @@ pub struct EventService {
     max_requested_latency_ms: u64,
     /// Event bytes submitted to the store and not yet acknowledged.
     in_flight: crate::offload::InFlight,
+    /// A cluster member: the event store is not replicated yet, so changes are refused (an
+    /// acknowledgement in a cluster means durable on a majority).
+    clustered: bool,
 }
 
 impl EventService {
@@ -252,6 +255,7 @@ impl EventService {
             max_response_size: u64::from(config.max_response_size),
             timeout: Duration::from_millis(config.client_connection_timeout_ms),
             store,
+            clustered: config.is_clustered(),
             list_page: config.list_page_size as usize,
             // Encoded batches cost a little more than stored ones; a quarter of the response
             // cap leaves ample room, and the store's own page bound applies on top.
