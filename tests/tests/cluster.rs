@@ -1,8 +1,9 @@
 //! A three-node cluster of real `eddy serve` processes on loopback (127.0.0.1-3), driven by
 //! the published Iggy SDK: a client that logs in on a follower is moved to the leader, the
 //! leader gets SIGKILL while producers send, a new leader takes over, the killed node
-//! restarts and catches up (then carries the cluster with one other node), and every
-//! acknowledged batch is there exactly once, in order, at contiguous offsets.
+//! restarts and catches up, a follower whose data directory was wiped is rebuilt from its
+//! peers, the two of them then carry the cluster, and every acknowledged batch is there
+//! exactly once, in order, at contiguous offsets.
 
 mod stream_support;
 
@@ -261,20 +262,38 @@ async fn three_nodes_lose_their_leader_without_losing_an_acknowledged_batch() {
         }
     }
 
-    // The old leader restarts and catches up; then another node dies, so the cluster goes on
-    // with the restarted node and one other: what it missed must have reached it.
+    // The old leader restarts on its directory and catches up. Then a follower loses its
+    // data directory and comes back empty: its peers notice (a new incarnation), it does not
+    // vote until rebuilt from them. Then the third node dies, so the cluster goes on with the
+    // restarted node and the rebuilt one: whatever they missed must have reached them.
     nodes[dead].as_mut().unwrap().eddy.crash_restart();
+    let wiped = (0..3).find(|&i| i != dead).unwrap();
+    let third = (0..3).find(|&i| i != dead && i != wiped).unwrap();
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    {
+        let node = nodes[wiped].as_mut().unwrap();
+        node.eddy.kill();
+        std::fs::remove_dir_all(node.eddy.data_dir()).unwrap();
+        node.eddy.restart();
+        assert!(
+            node.eddy
+                .log()
+                .wait_for(Duration::from_secs(10), |l| l.contains("lost its state"))
+                .is_some(),
+            "the wiped node learns it lost its state"
+        );
+    }
+    acked.push(send_with_retry(&live(&nodes, &[]), "while-rebuilding", &mut attempt).await);
     tokio::time::sleep(Duration::from_secs(3)).await;
-    let other = (0..3).find(|&i| i != dead).unwrap();
-    nodes[other].as_mut().unwrap().eddy.kill();
+    nodes[third].as_mut().unwrap().eddy.kill();
     for n in 0..5 {
         acked.push(
-            send_with_retry(&live(&nodes, &[other]), &format!("last-{n}"), &mut attempt).await,
+            send_with_retry(&live(&nodes, &[third]), &format!("last-{n}"), &mut attempt).await,
         );
     }
 
     // Every acknowledged batch exactly once, in acknowledgement order; offsets contiguous.
-    let reader = client_via(live(&nodes, &[other])[0]).await;
+    let reader = client_via(live(&nodes, &[third])[0]).await;
     let all = all_messages(&reader).await;
     for (i, (offset, _)) in all.iter().enumerate() {
         assert_eq!(*offset, i as u64, "offsets are contiguous");

@@ -40,6 +40,16 @@ impl Inbox for RunnerInbox {
             r.unreachable(peer);
         }
     }
+    fn peer_lost_state(&self, peer: NodeId) {
+        if let Some(r) = self.0.get() {
+            r.with(move |node| node.peer_lost_state(peer));
+        }
+    }
+    fn lost_own_state(&self) {
+        if let Some(r) = self.0.get() {
+            r.with(Node::set_rebuilding);
+        }
+    }
 }
 
 /// A running member: what the request path uses, and what serves the replication port.
@@ -155,7 +165,14 @@ pub async fn start(
             (props::VERSION.into(), env!("CARGO_PKG_VERSION").into()),
         ],
     };
-    let transport = Transport::new(hello, peers);
+    let raft_dir = data_dir.join("raft");
+    std::fs::create_dir_all(&raft_dir).map_err(storage_error)?;
+    let (incarnations, fresh) =
+        super::incarnation::Incarnations::open(&raft_dir, me).map_err(storage_error)?;
+    if fresh {
+        tracing::info!("new member directory: a peer that knew this node will have it rebuilt");
+    }
+    let transport = Transport::new(hello, peers).with_incarnations(Arc::new(incarnations));
     let inbox = Arc::new(RunnerInbox::default());
     let stop = CancellationToken::new();
     let outbox = transport.start_outbound(&inbox, &stop);

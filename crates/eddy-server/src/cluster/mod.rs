@@ -4,6 +4,7 @@
 //! (`eddy_consensus::Runner`) and talks to the transport through queues only.
 
 pub mod groups;
+pub mod incarnation;
 pub mod member;
 pub mod metadata;
 pub mod partition;

@@ -138,6 +138,12 @@ pub trait Inbox: Send + Sync + 'static {
     fn receive(&self, from: NodeId, messages: Vec<(GroupId, Bytes)>);
     /// A peer's connection failed.
     fn unreachable(&self, peer: NodeId);
+    /// A peer came back without its state (see `incarnation`).
+    fn peer_lost_state(&self, peer: NodeId) {
+        let _ = peer;
+    }
+    /// A peer knew another incarnation of this node: this node lost its state.
+    fn lost_own_state(&self) {}
 }
 
 /// The sending half: one queue per peer, fed from the consensus thread.
@@ -171,6 +177,7 @@ pub struct Transport {
     me: Hello,
     peers: Arc<BTreeMap<NodeId, SocketAddr>>,
     directory: Directory,
+    incarnations: Option<Arc<super::incarnation::Incarnations>>,
 }
 
 impl Transport {
@@ -183,6 +190,47 @@ impl Transport {
             me,
             peers: Arc::new(peers),
             directory,
+            incarnations: None,
+        }
+    }
+
+    /// Greets with this member's incarnation and those it knows, and reports what peers'
+    /// greetings reveal (see `incarnation`).
+    #[must_use]
+    pub fn with_incarnations(
+        mut self,
+        incarnations: Arc<super::incarnation::Incarnations>,
+    ) -> Self {
+        self.incarnations = Some(incarnations);
+        self
+    }
+
+    /// This node's greeting as of now.
+    fn hello(&self) -> Hello {
+        let mut hello = self.me.clone();
+        if let Some(inc) = &self.incarnations {
+            hello.props.extend(inc.props());
+        }
+        hello
+    }
+
+    /// Learns a peer's greeting and tells the node what it revealed.
+    fn observe<I: Inbox>(&self, hello: &Hello, inbox: &I) {
+        self.directory.learn(hello);
+        let Some(inc) = &self.incarnations else {
+            return;
+        };
+        let seen = inc.observe(hello);
+        if seen.peer_lost_state {
+            tracing::warn!(
+                peer = hello.node_id,
+                "a peer came back without its state; it is rebuilt from this node's groups"
+            );
+            inbox.peer_lost_state(hello.node_id);
+        }
+        if seen.lost_own_state {
+            tracing::warn!(peer = hello.node_id, "this node lost its state (a peer knew another incarnation of it): it rebuilds from its peers and does not vote until it has caught up");
+            inbox.lost_own_state();
         }
     }
 
@@ -241,14 +289,13 @@ impl Transport {
             tracing::error!(peer = hello.node_id, reason, "refusing a replication peer");
             return;
         }
-        if socket
-            .write_all(&wire::encode_hello(&self.me))
-            .await
-            .is_err()
-        {
+        // Greeted with what this node knew before this peer's greeting (a peer that lost its
+        // state learns it from that).
+        let reply = wire::encode_hello(&self.hello());
+        self.observe(&hello, &*inbox);
+        if socket.write_all(&reply).await.is_err() {
             return;
         }
-        self.directory.learn(&hello);
         let from = hello.node_id;
         tracing::debug!(peer = from, "replication peer connected");
         loop {
@@ -329,7 +376,7 @@ async fn dial_loop<I: Inbox>(
         if stop.is_cancelled() {
             return;
         }
-        match connect(&transport, peer, addr).await {
+        match connect(&transport, peer, addr, &*inbox).await {
             Ok(mut socket) => {
                 backoff = Duration::from_millis(50);
                 transport.directory.connected(peer, true);
@@ -394,17 +441,20 @@ async fn send_loop(
     }
 }
 
-async fn connect(
+async fn connect<I: Inbox>(
     transport: &Transport,
     peer: NodeId,
     addr: SocketAddr,
+    inbox: &I,
 ) -> std::io::Result<TcpStream> {
     let timed_out = || std::io::Error::new(std::io::ErrorKind::TimedOut, "greeting timed out");
     let mut socket = tokio::time::timeout(HELLO_TIMEOUT, TcpStream::connect(addr))
         .await
         .map_err(|_| timed_out())??;
     socket.set_nodelay(true)?;
-    socket.write_all(&wire::encode_hello(&transport.me)).await?;
+    socket
+        .write_all(&wire::encode_hello(&transport.hello()))
+        .await?;
     let mut buf = BytesMut::with_capacity(4096);
     let answer = tokio::time::timeout(HELLO_TIMEOUT, read_frame(&mut socket, &mut buf))
         .await
@@ -414,7 +464,7 @@ async fn connect(
             if let Err(reason) = transport.check(&hello) {
                 return Err(std::io::Error::other(reason));
             }
-            transport.directory.learn(&hello);
+            transport.observe(&hello, inbox);
             Ok(socket)
         }
         Ok(Some(Frame::Hello(hello))) => Err(std::io::Error::other(format!(
