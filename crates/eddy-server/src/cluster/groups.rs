@@ -307,6 +307,16 @@ impl PartitionGroups {
                 return;
             };
             if target == node.id() {
+                // A group without a leader (its members were created after this node's first
+                // campaign for it reached them) gets one here at once instead of after an
+                // election timeout.
+                for gid in gids {
+                    if node.leader(gid).is_none()
+                        && node.role(gid) == Some(eddy_consensus::Role::Follower)
+                    {
+                        node.campaign(gid);
+                    }
+                }
                 return;
             }
             for gid in gids {

@@ -71,6 +71,9 @@ impl ClusterError {
     }
 }
 
+/// Longest a send on the metadata leader waits for its partition's leadership to arrive.
+pub const LEADERSHIP_WAIT: std::time::Duration = std::time::Duration::from_secs(5);
+
 /// Proposed, not yet applied appends of one partition (oldest first): their ids and entries.
 type Pending = BTreeMap<PartitionAddr, VecDeque<(u64, Bytes)>>;
 
@@ -216,7 +219,20 @@ impl ClusterStreams {
             .ok_or(ClusterError::NoPartition(addr))?;
         let gid = partition_group_id(uid);
         if !self.leads(gid) {
-            return Err(ClusterError::NotLeader("partition's group"));
+            // The metadata leader takes every write; a partition's leadership converges on it
+            // (a new partition's group elects, a moved one is transferred back), so a send
+            // that arrives meanwhile waits for it rather than bounce.
+            let deadline = tokio::time::Instant::now() + LEADERSHIP_WAIT;
+            while self.is_metadata_leader() && !self.leads(gid) {
+                if tokio::time::Instant::now() >= deadline {
+                    break;
+                }
+                self.groups.align_leaders();
+                tokio::time::sleep(std::time::Duration::from_millis(20)).await;
+            }
+            if !self.leads(gid) {
+                return Err(ClusterError::NotLeader("partition's group"));
+            }
         }
         let count = batch.message_count();
         let (rx, base_offset, len) = {
