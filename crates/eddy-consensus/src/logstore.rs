@@ -37,7 +37,7 @@ use std::sync::{Arc, Mutex, PoisonError};
 use std::task::{Context, Poll, Wake, Waker};
 
 use eddy_log::{
-    create_dir_durable, write_atomic, Cache, CommitPool, Completion, Corruption, IoOp, Log,
+    create_dir_durable, write_atomic, Cache, Cipher, CommitPool, Completion, Corruption, IoOp, Log,
     LogConfig, LogError, OpenMode, OpenOptions, StorageBackend,
 };
 
@@ -154,6 +154,19 @@ impl RaftLog {
         pool: &CommitPool,
         cache: Arc<Cache>,
     ) -> Result<Self, StoreError> {
+        Self::open_sealed(backend, dir, config, pool, cache, None)
+    }
+
+    /// [`open`](Self::open), with entry payloads encrypted at rest by `cipher` (a partition
+    /// group's messages; `raft.state` holds no payload and stays as it is).
+    pub fn open_sealed(
+        backend: Arc<dyn StorageBackend>,
+        dir: impl Into<PathBuf>,
+        config: LogConfig,
+        pool: &CommitPool,
+        cache: Arc<Cache>,
+        cipher: Option<Cipher>,
+    ) -> Result<Self, StoreError> {
         let dir = dir.into();
         // Durably: a group's directory, like every one eddy makes, survives a crash with it.
         create_dir_durable(&*backend, &dir).map_err(storage)?;
@@ -167,6 +180,7 @@ impl RaftLog {
             OpenOptions {
                 initial_seq: snap.index + 1,
                 min_next_seq: snap.index + 1,
+                cipher,
                 ..OpenOptions::default()
             },
         )

@@ -101,6 +101,8 @@ pub struct GroupStorage {
     pub cache: Arc<Cache>,
     /// Each partition log's configuration.
     pub log: LogConfig,
+    /// At-rest encryption of partition logs (`--encryption-key`), as on a single node.
+    pub cipher: Option<eddy_log::Cipher>,
 }
 
 impl std::fmt::Debug for GroupStorage {
@@ -222,12 +224,13 @@ impl PartitionGroups {
         }
         let storage = inner.storage.clone();
         let opened = (|| {
-            let raft_log = RaftLog::open(
+            let raft_log = RaftLog::open_sealed(
                 Arc::clone(&storage.backend),
                 dir_of(uid),
                 storage.log,
                 &storage.pool,
                 Arc::clone(&storage.cache),
+                storage.cipher.clone(),
             )?;
             let (machine, group) = PartitionMachine::open(
                 addr,

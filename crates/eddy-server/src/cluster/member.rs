@@ -141,6 +141,9 @@ pub async fn start(
         pool: pool.clone(),
         cache: Arc::clone(cache),
         log,
+        // Messages are encrypted like a single node's partitions; the metadata log, like a
+        // single node's, holds names and hashes only.
+        cipher: config.cipher(),
     });
     let (machine, view) = MetadataMachine::open(
         backend,

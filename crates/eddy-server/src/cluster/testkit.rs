@@ -91,6 +91,17 @@ pub fn open_node(
     peers: &Peers<ClusterOutcome>,
     pool: &CommitPool,
 ) -> (Runner<ClusterOutcome>, PartitionGroups, MetadataView) {
+    open_node_with(id, root, peers, pool, None)
+}
+
+/// [`open_node`] with partition logs encrypted by `cipher`.
+pub fn open_node_with(
+    id: NodeId,
+    root: &Path,
+    peers: &Peers<ClusterOutcome>,
+    pool: &CommitPool,
+    cipher: Option<eddy_log::Cipher>,
+) -> (Runner<ClusterOutcome>, PartitionGroups, MetadataView) {
     let node_root = root.join(format!("node-{id}"));
     std::fs::create_dir_all(&node_root).unwrap();
     let backend: Arc<dyn StorageBackend> = Arc::new(FsBackend::new(&node_root).unwrap());
@@ -108,6 +119,7 @@ pub fn open_node(
         pool: pool.clone(),
         cache,
         log: small_log(),
+        cipher,
     });
     let (machine, view) = MetadataMachine::open(
         backend,

@@ -55,7 +55,8 @@ async fn append(members: &[Option<ClusterStreams>], n: u32) -> u64 {
         for m in members.iter().flatten() {
             match m.append(P0, batch(n), 1_000).await {
                 Ok(appended) => return appended.base_offset,
-                Err(e) if e.is_transient() => {}
+                // A member that has not applied the topic yet has no group for it.
+                Err(e) if e.is_transient() || matches!(e, ClusterError::NoPartition(_)) => {}
                 Err(e) => panic!("{e}"),
             }
         }
@@ -116,15 +117,7 @@ async fn producers_consumers_and_a_lost_leader_on_the_replicated_request_path() 
     assert_eq!(effects.len(), 1);
     // Every member aligns leaderships periodically, as a server's maintenance does (a
     // partition group another member won hands its leadership over).
-    let aligning: Vec<ClusterStreams> = members.iter().flatten().cloned().collect();
-    let aligner = tokio::spawn(async move {
-        loop {
-            for m in &aligning {
-                m.groups().align_leaders();
-            }
-            tokio::time::sleep(Duration::from_millis(100)).await;
-        }
-    });
+    let aligner = spawn_aligner(&members);
     // A send on the metadata leader right after the topic exists waits for the partition's
     // leadership to arrive there instead of bouncing (its group is elected meanwhile).
     let uid = at(&members, leader).groups().get(P0).unwrap().0;
@@ -223,5 +216,129 @@ async fn producers_consumers_and_a_lost_leader_on_the_replicated_request_path() 
     aligner.abort();
     for m in members.iter().flatten() {
         m.runner().stop();
+    }
+}
+
+/// Aligns every member's leaderships every 100 ms, as each server's maintenance does.
+fn spawn_aligner(members: &[Option<ClusterStreams>]) -> tokio::task::JoinHandle<()> {
+    let aligning: Vec<ClusterStreams> = members.iter().flatten().cloned().collect();
+    tokio::spawn(async move {
+        loop {
+            for m in &aligning {
+                m.groups().align_leaders();
+            }
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+    })
+}
+
+/// Every file under `dir`, recursively.
+fn files_under(dir: &std::path::Path) -> Vec<std::path::PathBuf> {
+    let mut out = Vec::new();
+    for entry in std::fs::read_dir(dir).into_iter().flatten().flatten() {
+        let path = entry.path();
+        if path.is_dir() {
+            out.extend(files_under(&path));
+        } else {
+            out.push(path);
+        }
+    }
+    out
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn with_an_encryption_key_no_message_is_readable_in_any_members_files() {
+    const SECRET: &str = "the-plaintext-that-must-not-reach-disk";
+    let tmp = tempfile::tempdir().unwrap();
+    let pool = CommitPool::new(2).unwrap();
+    let peers: Peers = Arc::default();
+    peers.lock().unwrap().extend([None, None, None]);
+    let cipher = eddy_log::Cipher::new(&[7u8; 32]);
+    let members: Vec<Option<ClusterStreams>> = (1..=3)
+        .map(|id| {
+            let (runner, groups, view) =
+                testkit::open_node_with(id, tmp.path(), &peers, &pool, Some(cipher.clone()));
+            Some(ClusterStreams::new(runner, groups, view))
+        })
+        .collect();
+    let aligner = spawn_aligner(&members);
+    let leader = testkit::leader(&peers, METADATA_GROUP);
+    let l = at(&members, leader);
+    l.commit(&MetadataOp::CreateStream {
+        id: 1,
+        name: "vault".into(),
+        created_at: 1,
+        options: vec![],
+    })
+    .await
+    .unwrap();
+    l.commit(&MetadataOp::CreateTopic {
+        stream_id: 1,
+        id: 1,
+        name: "secrets".into(),
+        created_at: 2,
+        partitions: 1,
+        config: TopicConfig::default(),
+        explicit_options: vec![],
+        derived_options: vec![],
+    })
+    .await
+    .unwrap();
+    for n in 0..5u32 {
+        let body = StampWith {
+            count: 1,
+            stamp: move |_: &eddy_stream_store::Stamp| Bytes::from(format!("{SECRET}-{n}")),
+        };
+        append_to(&members, body).await;
+    }
+    // Every member serves the messages in the clear...
+    for m in members.iter().flatten() {
+        testkit::eventually(
+            || {
+                served(m).len() == 5
+                    && served(m)
+                        .iter()
+                        .all(|(_, b)| b.starts_with(SECRET.as_bytes()))
+            },
+            || format!("serves {:?}", served(m)),
+        );
+    }
+    aligner.abort();
+    for m in members.iter().flatten() {
+        m.runner().stop();
+    }
+    // ...and none of their files holds them.
+    let files = files_under(tmp.path());
+    assert!(files
+        .iter()
+        .any(|f| f.to_string_lossy().contains("partitions")));
+    for file in files {
+        let bytes = std::fs::read(&file).unwrap();
+        assert!(
+            !bytes.windows(SECRET.len()).any(|w| w == SECRET.as_bytes()),
+            "{} holds a message in the clear",
+            file.display()
+        );
+    }
+}
+
+/// Appends `batch` through whichever member leads the partition (retrying transient
+/// refusals for up to 10 s).
+async fn append_to<F>(members: &[Option<ClusterStreams>], batch: StampWith<F>)
+where
+    F: FnOnce(&eddy_stream_store::Stamp) -> Bytes + Clone,
+{
+    let deadline = Instant::now() + Duration::from_secs(10);
+    loop {
+        for m in members.iter().flatten() {
+            match m.append(P0, batch.clone(), 1_000).await {
+                Ok(_) => return,
+                // A member that has not applied the topic yet has no group for it.
+                Err(e) if e.is_transient() || matches!(e, ClusterError::NoPartition(_)) => {}
+                Err(e) => panic!("{e}"),
+            }
+        }
+        assert!(Instant::now() < deadline, "never appended");
+        tokio::time::sleep(Duration::from_millis(20)).await;
     }
 }
