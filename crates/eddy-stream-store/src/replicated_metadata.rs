@@ -55,6 +55,11 @@ pub enum MetadataApplied {
 pub struct MetadataView(Arc<RwLock<MetadataState>>);
 
 impl MetadataView {
+    /// A view of `state` alone (tests, and tools that inspect a state).
+    pub fn of(state: MetadataState) -> Self {
+        MetadataView(Arc::new(RwLock::new(state)))
+    }
+
     /// Reads the applied state.
     pub fn read<R>(&self, f: impl FnOnce(&MetadataState) -> R) -> R {
         f(&self.0.read().unwrap_or_else(PoisonError::into_inner))

@@ -330,6 +330,46 @@ impl PartitionGroups {
         });
     }
 
+    /// Proposes again the purges the metadata holds and a partition this node leads has not
+    /// applied: a purge proposed by a leader that lost its leadership before it landed is
+    /// carried out by the next one. Run periodically; a purge generation applies once, so
+    /// proposing one twice changes nothing.
+    pub fn repurge(&self, view: &MetadataView) {
+        let Some(runner) = self.runner.get() else {
+            return;
+        };
+        let wanted: BTreeMap<PartitionAddr, u64> = view.read(|s| {
+            s.partitions()
+                .map(|(addr, p, _)| (addr, p.purge_generation))
+                .collect()
+        });
+        let behind: Vec<(PartitionAddr, u64, u64)> = {
+            let inner = self.lock();
+            inner
+                .groups
+                .iter()
+                .filter_map(|(addr, open)| {
+                    let want = *wanted.get(addr)?;
+                    (open.group.partition().generation() < want).then_some((*addr, open.uid, want))
+                })
+                .collect()
+        };
+        for (addr, uid, generation) in behind {
+            let leads = runner
+                .view()
+                .get(partition_group_id(uid))
+                .is_some_and(|v| v.role == eddy_consensus::Role::Leader);
+            if leads {
+                tracing::info!(
+                    ?addr,
+                    generation,
+                    "proposing a purge its partition has not applied"
+                );
+                self.purge(addr, uid, generation);
+            }
+        }
+    }
+
     /// Proposes a purge to the partition's group. Every member proposes it; only the group's
     /// leader can, and the partition applies a purge generation once, so the copies change
     /// nothing.

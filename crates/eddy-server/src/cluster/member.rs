@@ -279,7 +279,7 @@ impl Member {
                 () = stop.cancelled() => return,
                 _ = every.tick() => {}
             }
-            self.streams.groups().align_leaders();
+            self.streams.maintain_partitions();
             if self.streams.is_metadata_leader() {
                 on_leader(self.streams.clone()).await;
             }

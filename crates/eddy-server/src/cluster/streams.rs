@@ -177,6 +177,13 @@ impl ClusterStreams {
         self.leads(METADATA_GROUP)
     }
 
+    /// Periodic partition upkeep: leaderships move to the metadata leader, and purges the
+    /// metadata holds reach partitions that missed them.
+    pub fn maintain_partitions(&self) {
+        self.groups.align_leaders();
+        self.groups.repurge(&self.view);
+    }
+
     /// Reads the metadata this member has applied.
     pub fn read<R>(&self, f: impl FnOnce(&MetadataState) -> R) -> R {
         self.view.read(f)

@@ -236,6 +236,21 @@ fn partition_groups_follow_the_metadata_on_every_member() {
         );
     }
 
+    // A purge the metadata holds but a partition missed (its leader lost leadership before
+    // the proposal landed) is proposed again by the partition's next leader.
+    let mut purged = members[1].as_ref().unwrap().view.read(Clone::clone);
+    purged
+        .apply(&MetadataOp::PurgeTopic {
+            stream_id: 1,
+            topic_id: 1,
+        })
+        .unwrap();
+    let missed = MetadataView::of(purged);
+    for m in members.iter().flatten() {
+        m.groups.repurge(&missed);
+    }
+    wait_served(&members, P0, &[]);
+
     // Deleting the topic removes its groups and their files on every member.
     let out = metadata(
         &members,
