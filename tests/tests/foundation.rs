@@ -337,19 +337,37 @@ fn log_files_get_the_startup_lines_and_keep_at_most_n_rotations() {
         },
     );
     // The startup lines go to stderr and to the file, one JSON object per line (they may
-    // already fill more than the 4 KiB of one file: read the rotated ones too).
-    let text: String = log_files(&dir)
-        .iter()
-        .rev()
-        .map(|f| std::fs::read_to_string(dir.join(f)).unwrap())
-        .collect();
-    let messages: Vec<String> = text
-        .lines()
-        .map(|l| {
-            let v: serde_json::Value = serde_json::from_str(l).expect("a JSON line");
-            v["message"].as_str().unwrap_or_default().to_owned()
-        })
-        .collect();
+    // already fill more than the 4 KiB of one file: read the rotated ones too). The file
+    // writer runs beside stderr's, so the last line may reach the file a moment after the
+    // test saw it on stderr: read until it is there (bounded).
+    let read_messages = || -> (String, Vec<String>) {
+        let text: String = log_files(&dir)
+            .iter()
+            .rev()
+            .map(|f| std::fs::read_to_string(dir.join(f)).unwrap())
+            .collect();
+        let messages = text
+            .lines()
+            .filter_map(|l| serde_json::from_str::<serde_json::Value>(l).ok())
+            .map(|v| v["message"].as_str().unwrap_or_default().to_owned())
+            .collect();
+        (text, messages)
+    };
+    let deadline = std::time::Instant::now() + Duration::from_secs(10);
+    let (text, messages) = loop {
+        let (text, messages) = read_messages();
+        if messages.iter().any(|m| m == "listening") || std::time::Instant::now() > deadline {
+            break (text, messages);
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    };
+    // Every whole line is one JSON object (a line being written may be read half).
+    for line in text.split_inclusive('\n').filter(|l| l.ends_with('\n')) {
+        assert!(
+            serde_json::from_str::<serde_json::Value>(line).is_ok(),
+            "a JSON line: {line}"
+        );
+    }
     assert!(
         messages.iter().any(|m| m == "starting eddy"),
         "{messages:?}"
