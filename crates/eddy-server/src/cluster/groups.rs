@@ -128,6 +128,7 @@ struct Inner {
 pub struct PartitionGroups {
     inner: Arc<Mutex<Inner>>,
     runner: Arc<OnceLock<Runner<ClusterOutcome>>>,
+    view: Arc<OnceLock<MetadataView>>,
 }
 
 impl std::fmt::Debug for PartitionGroups {
@@ -136,6 +137,23 @@ impl std::fmt::Debug for PartitionGroups {
             .field("groups", &self.lock().groups.len())
             .finish_non_exhaustive()
     }
+}
+
+/// A partition's retention policy from its topic's options, read at each maintenance: the
+/// topic's `message_expiry`, and its `max_topic_size` shared evenly by its partitions (each
+/// partition group deletes on its own).
+fn retention_source(view: MetadataView, addr: PartitionAddr) -> super::partition::PolicySource {
+    Box::new(move || {
+        view.read(|s| {
+            let topic = s.topic(addr.stream_id, addr.topic_id)?;
+            let partitions = u64::try_from(topic.partitions.len()).unwrap_or(1).max(1);
+            Some(eddy_stream_store::RetentionPolicy {
+                message_expiry: topic.config.message_expiry,
+                max_bytes: topic.config.max_topic_size.map(|max| max / partitions),
+                keep_above: None,
+            })
+        })
+    })
 }
 
 fn dir_of(uid: u64) -> PathBuf {
@@ -151,6 +169,7 @@ impl PartitionGroups {
                 groups: BTreeMap::new(),
             })),
             runner: Arc::new(OnceLock::new()),
+            view: Arc::new(OnceLock::new()),
         }
     }
 
@@ -160,9 +179,17 @@ impl PartitionGroups {
 
     /// Hands it the node's runner and creates the groups of every partition `view` knows
     /// (those the metadata snapshot holds; later entries' effects follow as they apply).
+    /// Nothing is deleted here: `view` is the state of the last metadata snapshot, and the
+    /// entries after it (replayed next) may create partitions this node already holds data
+    /// for, or delete others (their effects remove those directories).
     pub fn start(&self, runner: Runner<ClusterOutcome>, view: &MetadataView) {
         let _ = self.runner.set(runner);
-        self.reconcile(view);
+        let _ = self.view.set(view.clone());
+        let wanted: Vec<(PartitionAddr, u64)> =
+            view.read(|s| s.partitions().map(|(addr, p, _)| (addr, p.uid)).collect());
+        for (addr, uid) in wanted {
+            self.create(addr, uid);
+        }
     }
 
     /// A partition's group on this node, if it has one.
@@ -238,6 +265,10 @@ impl PartitionGroups {
                 Arc::clone(&storage.backend),
                 raft_log.dir(),
             )?;
+            let machine = match self.view.get() {
+                Some(view) => machine.with_retention(retention_source(view.clone(), addr)),
+                None => machine,
+            };
             Ok::<_, StoreError>((Replicated::open(raft_log, AsCluster(machine))?, group))
         })();
         match opened {
@@ -270,10 +301,19 @@ impl PartitionGroups {
         }
     }
 
+    /// Removes the partition's group (when open) and its directory (when present: a deletion
+    /// replayed after a restart finds no group, only the files).
     fn delete(&self, addr: PartitionAddr, uid: u64) {
-        let removed = self.lock().groups.remove(&addr);
-        if removed.is_none() {
-            return;
+        {
+            let mut inner = self.lock();
+            match inner.groups.get(&addr) {
+                // Another partition now holds this address: leave it.
+                Some(open) if open.uid != uid => return,
+                Some(_) => {
+                    inner.groups.remove(&addr);
+                }
+                None => {}
+            }
         }
         let backend = Arc::clone(&self.lock().storage.backend);
         let remove_dir = move || {

@@ -21,7 +21,7 @@ use eddy_stream_store::replicated::{
     ApplyOutcome, PartitionEntry, Prediction, ReplicatedError, ReplicatedPartition,
     ReplicatedSnapshot,
 };
-use eddy_stream_store::PartitionAddr;
+use eddy_stream_store::{PartitionAddr, RetentionPolicy};
 
 /// The partition state a snapshot installation left the group at, in the group's directory:
 /// the entry's term (u64 LE) then the encoded [`ReplicatedSnapshot`]; replaced atomically.
@@ -90,9 +90,15 @@ impl PartitionGroup {
     }
 }
 
+/// Where a partition group's retention policy comes from (its topic's options, read when
+/// maintenance asks).
+pub type PolicySource = Box<dyn Fn() -> Option<RetentionPolicy> + Send>;
+
 /// The state machine of a partition group.
 pub struct PartitionMachine {
     addr: PartitionAddr,
+    /// The topic's retention policy (`None`: keep everything).
+    policy: Option<PolicySource>,
     log: Log,
     backend: Arc<dyn StorageBackend>,
     dir: PathBuf,
@@ -140,6 +146,7 @@ impl PartitionMachine {
         Ok((
             PartitionMachine {
                 addr,
+                policy: None,
                 log,
                 backend,
                 dir: dir.to_path_buf(),
@@ -148,6 +155,16 @@ impl PartitionMachine {
             },
             group,
         ))
+    }
+}
+
+impl PartitionMachine {
+    /// Applies retention under the policy `source` gives (message expiry, size) when the
+    /// group's maintenance runs.
+    #[must_use]
+    pub fn with_retention(mut self, source: PolicySource) -> Self {
+        self.policy = Some(source);
+        self
     }
 }
 
@@ -208,6 +225,35 @@ impl StateMachine for PartitionMachine {
             .unwrap_or_else(PoisonError::into_inner) = Arc::new(partition);
         self.applied = snapshot.meta;
         Ok(())
+    }
+
+    /// Retention: how far whole sealed segments may go under the topic's policy (or because a
+    /// purge made them invisible). The boundary state is recorded durably in [`BOUNDARY_FILE`]
+    /// (a restart resumes from it) and the partition stops serving below it before the Raft
+    /// layer deletes the segments.
+    fn compactable_through(&mut self, now_us: u64) -> Option<u64> {
+        let policy = self.policy.as_ref().and_then(|source| source())?;
+        let partition = self.group.partition();
+        let cut = match partition.retention(&policy, now_us) {
+            Ok(Some(cut)) => cut,
+            Ok(None) => return None,
+            Err(e) => {
+                tracing::warn!(addr = ?self.addr, error = %e, "retention could not be computed");
+                return None;
+            }
+        };
+        let term = match self.log.read_record(cut.boundary.index) {
+            Ok(Some(record)) => u64::from(record.meta.tag),
+            _ => return None,
+        };
+        let mut file = term.to_le_bytes().to_vec();
+        file.extend_from_slice(&cut.boundary.encode());
+        if let Err(e) = write_atomic(&*self.backend, &self.dir, BOUNDARY_FILE, &file) {
+            tracing::warn!(addr = ?self.addr, error = %e, "cannot record the retention boundary; nothing is deleted");
+            return None;
+        }
+        partition.forget_through(&cut.boundary);
+        Some(cut.through_index)
     }
 
     fn entry_timestamp(&self, entry: &LogEntry) -> Option<u64> {

@@ -342,3 +342,84 @@ where
         tokio::time::sleep(Duration::from_millis(20)).await;
     }
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn retention_deletes_expired_segments_on_every_member_and_survives_a_restart() {
+    let tmp = tempfile::tempdir().unwrap();
+    let pool = CommitPool::new(2).unwrap();
+    let peers: Peers = Arc::default();
+    peers.lock().unwrap().extend([None, None, None]);
+    let mut members: Vec<Option<ClusterStreams>> = (1..=3)
+        .map(|id| Some(member(id, tmp.path(), &peers, &pool)))
+        .collect();
+    let aligner = spawn_aligner(&members);
+    let leader = testkit::leader(&peers, METADATA_GROUP);
+    let l = at(&members, leader);
+    l.commit(&MetadataOp::CreateStream {
+        id: 1,
+        name: "short-lived".into(),
+        created_at: 1,
+        options: vec![],
+    })
+    .await
+    .unwrap();
+    l.commit(&MetadataOp::CreateTopic {
+        stream_id: 1,
+        id: 1,
+        name: "expiring".into(),
+        created_at: 2,
+        partitions: 1,
+        config: TopicConfig {
+            // Everything older than 1 µs has expired: every sealed segment may go.
+            message_expiry: Some(1),
+            ..TopicConfig::default()
+        },
+        explicit_options: vec![],
+        derived_options: vec![],
+    })
+    .await
+    .unwrap();
+    // Enough batches to seal several 16 KiB segments of the partition's Raft log.
+    let big = |n: u32| StampWith {
+        count: 1,
+        stamp: move |_: &eddy_stream_store::Stamp| Bytes::from(vec![b'x'; 4_000 + n as usize]),
+    };
+    for n in 0..30u32 {
+        append_to(&members, big(n)).await;
+    }
+    // Maintenance deletes the expired sealed segments on every member: the first offset
+    // moves past 0 and the oldest files go; what is left stays contiguous.
+    for m in members.iter().flatten() {
+        testkit::eventually(
+            || {
+                m.partition_stats(P0)
+                    .is_some_and(|s| s.first_offset > 0 && s.next_offset == 30)
+            },
+            || format!("figures {:?}", m.partition_stats(P0)),
+        );
+        let polled = m
+            .poll(P0, None, PollStrategy::First, 100, u64::MAX)
+            .unwrap();
+        let first = m.partition_stats(P0).unwrap().first_offset;
+        assert!(polled.batches[0].base_offset >= first);
+    }
+    // A member restarts: it resumes from its recorded boundary.
+    let id = (1..=3).find(|&i| i != leader).unwrap();
+    let idx = usize::try_from(id - 1).unwrap();
+    let before = at(&members, id).partition_stats(P0).unwrap().first_offset;
+    members[idx].take().unwrap().runner().stop();
+    peers.lock().unwrap()[idx] = None;
+    members[idx] = Some(member(id, tmp.path(), &peers, &pool));
+    let back = at(&members, id);
+    testkit::eventually(
+        || {
+            back.partition_stats(P0)
+                .is_some_and(|s| s.next_offset == 30 && s.first_offset >= before)
+        },
+        || format!("after restart {:?}", back.partition_stats(P0)),
+    );
+    aligner.abort();
+    for m in members.iter().flatten() {
+        m.runner().stop();
+    }
+}
