@@ -9,22 +9,22 @@ use std::time::{Duration, Instant};
 
 use bytes::Bytes;
 use eddy_consensus::logstore::{RaftLog, Replicated};
-use eddy_consensus::{GroupId, Node, NodeConfig, NodeId, ProposeError, Role, Runner};
+use eddy_consensus::{GroupId, NodeId, ProposeError, Runner};
 use eddy_log::{Cache, CommitPool, FsBackend, LogConfig, StorageBackend};
 use eddy_stream_store::replicated::{ApplyOutcome, PartitionEntry};
 use eddy_stream_store::{PartitionAddr, PollStrategy};
 
 use super::{PartitionGroup, PartitionMachine};
+use crate::cluster::testkit;
 
 const G: GroupId = GroupId(7);
-const TICK: Duration = Duration::from_millis(20);
 const ADDR: PartitionAddr = PartitionAddr {
     stream_id: 1,
     topic_id: 1,
     partition_id: 1,
 };
 
-type Peers = Arc<Mutex<Vec<Option<Runner<ApplyOutcome>>>>>;
+type Peers = testkit::Peers<ApplyOutcome>;
 
 struct Member {
     runner: Runner<ApplyOutcome>,
@@ -47,20 +47,7 @@ fn open_member(id: NodeId, root: &Path, peers: &Peers, pool: &CommitPool) -> Mem
     let (machine, group) =
         PartitionMachine::open(ADDR, raft_log.log().clone(), backend, raft_log.dir()).unwrap();
     let store = Replicated::open(raft_log, machine).unwrap();
-    let out = Arc::clone(peers);
-    let runner = Runner::spawn(
-        &format!("raft-{id}"),
-        |wake| Node::new(NodeConfig::new(id, vec![1, 2, 3]), wake),
-        TICK,
-        Box::new(move |to, batch| {
-            let target = out.lock().unwrap()[usize::try_from(to - 1).unwrap()].clone();
-            if let Some(r) = target {
-                r.receive(id, batch);
-            }
-        }),
-        Box::new(|_| {}),
-    )
-    .unwrap();
+    let runner = testkit::spawn(id, 3, peers, false);
     let (tx, rx) = mpsc::channel();
     runner.add_group(
         G,
@@ -72,23 +59,7 @@ fn open_member(id: NodeId, root: &Path, peers: &Peers, pool: &CommitPool) -> Mem
 }
 
 fn leader(peers: &Peers) -> NodeId {
-    let deadline = Instant::now() + Duration::from_secs(10);
-    while Instant::now() < deadline {
-        let runners = peers.lock().unwrap().clone();
-        let leaders: Vec<NodeId> = runners
-            .iter()
-            .enumerate()
-            .filter_map(|(i, r)| {
-                let v = r.as_ref()?.view().get(G)?;
-                (v.role == Role::Leader).then_some(i as u64 + 1)
-            })
-            .collect();
-        if leaders.len() == 1 {
-            return leaders[0];
-        }
-        std::thread::sleep(Duration::from_millis(10));
-    }
-    panic!("no single leader");
+    testkit::leader(peers, G)
 }
 
 /// Stamps `body` as the next batch of `count` messages on the leader and proposes it; returns

@@ -219,6 +219,40 @@ async fn producers_consumers_and_a_lost_leader_on_the_replicated_request_path() 
     }
 }
 
+/// Everything older than 1 µs has expired: every sealed segment may go.
+fn expiring() -> TopicConfig {
+    TopicConfig {
+        message_expiry: Some(1),
+        ..TopicConfig::default()
+    }
+}
+
+/// Creates stream 1 and its topic 1 (one partition, `config`) through the metadata leader.
+async fn create_topic(leader: &ClusterStreams, config: TopicConfig) {
+    leader
+        .commit(&MetadataOp::CreateStream {
+            id: 1,
+            name: "s".into(),
+            created_at: 1,
+            options: vec![],
+        })
+        .await
+        .unwrap();
+    leader
+        .commit(&MetadataOp::CreateTopic {
+            stream_id: 1,
+            id: 1,
+            name: "t".into(),
+            created_at: 2,
+            partitions: 1,
+            config,
+            explicit_options: vec![],
+            derived_options: vec![],
+        })
+        .await
+        .unwrap();
+}
+
 /// Aligns every member's leaderships every 100 ms, as each server's maintenance does.
 fn spawn_aligner(members: &[Option<ClusterStreams>]) -> tokio::task::JoinHandle<()> {
     let aligning: Vec<ClusterStreams> = members.iter().flatten().cloned().collect();
@@ -264,26 +298,7 @@ async fn with_an_encryption_key_no_message_is_readable_in_any_members_files() {
     let aligner = spawn_aligner(&members);
     let leader = testkit::leader(&peers, METADATA_GROUP);
     let l = at(&members, leader);
-    l.commit(&MetadataOp::CreateStream {
-        id: 1,
-        name: "vault".into(),
-        created_at: 1,
-        options: vec![],
-    })
-    .await
-    .unwrap();
-    l.commit(&MetadataOp::CreateTopic {
-        stream_id: 1,
-        id: 1,
-        name: "secrets".into(),
-        created_at: 2,
-        partitions: 1,
-        config: TopicConfig::default(),
-        explicit_options: vec![],
-        derived_options: vec![],
-    })
-    .await
-    .unwrap();
+    create_topic(l, TopicConfig::default()).await;
     for n in 0..5u32 {
         let body = StampWith {
             count: 1,
@@ -355,30 +370,7 @@ async fn retention_deletes_expired_segments_on_every_member_and_survives_a_resta
     let aligner = spawn_aligner(&members);
     let leader = testkit::leader(&peers, METADATA_GROUP);
     let l = at(&members, leader);
-    l.commit(&MetadataOp::CreateStream {
-        id: 1,
-        name: "short-lived".into(),
-        created_at: 1,
-        options: vec![],
-    })
-    .await
-    .unwrap();
-    l.commit(&MetadataOp::CreateTopic {
-        stream_id: 1,
-        id: 1,
-        name: "expiring".into(),
-        created_at: 2,
-        partitions: 1,
-        config: TopicConfig {
-            // Everything older than 1 µs has expired: every sealed segment may go.
-            message_expiry: Some(1),
-            ..TopicConfig::default()
-        },
-        explicit_options: vec![],
-        derived_options: vec![],
-    })
-    .await
-    .unwrap();
+    create_topic(l, expiring()).await;
     // Enough batches to seal several 16 KiB segments of the partition's Raft log.
     let big = |n: u32| StampWith {
         count: 1,
