@@ -13,7 +13,7 @@ use crate::error::{Corruption, IoOp, LogError, Result};
 use crate::file::{OpenMode, StorageBackend};
 use crate::format::{
     index_file_name, parse_file_name, segment_file_name, IndexEntry, IndexKind, INDEX_ENTRY_LEN,
-    INDEX_HEADER_LEN, SEGMENT_HEADER_LEN,
+    INDEX_HEADER_LEN,
 };
 use crate::pool::CommitPool;
 
@@ -187,16 +187,7 @@ impl Log {
             let (file, _) = create_segment(&*backend, &dir, base)
                 .map_err(|e| LogError::io(IoOp::Open, dir.join(segment_file_name(base)), e))?;
             recovered.push(Recovered {
-                state: SegmentState {
-                    base,
-                    end: base,
-                    len: SEGMENT_HEADER_LEN as u64,
-                    records: 0,
-                    first_ts: None,
-                    max_ts: None,
-                    sealed: false,
-                    owner: 0,
-                },
+                state: SegmentState::empty(base, 0),
                 file,
                 index: Vec::new(),
             });

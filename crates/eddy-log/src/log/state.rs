@@ -17,7 +17,7 @@ use crate::cache::Cache;
 use crate::completion::Completer;
 use crate::error::LogError;
 use crate::file::{StorageBackend, StorageFile};
-use crate::format::{IndexEntry, RecordHeader};
+use crate::format::{IndexEntry, RecordHeader, SEGMENT_HEADER_LEN};
 use crate::pool::{CommitStats, PoolShared};
 use crate::sync::lock;
 
@@ -76,6 +76,26 @@ pub(super) struct ActiveSegment {
     pub(super) has_records: bool,
 }
 
+impl ActiveSegment {
+    /// A new, empty active segment at `base` on freshly created files.
+    pub(super) fn fresh(
+        base: u64,
+        file: Arc<dyn StorageFile>,
+        index_file: Arc<dyn StorageFile>,
+    ) -> Self {
+        ActiveSegment {
+            base,
+            file,
+            index_file: Some(index_file),
+            len: SEGMENT_HEADER_LEN as u64,
+            synced_len: SEGMENT_HEADER_LEN as u64,
+            last_index_pos: None,
+            index_written: 0,
+            has_records: false,
+        }
+    }
+}
+
 pub(super) struct Writer {
     pub(super) active: ActiveSegment,
     pub(super) next_seq: u64,
@@ -105,6 +125,22 @@ pub(super) struct SegmentState {
 }
 
 impl SegmentState {
+    /// The view of an empty, unsealed segment at `base` owned by `owner` (a fresh identity
+    /// for every segment made after open: a truncation or purge may have removed a segment
+    /// with this base that a rewrite still works on, see `Log::rewrite_sealed`).
+    pub(super) fn empty(base: u64, owner: u64) -> Self {
+        SegmentState {
+            base,
+            end: base,
+            len: SEGMENT_HEADER_LEN as u64,
+            records: 0,
+            first_ts: None,
+            max_ts: None,
+            sealed: false,
+            owner,
+        }
+    }
+
     pub(super) fn summary(&self) -> SegmentSummary {
         SegmentSummary {
             base: self.base,

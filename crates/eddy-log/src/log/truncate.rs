@@ -502,16 +502,7 @@ impl LogInner {
         // Until the intent is gone the next open would cut again, dropping what is appended
         // from now on: failing to remove it fail-stops the log.
         remove_intent(backend, &self.dir).map_err(fatal)?;
-        writer.active = ActiveSegment {
-            base: seq,
-            file: Arc::clone(&file),
-            index_file: Some(index_file),
-            len: SEGMENT_HEADER_LEN as u64,
-            synced_len: SEGMENT_HEADER_LEN as u64,
-            last_index_pos: None,
-            index_written: 0,
-            has_records: false,
-        };
+        writer.active = ActiveSegment::fresh(seq, Arc::clone(&file), index_file);
         writer.next_seq = seq;
         writer.unsynced_records = 0;
         writer.unsynced_bytes = 0;
@@ -536,18 +527,8 @@ impl LogInner {
                 seg.owner = owner;
             }
         }
-        view.segments.push_back(SegmentState {
-            base: seq,
-            end: seq,
-            len: SEGMENT_HEADER_LEN as u64,
-            records: 0,
-            first_ts: None,
-            max_ts: None,
-            sealed: false,
-            // A fresh identity: a rewrite of a removed segment with this base must not take
-            // it for its own (see `Log::rewrite_sealed`).
-            owner: next_owner_id(),
-        });
+        view.segments
+            .push_back(SegmentState::empty(seq, next_owner_id()));
         view.active_file = file;
         view.active_index = Vec::new();
         drop(view);

@@ -12,7 +12,6 @@ use crate::cache::{next_owner_id, SealedSegment};
 use crate::error::{IoOp, LogError};
 use crate::format::{
     parse_file_name, IndexEntry, IndexKind, INDEX_ENTRY_LEN, INDEX_HEADER_LEN, RECORD_HEADER_LEN,
-    SEGMENT_HEADER_LEN,
 };
 use crate::pool::Job;
 use crate::sync::{lock, read_lock};
@@ -524,16 +523,7 @@ impl LogInner {
         };
         let old = std::mem::replace(
             &mut writer.active,
-            ActiveSegment {
-                base,
-                file: Arc::clone(&file),
-                index_file: Some(index_file),
-                len: SEGMENT_HEADER_LEN as u64,
-                synced_len: SEGMENT_HEADER_LEN as u64,
-                last_index_pos: None,
-                index_written: 0,
-                has_records: false,
-            },
+            ActiveSegment::fresh(base, Arc::clone(&file), index_file),
         );
         let (max_ts, old_owner, old_index) = {
             let view = lock(&self.view);
@@ -560,18 +550,8 @@ impl LogInner {
             if let Some(seg) = view.segments.back_mut() {
                 seg.sealed = true;
             }
-            view.segments.push_back(SegmentState {
-                base,
-                end: base,
-                len: SEGMENT_HEADER_LEN as u64,
-                records: 0,
-                first_ts: None,
-                max_ts: None,
-                sealed: false,
-                // A fresh identity: a truncation may have removed a segment with this base
-                // that a rewrite still works on (see `Log::rewrite_sealed`).
-                owner: next_owner_id(),
-            });
+            view.segments
+                .push_back(SegmentState::empty(base, next_owner_id()));
             view.active_file = file;
             view.active_index = Vec::new();
         }
@@ -620,33 +600,14 @@ impl LogInner {
             Err(e) if is_no_space(&e) => return Err(WriteFailure::NoSpace(Arc::new(e))),
             Err(e) => return Err(WriteFailure::Fatal(Arc::new(e))),
         };
-        writer.active = ActiveSegment {
-            base,
-            file: Arc::clone(&file),
-            index_file: Some(index_file),
-            len: SEGMENT_HEADER_LEN as u64,
-            synced_len: SEGMENT_HEADER_LEN as u64,
-            last_index_pos: None,
-            index_written: 0,
-            has_records: false,
-        };
+        writer.active = ActiveSegment::fresh(base, Arc::clone(&file), index_file);
         writer.next_seq = base;
         writer.unsynced_bytes = 0;
         writer.unsynced_records = 0;
         let mut view = lock(&self.view);
         view.segments.clear();
-        view.segments.push_back(SegmentState {
-            base,
-            end: base,
-            len: SEGMENT_HEADER_LEN as u64,
-            records: 0,
-            first_ts: None,
-            max_ts: None,
-            sealed: false,
-            // A fresh identity: a rewrite of a removed segment with this base must not take
-            // it for its own (see `Log::rewrite_sealed`).
-            owner: next_owner_id(),
-        });
+        view.segments
+            .push_back(SegmentState::empty(base, next_owner_id()));
         view.active_file = file;
         view.active_index = Vec::new();
         Ok(())
