@@ -99,18 +99,23 @@ impl Log {
         // Under the swap lock the files behind the segment's names are the ones the view
         // describes: no rewrite can rename a new version in while we open them.
         let _swap = read_lock(&inner.swap);
-        let current = lock(&inner.view)
-            .segments
-            .iter()
-            .any(|s| s.base == base && s.owner == owner);
-        if !current {
+        let current = || {
+            lock(&inner.view)
+                .segments
+                .iter()
+                .any(|s| s.base == base && s.owner == owner)
+        };
+        if !current() {
             return Ok(None);
         }
         let path = inner.dir.join(segment_file_name(base));
-        let file = inner
-            .backend
-            .open(&path, OpenMode::Existing)
-            .map_err(|e| LogError::io(IoOp::Open, &path, e))?;
+        let file = match inner.backend.open(&path, OpenMode::Existing) {
+            Ok(file) => file,
+            // Retention deletes a segment (view first, then files) without the swap lock: one
+            // that left the view between the check and the open is gone, not damaged.
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound && !current() => return Ok(None),
+            Err(e) => return Err(LogError::io(IoOp::Open, &path, e)),
+        };
         let len = file.len().map_err(|e| LogError::io(IoOp::Len, &path, e))?;
         let index = load_index(
             &*inner.backend,
