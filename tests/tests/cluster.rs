@@ -5,62 +5,17 @@
 //! peers, the two of them then carry the cluster, and every acknowledged batch is there
 //! exactly once, in order, at contiguous offsets.
 
+mod cluster_support;
 mod stream_support;
 
 use std::collections::BTreeMap;
 use std::net::SocketAddr;
 use std::time::{Duration, Instant};
 
-use eddy_tests::{free_port, http_get, metric_value, server_bin, Eddy, Options};
+use cluster_support::{start_cluster, Node};
+use eddy_tests::{http_get, metric_value};
 use iggy::prelude::*;
 use stream_support::id;
-
-struct Node {
-    eddy: Eddy,
-    stream: SocketAddr,
-}
-
-fn start_cluster(size: u8) -> Vec<Node> {
-    // Distinct hosts, so each node's ports can be the same numbers; the ports are still
-    // chosen free on 127.0.0.1 to avoid clashes with other tests.
-    let ports: Vec<(u16, u16, u16, u16)> = (0..size)
-        .map(|_| (free_port(), free_port(), free_port(), free_port()))
-        .collect();
-    let host = |i: u8| format!("127.0.0.{}", i + 1);
-    (0..size)
-        .map(|i| {
-            let (stream, client, http, replication) = ports[usize::from(i)];
-            let mut args = vec![
-                "--host".to_owned(),
-                host(i),
-                "--stream-port".to_owned(),
-                stream.to_string(),
-                "--client-port".to_owned(),
-                client.to_string(),
-                "--http-port".to_owned(),
-                http.to_string(),
-                "--replication-port".to_owned(),
-                replication.to_string(),
-                "--node-id".to_owned(),
-                (i + 1).to_string(),
-            ];
-            for j in (0..size).filter(|&j| j != i) {
-                args.push("--peer".to_owned());
-                args.push(format!("{}={}:{}", j + 1, host(j), ports[usize::from(j)].3));
-            }
-            let eddy = Eddy::start_with(
-                server_bin!(),
-                Options {
-                    args,
-                    keep_ports: true,
-                    ..Options::default()
-                },
-            );
-            let stream = eddy.addrs().stream;
-            Node { eddy, stream }
-        })
-        .collect()
-}
 
 /// An SDK client logged in as root through `addr` (the SDK moves to the leader it finds),
 /// retried until the cluster has elected a leader and created the root user.
@@ -218,24 +173,6 @@ async fn three_nodes_lose_their_leader_without_losing_an_acknowledged_batch() {
     }
     roles.sort();
     assert_eq!(roles, ["follower", "follower", "leader"]);
-    // The event store is not replicated yet: a member refuses event writes (WRITE_NOT_LEADER)
-    // rather than acknowledge what one machine holds.
-    let mut events = celeriant_client_tokio::CeleriantClient::connect(
-        &nodes[0].as_ref().unwrap().eddy.addrs().client.to_string(),
-    )
-    .await
-    .expect("event client connects");
-    let event = celeriant_client_tokio::json_event(1, &serde_json::json!({"n": 1})).unwrap();
-    let refused = events
-        .write_events(
-            celeriant_wal::aggregate_key::AggregateKey::new(1, 1, 1),
-            vec![event],
-            7,
-        )
-        .await
-        .expect_err("event writes are refused in a cluster");
-    assert!(format!("{refused:?}").contains("NotLeader"), "{refused:?}");
-
     let mut acked: Vec<String> = Vec::new();
     let mut attempt = 0u32;
     for n in 0..10 {

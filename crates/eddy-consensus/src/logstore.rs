@@ -225,7 +225,7 @@ impl RaftLog {
     }
 
     /// The last entry the log holds (acknowledged), or the snapshot boundary.
-    fn last_index(&self) -> u64 {
+    pub fn last_index(&self) -> u64 {
         self.log
             .bounds()
             .next
@@ -234,7 +234,10 @@ impl RaftLog {
     }
 
     /// The term of `index`, when the log holds it (the boundary's term for the boundary).
-    fn term(&self, index: u64) -> Result<u64, StoreError> {
+    ///
+    /// # Errors
+    /// `index` compacted away or not in the log.
+    pub fn term(&self, index: u64) -> Result<u64, StoreError> {
         if index == self.snap.index {
             return Ok(self.snap.term);
         }

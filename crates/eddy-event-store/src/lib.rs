@@ -185,6 +185,7 @@ pub mod index;
 mod memtable;
 pub mod placement;
 pub(crate) mod record;
+pub mod replicated;
 pub mod schema;
 mod shard;
 pub(crate) mod state;

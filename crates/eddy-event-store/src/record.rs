@@ -37,6 +37,12 @@ pub const COMPACTED_TIP_LEN: usize = 32;
 pub const ELIDED_FLAG: u8 = 0x80;
 /// Bytes of the common payload header.
 pub const RECORD_HEADER_LEN: usize = 72;
+/// Bit of the header's flags (its two bytes after the kind) marking a record applied from a
+/// replicated group's log: the entry's index follows the header (after the compacted tip,
+/// when there is one) as 8 bytes. A restart resumes the group after the last one.
+pub const FLAG_REPLICATED: u16 = 1;
+/// Bytes of a replicated record's entry index.
+pub const REPLICATED_INDEX_LEN: usize = 8;
 /// Bytes of a write part's header (before its stored event bytes).
 pub const WRITE_PART_HEADER_LEN: usize = 48 + 8 + 8 + 1 + 4 + 8 * 4 + 1 + 4 + 4;
 /// Bytes of one encoded event before its value.
@@ -71,7 +77,7 @@ pub enum Compression {
 }
 
 impl Compression {
-    fn code(self) -> u8 {
+    pub(crate) fn code(self) -> u8 {
         match self {
             Compression::None => 0,
             Compression::ZstdDict => 1,
@@ -79,7 +85,7 @@ impl Compression {
         }
     }
 
-    fn from_code(code: u8) -> Result<Self, Corruption> {
+    pub(crate) fn from_code(code: u8) -> Result<Self, Corruption> {
         match code {
             0 => Ok(Compression::None),
             1 => Ok(Compression::ZstdDict),
@@ -212,6 +218,9 @@ pub struct EventRecord {
     /// Set on a record rewritten by compaction: the shard's chain tip after this record as it
     /// was originally written (its elided bytes can no longer be hashed).
     pub compacted_tip: Option<[u8; 32]>,
+    /// In a cluster: the index of the replicated log entry this record was applied from
+    /// (the same on every member, so part of the chain).
+    pub raft_index: Option<u64>,
 }
 
 impl EventRecord {
@@ -238,13 +247,13 @@ pub fn chain_tip(seq: u64, payload: &[u8]) -> [u8; 32] {
 // ------------------------------------------------------------------------------------------------
 // Encoding.
 
-fn put_key(out: &mut BytesMut, key: &AggregateKey) {
+pub(crate) fn put_key(out: &mut BytesMut, key: &AggregateKey) {
     out.put_u128_le(key.org_id);
     out.put_u128_le(key.aggregate_type_id);
     out.put_u128_le(key.aggregate_id);
 }
 
-fn put_opt_u128(out: &mut BytesMut, v: Option<u128>) {
+pub(crate) fn put_opt_u128(out: &mut BytesMut, v: Option<u128>) {
     out.put_u8(u8::from(v.is_some()));
     out.put_u128_le(v.unwrap_or(0));
 }
@@ -259,6 +268,9 @@ pub fn encode_record(record: &EventRecord) -> Bytes {
     let mut size = RECORD_HEADER_LEN;
     if record.compacted_tip.is_some() {
         size += COMPACTED_TIP_LEN;
+    }
+    if record.raft_index.is_some() {
+        size += REPLICATED_INDEX_LEN;
     }
     match &record.body {
         RecordBody::Write(parts) => {
@@ -284,13 +296,20 @@ pub fn encode_record(record: &EventRecord) -> Bytes {
         RecordBody::Delete(_) => 3,
         RecordBody::Schema { .. } => 4,
     });
-    out.put_u16_le(0);
+    out.put_u16_le(if record.raft_index.is_some() {
+        FLAG_REPLICATED
+    } else {
+        0
+    });
     out.put_u128_le(record.client_id);
     put_opt_u128(&mut out, record.user_id);
     out.put_slice(&[0u8; 3]);
     debug_assert_eq!(out.len(), RECORD_HEADER_LEN);
     if let Some(tip) = &record.compacted_tip {
         out.put_slice(tip);
+    }
+    if let Some(index) = record.raft_index {
+        out.put_u64_le(index);
     }
     match &record.body {
         RecordBody::Write(parts) => {
@@ -561,13 +580,22 @@ pub fn decode_events_raw(
 // ------------------------------------------------------------------------------------------------
 // Decoding.
 
-struct Reader<'a> {
+pub(crate) struct Reader<'a> {
     bytes: &'a Bytes,
     pos: usize,
 }
 
-impl Reader<'_> {
-    fn take(&mut self, n: usize) -> Result<Bytes, Corruption> {
+impl<'a> Reader<'a> {
+    pub(crate) fn new(bytes: &'a Bytes) -> Self {
+        Reader { bytes, pos: 0 }
+    }
+
+    /// Whether every byte was read.
+    pub(crate) fn done(&self) -> bool {
+        self.pos == self.bytes.len()
+    }
+
+    pub(crate) fn take(&mut self, n: usize) -> Result<Bytes, Corruption> {
         if self.bytes.len() - self.pos < n {
             return Err(Corruption::Truncated);
         }
@@ -576,7 +604,7 @@ impl Reader<'_> {
         Ok(out)
     }
 
-    fn array<const N: usize>(&mut self) -> Result<[u8; N], Corruption> {
+    pub(crate) fn array<const N: usize>(&mut self) -> Result<[u8; N], Corruption> {
         if self.bytes.len() - self.pos < N {
             return Err(Corruption::Truncated);
         }
@@ -586,11 +614,11 @@ impl Reader<'_> {
         Ok(out)
     }
 
-    fn u8(&mut self) -> Result<u8, Corruption> {
+    pub(crate) fn u8(&mut self) -> Result<u8, Corruption> {
         Ok(self.array::<1>()?[0])
     }
 
-    fn flag(&mut self) -> Result<bool, Corruption> {
+    pub(crate) fn flag(&mut self) -> Result<bool, Corruption> {
         match self.u8()? {
             0 => Ok(false),
             1 => Ok(true),
@@ -598,19 +626,19 @@ impl Reader<'_> {
         }
     }
 
-    fn u32(&mut self) -> Result<u32, Corruption> {
+    pub(crate) fn u32(&mut self) -> Result<u32, Corruption> {
         Ok(u32::from_le_bytes(self.array()?))
     }
 
-    fn u64(&mut self) -> Result<u64, Corruption> {
+    pub(crate) fn u64(&mut self) -> Result<u64, Corruption> {
         Ok(u64::from_le_bytes(self.array()?))
     }
 
-    fn u128(&mut self) -> Result<u128, Corruption> {
+    pub(crate) fn u128(&mut self) -> Result<u128, Corruption> {
         Ok(u128::from_le_bytes(self.array()?))
     }
 
-    fn opt_u128(&mut self) -> Result<Option<u128>, Corruption> {
+    pub(crate) fn opt_u128(&mut self) -> Result<Option<u128>, Corruption> {
         let some = self.flag()?;
         let v = self.u128()?;
         if !some && v != 0 {
@@ -619,7 +647,7 @@ impl Reader<'_> {
         Ok(some.then_some(v))
     }
 
-    fn key(&mut self) -> Result<AggregateKey, Corruption> {
+    pub(crate) fn key(&mut self) -> Result<AggregateKey, Corruption> {
         Ok(AggregateKey {
             org_id: self.u128()?,
             aggregate_type_id: self.u128()?,
@@ -627,7 +655,7 @@ impl Reader<'_> {
         })
     }
 
-    fn count(&mut self, per_item: usize) -> Result<usize, Corruption> {
+    pub(crate) fn count(&mut self, per_item: usize) -> Result<usize, Corruption> {
         let n = self.u32()? as usize;
         if n == 0 || n > MAX_PARTS || n.saturating_mul(per_item) > self.bytes.len() - self.pos {
             return Err(Corruption::BadHeaderField("part count"));
@@ -659,8 +687,9 @@ pub fn decode_record(tag: u32, payload: &Bytes) -> Result<EventRecord, Corruptio
     if expected_tag != tag {
         return Err(Corruption::BadHeaderField("record kind disagrees with tag"));
     }
-    if r.array::<2>()? != [0, 0] {
-        return Err(Corruption::BadHeaderField("reserved"));
+    let flags = u16::from_le_bytes(r.array::<2>()?);
+    if flags & !FLAG_REPLICATED != 0 {
+        return Err(Corruption::BadHeaderField("record flags"));
     }
     let client_id = r.u128()?;
     let user_id = r.opt_u128()?;
@@ -674,6 +703,11 @@ pub fn decode_record(tag: u32, payload: &Bytes) -> Result<EventRecord, Corruptio
             return Err(Corruption::BadHeaderField("compacted record kind"));
         }
         Some(r.array::<COMPACTED_TIP_LEN>()?)
+    } else {
+        None
+    };
+    let raft_index = if flags & FLAG_REPLICATED != 0 {
+        Some(r.u64()?)
     } else {
         None
     };
@@ -804,5 +838,6 @@ pub fn decode_record(tag: u32, payload: &Bytes) -> Result<EventRecord, Corruptio
         user_id,
         body,
         compacted_tip,
+        raft_index,
     })
 }

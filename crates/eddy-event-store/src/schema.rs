@@ -381,6 +381,12 @@ impl Schemas {
         })
     }
 
+    /// Drops what the cache knows of `key` (a registration applied from a replicated log: the
+    /// stored schema is compiled at its next use).
+    pub(crate) fn forget(&self, key: &SchemaKey) {
+        write_lock(&self.cache).remove(key);
+    }
+
     /// Records a compiled schema (after a registration committed, or a stored one compiled).
     pub(crate) fn insert(&self, key: SchemaKey, entry: Entry) {
         let mut cache = write_lock(&self.cache);

@@ -532,9 +532,11 @@ impl Server {
                     client: addrs.client,
                     http: addrs.http,
                 },
+                events.store(),
             )
             .await?;
             stream_state = stream_state.with_cluster(member.streams.clone());
+            events.set_cluster(member.events.clone());
             let member = Arc::new(member);
             let probed = Arc::clone(&member);
             health.set_role_probe(Arc::new(move || probed.health_role()));

@@ -35,7 +35,7 @@ use crate::error::{EventStoreError, Refusal, Result};
 use crate::index::Index;
 use crate::record::{
     chain_tip, encode_record, DeletePart, EncodedEvents, EventCodec, EventRecord, RecordBody,
-    WritePart, RECORD_HEADER_LEN, WRITE_PART_HEADER_LEN,
+    WritePart, RECORD_HEADER_LEN, REPLICATED_INDEX_LEN, WRITE_PART_HEADER_LEN,
 };
 use crate::state::{
     agg_key_bytes, decode_schema, derive_update, key_schema, mark_key_bytes, AggState, Mark,
@@ -76,6 +76,8 @@ struct RecordHeading {
     client_id: u128,
     user_id: Option<u128>,
     now: u64,
+    /// The replicated log entry the record is applied from (a cluster member).
+    raft_index: Option<u64>,
 }
 
 /// The write-ahead state of an aggregate a record names, as its validation saw it.
@@ -209,11 +211,15 @@ impl Shard {
         priors: &[Prior],
         generation: u64,
     ) -> Option<Result<Completion<RecordMeta>>> {
-        if let Some(source) = self.index.flush_backlog() {
-            return Some(Err(EventStoreError::IndexBacklog {
-                shard: self.id,
-                source,
-            }));
+        // A replicated entry is applied whatever the index's backlog: every member must
+        // take the same entries (the group's own flow control bounds what is in flight).
+        if header.raft_index.is_none() {
+            if let Some(source) = self.index.flush_backlog() {
+                return Some(Err(EventStoreError::IndexBacklog {
+                    shard: self.id,
+                    source,
+                }));
+            }
         }
         let tag = body.tag();
         let reservation = match self.log.reserve(1, tag, header.now) {
@@ -231,6 +237,7 @@ impl Shard {
             user_id: header.user_id,
             body,
             compacted_tip: None,
+            raft_index: header.raft_index,
         };
         let payload = encode_record(&record);
         let tip_after = chain_tip(assigned.seq, &payload);
@@ -289,8 +296,10 @@ impl Shard {
         user_id: Option<u128>,
         now: u64,
         parts: &[(AggregateWrite, EncodedEvents)],
+        raft_index: Option<u64>,
     ) -> Completion<WriteOutcome, EventStoreError> {
         let size = RECORD_HEADER_LEN
+            + raft_index.map_or(0, |_| REPLICATED_INDEX_LEN)
             + 4
             + parts
                 .iter()
@@ -358,6 +367,7 @@ impl Shard {
                 client_id,
                 user_id,
                 now,
+                raft_index,
             };
             match self.append(heading, body, &priors, generation) {
                 None => {}
@@ -378,7 +388,11 @@ impl Shard {
         }
     }
 
-    pub(crate) fn trim(&self, req: &TrimRequest) -> Completion<TrimOutcome, EventStoreError> {
+    pub(crate) fn trim(
+        &self,
+        req: &TrimRequest,
+        raft_index: Option<u64>,
+    ) -> Completion<TrimOutcome, EventStoreError> {
         let _admission = lock(&self.admission);
         loop {
             let generation = lock(&self.pending).generation;
@@ -427,6 +441,7 @@ impl Shard {
                 client_id: req.client_id,
                 user_id: req.user_id,
                 now: req.now,
+                raft_index,
             };
             match self.append(heading, body, &[prior], generation) {
                 None => {}
@@ -450,6 +465,7 @@ impl Shard {
         user_id: Option<u128>,
         now: u64,
         deletes: &[AggregateDelete],
+        raft_index: Option<u64>,
     ) -> Completion<DeleteOutcome, EventStoreError> {
         let _admission = lock(&self.admission);
         loop {
@@ -496,6 +512,7 @@ impl Shard {
                 client_id,
                 user_id,
                 now,
+                raft_index,
             };
             let body = RecordBody::Delete(parts);
             match self.append(heading, body, &priors, generation) {
@@ -518,6 +535,7 @@ impl Shard {
     pub(crate) fn register_schema(
         &self,
         reg: SchemaRegistration,
+        raft_index: Option<u64>,
     ) -> Completion<(), EventStoreError> {
         let _admission = lock(&self.admission);
         let exists = Refusal::SchemaExists {
@@ -544,6 +562,7 @@ impl Shard {
                 client_id: reg.client_id,
                 user_id: reg.user_id,
                 now: reg.now,
+                raft_index,
             };
             match self.append(heading, body, &[], generation) {
                 None => {}

@@ -25,12 +25,13 @@ use crate::compact::{self, CompactionPolicy, CompactionReport, PassMark, Segment
 use crate::error::{EventStoreError, Refusal, Result};
 use crate::index::Index;
 use crate::placement::Placement;
-use crate::record::{self, EventCodec, GENESIS_TIP};
+use crate::record::{self, EncodedEvents, EventCodec, GENESIS_TIP};
 use crate::schema::Schemas;
 use crate::shard::{FlushSignal, Shard};
 use crate::types::{
-    AggregateDetails, AggregateKey, DeleteOutcome, DeleteRequest, ReadPage, ReadQuery, SchemaKey,
-    SchemaRegistration, StoredSchema, TrimOutcome, TrimRequest, WriteOutcome, WriteRequest,
+    AggregateDetails, AggregateKey, AggregateWrite, DeleteOutcome, DeleteRequest, ReadPage,
+    ReadQuery, SchemaKey, SchemaRegistration, StoredSchema, TrimOutcome, TrimRequest, WriteOutcome,
+    WriteRequest,
 };
 use crate::watch::{self, SubscriptionId, WatchFilter, WatchSink};
 use flusher::{run_flusher, run_merger, Flusher};
@@ -340,25 +341,39 @@ impl EventStore {
     /// most [`VALIDATION_DEADLINE`](crate::schema::VALIDATION_DEADLINE) (2022 past it): when
     /// [`EventStore::needs_schema_work`] says so, an async caller makes this call from a
     /// thread that may block.
-    pub fn write(&self, request: WriteRequest) -> Completion<WriteOutcome, EventStoreError> {
-        let shard = match self.route(request.writes.iter().map(|w| &w.key)) {
-            Ok(s) => s,
-            Err(e) => return Completion::ready(Err(e)),
-        };
-        if let Err(e) = check_input(&request) {
-            return Completion::ready(Err(e.into()));
+    pub fn write(&self, mut request: WriteRequest) -> Completion<WriteOutcome, EventStoreError> {
+        match self.checked_parts(&mut request) {
+            Ok((shard, parts)) => self.shards[shard as usize].write(
+                request.client_id,
+                request.user_id,
+                request.now,
+                &parts,
+                None,
+            ),
+            Err(e) => Completion::ready(Err(e)),
         }
-        if let Err(e) = self.schemas.validate(&self.shards[0], &request) {
-            return Completion::ready(Err(e));
-        }
+    }
+
+    /// The checks of a write before its validation against the shard's state (routing to one
+    /// shard, input, schemas, limits) and the encoding of its events: the shard, and the
+    /// parts taken out of `request` (their `events` emptied, encoded beside each).
+    pub(crate) fn checked_parts(
+        &self,
+        request: &mut WriteRequest,
+    ) -> Result<(u32, Vec<(AggregateWrite, EncodedEvents)>)> {
+        let shard = self
+            .placement
+            .shard_of_keys(request.writes.iter().map(|w| &w.key))?;
+        check_input(request)?;
+        self.schemas.validate(&self.shards[0], request)?;
         for w in &request.writes {
             if w.events.len() > record::MAX_EVENTS_PER_BATCH as usize {
-                return Completion::ready(Err(Refusal::Limit {
+                return Err(Refusal::Limit {
                     what: "events in one batch",
                     value: w.events.len() as u64,
                     limit: u64::from(record::MAX_EVENTS_PER_BATCH),
                 }
-                .into()));
+                .into());
             }
             let raw: usize = w
                 .events
@@ -366,29 +381,42 @@ impl EventStore {
                 .map(|e| record::EVENT_HEADER_LEN + e.value.len())
                 .sum();
             if raw > record::MAX_BATCH_BYTES as usize {
-                return Completion::ready(Err(Refusal::Limit {
+                return Err(Refusal::Limit {
                     what: "batch bytes",
                     value: raw as u64,
                     limit: u64::from(record::MAX_BATCH_BYTES),
                 }
-                .into()));
+                .into());
             }
         }
         // Encode (and compress) outside every lock.
         let mut parts = Vec::with_capacity(request.writes.len());
-        for w in request.writes {
+        for mut w in std::mem::take(&mut request.writes) {
             match self.codec.encode_events(&w.events) {
-                Ok(e) => parts.push((w, e)),
+                Ok(e) => {
+                    w.events = Vec::new();
+                    parts.push((w, e));
+                }
                 Err(e) => {
-                    return Completion::ready(Err(EventStoreError::io(
+                    return Err(EventStoreError::io(
                         IoOp::Append,
-                        shard.log.dir(),
+                        self.shards[shard as usize].log.dir(),
                         e,
-                    )))
+                    ))
                 }
             }
         }
-        shard.write(request.client_id, request.user_id, request.now, &parts)
+        Ok((shard, parts))
+    }
+
+    /// The compiled-schema cache.
+    pub(crate) fn schemas(&self) -> &Schemas {
+        &self.schemas
+    }
+
+    /// The compiled-schema cache, shared (for a completion to update it).
+    pub(crate) fn schemas_handle(&self) -> Arc<Schemas> {
+        Arc::clone(&self.schemas)
     }
 
     /// Whether [`EventStore::write`] may have schema work to do for `request`: false when
@@ -403,7 +431,7 @@ impl EventStore {
     /// Raises the readable floor of an aggregate. At or below the floor: success, nothing
     /// written.
     pub fn trim(&self, request: TrimRequest) -> Completion<TrimOutcome, EventStoreError> {
-        self.home(&request.key).trim(&request)
+        self.home(&request.key).trim(&request, None)
     }
 
     /// Soft-deletes aggregates, atomically.
@@ -414,6 +442,7 @@ impl EventStore {
                 request.user_id,
                 request.now,
                 &request.deletes,
+                None,
             ),
             Err(e) => Completion::ready(Err(e)),
         }
@@ -459,7 +488,7 @@ impl EventStore {
         let key = registration.key;
         let schemas = Arc::clone(&self.schemas);
         self.shards[0]
-            .register_schema(registration)
+            .register_schema(registration, None)
             .map(move |done| {
                 if done.is_ok() {
                     schemas.insert(key, Some(Arc::new(compiled)));
@@ -570,7 +599,7 @@ impl Drop for EventStore {
 
 /// The input checks of a write, every part first (§4.3 step 4): events present, no event of
 /// type 0.
-fn check_input(request: &WriteRequest) -> std::result::Result<(), Refusal> {
+pub(crate) fn check_input(request: &WriteRequest) -> std::result::Result<(), Refusal> {
     for (part, w) in request.writes.iter().enumerate() {
         if w.events.is_empty() {
             return Err(Refusal::EmptyEvents { part });

@@ -949,6 +949,7 @@ fn record_codec_round_trips_and_rejects_every_prefix() {
             elided: None,
         }]),
         compacted_tip: None,
+        raft_index: None,
     };
     let bytes = encode_record(&record);
     let decoded = decode_record(record::TAG_WRITE, &bytes).unwrap();
@@ -1120,6 +1121,7 @@ fn compacted_records_round_trip_and_every_prefix_is_refused() {
             },
         ]),
         compacted_tip: None,
+        raft_index: None,
     };
     let payload = encode_record(&original);
     let tip = record::chain_tip(42, &payload);

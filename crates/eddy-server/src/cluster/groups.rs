@@ -38,12 +38,14 @@ pub fn partition_group_id(uid: u64) -> GroupId {
 }
 
 /// What a proposal to any of a node's groups yields.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug)]
 pub enum ClusterOutcome {
     /// A metadata entry's outcome.
     Metadata(MetadataApplied),
     /// A partition entry's outcome.
     Partition(ApplyOutcome),
+    /// An event shard entry's outcome.
+    Event(super::events::EventApplied),
 }
 
 /// A state machine whose outcome is wrapped into [`ClusterOutcome`], so groups of every kind
@@ -345,29 +347,7 @@ impl PartitionGroups {
             .into_iter()
             .map(|(_, uid)| partition_group_id(uid))
             .collect();
-        runner.with(move |node| {
-            let Some(target) = node.leader(METADATA_GROUP) else {
-                return;
-            };
-            if target == node.id() {
-                // A group without a leader (its members were created after this node's first
-                // campaign for it reached them) gets one here at once instead of after an
-                // election timeout.
-                for gid in gids {
-                    if node.leader(gid).is_none()
-                        && node.role(gid) == Some(eddy_consensus::Role::Follower)
-                    {
-                        node.campaign(gid);
-                    }
-                }
-                return;
-            }
-            for gid in gids {
-                if node.role(gid) == Some(eddy_consensus::Role::Leader) {
-                    node.transfer_leader(gid, target);
-                }
-            }
-        });
+        align_to_metadata_leader(runner, gids);
     }
 
     /// Proposes again the purges the metadata holds and a partition this node leads has not
@@ -423,6 +403,35 @@ impl PartitionGroups {
         };
         runner.propose(partition_group_id(uid), entry, Box::new(move |_| {}));
     }
+}
+
+/// Moves the leaderships of `gids` this node holds to the metadata group's leader, and has
+/// that leader campaign at once for those without a leader (see
+/// [`PartitionGroups::align_leaders`]).
+pub fn align_to_metadata_leader(runner: &Runner<ClusterOutcome>, gids: Vec<GroupId>) {
+    runner.with(move |node| {
+        let Some(target) = node.leader(METADATA_GROUP) else {
+            return;
+        };
+        if target == node.id() {
+            // A group without a leader (its members were created after this node's first
+            // campaign for it reached them) gets one here at once instead of after an
+            // election timeout.
+            for gid in gids {
+                if node.leader(gid).is_none()
+                    && node.role(gid) == Some(eddy_consensus::Role::Follower)
+                {
+                    node.campaign(gid);
+                }
+            }
+            return;
+        }
+        for gid in gids {
+            if node.role(gid) == Some(eddy_consensus::Role::Leader) {
+                node.transfer_leader(gid, target);
+            }
+        }
+    });
 }
 
 impl EffectSink for PartitionGroups {

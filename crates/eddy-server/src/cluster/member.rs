@@ -16,7 +16,11 @@ use eddy_log::{Cache, CommitPool, FsBackend, LogConfig, StorageBackend};
 use tokio::net::TcpListener;
 use tokio_util::sync::CancellationToken;
 
-use super::groups::{AsCluster, ClusterOutcome, GroupStorage, PartitionGroups, METADATA_GROUP};
+use super::events::{event_group_id, open_shard_group, ClusterEvents};
+use super::groups::{
+    align_to_metadata_leader, AsCluster, ClusterOutcome, GroupStorage, PartitionGroups,
+    METADATA_GROUP,
+};
 use super::metadata::MetadataMachine;
 use super::streams::ClusterStreams;
 use super::transport::{fingerprint, props, Inbox, Transport};
@@ -56,6 +60,8 @@ impl Inbox for RunnerInbox {
 pub struct Member {
     /// The replicated stream store.
     pub streams: ClusterStreams,
+    /// The replicated event store.
+    pub events: ClusterEvents,
     transport: Transport,
     inbox: Arc<RunnerInbox>,
     stop: CancellationToken,
@@ -88,6 +94,19 @@ fn storage_error(e: impl std::fmt::Display) -> ConfigError {
     }
 }
 
+/// What every member's event store must share, as its greeting states it: a member whose
+/// layout differs is refused (its shards would route and store events differently).
+fn events_layout(config: &eddy_event_store::EventStoreConfig) -> String {
+    let dictionary = config
+        .dictionary
+        .as_ref()
+        .map_or(0, |d| xxhash_rust::xxh3::xxh3_128(d));
+    format!(
+        "shards={},routing={:?},reserve={},dictionary={dictionary:032x}",
+        config.num_shards, config.routing_rule, config.reserve_coordinator_shard
+    )
+}
+
 /// Resolves the peers' replication addresses.
 async fn peer_addrs(config: &ServerConfig) -> Result<BTreeMap<NodeId, SocketAddr>, ConfigError> {
     let mut out = BTreeMap::new();
@@ -106,7 +125,8 @@ async fn peer_addrs(config: &ServerConfig) -> Result<BTreeMap<NodeId, SocketAddr
 }
 
 /// Starts this node's member of the cluster `config` describes, its groups under
-/// `data_dir/raft/`.
+/// `data_dir/raft/`: the metadata group, a group per stream partition and one per shard of
+/// `events`.
 ///
 /// # Errors
 /// Peers that do not resolve, or group storage that does not open.
@@ -116,6 +136,7 @@ pub async fn start(
     pool: &CommitPool,
     cache: &Arc<Cache>,
     advertised: Advertised,
+    events: &Arc<eddy_event_store::EventStore>,
 ) -> Result<Member, ConfigError> {
     let peers = peer_addrs(config).await?;
     let me = config.node_id;
@@ -136,15 +157,23 @@ pub async fn start(
         Arc::clone(cache),
     )
     .map_err(storage_error)?;
-    let groups = PartitionGroups::new(GroupStorage {
+    let group_storage = GroupStorage {
         backend: Arc::clone(&backend),
         pool: pool.clone(),
         cache: Arc::clone(cache),
         log,
-        // Messages are encrypted like a single node's partitions; the metadata log, like a
+        // Messages and events are encrypted like a single node's; the metadata log, like a
         // single node's, holds names and hashes only.
         cipher: config.cipher(),
-    });
+    };
+    let groups = PartitionGroups::new(group_storage.clone());
+    let mut event_groups = Vec::new();
+    for shard in 0..events.num_shards() {
+        event_groups.push((
+            event_group_id(shard),
+            open_shard_group(&group_storage, events, shard).map_err(storage_error)?,
+        ));
+    }
     let (machine, view) = MetadataMachine::open(
         backend,
         raft_log.dir().to_path_buf(),
@@ -166,6 +195,7 @@ pub async fn start(
             (props::CLIENT.into(), advertise(advertised.client)),
             (props::HTTP.into(), advertise(advertised.http)),
             (props::VERSION.into(), env!("CARGO_PKG_VERSION").into()),
+            (props::EVENTS.into(), events_layout(events.config())),
         ],
     };
     let raft_dir = data_dir.join("raft");
@@ -221,11 +251,31 @@ pub async fn start(
     rx.await
         .map_err(|_| storage_error("the Raft thread stopped"))?
         .map_err(storage_error)?;
+    for (gid, store) in event_groups {
+        let (tx, rx) = tokio::sync::oneshot::channel();
+        runner.add_group(
+            gid,
+            Box::new(store),
+            Box::new(move |r| {
+                let _ = tx.send(r);
+            }),
+        );
+        rx.await
+            .map_err(|_| storage_error("the Raft thread stopped"))?
+            .map_err(storage_error)?;
+    }
+    let events = ClusterEvents::new(
+        runner.clone(),
+        Arc::clone(events),
+        transport.directory().clone(),
+        me,
+    );
     let streams =
         ClusterStreams::new(runner, groups, view).with_directory(transport.directory().clone());
     tracing::info!(node_id = me, members = ?members, "cluster member started");
     Ok(Member {
         streams,
+        events,
         transport,
         inbox,
         stop,
@@ -280,6 +330,7 @@ impl Member {
                 _ = every.tick() => {}
             }
             self.streams.maintain_partitions();
+            align_to_metadata_leader(self.streams.runner(), self.events.group_ids());
             if self.streams.is_metadata_leader() {
                 on_leader(self.streams.clone()).await;
             }

@@ -3,6 +3,7 @@
 //! `transport` owns the replication sockets; the consensus engine runs on its own thread
 //! (`eddy_consensus::Runner`) and talks to the transport through queues only.
 
+pub mod events;
 pub mod groups;
 pub mod incarnation;
 pub mod member;

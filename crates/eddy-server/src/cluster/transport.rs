@@ -40,6 +40,9 @@ pub mod props {
     pub const HTTP: &str = "http";
     /// The node's server version.
     pub const VERSION: &str = "version";
+    /// The event store's layout every member must share (shard count, routing rule, reserved
+    /// coordinator shard, compression dictionary hash).
+    pub const EVENTS: &str = "events";
 }
 
 /// The fingerprint of a cluster: its sorted member ids, hashed.
@@ -325,6 +328,19 @@ impl Transport {
         if !self.peers.contains_key(&hello.node_id) {
             return Err("its node id is not a configured peer");
         }
+        let (theirs, ours) = (hello.prop(props::EVENTS), self.me.prop(props::EVENTS));
+        if theirs.is_some() && ours.is_some() && theirs != ours {
+            tracing::error!(
+                peer = hello.node_id,
+                peer_layout = theirs.unwrap_or_default(),
+                layout = ours.unwrap_or_default(),
+                "a peer's event store layout differs from this node's"
+            );
+            return Err(
+                "its event store differs (shard count, routing rule or compression \
+                        dictionary): start every member with the same ones",
+            );
+        }
         Ok(())
     }
 }
@@ -473,5 +489,32 @@ async fn connect<I: Inbox>(
         ))),
         Ok(_) => Err(std::io::Error::other("peer did not greet")),
         Err(e) => Err(std::io::Error::other(e)),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn hello(node_id: NodeId, events: &str) -> Hello {
+        Hello {
+            node_id,
+            cluster: fingerprint(&[1, 2]),
+            props: vec![(props::EVENTS.into(), events.into())],
+        }
+    }
+
+    #[test]
+    fn a_peer_with_another_event_store_layout_is_refused() {
+        let peers = BTreeMap::from([(2, "127.0.0.2:1".parse().unwrap())]);
+        let transport = Transport::new(hello(1, "shards=4"), peers);
+        assert!(transport.check(&hello(2, "shards=4")).is_ok());
+        let refused = transport.check(&hello(2, "shards=8")).unwrap_err();
+        assert!(refused.contains("event store differs"), "{refused}");
+        // Members differ, or a stranger: refused too.
+        let mut other = hello(2, "shards=4");
+        other.cluster = fingerprint(&[1, 2, 3]);
+        assert!(transport.check(&other).is_err());
+        assert!(transport.check(&hello(3, "shards=4")).is_err());
     }
 }

@@ -24,6 +24,7 @@ use eddy_log::{Completion, LogError};
 use eddy_wire::event::RequestType;
 
 use super::EventService;
+use crate::cluster::events::EventClusterError;
 use crate::error_chain;
 // Synchronous store work runs off the reactor (a cold index block or segment is a disk read).
 use crate::offload::blocking;
@@ -357,9 +358,26 @@ async fn write(svc: &EventService, w: wire::WriteRequest) -> Result<EventRespons
         .map(|e| e.value.len() as u64)
         .sum();
     let schema_work = svc.store.needs_schema_work(&request);
-    let outcome = submit(svc, bytes, schema_work, move |store| store.write(request))
-        .await
-        .map_err(|e| write_error(&e, *svc.store.placement()))?;
+    let placement = *svc.store.placement();
+    let outcome = if let Some(cluster) = svc.cluster() {
+        let cluster = cluster.map_err(|e| replicated_error(e, Kind::Write, placement))?;
+        let prepared = if schema_work {
+            let store = Arc::clone(&svc.store);
+            blocking(move || store.prepare_write(request)).await
+        } else {
+            svc.store.prepare_write(request)
+        };
+        let (shard, command) = prepared.map_err(|e| write_error(&e, placement))?;
+        match cluster.submit(shard, &command).await {
+            Ok(st::replicated::Applied::Write(outcome)) => outcome,
+            Ok(other) => return Err(internal_mismatch(&other)),
+            Err(e) => return Err(replicated_error(e, Kind::Write, placement)),
+        }
+    } else {
+        submit(svc, bytes, schema_work, move |store| store.write(request))
+            .await
+            .map_err(|e| write_error(&e, placement))?
+    };
     Ok(EventResponse::Write(wire::WriteResponse {
         correlation_id,
         max_aggregate_version: outcome.max_aggregate_version(),
@@ -385,16 +403,82 @@ async fn register_schema(
         user_id: r.user_id,
         now: crate::clock::now_millis(),
     };
-    submit(svc, 0, true, move |store| {
-        store.register_schema(registration)
-    })
-    .await
-    .map_err(|e| register_error(&e, r.schema_type))?;
+    if let Some(cluster) = svc.cluster() {
+        let placement = *svc.store.placement();
+        let cluster = cluster.map_err(|e| replicated_error(e, Kind::Schema, placement))?;
+        let store = Arc::clone(&svc.store);
+        let (shard, command) = blocking(move || store.prepare_schema(registration))
+            .await
+            .map_err(|e| register_error(&e, r.schema_type))?;
+        match cluster.submit(shard, &command).await {
+            Ok(st::replicated::Applied::Schema) => {}
+            Ok(other) => return Err(internal_mismatch(&other)),
+            Err(EventClusterError::Store(e)) => return Err(register_error(&e, r.schema_type)),
+            Err(e) => return Err(replicated_error(e, Kind::Schema, placement)),
+        }
+    } else {
+        submit(svc, 0, true, move |store| {
+            store.register_schema(registration)
+        })
+        .await
+        .map_err(|e| register_error(&e, r.schema_type))?;
+    }
     Ok(EventResponse::RegisterSchema(
         wire::RegisterSchemaResponse {
             correlation_id: r.correlation_id,
         },
     ))
+}
+
+/// Which change a replicated answer is for (each has its own codes).
+#[derive(Clone, Copy)]
+enum Kind {
+    Write,
+    Trim,
+    Delete,
+    Schema,
+}
+
+/// The answer to a change the cluster did not take: the kind's not-leader code with the
+/// leader's client address (the published client follows it), its backpressure code when no
+/// majority takes it now, or the store's refusal.
+fn replicated_error(e: EventClusterError, kind: Kind, placement: Placement) -> ServerError {
+    match (e, kind) {
+        (EventClusterError::NotLeader { leader_address }, Kind::Write) => {
+            ServerError::WriteNotLeader { leader_address }
+        }
+        (EventClusterError::NotLeader { leader_address }, Kind::Trim) => {
+            ServerError::TrimNotLeader { leader_address }
+        }
+        (EventClusterError::NotLeader { leader_address }, Kind::Delete) => {
+            ServerError::DeleteNotLeader { leader_address }
+        }
+        (EventClusterError::NotLeader { leader_address }, Kind::Schema) => {
+            ServerError::RegisterSchemaCannotAcceptWrites { leader_address }
+        }
+        (EventClusterError::Unavailable(why), kind) => {
+            tracing::debug!(reason = %why, "a change was not committed");
+            match kind {
+                Kind::Write => ServerError::WriteReplicationBackpressure,
+                Kind::Trim => ServerError::TrimReplicationBackpressure,
+                Kind::Delete => ServerError::DeleteReplicationBackpressure,
+                Kind::Schema => ServerError::RegisterSchemaReplicationError { detail: why },
+            }
+        }
+        (EventClusterError::Store(e), Kind::Write) => write_error(&e, placement),
+        (EventClusterError::Store(e), Kind::Trim) => trim_error(&e),
+        (EventClusterError::Store(e), Kind::Delete) => delete_error(&e, placement),
+        (EventClusterError::Store(e), Kind::Schema) => register_error(&e, 0),
+    }
+}
+
+/// A group answered a change with another kind's outcome (a bug).
+fn internal_mismatch(applied: &st::replicated::Applied) -> ServerError {
+    tracing::error!(
+        ?applied,
+        "a replicated change answered with another kind's outcome"
+    );
+    ServerError::WriteReplicationBackpressure
 }
 
 /// Submits a mutation of `bytes` payload bytes and awaits its completion. The submission runs
@@ -468,17 +552,6 @@ pub(super) async fn execute(
                 next_aggregate_version: page.next_version,
             }))
         }
-        // A cluster's event store is not replicated yet: a change acknowledged by one member
-        // would not survive its loss, so none is taken (reads are served).
-        EventRequest::Write(_) if svc.clustered => Err(ServerError::WriteNotLeader {
-            leader_address: None,
-        }),
-        EventRequest::TrimStart(_) if svc.clustered => Err(ServerError::TrimNotLeader {
-            leader_address: None,
-        }),
-        EventRequest::Delete(_) if svc.clustered => Err(ServerError::DeleteNotLeader {
-            leader_address: None,
-        }),
         EventRequest::Write(w) => write(svc, w).await,
         EventRequest::TrimStart(r) => {
             let request = st::TrimRequest {
@@ -488,9 +561,19 @@ pub(super) async fn execute(
                 user_id: r.user_id,
                 now: crate::clock::now_millis(),
             };
-            submit(svc, 0, false, move |store| store.trim(request))
-                .await
-                .map_err(|e| trim_error(&e))?;
+            if let Some(cluster) = svc.cluster() {
+                let cluster = cluster.map_err(|e| replicated_error(e, Kind::Trim, placement))?;
+                let (shard, command) = svc.store.prepare_trim(request);
+                match cluster.submit(shard, &command).await {
+                    Ok(st::replicated::Applied::Trim(_)) => {}
+                    Ok(other) => return Err(internal_mismatch(&other)),
+                    Err(e) => return Err(replicated_error(e, Kind::Trim, placement)),
+                }
+            } else {
+                submit(svc, 0, false, move |store| store.trim(request))
+                    .await
+                    .map_err(|e| trim_error(&e))?;
+            }
             Ok(EventResponse::TrimStart(wire::TrimStartResponse {
                 correlation_id: r.correlation_id,
             }))
@@ -511,9 +594,22 @@ pub(super) async fn execute(
                     })
                     .collect(),
             };
-            submit(svc, 0, false, move |store| store.delete(&request))
-                .await
-                .map_err(|e| delete_error(&e, placement))?;
+            if let Some(cluster) = svc.cluster() {
+                let cluster = cluster.map_err(|e| replicated_error(e, Kind::Delete, placement))?;
+                let (shard, command) = svc
+                    .store
+                    .prepare_delete(request)
+                    .map_err(|e| delete_error(&e, placement))?;
+                match cluster.submit(shard, &command).await {
+                    Ok(st::replicated::Applied::Delete(_)) => {}
+                    Ok(other) => return Err(internal_mismatch(&other)),
+                    Err(e) => return Err(replicated_error(e, Kind::Delete, placement)),
+                }
+            } else {
+                submit(svc, 0, false, move |store| store.delete(&request))
+                    .await
+                    .map_err(|e| delete_error(&e, placement))?;
+            }
             Ok(EventResponse::Delete(wire::DeleteResponse {
                 correlation_id: r.correlation_id,
             }))

@@ -241,9 +241,10 @@ pub struct EventService {
     max_requested_latency_ms: u64,
     /// Event bytes submitted to the store and not yet acknowledged.
     in_flight: crate::offload::InFlight,
-    /// A cluster member: the event store is not replicated yet, so changes are refused (an
-    /// acknowledgement in a cluster means durable on a majority).
+    /// A cluster member: changes go through the shards' replicated groups (set once the
+    /// member runs; until then changes are refused with the not-leader codes).
     clustered: bool,
+    cluster: std::sync::OnceLock<crate::cluster::events::ClusterEvents>,
 }
 
 impl EventService {
@@ -263,7 +264,29 @@ impl EventService {
                 .clamp(1, eddy_event_store::DEFAULT_READ_MAX_BYTES),
             max_requested_latency_ms: config.max_requested_latency_ms,
             in_flight: crate::offload::InFlight::default(),
+            cluster: std::sync::OnceLock::new(),
         }
+    }
+
+    /// Hands the service its cluster member's replicated event store (once).
+    pub fn set_cluster(&self, events: crate::cluster::events::ClusterEvents) {
+        let _ = self.cluster.set(events);
+    }
+
+    /// The replicated request path: `Some` on a cluster member (`Err` until it runs), `None`
+    /// on a single node.
+    pub(crate) fn cluster(
+        &self,
+    ) -> Option<
+        Result<&crate::cluster::events::ClusterEvents, crate::cluster::events::EventClusterError>,
+    > {
+        self.clustered.then(|| {
+            self.cluster
+                .get()
+                .ok_or(crate::cluster::events::EventClusterError::NotLeader {
+                    leader_address: None,
+                })
+        })
     }
 
     /// The event store.

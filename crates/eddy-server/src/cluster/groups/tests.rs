@@ -58,7 +58,7 @@ fn metadata(members: &[Option<Member>], peers: &Peers, op: &MetadataOp) -> Metad
         .unwrap();
     match propose(&m.runner, METADATA_GROUP, encode_op(op).unwrap().into()).unwrap() {
         ClusterOutcome::Metadata(out) => out,
-        other @ ClusterOutcome::Partition(_) => panic!("{other:?}"),
+        other => panic!("{other:?}"),
     }
 }
 
@@ -95,7 +95,7 @@ fn produce(
     .unwrap();
     match propose(&m.runner, partition_group_id(uid), entry).unwrap() {
         ClusterOutcome::Partition(out) => out,
-        other @ ClusterOutcome::Metadata(_) => panic!("{other:?}"),
+        other => panic!("{other:?}"),
     }
 }
 

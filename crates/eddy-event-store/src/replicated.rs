@@ -1,0 +1,474 @@
+//! The event store in a cluster: every change (write, trim, delete, schema registration) is a
+//! [`Command`] that a shard's replicated group orders, and every member applies the same
+//! commands in the same order ([`EventStore::apply`]), so each decision (existence, OCC,
+//! idempotency, atomicity of a multi-aggregate write) is taken once per member, in log order,
+//! with the same answer everywhere.
+//!
+//! What a member could decide differently is settled before the command is proposed
+//! ([`EventStore::prepare_write`] and friends, on the member that takes the request): schema
+//! validation (which waits on the schema threads for a bounded time), the node's limits, the
+//! server clock (the command carries `now`) and event encoding (the command carries the
+//! encoded, maybe compressed, bytes, so every member stores the same record and hash chain).
+//!
+//! Each record applied from a command carries the entry's index ([`FLAG_REPLICATED`]
+//! (crate::record::FLAG_REPLICATED)): after a restart a shard resumes after the last index
+//! its log holds ([`EventStore::replicated_through`]), so an entry is applied exactly once even
+//! though the shard log and the group's log are synced separately. Entries after that index
+//! that were refused wrote nothing, and are refused again in the same state.
+//!
+//! # Command layout (little endian)
+//! `version u8 (1) · kind u8 (1 write, 2 trim, 3 delete, 4 schema) · client_id u128 ·
+//! user_id (flag u8, u128) · now u64`, then per kind:
+//! * write: `parts u32`, each `key (3 × u128) · flags u8 (1 allow_create, 2 expected_version
+//!   present, 4 enforce_client_idempotency) · expected_version u64 · count u32 ·
+//!   min/max client_seq u64 · min/max event_timestamp u64 · compression u8 · raw_len u32 ·
+//!   stored_len u32 · stored bytes`;
+//! * trim: `key · keep_from_version u64`;
+//! * delete: `parts u32`, each `key · flags u8 (1 allow_recreate, 2 allow_sequence_continuation,
+//!   4 expected_version present) · expected_version u64`;
+//! * schema: `org_id u128 · aggregate_type_id u128 · event_type_major u64 ·
+//!   event_type_minor u64 · schema_type u8 · length u32 · UTF-8 text`.
+
+use bytes::{BufMut, Bytes, BytesMut};
+use eddy_log::{Completion, Corruption, IoOp};
+
+use crate::error::{EventStoreError, Refusal, Result};
+use crate::record::{self, put_key, put_opt_u128, Compression, EncodedEvents, Reader};
+use crate::store::EventStore;
+use crate::types::{
+    AggregateDelete, AggregateWrite, DeleteOutcome, DeleteRequest, SchemaKey, SchemaRegistration,
+    TrimOutcome, TrimRequest, WriteOutcome, WriteRequest,
+};
+
+/// Layout version of an encoded [`Command`].
+pub const COMMAND_VERSION: u8 = 1;
+/// Bytes of a command's common header.
+const COMMAND_HEADER_LEN: usize = 1 + 1 + 16 + 17 + 8;
+/// Bytes of a write part before its stored events.
+const WRITE_PART_LEN: usize = 48 + 1 + 8 + 4 + 8 * 4 + 1 + 4 + 4;
+/// Bytes of a delete part.
+const DELETE_PART_LEN: usize = 48 + 1 + 8;
+
+/// One change of the event store, as its shard's replicated group orders it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Command {
+    /// A write: every part on one shard, each with its events encoded (the parts'
+    /// `events` vectors are empty; the encoded batch is beside each).
+    Write {
+        /// Writer identity; scopes idempotency.
+        client_id: u128,
+        /// Actor id.
+        user_id: Option<u128>,
+        /// The server clock of the member that took the request.
+        now: u64,
+        /// The parts, in request order.
+        parts: Vec<(AggregateWrite, EncodedEvents)>,
+    },
+    /// A trim.
+    Trim(TrimRequest),
+    /// A delete of one or more aggregates on one shard.
+    Delete(DeleteRequest),
+    /// A schema registration (shard 0), its text already compiled once.
+    RegisterSchema(SchemaRegistration),
+}
+
+/// What applying a [`Command`] produced, by kind.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Applied {
+    /// A write's outcome.
+    Write(WriteOutcome),
+    /// A trim's outcome.
+    Trim(TrimOutcome),
+    /// A delete's outcome.
+    Delete(DeleteOutcome),
+    /// A registration stored.
+    Schema,
+}
+
+fn opt_u64(flags: u8, bit: u8, value: u64) -> Result<Option<u64>, Corruption> {
+    if flags & bit != 0 {
+        Ok(Some(value))
+    } else if value == 0 {
+        Ok(None)
+    } else {
+        Err(Corruption::BadHeaderField("absent value not zero"))
+    }
+}
+
+impl Command {
+    fn heading(&self) -> (u8, u128, Option<u128>, u64) {
+        match self {
+            Command::Write {
+                client_id,
+                user_id,
+                now,
+                ..
+            } => (1, *client_id, *user_id, *now),
+            Command::Trim(t) => (2, t.client_id, t.user_id, t.now),
+            Command::Delete(d) => (3, d.client_id, d.user_id, d.now),
+            Command::RegisterSchema(s) => (4, s.client_id, s.user_id, s.now),
+        }
+    }
+
+    /// The command's bytes (see the [module docs](self)).
+    pub fn encode(&self) -> Bytes {
+        let (kind, client_id, user_id, now) = self.heading();
+        let body = match self {
+            Command::Write { parts, .. } => {
+                4 + parts
+                    .iter()
+                    .map(|(_, e)| WRITE_PART_LEN + e.stored.len())
+                    .sum::<usize>()
+            }
+            Command::Trim(_) => 48 + 8,
+            Command::Delete(d) => 4 + d.deletes.len() * DELETE_PART_LEN,
+            Command::RegisterSchema(s) => 48 + 1 + 4 + s.schema.len(),
+        };
+        let mut out = BytesMut::with_capacity(COMMAND_HEADER_LEN + body);
+        out.put_u8(COMMAND_VERSION);
+        out.put_u8(kind);
+        out.put_u128_le(client_id);
+        put_opt_u128(&mut out, user_id);
+        out.put_u64_le(now);
+        match self {
+            Command::Write { parts, .. } => {
+                out.put_u32_le(u32::try_from(parts.len()).unwrap_or(u32::MAX));
+                for (w, e) in parts {
+                    put_key(&mut out, &w.key);
+                    out.put_u8(
+                        u8::from(w.allow_create)
+                            | u8::from(w.expected_version.is_some()) << 1
+                            | u8::from(w.enforce_client_idempotency) << 2,
+                    );
+                    out.put_u64_le(w.expected_version.unwrap_or(0));
+                    out.put_u32_le(e.count);
+                    out.put_u64_le(e.min_client_seq);
+                    out.put_u64_le(e.max_client_seq);
+                    out.put_u64_le(e.min_event_timestamp);
+                    out.put_u64_le(e.max_event_timestamp);
+                    out.put_u8(e.compression.code());
+                    out.put_u32_le(e.raw_len);
+                    out.put_u32_le(u32::try_from(e.stored.len()).unwrap_or(u32::MAX));
+                    out.put_slice(&e.stored);
+                }
+            }
+            Command::Trim(t) => {
+                put_key(&mut out, &t.key);
+                out.put_u64_le(t.keep_from_version);
+            }
+            Command::Delete(d) => {
+                out.put_u32_le(u32::try_from(d.deletes.len()).unwrap_or(u32::MAX));
+                for p in &d.deletes {
+                    put_key(&mut out, &p.key);
+                    out.put_u8(
+                        u8::from(p.allow_recreate)
+                            | u8::from(p.allow_sequence_continuation) << 1
+                            | u8::from(p.expected_version.is_some()) << 2,
+                    );
+                    out.put_u64_le(p.expected_version.unwrap_or(0));
+                }
+            }
+            Command::RegisterSchema(s) => {
+                out.put_u128_le(s.key.org_id);
+                out.put_u128_le(s.key.aggregate_type_id);
+                out.put_u64_le(s.key.event_type_major);
+                out.put_u64_le(s.key.event_type_minor);
+                out.put_u8(s.schema_type);
+                out.put_u32_le(u32::try_from(s.schema.len()).unwrap_or(u32::MAX));
+                out.put_slice(s.schema.as_bytes());
+            }
+        }
+        out.freeze()
+    }
+
+    /// Decodes a command; anything that is not exactly one well-formed command is
+    /// [`Corruption`] (each length is checked against the bytes present before use).
+    ///
+    /// # Errors
+    /// The first malformed field.
+    pub fn decode(bytes: &Bytes) -> Result<Command, Corruption> {
+        let mut r = Reader::new(bytes);
+        if r.u8()? != COMMAND_VERSION {
+            return Err(Corruption::BadHeaderField("command version"));
+        }
+        let kind = r.u8()?;
+        let client_id = r.u128()?;
+        let user_id = r.opt_u128()?;
+        let now = r.u64()?;
+        let command = match kind {
+            1 => {
+                let n = r.count(WRITE_PART_LEN)?;
+                let mut parts = Vec::with_capacity(n);
+                for _ in 0..n {
+                    let key = r.key()?;
+                    let flags = r.u8()?;
+                    if flags & !0b111 != 0 {
+                        return Err(Corruption::BadHeaderField("write part flags"));
+                    }
+                    let expected_version = opt_u64(flags, 2, r.u64()?)?;
+                    let count = r.u32()?;
+                    let min_client_seq = r.u64()?;
+                    let max_client_seq = r.u64()?;
+                    let min_event_timestamp = r.u64()?;
+                    let max_event_timestamp = r.u64()?;
+                    let compression = Compression::from_code(r.u8()?)?;
+                    let raw_len = r.u32()?;
+                    let stored_len = r.u32()? as usize;
+                    let stored = r.take(stored_len)?;
+                    if count == 0 || count > record::MAX_EVENTS_PER_BATCH {
+                        return Err(Corruption::BadHeaderField("event count"));
+                    }
+                    parts.push((
+                        AggregateWrite {
+                            key,
+                            events: Vec::new(),
+                            allow_create: flags & 1 != 0,
+                            expected_version,
+                            enforce_client_idempotency: flags & 4 != 0,
+                        },
+                        EncodedEvents {
+                            count,
+                            min_client_seq,
+                            max_client_seq,
+                            min_event_timestamp,
+                            max_event_timestamp,
+                            compression,
+                            raw_len,
+                            stored,
+                        },
+                    ));
+                }
+                Command::Write {
+                    client_id,
+                    user_id,
+                    now,
+                    parts,
+                }
+            }
+            2 => Command::Trim(TrimRequest {
+                key: r.key()?,
+                keep_from_version: r.u64()?,
+                client_id,
+                user_id,
+                now,
+            }),
+            3 => {
+                let n = r.count(DELETE_PART_LEN)?;
+                let mut deletes = Vec::with_capacity(n);
+                for _ in 0..n {
+                    let key = r.key()?;
+                    let flags = r.u8()?;
+                    if flags & !0b111 != 0 {
+                        return Err(Corruption::BadHeaderField("delete part flags"));
+                    }
+                    deletes.push(AggregateDelete {
+                        key,
+                        allow_recreate: flags & 1 != 0,
+                        allow_sequence_continuation: flags & 2 != 0,
+                        expected_version: opt_u64(flags, 4, r.u64()?)?,
+                    });
+                }
+                Command::Delete(DeleteRequest {
+                    client_id,
+                    user_id,
+                    deletes,
+                    now,
+                })
+            }
+            4 => {
+                let key = SchemaKey {
+                    org_id: r.u128()?,
+                    aggregate_type_id: r.u128()?,
+                    event_type_major: r.u64()?,
+                    event_type_minor: r.u64()?,
+                };
+                let schema_type = r.u8()?;
+                let len = r.u32()? as usize;
+                if len > record::MAX_SCHEMA_BYTES {
+                    return Err(Corruption::BadHeaderField("schema length"));
+                }
+                let text = r.take(len)?;
+                let schema = String::from_utf8(text.to_vec())
+                    .map_err(|_| Corruption::BadHeaderField("schema text"))?;
+                Command::RegisterSchema(SchemaRegistration {
+                    key,
+                    schema_type,
+                    schema,
+                    client_id,
+                    user_id,
+                    now,
+                })
+            }
+            _ => return Err(Corruption::BadHeaderField("command kind")),
+        };
+        if !r.done() {
+            return Err(Corruption::BadHeaderField("trailing command bytes"));
+        }
+        Ok(command)
+    }
+}
+
+impl EventStore {
+    /// The checks [`EventStore::write`] makes before validation against the store's state
+    /// (routing to one shard, input, schemas, limits), and the events' encoding: the shard and
+    /// the [`Command`] to propose to its group.
+    ///
+    /// Schema validation waits on the store's schema threads, as [`EventStore::write`] does.
+    ///
+    /// # Errors
+    /// The refusal (or encoding failure) [`EventStore::write`] would answer.
+    pub fn prepare_write(&self, mut request: WriteRequest) -> Result<(u32, Command)> {
+        let (shard, parts) = self.checked_parts(&mut request)?;
+        Ok((
+            shard,
+            Command::Write {
+                client_id: request.client_id,
+                user_id: request.user_id,
+                now: request.now,
+                parts,
+            },
+        ))
+    }
+
+    /// The shard of a trim and its [`Command`].
+    pub fn prepare_trim(&self, request: TrimRequest) -> (u32, Command) {
+        (self.shard_of(&request.key), Command::Trim(request))
+    }
+
+    /// The shard of a delete (one for all its aggregates) and its [`Command`].
+    ///
+    /// # Errors
+    /// A delete spanning shards.
+    pub fn prepare_delete(&self, request: DeleteRequest) -> Result<(u32, Command)> {
+        let shard = self
+            .placement()
+            .shard_of_keys(request.deletes.iter().map(|d| &d.key))?;
+        Ok((shard, Command::Delete(request)))
+    }
+
+    /// The checks of [`EventStore::register_schema`] before uniqueness (a known type, the
+    /// size cap, text that compiles): the shard (0) and the [`Command`].
+    ///
+    /// # Errors
+    /// The refusal [`EventStore::register_schema`] would answer.
+    pub fn prepare_schema(&self, registration: SchemaRegistration) -> Result<(u32, Command)> {
+        let (registration, _) = self.schemas().compile_registration(registration)?;
+        if registration.schema.len() > record::MAX_SCHEMA_BYTES {
+            return Err(Refusal::Limit {
+                what: "schema bytes",
+                value: registration.schema.len() as u64,
+                limit: record::MAX_SCHEMA_BYTES as u64,
+            }
+            .into());
+        }
+        Ok((0, Command::RegisterSchema(registration)))
+    }
+
+    /// Applies a committed command of `shard`'s group, the entry at `index`: validated against
+    /// the shard's state (pending records first, as any write) and appended as one record
+    /// carrying `index`. Resolves when the record is durable and visible, or at once with a
+    /// refusal (nothing written). Never waits on schema threads, and never refuses for the
+    /// index's backlog: every member takes the same decision.
+    pub fn apply(
+        &self,
+        shard: u32,
+        index: u64,
+        command: Command,
+    ) -> Completion<Applied, EventStoreError> {
+        let s = match self.shard(u64::from(shard)) {
+            Ok(s) => s,
+            Err(e) => return Completion::ready(Err(e)),
+        };
+        let misrouted = |found: u32| {
+            Completion::ready(Err(EventStoreError::io(
+                IoOp::Append,
+                s.log.dir(),
+                std::io::Error::other(format!(
+                    "a command of shard {shard}'s group belongs to shard {found}"
+                )),
+            )))
+        };
+        match command {
+            Command::Write {
+                client_id,
+                user_id,
+                now,
+                parts,
+            } => {
+                match self
+                    .placement()
+                    .shard_of_keys(parts.iter().map(|(w, _)| &w.key))
+                {
+                    Ok(found) if found == shard => {}
+                    Ok(found) => return misrouted(found),
+                    Err(e) => return Completion::ready(Err(e.into())),
+                }
+                s.write(client_id, user_id, now, &parts, Some(index))
+                    .map(|r| r.map(Applied::Write))
+            }
+            Command::Trim(request) => {
+                let found = self.shard_of(&request.key);
+                if found != shard {
+                    return misrouted(found);
+                }
+                s.trim(&request, Some(index)).map(|r| r.map(Applied::Trim))
+            }
+            Command::Delete(request) => {
+                match self
+                    .placement()
+                    .shard_of_keys(request.deletes.iter().map(|d| &d.key))
+                {
+                    Ok(found) if found == shard => {}
+                    Ok(found) => return misrouted(found),
+                    Err(e) => return Completion::ready(Err(e.into())),
+                }
+                s.delete(
+                    request.client_id,
+                    request.user_id,
+                    request.now,
+                    &request.deletes,
+                    Some(index),
+                )
+                .map(|r| r.map(Applied::Delete))
+            }
+            Command::RegisterSchema(registration) => {
+                if shard != 0 {
+                    return misrouted(0);
+                }
+                let key = registration.key;
+                let schemas = self.schemas_handle();
+                s.register_schema(registration, Some(index)).map(move |r| {
+                    if r.is_ok() {
+                        // Compiled again from the stored text at its next use.
+                        schemas.forget(&key);
+                    }
+                    r.map(|()| Applied::Schema)
+                })
+            }
+        }
+    }
+
+    /// The index of the last replicated entry `shard`'s log holds a record of (0: none): a
+    /// restarted member applies its group's entries after it.
+    ///
+    /// # Errors
+    /// No such shard, or the last record cannot be read.
+    pub fn replicated_through(&self, shard: u32) -> Result<u64> {
+        let s = self.shard(u64::from(shard))?;
+        let bounds = s.log.bounds();
+        if bounds.next <= bounds.first {
+            return Ok(0);
+        }
+        let last = bounds.next - 1;
+        let records = s.log.read(last, 1, u64::MAX)?;
+        let Some(r) = records.into_iter().find(|r| r.meta.seq == last) else {
+            return Ok(0);
+        };
+        let rec = record::decode_record(r.meta.tag, &r.payload)
+            .map_err(|k| EventStoreError::corrupt(s.log.dir().to_path_buf(), last, k))?;
+        Ok(rec.raft_index.unwrap_or(0))
+    }
+}
+
+#[cfg(test)]
+mod tests;

@@ -1,0 +1,345 @@
+//! The event store in a cluster: each event-store shard is a replicated group whose entries
+//! are the shard's changes ([`Command`]s), applied in log order on every member
+//! ([`EventStore::apply`]), so OCC, idempotency and multi-aggregate atomicity are decided once
+//! per member with the same answer everywhere.
+//!
+//! Group ids: shard `s` is `GroupId(EVENT_GROUP_BASE + s)`; its Raft log lives in
+//! `raft/events/shard-<s, 3 digits>/`, encrypted like the event store with
+//! `--encryption-key`.
+//!
+//! A shard's record of an entry carries the entry's index, so a restarted member resumes its
+//! group after the last entry its shard log holds ([`EventStore::replicated_through`]); the
+//! two logs are synced separately and an entry is still applied once. The groups' logs are
+//! not compacted: a member that lost its data directory is rebuilt by replaying them from the
+//! first entry (see docs/OPERATIONS.md).
+//!
+//! Requests: the member that takes a change checks it (routing, schemas, limits), encodes it
+//! and, when it leads the shard's group, proposes it; otherwise the client is sent to the
+//! leader's client address. The answer is the apply's outcome on this member, after the entry
+//! is committed (durable on a majority) and the record durable here.
+
+use std::path::PathBuf;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+
+use eddy_consensus::logstore::{RaftLog, StateMachine};
+use eddy_consensus::{
+    GroupId, LogEntry, NodeId, ProposeError, Replicated, Role, Runner, Snapshot, SnapshotMeta,
+    StoreError,
+};
+use eddy_event_store::replicated::{Applied, Command};
+use eddy_event_store::{EventStore, EventStoreError};
+use eddy_log::Completion;
+
+use super::groups::{AsCluster, ClusterOutcome, GroupStorage, METADATA_GROUP};
+use super::transport::{props, Directory};
+
+/// Group id of event-store shard 0 (shard `s` is this plus `s`): far above partition uids.
+pub const EVENT_GROUP_BASE: u64 = 1 << 62;
+/// Where event shards' group logs live, under the data directory.
+pub const EVENTS_DIR: &str = "raft/events";
+
+/// The group of event-store shard `shard`.
+pub fn event_group_id(shard: u32) -> GroupId {
+    GroupId(EVENT_GROUP_BASE + u64::from(shard))
+}
+
+/// What applying an event shard's entry yields for its proposer.
+pub enum EventApplied {
+    /// The apply's outcome: resolves when the record is durable and visible here, or at once
+    /// with a refusal.
+    Applied(Completion<Applied, EventStoreError>),
+    /// A leader's no-op entry.
+    Nothing,
+    /// This member stopped applying the group after a storage failure (see
+    /// [`EventShardMachine`]); a restart resumes it.
+    Stopped,
+}
+
+impl std::fmt::Debug for EventApplied {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(match self {
+            EventApplied::Applied(_) => "Applied",
+            EventApplied::Nothing => "Nothing",
+            EventApplied::Stopped => "Stopped",
+        })
+    }
+}
+
+impl From<EventApplied> for ClusterOutcome {
+    fn from(o: EventApplied) -> Self {
+        ClusterOutcome::Event(o)
+    }
+}
+
+/// The state machine of one event shard's group: the shard of the node's event store.
+///
+/// A record the store fails to write (an I/O error, a full disk) leaves this member without
+/// it while its group moves on: from then on the machine applies nothing (every later entry
+/// answers [`EventApplied::Stopped`]) so the shard's log never has a hole, and a restart
+/// resumes after the last record the shard holds.
+pub struct EventShardMachine {
+    shard: u32,
+    store: Arc<EventStore>,
+    applied: SnapshotMeta,
+    stopped: Arc<AtomicBool>,
+}
+
+impl std::fmt::Debug for EventShardMachine {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("EventShardMachine")
+            .field("shard", &self.shard)
+            .field("applied", &self.applied)
+            .finish_non_exhaustive()
+    }
+}
+
+fn storage(e: impl std::fmt::Display) -> StoreError {
+    StoreError::Storage(e.to_string().into())
+}
+
+impl EventShardMachine {
+    /// The machine of `shard`, resuming after the last entry the shard's log holds (whose term
+    /// `log` tells).
+    ///
+    /// # Errors
+    /// The shard's log holds an entry the group's log does not (the group's directory was
+    /// lost while the event store's was kept), or cannot be read.
+    pub fn open(store: Arc<EventStore>, shard: u32, log: &RaftLog) -> Result<Self, StoreError> {
+        let index = store.replicated_through(shard).map_err(storage)?;
+        let applied = if index == 0 {
+            SnapshotMeta::default()
+        } else {
+            let term = log.term(index).map_err(|e| {
+                storage(format!(
+                    "event shard {shard} holds entry {index} but its group's log does not ({e}); \
+                     remove this member's data directory to have it rebuilt from its peers"
+                ))
+            })?;
+            SnapshotMeta { index, term }
+        };
+        Ok(EventShardMachine {
+            shard,
+            store,
+            applied,
+            stopped: Arc::new(AtomicBool::new(false)),
+        })
+    }
+}
+
+impl StateMachine for EventShardMachine {
+    type Outcome = EventApplied;
+
+    fn applied(&self) -> SnapshotMeta {
+        self.applied
+    }
+
+    fn apply(&mut self, entry: &LogEntry) -> EventApplied {
+        self.applied = SnapshotMeta {
+            index: entry.index,
+            term: entry.term,
+        };
+        if entry.data.is_empty() {
+            return EventApplied::Nothing;
+        }
+        if self.stopped.load(Ordering::Acquire) {
+            return EventApplied::Stopped;
+        }
+        let command = match Command::decode(&entry.data) {
+            Ok(c) => c,
+            Err(kind) => {
+                // Every member has the same bytes: a command this version cannot read stops
+                // the shard here rather than skip it.
+                tracing::error!(shard = self.shard, index = entry.index, error = %kind, "an event entry does not decode; this member stops applying the shard");
+                self.stopped.store(true, Ordering::Release);
+                return EventApplied::Stopped;
+            }
+        };
+        let stopped = Arc::clone(&self.stopped);
+        let (shard, index) = (self.shard, entry.index);
+        EventApplied::Applied(self.store.apply(self.shard, entry.index, command).map(
+            move |r| {
+                if let Err(e) = &r {
+                    if !matches!(e, EventStoreError::Refused(_)) {
+                        tracing::error!(shard, index, error = %e, "an event entry could not be stored; this member stops applying the shard until it restarts");
+                        stopped.store(true, Ordering::Release);
+                    }
+                }
+                r
+            },
+        ))
+    }
+
+    fn snapshot(&self) -> Result<Snapshot, StoreError> {
+        // The group's log is never compacted, so no member needs one.
+        Err(StoreError::SnapshotTemporarilyUnavailable)
+    }
+
+    fn install_snapshot(&mut self, _snapshot: &Snapshot) -> Result<(), StoreError> {
+        Err(storage("event shard groups are not rebuilt from snapshots"))
+    }
+}
+
+/// Opens the group store of event shard `shard` (its Raft log under [`EVENTS_DIR`]).
+///
+/// # Errors
+/// The log or the machine does not open.
+pub fn open_shard_group(
+    storage: &GroupStorage,
+    store: &Arc<EventStore>,
+    shard: u32,
+) -> Result<Replicated<AsCluster<EventShardMachine>>, StoreError> {
+    let log = RaftLog::open_sealed(
+        Arc::clone(&storage.backend),
+        PathBuf::from(EVENTS_DIR).join(format!("shard-{shard:03}")),
+        storage.log,
+        &storage.pool,
+        Arc::clone(&storage.cache),
+        storage.cipher.clone(),
+    )?;
+    let machine = EventShardMachine::open(Arc::clone(store), shard, &log)?;
+    Replicated::open(log, AsCluster(machine))
+}
+
+/// Why a change was not taken.
+#[derive(Debug, thiserror::Error)]
+pub enum EventClusterError {
+    /// Another member leads the shard's group (its client address, when known).
+    #[error("this node does not lead the shard; the leader is {leader_address:?}")]
+    NotLeader {
+        /// The leader's advertised client address.
+        leader_address: Option<String>,
+    },
+    /// The group could not commit it now (no majority reachable, too much uncommitted, the
+    /// member stopping applying); nothing is known to have changed, the client may retry.
+    #[error("the cluster cannot take the change now: {0}")]
+    Unavailable(String),
+    /// The store's answer.
+    #[error(transparent)]
+    Store(#[from] EventStoreError),
+}
+
+/// The replicated event store's request path (cheap to clone).
+#[derive(Clone)]
+pub struct ClusterEvents {
+    runner: Runner<ClusterOutcome>,
+    store: Arc<EventStore>,
+    directory: Directory,
+    me: NodeId,
+}
+
+impl std::fmt::Debug for ClusterEvents {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("ClusterEvents").finish_non_exhaustive()
+    }
+}
+
+/// Longest a change on the metadata leader waits for its shard's leadership to arrive.
+pub const LEADERSHIP_WAIT: std::time::Duration = std::time::Duration::from_secs(5);
+
+impl ClusterEvents {
+    /// The request path over node `me`'s event shard groups; `directory` gives members'
+    /// client addresses.
+    pub fn new(
+        runner: Runner<ClusterOutcome>,
+        store: Arc<EventStore>,
+        directory: Directory,
+        me: NodeId,
+    ) -> Self {
+        ClusterEvents {
+            runner,
+            store,
+            directory,
+            me,
+        }
+    }
+
+    /// The store (reads serve what this member applied).
+    pub fn store(&self) -> &Arc<EventStore> {
+        &self.store
+    }
+
+    /// Every shard's group id.
+    pub fn group_ids(&self) -> Vec<GroupId> {
+        (0..self.store.num_shards()).map(event_group_id).collect()
+    }
+
+    fn role(&self, group: GroupId) -> Option<(Role, Option<NodeId>)> {
+        self.runner.view().get(group).map(|v| (v.role, v.leader))
+    }
+
+    /// The advertised client address of `node`.
+    fn client_address(&self, node: NodeId) -> Option<String> {
+        let info = self.directory.get(node)?;
+        info.hello.prop(props::CLIENT).map(str::to_owned)
+    }
+
+    /// Proposes `command` to `shard`'s group and returns its outcome once it is committed and
+    /// applied here.
+    ///
+    /// # Errors
+    /// Not the shard's leader (with the leader's client address), not committed, or the
+    /// store's refusal.
+    pub async fn submit(
+        &self,
+        shard: u32,
+        command: &Command,
+    ) -> Result<Applied, EventClusterError> {
+        let group = event_group_id(shard);
+        let leads = |s: &Self| matches!(s.role(group), Some((Role::Leader, _)));
+        if !leads(self) {
+            // The metadata leader takes every change; a shard's leadership converges on it,
+            // so a change that arrives meanwhile waits for it rather than bounce.
+            let deadline = tokio::time::Instant::now() + LEADERSHIP_WAIT;
+            while matches!(self.role(METADATA_GROUP), Some((Role::Leader, _))) && !leads(self) {
+                if tokio::time::Instant::now() >= deadline {
+                    break;
+                }
+                tokio::time::sleep(std::time::Duration::from_millis(20)).await;
+            }
+            if !leads(self) {
+                return Err(self.not_leader(group));
+            }
+        }
+        let (tx, rx) = tokio::sync::oneshot::channel();
+        self.runner.propose(
+            group,
+            command.encode(),
+            Box::new(move |r| {
+                let _ = tx.send(r);
+            }),
+        );
+        let outcome = match rx.await {
+            Ok(Ok(outcome)) => outcome,
+            Ok(Err(ProposeError::NotLeader { .. } | ProposeError::Superseded)) => {
+                return Err(self.not_leader(group))
+            }
+            Ok(Err(e)) => return Err(EventClusterError::Unavailable(e.to_string())),
+            Err(_) => return Err(EventClusterError::Unavailable("the node stopped".into())),
+        };
+        match outcome {
+            ClusterOutcome::Event(EventApplied::Applied(done)) => Ok(done.await?),
+            ClusterOutcome::Event(EventApplied::Stopped) => Err(EventClusterError::Unavailable(
+                format!("this member stopped applying event shard {shard} after a storage failure"),
+            )),
+            other => Err(EventClusterError::Unavailable(format!(
+                "event shard {shard}'s group answered {other:?}"
+            ))),
+        }
+    }
+
+    fn not_leader(&self, group: GroupId) -> EventClusterError {
+        let leader = self
+            .role(group)
+            .and_then(|(_, l)| l)
+            .or_else(|| self.role(METADATA_GROUP).and_then(|(_, l)| l));
+        EventClusterError::NotLeader {
+            leader_address: leader
+                .filter(|l| *l != self.me)
+                .and_then(|l| self.client_address(l)),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests;

@@ -1,0 +1,270 @@
+//! The event protocol on a three-node cluster of real `eddy serve` processes, driven by the
+//! published Celeriant client: a pool seeded with a follower is redirected to the leader
+//! (`WRITE_NOT_LEADER` with its address), followers serve committed reads, the leader gets
+//! SIGKILL while 100 OCC writers with idempotency keys write, a new leader takes the writes,
+//! and afterwards every acknowledged event is present exactly once on every member, versions
+//! contiguous; the killed member restarts and catches up.
+
+mod cluster_support;
+
+use std::collections::BTreeMap;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use celeriant_client_tokio::{
+    CeleriantClient, CeleriantPool, ClientError, PoolOptions, ServerError, WriteEventsOptions,
+};
+use celeriant_msg::request::read_filters::ReadFilters;
+use celeriant_msg::request::requests::ReadRequest;
+use celeriant_wal::aggregate_key::AggregateKey;
+use cluster_support::{start_cluster, Node};
+use eddy_tests::http_get;
+
+const WRITERS: u64 = 100;
+const WRITES_EACH: u64 = 30;
+
+/// The member answering `/health` as the leader, once one is elected.
+fn leader(nodes: &[Option<Node>]) -> usize {
+    let deadline = Instant::now() + Duration::from_secs(30);
+    loop {
+        for (i, n) in nodes.iter().enumerate() {
+            let Some(n) = n else { continue };
+            if let Ok((200, body)) = http_get(n.eddy.addrs().http, "/health") {
+                if body.contains("leader") {
+                    return i;
+                }
+            }
+        }
+        assert!(Instant::now() < deadline, "no leader elected");
+        std::thread::sleep(Duration::from_millis(100));
+    }
+}
+
+fn client_addr(n: &Node) -> String {
+    n.eddy.addrs().client.to_string()
+}
+
+fn key(writer: u64) -> AggregateKey {
+    AggregateKey::new(7, 8, u128::from(writer) + 1)
+}
+
+fn event(
+    writer: u64,
+    seq: u64,
+) -> celeriant_wal::datablocks::datablock_aggregate_event::DatablockAggregateEvent {
+    let mut e = celeriant_client_tokio::json_event(1, &serde_json::json!({"w": writer, "s": seq}))
+        .expect("event encodes");
+    e.client_seq = seq;
+    e
+}
+
+/// Every event of `key` on the member at `addr`: (version, client_seq) per batch, read until
+/// it holds at least `want` batches (a follower applies what is committed a moment later).
+async fn events_on(addr: &str, key: &AggregateKey, want: usize) -> Vec<(u64, u64)> {
+    let deadline = Instant::now() + Duration::from_secs(30);
+    loop {
+        let mut found = Vec::new();
+        if let Ok(mut c) = CeleriantClient::connect(addr).await {
+            let mut from = 1;
+            loop {
+                let Ok(page) = c
+                    .read(ReadRequest {
+                        correlation_id: None,
+                        aggregate_key: key.clone(),
+                        filters: ReadFilters::new(from),
+                    })
+                    .await
+                else {
+                    break;
+                };
+                for b in &page.event_batches {
+                    for e in &b.events {
+                        found.push((b.aggregate_version, e.client_seq));
+                    }
+                }
+                match page.next_aggregate_version {
+                    Some(next) if next > from && !page.event_batches.is_empty() => from = next,
+                    _ => break,
+                }
+            }
+        }
+        if found.len() >= want || Instant::now() >= deadline {
+            return found;
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+}
+
+/// What one writer was told: the client_seqs acknowledged, and the last one written (acked,
+/// or found written after an answer that did not come).
+#[derive(Default, Debug)]
+struct Told {
+    acked: Vec<u64>,
+    last: u64,
+    /// Acknowledged after the leader was killed.
+    acked_after_kill: usize,
+}
+
+/// Acknowledgements so far (all writers), and whether the leader was killed.
+#[derive(Default)]
+struct Progress {
+    acked: AtomicU64,
+    killed: AtomicBool,
+}
+
+/// Writes `WRITES_EACH` events to its own aggregate, one per request, each with OCC on the
+/// version it expects and the client's idempotency key; an error is an unknown outcome,
+/// retried with the same event: a retry of a write that landed is refused as a duplicate or
+/// a version conflict, and the writer moves on.
+async fn writer(
+    pool: Arc<CeleriantPool>,
+    w: u64,
+    stop_by: Instant,
+    progress: Arc<Progress>,
+) -> Told {
+    let mut told = Told::default();
+    let mut seq = 1;
+    while seq <= WRITES_EACH && Instant::now() < stop_by {
+        let r = pool
+            .write_events_with(
+                key(w),
+                vec![event(w, seq)],
+                u128::from(w) + 100,
+                WriteEventsOptions {
+                    allow_create: true,
+                    expected_version: Some(seq - 1),
+                    enforce_client_idempotency: true,
+                },
+            )
+            .await;
+        match r {
+            Ok(resp) => {
+                assert_eq!(resp.max_aggregate_version, Some(seq), "writer {w}");
+                told.acked.push(seq);
+                told.last = seq;
+                progress.acked.fetch_add(1, Ordering::SeqCst);
+                if progress.killed.load(Ordering::SeqCst) {
+                    told.acked_after_kill += 1;
+                }
+                seq += 1;
+            }
+            Err(e) => {
+                // The event landed before its answer was lost: OCC finds version `seq`, or the
+                // idempotency key finds client_seq `seq`.
+                let landed = match &e {
+                    ClientError::Server(ServerError::Write { error_message, .. }) => {
+                        error_message.contains(&format!("\"current_aggregate_version\":{seq}"))
+                            || error_message.contains(&format!("\"last_client_seq\":{seq}"))
+                    }
+                    _ => false,
+                };
+                if landed {
+                    told.last = seq;
+                    seq += 1;
+                } else {
+                    tokio::time::sleep(Duration::from_millis(50)).await;
+                }
+            }
+        }
+    }
+    told
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn event_writes_survive_the_leaders_sigkill_on_three_nodes() {
+    let mut nodes: Vec<Option<Node>> = start_cluster(3).into_iter().map(Some).collect();
+    let lead = leader(&nodes);
+    let follower = (0..3).find(|&i| i != lead).unwrap();
+    let addrs: Vec<String> = nodes
+        .iter()
+        .map(|n| client_addr(n.as_ref().unwrap()))
+        .collect();
+
+    // A pool that knows only a follower is redirected to the leader.
+    let pool = Arc::new(CeleriantPool::new(
+        PoolOptions::new(addrs[follower].clone())
+            .with_seed_addresses(addrs.clone())
+            .with_max_leader_retries(6)
+            .with_request_timeout(Duration::from_secs(10)),
+    ));
+    let deadline = Instant::now() + Duration::from_secs(30);
+    let first = loop {
+        match pool.write_events(key(1000), vec![event(1000, 1)], 1).await {
+            Ok(r) => break r,
+            Err(e) => {
+                assert!(Instant::now() < deadline, "no write taken: {e:?}");
+                tokio::time::sleep(Duration::from_millis(200)).await;
+            }
+        }
+    };
+    assert_eq!(first.max_aggregate_version, Some(1));
+    assert!(
+        pool.stats().leader_redirects_followed >= 1,
+        "the follower sent the client to the leader: {:?}",
+        pool.stats()
+    );
+    // A follower's own answer names the leader's client address.
+    let mut direct = CeleriantClient::connect(&addrs[follower]).await.unwrap();
+    let refused = direct
+        .write_events(key(1001), vec![event(1001, 1)], 1)
+        .await
+        .expect_err("a follower does not take writes");
+    match &refused {
+        ClientError::NotLeader { leader_address, .. } => {
+            assert_eq!(leader_address.as_deref(), Some(addrs[lead].as_str()));
+        }
+        other => panic!("expected NotLeader, got {other:?}"),
+    }
+    // Followers serve what is committed.
+    for i in (0..3).filter(|&i| i != lead) {
+        assert_eq!(events_on(&addrs[i], &key(1000), 1).await, vec![(1, 1)]);
+    }
+
+    // 100 OCC writers; the leader dies while they write.
+    let stop_by = Instant::now() + Duration::from_secs(90);
+    let progress = Arc::new(Progress::default());
+    let mut tasks = Vec::new();
+    for w in 0..WRITERS {
+        tasks.push(tokio::spawn(writer(
+            Arc::clone(&pool),
+            w,
+            stop_by,
+            Arc::clone(&progress),
+        )));
+    }
+    // Killed once a fifth of the writes are acknowledged: mid-run.
+    while progress.acked.load(Ordering::SeqCst) < WRITERS * WRITES_EACH / 5 {
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
+    nodes[lead].as_mut().unwrap().eddy.kill();
+    progress.killed.store(true, Ordering::SeqCst);
+    let killed_at = Instant::now();
+    let mut told = BTreeMap::new();
+    for (w, t) in tasks.into_iter().enumerate() {
+        told.insert(w as u64, t.await.unwrap());
+    }
+    let acked: usize = told.values().map(|t| t.acked.len()).sum();
+    let after: usize = told.values().map(|t| t.acked_after_kill).sum();
+    assert!(after > 0, "writes were acknowledged after the kill");
+    eprintln!(
+        "{acked} of {} writes acknowledged, {after} after the kill; the writers finished {:?} after it",
+        WRITERS * WRITES_EACH,
+        killed_at.elapsed()
+    );
+    assert!(
+        told.values().all(|t| t.last == WRITES_EACH),
+        "every writer finished after the failover: {told:?}"
+    );
+
+    // Every member (the killed one after it restarts and catches up) holds every writer's
+    // events exactly once, versions 1..=n with client_seq = version.
+    nodes[lead].as_mut().unwrap().eddy.crash_restart();
+    let expected: Vec<(u64, u64)> = (1..=WRITES_EACH).map(|v| (v, v)).collect();
+    for (i, addr) in addrs.iter().enumerate() {
+        for (w, t) in &told {
+            let got = events_on(addr, &key(*w), expected.len()).await;
+            assert_eq!(got, expected, "member {i}, writer {w} (told {t:?})");
+        }
+    }
+}

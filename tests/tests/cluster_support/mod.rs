@@ -1,0 +1,56 @@
+//! Clusters of real `eddy serve` processes on loopback, one host address per node
+//! (127.0.0.1, 127.0.0.2, ...), for the cluster tests.
+#![allow(dead_code)] // Each test binary uses part of it.
+
+use std::net::SocketAddr;
+
+use eddy_tests::{free_port, server_bin, Eddy, Options};
+
+/// One member: its process and its stream address.
+pub struct Node {
+    pub eddy: Eddy,
+    pub stream: SocketAddr,
+}
+
+/// Starts `size` members that know each other.
+pub fn start_cluster(size: u8) -> Vec<Node> {
+    // Distinct hosts, so each node's ports can be the same numbers; the ports are still
+    // chosen free on 127.0.0.1 to avoid clashes with other tests.
+    let ports: Vec<(u16, u16, u16, u16)> = (0..size)
+        .map(|_| (free_port(), free_port(), free_port(), free_port()))
+        .collect();
+    let host = |i: u8| format!("127.0.0.{}", i + 1);
+    (0..size)
+        .map(|i| {
+            let (stream, client, http, replication) = ports[usize::from(i)];
+            let mut args = vec![
+                "--host".to_owned(),
+                host(i),
+                "--stream-port".to_owned(),
+                stream.to_string(),
+                "--client-port".to_owned(),
+                client.to_string(),
+                "--http-port".to_owned(),
+                http.to_string(),
+                "--replication-port".to_owned(),
+                replication.to_string(),
+                "--node-id".to_owned(),
+                (i + 1).to_string(),
+            ];
+            for j in (0..size).filter(|&j| j != i) {
+                args.push("--peer".to_owned());
+                args.push(format!("{}={}:{}", j + 1, host(j), ports[usize::from(j)].3));
+            }
+            let eddy = Eddy::start_with(
+                server_bin!(),
+                Options {
+                    args,
+                    keep_ports: true,
+                    ..Options::default()
+                },
+            );
+            let stream = eddy.addrs().stream;
+            Node { eddy, stream }
+        })
+        .collect()
+}
