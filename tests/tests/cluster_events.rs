@@ -6,8 +6,9 @@
 //! contiguous; the killed member restarts and catches up.
 
 mod cluster_support;
+mod event_support;
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, HashMap};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -15,11 +16,13 @@ use std::time::{Duration, Instant};
 use celeriant_client_tokio::{
     CeleriantClient, CeleriantPool, ClientError, PoolOptions, ServerError, WriteEventsOptions,
 };
+use celeriant_msg::process_client_requests::ClientRequest;
 use celeriant_msg::request::read_filters::ReadFilters;
-use celeriant_msg::request::requests::ReadRequest;
+use celeriant_msg::request::requests::{ReadRequest, SingleAggregateWrite, WriteRequest};
 use celeriant_wal::aggregate_key::AggregateKey;
 use cluster_support::{start_cluster, Node};
 use eddy_tests::http_get;
+use event_support::{error_of, Raw};
 
 const WRITERS: u64 = 100;
 const WRITES_EACH: u64 = 30;
@@ -174,13 +177,39 @@ async fn writer(
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn event_writes_survive_the_leaders_sigkill_on_three_nodes() {
     let mut nodes: Vec<Option<Node>> = start_cluster(3).into_iter().map(Some).collect();
-    let lead = leader(&nodes);
-    let follower = (0..3).find(|&i| i != lead).unwrap();
     let addrs: Vec<String> = nodes
         .iter()
         .map(|n| client_addr(n.as_ref().unwrap()))
         .collect();
 
+    // A follower's own answer names the leader's client address. Right after start a
+    // shard's group may still be led by another member than the metadata leader (its
+    // leadership is moved there within a second or so): wait for that.
+    let deadline = Instant::now() + Duration::from_secs(20);
+    let mut attempt = 0;
+    let (lead, follower) = loop {
+        let lead = leader(&nodes);
+        let follower = (0..3).find(|&i| i != lead).unwrap();
+        let mut direct = CeleriantClient::connect(&addrs[follower]).await.unwrap();
+        attempt += 1;
+        match direct
+            .write_events(key(2000 + attempt), vec![event(2000 + attempt, 1)], 1)
+            .await
+        {
+            Err(ClientError::NotLeader { leader_address, .. })
+                if leader_address.as_deref() == Some(addrs[lead].as_str()) =>
+            {
+                break (lead, follower);
+            }
+            other => {
+                assert!(
+                    Instant::now() < deadline,
+                    "a follower still answers {other:?}"
+                );
+                tokio::time::sleep(Duration::from_millis(200)).await;
+            }
+        }
+    };
     // A pool that knows only a follower is redirected to the leader.
     let pool = Arc::new(CeleriantPool::new(
         PoolOptions::new(addrs[follower].clone())
@@ -204,18 +233,29 @@ async fn event_writes_survive_the_leaders_sigkill_on_three_nodes() {
         "the follower sent the client to the leader: {:?}",
         pool.stats()
     );
-    // A follower's own answer names the leader's client address.
-    let mut direct = CeleriantClient::connect(&addrs[follower]).await.unwrap();
-    let refused = direct
-        .write_events(key(1001), vec![event(1001, 1)], 1)
-        .await
-        .expect_err("a follower does not take writes");
-    match &refused {
-        ClientError::NotLeader { leader_address, .. } => {
-            assert_eq!(leader_address.as_deref(), Some(addrs[lead].as_str()));
-        }
-        other => panic!("expected NotLeader, got {other:?}"),
-    }
+    // A V3 client gets the same answer, byte for byte.
+    let mut raw = Raw::connect(&nodes[follower].as_ref().unwrap().eddy).await;
+    let write = ClientRequest::Write(WriteRequest {
+        correlation_id: Some(3),
+        client_id: 1,
+        user_id: None,
+        writes: HashMap::from([(
+            key(1002),
+            SingleAggregateWrite {
+                events: vec![event(1002, 1)],
+                allow_create: true,
+                expected_version: None,
+                enforce_client_idempotency: false,
+            },
+        )]),
+    });
+    raw.send_request(&write, 3).await;
+    let (frame, resp) = raw.recv_response(None).await;
+    assert_eq!(frame.version, 3);
+    assert_eq!(
+        error_of(&resp),
+        (2011, format!("{{\"leader_address\":\"{}\"}}", addrs[lead]))
+    );
     // Followers serve what is committed.
     for i in (0..3).filter(|&i| i != lead) {
         assert_eq!(events_on(&addrs[i], &key(1000), 1).await, vec![(1, 1)]);
