@@ -3,7 +3,8 @@
 //! (`WRITE_NOT_LEADER` with its address), followers serve committed reads, the leader gets
 //! SIGKILL while 100 OCC writers with idempotency keys write, a new leader takes the writes,
 //! and afterwards every acknowledged event is present exactly once on every member, versions
-//! contiguous; the killed member restarts and catches up.
+//! contiguous; the killed member restarts and catches up, and a member whose data directory
+//! was lost is rebuilt from its peers.
 
 mod cluster_support;
 mod event_support;
@@ -306,5 +307,23 @@ async fn event_writes_survive_the_leaders_sigkill_on_three_nodes() {
             let got = events_on(addr, &key(*w), expected.len()).await;
             assert_eq!(got, expected, "member {i}, writer {w} (told {t:?})");
         }
+    }
+
+    // A member whose data directory is lost is rebuilt from its peers: the shard groups'
+    // logs are replayed to it from their first entry.
+    let now_leading = leader(&nodes);
+    let wiped = (0..3).find(|&i| i != now_leading).unwrap();
+    {
+        let node = nodes[wiped].as_mut().unwrap();
+        node.eddy.kill();
+        std::fs::remove_dir_all(node.eddy.data_dir()).unwrap();
+        node.eddy.restart();
+    }
+    for (w, t) in &told {
+        let got = events_on(&addrs[wiped], &key(*w), expected.len()).await;
+        assert_eq!(
+            got, expected,
+            "wiped member {wiped}, writer {w} (told {t:?})"
+        );
     }
 }
