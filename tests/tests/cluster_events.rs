@@ -9,17 +9,20 @@
 mod cluster_support;
 mod event_support;
 
-use std::collections::{BTreeMap, HashMap};
+use std::collections::{BTreeMap, HashMap, HashSet};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use celeriant_client_tokio::{
-    CeleriantClient, CeleriantPool, ClientError, PoolOptions, ServerError, WriteEventsOptions,
+    CeleriantClient, CeleriantPool, ClientError, PoolOptions, ServerError, WatchConnection,
+    WatchOptions, WriteEventsOptions,
 };
 use celeriant_msg::process_client_requests::ClientRequest;
 use celeriant_msg::request::read_filters::ReadFilters;
-use celeriant_msg::request::requests::{ReadRequest, SingleAggregateWrite, WriteRequest};
+use celeriant_msg::request::requests::{
+    ReadRequest, SingleAggregateWrite, WatchRequest, WriteRequest,
+};
 use celeriant_wal::aggregate_key::AggregateKey;
 use cluster_support::{start_cluster, Node};
 use eddy_tests::http_get;
@@ -262,6 +265,26 @@ async fn event_writes_survive_the_leaders_sigkill_on_three_nodes() {
         assert_eq!(events_on(&addrs[i], &key(1000), 1).await, vec![(1, 1)]);
     }
 
+    // A watch on a follower sees writer 0's changes once each, as they commit.
+    let mut watch = WatchConnection::connect(
+        &addrs[follower],
+        WatchRequest {
+            correlation_id: None,
+            requested_latency_ms: None,
+            shard_id: None,
+            orgs: None,
+            aggregate_types: None,
+            aggregates: Some(HashSet::from([key(0).aggregate_id])),
+            operation_types: None,
+        },
+        WatchOptions {
+            timeout: Some(Duration::from_secs(10)),
+            ..WatchOptions::default()
+        },
+    )
+    .await
+    .expect("a follower serves watch");
+
     // 100 OCC writers; the leader dies while they write.
     let stop_by = Instant::now() + Duration::from_secs(90);
     let progress = Arc::new(Progress::default());
@@ -296,6 +319,26 @@ async fn event_writes_survive_the_leaders_sigkill_on_three_nodes() {
     assert!(
         told.values().all(|t| t.last == WRITES_EACH),
         "every writer finished after the failover: {told:?}"
+    );
+
+    let mut watched = Vec::new();
+    while watched.len() < usize::try_from(WRITES_EACH).unwrap() {
+        let push = watch
+            .next_timeout(Duration::from_secs(20))
+            .await
+            .expect("the watch stays up")
+            .expect("a push for every committed write");
+        for e in push.events {
+            assert_eq!(e.aggregate_id, key(0).aggregate_id, "filtered");
+            if e.operation == 1 {
+                watched.push(e.to_aggregate_version.expect("a write's version"));
+            }
+        }
+    }
+    assert_eq!(
+        watched,
+        (1..=WRITES_EACH).collect::<Vec<_>>(),
+        "each committed write pushed once, in order"
     );
 
     // Every member (the killed one after it restarts and catches up) holds every writer's
