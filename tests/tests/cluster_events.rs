@@ -191,7 +191,7 @@ async fn event_writes_survive_the_leaders_sigkill_on_three_nodes() {
     // leadership is moved there within a second or so): wait for that.
     let deadline = Instant::now() + Duration::from_secs(20);
     let mut attempt = 0;
-    let (lead, follower) = loop {
+    let (lead, follower, probe) = loop {
         let lead = leader(&nodes);
         let follower = (0..3).find(|&i| i != lead).unwrap();
         let mut direct = CeleriantClient::connect(&addrs[follower]).await.unwrap();
@@ -203,7 +203,7 @@ async fn event_writes_survive_the_leaders_sigkill_on_three_nodes() {
             Err(ClientError::NotLeader { leader_address, .. })
                 if leader_address.as_deref() == Some(addrs[lead].as_str()) =>
             {
-                break (lead, follower);
+                break (lead, follower, 2000 + attempt);
             }
             other => {
                 assert!(
@@ -223,7 +223,11 @@ async fn event_writes_survive_the_leaders_sigkill_on_three_nodes() {
     ));
     let deadline = Instant::now() + Duration::from_secs(30);
     let first = loop {
-        match pool.write_events(key(1000), vec![event(1000, 1)], 1).await {
+        // The probe's shard is led by the leader, and the refused probe wrote nothing.
+        match pool
+            .write_events(key(probe), vec![event(probe, 1)], 1)
+            .await
+        {
             Ok(r) => break r,
             Err(e) => {
                 assert!(Instant::now() < deadline, "no write taken: {e:?}");
@@ -244,9 +248,9 @@ async fn event_writes_survive_the_leaders_sigkill_on_three_nodes() {
         client_id: 1,
         user_id: None,
         writes: HashMap::from([(
-            key(1002),
+            key(probe),
             SingleAggregateWrite {
-                events: vec![event(1002, 1)],
+                events: vec![event(probe, 2)],
                 allow_create: true,
                 expected_version: None,
                 enforce_client_idempotency: false,
@@ -262,7 +266,7 @@ async fn event_writes_survive_the_leaders_sigkill_on_three_nodes() {
     );
     // Followers serve what is committed.
     for i in (0..3).filter(|&i| i != lead) {
-        assert_eq!(events_on(&addrs[i], &key(1000), 1).await, vec![(1, 1)]);
+        assert_eq!(events_on(&addrs[i], &key(probe), 1).await, vec![(1, 1)]);
     }
 
     // A watch on a follower sees writer 0's changes once each, as they commit.
