@@ -10,8 +10,8 @@
 //! server clock (the command carries `now`) and event encoding (the command carries the
 //! encoded, maybe compressed, bytes, so every member stores the same record and hash chain).
 //!
-//! Each record applied from a command carries the entry's index ([`FLAG_REPLICATED`]
-//! (crate::record::FLAG_REPLICATED)): after a restart a shard resumes after the last index
+//! Each record applied from a command carries the entry's index (the record header's
+//! `FLAG_REPLICATED`): after a restart a shard resumes after the last index
 //! its log holds ([`EventStore::replicated_through`]), so an entry is applied exactly once even
 //! though the shard log and the group's log are synced separately. Entries after that index
 //! that were refused wrote nothing, and are refused again in the same state.
