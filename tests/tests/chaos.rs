@@ -13,7 +13,7 @@ use eddy_tests::server_bin;
 
 /// The smoke's seed: its schedule (kills of the leader and of a node, a link down, proxy
 /// one-way drops and a degraded network) is the same on every run.
-const SMOKE_SEED: u64 = 17;
+const SMOKE_SEED: u64 = 25;
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn chaos_smoke() {

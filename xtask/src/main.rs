@@ -15,9 +15,13 @@
 //! - `cargo xtask sim [ARGS...]`: a campaign of the deterministic cluster simulator
 //!   (`--seeds N [--start S] [--nodes 3|5] [--faults none|light|heavy]`, or `--seed S` to replay
 //!   one run; `crates/eddy-sim/src/main.rs` lists every option).
+//! - `cargo xtask chaos [--seconds N] [--seed S] [--nodes N] [--no-nft]`: real-process chaos
+//!   of a local cluster in network namespaces (kills, partitions, a faulty network) under a
+//!   seeded schedule, published-SDK clients, then the checker (`chaos.rs`).
 //! - `cargo xtask event-load [ARGS...]`: `eddy bench events` on a release build, with the
 //!   PostgreSQL OCC-append comparison and the network floor.
 
+mod chaos;
 mod cluster_bench;
 mod train_dict;
 
@@ -65,6 +69,7 @@ fn main() -> Result<()> {
             )
         }
         "sim" => sim(rest),
+        "chaos" => chaos::run(rest),
         "help" | "--help" | "-h" => {
             print_help();
             Ok(())
@@ -95,6 +100,8 @@ fn print_help() {
          sim [ARGS...]           deterministic simulation campaign (release build of eddy-sim):\n\
                                  --seeds N [--start S] [--nodes 3|5] [--faults none|light|heavy]\n\
                                  [--jobs J]; --seed S [--trace] replays one seed\n\
+         chaos [ARGS...]         real-process chaos of a local cluster (root; network\n\
+                                 namespaces): --seconds N (300) --seed S --nodes N (3) --no-nft\n\
          event-load [ARGS...]    event-protocol load sweep (100, 1000, 4000 pinned connections,\n\
                                  plain and OCC) on a release build, and the same OCC append on\n\
                                  PostgreSQL and the network floor; ARGS go to `eddy bench\n\
