@@ -125,6 +125,9 @@ pub async fn read_all(
     }
 }
 
+/// Where one message of a batch sits: (partition, position, index in its batch, batch size).
+type Place = (u32, usize, u32, u32);
+
 /// Figures of a passed check.
 #[derive(Debug, Default)]
 pub struct Verdict {
@@ -176,7 +179,7 @@ pub fn check(history: &History, views: &[NodeView]) -> Verdict {
     v.acked_batches = history.sends.iter().filter(|a| a.acked).count();
     v.unknown_batches = history.sends.len() - v.acked_batches;
     // Where each batch sits: (producer, seq) -> (partition, first position, messages seen).
-    let mut found: BTreeMap<(u32, u64), Vec<(u32, usize, u32, u32)>> = BTreeMap::new();
+    let mut found: BTreeMap<(u32, u64), Vec<Place>> = BTreeMap::new();
     for (p, log) in reference.partitions.iter().enumerate() {
         let p = u32::try_from(p).expect("few partitions");
         v.messages += log.len();

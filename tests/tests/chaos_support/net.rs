@@ -303,14 +303,20 @@ impl Net {
              chain output { type filter hook output priority 0; policy accept; }\n}\n",
         );
         if inbound {
-            script.push_str(&format!(
-                "add rule inet eddy_chaos input ip saddr {{ {set} }} drop\n"
-            ));
+            script += &[
+                "add rule inet eddy_chaos input ip saddr { ",
+                &set,
+                " } drop\n",
+            ]
+            .concat();
         }
         if outbound {
-            script.push_str(&format!(
-                "add rule inet eddy_chaos output ip daddr {{ {set} }} drop\n"
-            ));
+            script += &[
+                "add rule inet eddy_chaos output ip daddr { ",
+                &set,
+                " } drop\n",
+            ]
+            .concat();
         }
         sh_stdin(
             "ip",

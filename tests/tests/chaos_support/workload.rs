@@ -210,7 +210,7 @@ impl Load {
             match tokio::time::timeout(Duration::from_secs(10), made).await {
                 Ok(Ok(())) => return Ok(()),
                 Ok(Err(e)) => last = e.to_string(),
-                Err(_) => last = "timed out".to_owned(),
+                Err(_) => "timed out".clone_into(&mut last),
             }
             tokio::time::sleep(Duration::from_millis(300)).await;
         }
