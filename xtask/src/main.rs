@@ -119,6 +119,22 @@ fn root() -> PathBuf {
 fn cargo() -> Command {
     let mut cmd = Command::new(std::env::var_os("CARGO").unwrap_or_else(|| "cargo".into()));
     cmd.current_dir(root());
+    // `cargo run` gave this process xtask's own package variables; build scripts that watch
+    // them (ring's `rerun-if-env-changed=CARGO_PKG_NAME`, `CARGO_MANIFEST_DIR`...) would see
+    // them "changed" and rebuild ring and everything above it on every switch between
+    // `cargo xtask ...` and plain `cargo`.
+    for (k, _) in std::env::vars_os() {
+        let Some(k) = k.to_str() else { continue };
+        if k.starts_with("CARGO_PKG_")
+            || k.starts_with("CARGO_MANIFEST_")
+            || matches!(
+                k,
+                "CARGO_CRATE_NAME" | "CARGO_BIN_NAME" | "CARGO_PRIMARY_PACKAGE"
+            )
+        {
+            cmd.env_remove(k);
+        }
+    }
     cmd
 }
 
