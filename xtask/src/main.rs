@@ -15,9 +15,13 @@
 //! - `cargo xtask sim [ARGS...]`: a campaign of the deterministic cluster simulator
 //!   (`--seeds N [--start S] [--nodes 3|5] [--faults none|light|heavy]`, or `--seed S` to replay
 //!   one run; `crates/eddy-sim/src/main.rs` lists every option).
+//! - `cargo xtask chaos [--seconds N] [--seed S] [--nodes N] [--no-nft]`: real-process chaos
+//!   of a local cluster in network namespaces (kills, partitions, a faulty network) under a
+//!   seeded schedule, published-SDK clients, then the checker (`chaos.rs`).
 //! - `cargo xtask event-load [ARGS...]`: `eddy bench events` on a release build, with the
 //!   PostgreSQL OCC-append comparison and the network floor.
 
+mod chaos;
 mod cluster_bench;
 mod train_dict;
 
@@ -65,6 +69,7 @@ fn main() -> Result<()> {
             )
         }
         "sim" => sim(rest),
+        "chaos" => chaos::run(rest),
         "help" | "--help" | "-h" => {
             print_help();
             Ok(())
@@ -95,6 +100,8 @@ fn print_help() {
          sim [ARGS...]           deterministic simulation campaign (release build of eddy-sim):\n\
                                  --seeds N [--start S] [--nodes 3|5] [--faults none|light|heavy]\n\
                                  [--jobs J]; --seed S [--trace] replays one seed\n\
+         chaos [ARGS...]         real-process chaos of a local cluster (root; network\n\
+                                 namespaces): --seconds N (300) --seed S --nodes N (3) --no-nft\n\
          event-load [ARGS...]    event-protocol load sweep (100, 1000, 4000 pinned connections,\n\
                                  plain and OCC) on a release build, and the same OCC append on\n\
                                  PostgreSQL and the network floor; ARGS go to `eddy bench\n\
@@ -112,6 +119,22 @@ fn root() -> PathBuf {
 fn cargo() -> Command {
     let mut cmd = Command::new(std::env::var_os("CARGO").unwrap_or_else(|| "cargo".into()));
     cmd.current_dir(root());
+    // `cargo run` gave this process xtask's own package variables; build scripts that watch
+    // them (ring's `rerun-if-env-changed=CARGO_PKG_NAME`, `CARGO_MANIFEST_DIR`...) would see
+    // them "changed" and rebuild ring and everything above it on every switch between
+    // `cargo xtask ...` and plain `cargo`.
+    for (k, _) in std::env::vars_os() {
+        let Some(k) = k.to_str() else { continue };
+        if k.starts_with("CARGO_PKG_")
+            || k.starts_with("CARGO_MANIFEST_")
+            || matches!(
+                k,
+                "CARGO_CRATE_NAME" | "CARGO_BIN_NAME" | "CARGO_PRIMARY_PACKAGE"
+            )
+        {
+            cmd.env_remove(k);
+        }
+    }
     cmd
 }
 

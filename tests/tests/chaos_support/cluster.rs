@@ -1,0 +1,187 @@
+//! The `eddy serve` processes of a chaos run, one per namespace (`ip netns exec`), each on
+//! its namespace's address with fixed ports, peers named by their proxy stand-ins. Stderr
+//! goes to `<run dir>/node<i>.log`, appended across restarts.
+
+use std::net::{SocketAddr, SocketAddrV4};
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::time::Duration;
+
+use tokio::io::{AsyncReadExt as _, AsyncWriteExt as _};
+
+use super::net::Net;
+
+pub const STREAM_PORT: u16 = 8090;
+pub const CLIENT_PORT: u16 = 8091;
+pub const HTTP_PORT: u16 = 8080;
+pub const REPLICATION_PORT: u16 = 10001;
+
+/// The processes; killed on drop.
+#[derive(Debug)]
+pub struct Cluster {
+    bin: PathBuf,
+    dir: PathBuf,
+    nodes: u8,
+    children: Vec<Option<Child>>,
+    namespaces: Vec<String>,
+    ips: Vec<std::net::Ipv4Addr>,
+    peers: Vec<Vec<String>>,
+}
+
+impl Cluster {
+    pub fn new(bin: &Path, dir: &Path, net: &Net, nodes: u8) -> Self {
+        let peers = (1..=nodes)
+            .map(|i| {
+                (1..=nodes)
+                    .filter(|&j| j != i)
+                    .map(|j| format!("{j}={}:{REPLICATION_PORT}", net.alias_ip(j)))
+                    .collect()
+            })
+            .collect();
+        Self {
+            bin: bin.to_owned(),
+            dir: dir.to_owned(),
+            nodes,
+            children: (0..nodes).map(|_| None).collect(),
+            namespaces: (1..=nodes).map(|i| net.namespace(i)).collect(),
+            ips: (1..=nodes).map(|i| net.node_ip(i)).collect(),
+            peers,
+        }
+    }
+
+    /// Node `i`'s stream (Iggy) address.
+    pub fn stream_addr(&self, i: u8) -> SocketAddr {
+        SocketAddr::V4(SocketAddrV4::new(self.ips[usize::from(i - 1)], STREAM_PORT))
+    }
+
+    fn http_addr(&self, i: u8) -> SocketAddr {
+        SocketAddr::V4(SocketAddrV4::new(self.ips[usize::from(i - 1)], HTTP_PORT))
+    }
+
+    pub fn log_path(&self, i: u8) -> PathBuf {
+        self.dir.join(format!("node{i}.log"))
+    }
+
+    pub fn is_running(&self, i: u8) -> bool {
+        self.children[usize::from(i - 1)].is_some()
+    }
+
+    /// Starts node `i` (a no-op when it runs).
+    pub fn start(&mut self, i: u8) -> Result<(), String> {
+        let slot = usize::from(i - 1);
+        if self.children[slot].is_some() {
+            return Ok(());
+        }
+        let data = self.dir.join(format!("node{i}"));
+        let log = std::fs::OpenOptions::new()
+            .create(true)
+            .append(true)
+            .open(self.log_path(i))
+            .map_err(|e| e.to_string())?;
+        let ip = self.ips[slot].to_string();
+        let mut cmd = Command::new("ip");
+        cmd.args(["netns", "exec", &self.namespaces[slot]])
+            .arg(&self.bin)
+            .arg("serve")
+            .arg("--data-dir")
+            .arg(&data)
+            .args(["--host", &ip, "--advertise-host", &ip])
+            .args(["--stream-port", &STREAM_PORT.to_string()])
+            .args(["--client-port", &CLIENT_PORT.to_string()])
+            .args(["--http-port", &HTTP_PORT.to_string()])
+            .args(["--replication-port", &REPLICATION_PORT.to_string()])
+            .args(["--node-id", &i.to_string()]);
+        for peer in &self.peers[slot] {
+            cmd.args(["--peer", peer]);
+        }
+        for (k, _) in std::env::vars() {
+            if k.starts_with("EDDY_") || k == "RUST_LOG" {
+                cmd.env_remove(k);
+            }
+        }
+        cmd.env("NO_COLOR", "1")
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(Stdio::from(log));
+        let child = cmd.spawn().map_err(|e| format!("spawn node {i}: {e}"))?;
+        self.children[slot] = Some(child);
+        Ok(())
+    }
+
+    /// SIGKILL node `i` and reap it.
+    pub fn kill(&mut self, i: u8) {
+        if let Some(mut child) = self.children[usize::from(i - 1)].take() {
+            let _ = child.kill();
+            let _ = child.wait();
+        }
+    }
+
+    /// Nodes whose process exited on its own (a crash): their numbers and statuses.
+    pub fn exited(&mut self) -> Vec<(u8, String)> {
+        let mut out = Vec::new();
+        for (slot, child) in self.children.iter_mut().enumerate() {
+            if let Some(c) = child {
+                if let Ok(Some(status)) = c.try_wait() {
+                    out.push((
+                        u8::try_from(slot + 1).expect("few nodes"),
+                        status.to_string(),
+                    ));
+                    *child = None;
+                }
+            }
+        }
+        out
+    }
+
+    /// `/health` of node `i`: its body (`leader`, `follower`...) or `None` when unreachable.
+    pub async fn health(&self, i: u8) -> Option<String> {
+        let addr = self.http_addr(i);
+        let fetch = async {
+            let mut s = tokio::net::TcpStream::connect(addr).await.ok()?;
+            s.write_all(b"GET /health HTTP/1.0\r\nhost: x\r\n\r\n")
+                .await
+                .ok()?;
+            let mut raw = String::new();
+            s.read_to_string(&mut raw).await.ok()?;
+            raw.split_once("\r\n\r\n").map(|(_, b)| b.trim().to_owned())
+        };
+        tokio::time::timeout(Duration::from_secs(1), fetch)
+            .await
+            .ok()
+            .flatten()
+    }
+
+    /// The node whose `/health` says `leader`, if exactly one does.
+    pub async fn leader(&self) -> Option<u8> {
+        let mut leaders = Vec::new();
+        for i in 1..=self.nodes {
+            if self.is_running(i) && self.health(i).await.as_deref() == Some("leader") {
+                leaders.push(i);
+            }
+        }
+        match leaders[..] {
+            [one] => Some(one),
+            _ => None,
+        }
+    }
+
+    /// Waits until node `i` answers on its HTTP port.
+    pub async fn wait_up(&self, i: u8, timeout: Duration) -> bool {
+        let deadline = tokio::time::Instant::now() + timeout;
+        while tokio::time::Instant::now() < deadline {
+            if self.health(i).await.is_some() {
+                return true;
+            }
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+        false
+    }
+}
+
+impl Drop for Cluster {
+    fn drop(&mut self) {
+        for i in 1..=self.nodes {
+            self.kill(i);
+        }
+    }
+}

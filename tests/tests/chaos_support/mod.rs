@@ -1,0 +1,349 @@
+//! Real-process chaos of a cluster (issue 17): `eddy serve` processes in network namespaces,
+//! published-SDK clients writing through them, a seeded schedule of kills, partitions and a
+//! degraded network, then a heal, a bounded wait for progress and the checker.
+//!
+//! `net.rs` (namespaces, veths, bridge, nft), `proxy.rs` (frame-level faults of the
+//! replication links), `cluster.rs` (the processes), `schedule.rs` (the seeded faults),
+//! `workload.rs` (the clients), `checker.rs` (the verdict). `cargo xtask chaos` runs the
+//! campaign test of `tests/tests/chaos.rs`; `cargo test` runs its smoke.
+
+pub mod checker;
+pub mod cluster;
+pub mod net;
+pub mod proxy;
+pub mod rng;
+pub mod schedule;
+pub mod workload;
+
+use std::collections::BTreeMap;
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use cluster::{Cluster, REPLICATION_PORT};
+use net::Net;
+use proxy::{LinkFault, Proxy};
+use schedule::{Fault, Menu, Target};
+use workload::Load;
+
+/// What to run.
+#[derive(Debug, Clone)]
+pub struct Options {
+    /// Length of the fault phase.
+    pub seconds: u64,
+    pub seed: u64,
+    pub nodes: u8,
+    /// The server binary.
+    pub bin: PathBuf,
+    /// Use nft partitions (isolation and one-way drops).
+    pub nft: bool,
+    /// Allow killing a majority at once.
+    pub majority_loss: bool,
+    pub partitions: u32,
+    pub producers: u32,
+    /// How a failed run is replayed (printed with the seed).
+    pub replay: String,
+}
+
+/// What a run did.
+#[derive(Debug)]
+pub struct Report {
+    pub duration: Duration,
+    pub faults: BTreeMap<&'static str, u32>,
+    pub verdict: checker::Verdict,
+    pub progress_after_heal: Option<Duration>,
+    pub run_dir: PathBuf,
+}
+
+impl Report {
+    pub fn passed(&self) -> bool {
+        self.verdict.failures.is_empty()
+    }
+}
+
+/// How an episode's fault is undone.
+#[derive(Debug)]
+enum Heal {
+    Start(Vec<u8>),
+    LinkUp(u8),
+    Nft(u8),
+    Proxy,
+}
+
+/// Prints a line of the run's narrative.
+macro_rules! say {
+    ($start:expr, $($arg:tt)*) => {
+        eprintln!("chaos [{:>7.1}s] {}", $start.elapsed().as_secs_f64(), format_args!($($arg)*))
+    };
+}
+
+/// Runs one chaos run; `Err` when the harness itself could not run (set-up failed).
+pub async fn run(options: &Options) -> Result<Report, String> {
+    let start = Instant::now();
+    net::sweep_leftovers();
+    let pid = std::process::id();
+    tokio::spawn(async move {
+        if tokio::signal::ctrl_c().await.is_ok() {
+            eprintln!("chaos: interrupted; removing namespaces and processes");
+            net::teardown(pid);
+            std::process::exit(130);
+        }
+    });
+    let run_dir = std::env::temp_dir().join(format!("eddy-chaos-{pid}-{}", options.seed));
+    let _ = std::fs::remove_dir_all(&run_dir);
+    std::fs::create_dir_all(&run_dir).map_err(|e| e.to_string())?;
+    say!(
+        start,
+        "seed {} ({} s of faults, {} nodes, nft {}); node logs in {}",
+        options.seed,
+        options.seconds,
+        options.nodes,
+        if options.nft { "on" } else { "off" },
+        run_dir.display()
+    );
+    let net = Net::create(options.nodes)?;
+    let proxy = Proxy::start(&net, options.nodes, REPLICATION_PORT, options.seed).await?;
+    let mut cluster = Cluster::new(&options.bin, &run_dir, &net, options.nodes);
+    for i in 1..=options.nodes {
+        cluster.start(i)?;
+    }
+    for i in 1..=options.nodes {
+        if !cluster.wait_up(i, Duration::from_secs(30)).await {
+            return Err(format!(
+                "node {i} did not start; see {}",
+                cluster.log_path(i).display()
+            ));
+        }
+    }
+    let addrs: Vec<_> = (1..=options.nodes)
+        .map(|i| cluster.stream_addr(i))
+        .collect();
+    let load = Load::new(addrs.clone(), options.partitions);
+    load.setup(options.partitions, Duration::from_secs(60))
+        .await?;
+    say!(start, "cluster up, stream and topic created; load starts");
+    let mut tasks = Vec::new();
+    for k in 0..options.producers {
+        tasks.push(tokio::spawn(Arc::clone(&load).producer(
+            k,
+            k % options.partitions,
+            1_000_000,
+        )));
+    }
+    for p in 0..options.partitions {
+        tasks.push(tokio::spawn(Arc::clone(&load).offsets(p)));
+    }
+
+    let menu = Menu {
+        nft: options.nft,
+        majority_loss: options.majority_loss && options.nodes >= 3,
+    };
+    let episodes = schedule::schedule(
+        options.seed,
+        Duration::from_secs(options.seconds),
+        options.nodes,
+        menu,
+    );
+    say!(start, "schedule: {} episodes", episodes.len());
+    for e in &episodes {
+        eprintln!(
+            "chaos   at {:>6.1}s for {:>4.1}s: {}",
+            e.at.as_secs_f64(),
+            e.hold.as_secs_f64(),
+            e.fault
+        );
+    }
+    let mut faults: BTreeMap<&'static str, u32> = BTreeMap::new();
+    let mut crashes = Vec::new();
+    let phase = Instant::now();
+    let mut fallback = rng::Rng::new(options.seed ^ 0xFA11);
+    for episode in &episodes {
+        tokio::time::sleep_until((phase + episode.at).into()).await;
+        let resolve = |t: Target, leader: Option<u8>, fallback: &mut rng::Rng| match t {
+            Target::Node(n) => n,
+            Target::Leader => leader.unwrap_or_else(|| {
+                u8::try_from(fallback.between(1, u64::from(options.nodes))).expect("few")
+            }),
+        };
+        let leader = cluster.leader().await;
+        *faults.entry(episode.fault.kind()).or_default() += 1;
+        let heal = match &episode.fault {
+            Fault::Kill(t) => {
+                let n = resolve(*t, leader, &mut fallback);
+                say!(start, "{} (node {n}) for {:?}", episode.fault, episode.hold);
+                cluster.kill(n);
+                Heal::Start(vec![n])
+            }
+            Fault::KillTwo(a, b) => {
+                say!(start, "{} for {:?}", episode.fault, episode.hold);
+                cluster.kill(*a);
+                cluster.kill(*b);
+                Heal::Start(vec![*a, *b])
+            }
+            Fault::LinkDown(t) => {
+                let n = resolve(*t, leader, &mut fallback);
+                say!(start, "{} (node {n}) for {:?}", episode.fault, episode.hold);
+                net.set_link(n, false)?;
+                Heal::LinkUp(n)
+            }
+            Fault::Isolate(t) => {
+                let n = resolve(*t, leader, &mut fallback);
+                say!(start, "{} (node {n}) for {:?}", episode.fault, episode.hold);
+                let others: Vec<u8> = (1..=options.nodes).filter(|&j| j != n).collect();
+                net.nft_block(n, &others, true, true)?;
+                Heal::Nft(n)
+            }
+            Fault::OneWayNft { from, to } => {
+                say!(start, "{} for {:?}", episode.fault, episode.hold);
+                net.nft_block(*to, &[*from], true, false)?;
+                Heal::Nft(*to)
+            }
+            Fault::OneWayProxy { from, to } => {
+                say!(start, "{} for {:?}", episode.fault, episode.hold);
+                let fault = LinkFault {
+                    blackhole: true,
+                    ..LinkFault::default()
+                };
+                proxy.set(*from, *to, fault);
+                Heal::Proxy
+            }
+            Fault::Degrade {
+                delay_ms,
+                loss,
+                duplicate,
+                reorder,
+            } => {
+                say!(start, "{} for {:?}", episode.fault, episode.hold);
+                let fault = LinkFault {
+                    blackhole: false,
+                    loss: *loss,
+                    duplicate: *duplicate,
+                    delay_ms: *delay_ms,
+                    reorder: *reorder,
+                };
+                for a in 1..=options.nodes {
+                    for b in (1..=options.nodes).filter(|&b| b != a) {
+                        proxy.set(a, b, fault);
+                    }
+                }
+                Heal::Proxy
+            }
+        };
+        tokio::time::sleep(episode.hold).await;
+        match heal {
+            Heal::Start(nodes) => {
+                for n in nodes {
+                    cluster.start(n)?;
+                }
+            }
+            Heal::LinkUp(n) => net.set_link(n, true)?,
+            Heal::Nft(n) => net.nft_heal(n),
+            Heal::Proxy => proxy.heal(),
+        }
+        for (n, status) in cluster.exited() {
+            say!(start, "node {n} exited on its own: {status}");
+            crashes.push(format!("node {n} exited on its own ({status})"));
+            cluster.start(n)?;
+        }
+    }
+    tokio::time::sleep_until((phase + Duration::from_secs(options.seconds)).into()).await;
+
+    // Heal everything, let the load stop, then demand progress.
+    say!(start, "faults over: healing everything");
+    proxy.heal();
+    for i in 1..=options.nodes {
+        net.set_link(i, true)?;
+        if options.nft {
+            net.nft_heal(i);
+        }
+        cluster.start(i)?;
+    }
+    load.stop();
+    for task in tasks {
+        let _ = tokio::time::timeout(Duration::from_secs(60), task).await;
+    }
+    let healed = Instant::now();
+    let progress = load
+        .progress(options.partitions, Duration::from_secs(60))
+        .await;
+    let mut progress_after_heal = None;
+    let mut failures = crashes;
+    match progress {
+        Ok(longest) => {
+            progress_after_heal = Some(healed.elapsed());
+            say!(
+                start,
+                "progress: every partition took a write (slowest {longest:?})"
+            );
+        }
+        Err(e) => failures.push(e),
+    }
+    let views = checker::read_all(&addrs, options.partitions, Duration::from_secs(60)).await;
+    let history = std::mem::take(&mut *load.history.lock().unwrap());
+    let mut verdict = match views {
+        Ok(views) => checker::check(&history, &views),
+        Err(e) => checker::Verdict {
+            failures: vec![format!("could not read every node: {e}")],
+            ..checker::Verdict::default()
+        },
+    };
+    failures.append(&mut verdict.failures);
+    verdict.failures = failures;
+    for (n, status) in cluster.exited() {
+        verdict
+            .failures
+            .push(format!("node {n} exited on its own ({status})"));
+    }
+    drop(cluster);
+    drop(proxy);
+    drop(net);
+    let report = Report {
+        duration: start.elapsed(),
+        faults,
+        verdict,
+        progress_after_heal,
+        run_dir,
+    };
+    print_report(options, &report);
+    if report.passed() {
+        let _ = std::fs::remove_dir_all(&report.run_dir);
+    }
+    Ok(report)
+}
+
+fn print_report(options: &Options, report: &Report) {
+    let v = &report.verdict;
+    eprintln!("chaos: ---- report ----");
+    eprintln!("chaos: duration {:.1} s", report.duration.as_secs_f64());
+    eprintln!("chaos: seed {}", options.seed);
+    let faults: Vec<String> = report
+        .faults
+        .iter()
+        .map(|(k, n)| format!("{k} {n}"))
+        .collect();
+    eprintln!(
+        "chaos: faults {} ({})",
+        report.faults.values().sum::<u32>(),
+        faults.join(", ")
+    );
+    eprintln!(
+        "chaos: batches acknowledged {}, unknown outcome {} ({} of them stored), messages stored {}",
+        v.acked_batches, v.unknown_batches, v.unknown_present, v.messages
+    );
+    if let Some(p) = report.progress_after_heal {
+        eprintln!(
+            "chaos: progress after the heal within {:.1} s",
+            p.as_secs_f64()
+        );
+    }
+    if report.passed() {
+        eprintln!("chaos: check PASSED");
+    } else {
+        eprintln!("chaos: check FAILED:");
+        for f in &v.failures {
+            eprintln!("chaos:   {f}");
+        }
+        eprintln!("chaos: node logs kept in {}", report.run_dir.display());
+        eprintln!("chaos: replay with: {}", options.replay);
+    }
+}

@@ -1,0 +1,167 @@
+//! The fault schedule, drawn whole from the seed before the run: the same seed, options and
+//! length always give the same list of episodes. An episode injects one fault (a kill, a
+//! partition, a degraded network), holds it, heals it, then leaves a quiet gap. Which node is
+//! the leader is only known when the episode starts, so "the leader" is a target of its own.
+
+use std::fmt;
+use std::time::Duration;
+
+use super::rng::Rng;
+
+/// Whom a fault hits.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Target {
+    /// The metadata leader when the episode starts (any node if there is none).
+    Leader,
+    /// A fixed node (1-based).
+    Node(u8),
+}
+
+impl fmt::Display for Target {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Target::Leader => f.write_str("leader"),
+            Target::Node(n) => write!(f, "node {n}"),
+        }
+    }
+}
+
+/// One kind of fault.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Fault {
+    /// SIGKILL, restart when the episode heals.
+    Kill(Target),
+    /// SIGKILL two nodes (the majority of three): writes stop until they return.
+    KillTwo(u8, u8),
+    /// The node's veth link down: cut off from peers and clients.
+    LinkDown(Target),
+    /// nft drop rules both ways between the node and every peer (clients still reach it).
+    Isolate(Target),
+    /// nft drop rules on `to`'s side for packets from `from` (TCP sees both directions suffer).
+    OneWayNft { from: u8, to: u8 },
+    /// The proxy drops every Raft frame `from -> to` (`to` never hears `from`; the reverse
+    /// link is intact).
+    OneWayProxy { from: u8, to: u8 },
+    /// Every replication link delays, loses, duplicates and reorders frames.
+    Degrade {
+        delay_ms: (u64, u64),
+        loss: f64,
+        duplicate: f64,
+        reorder: bool,
+    },
+}
+
+impl Fault {
+    /// A short name for the tally.
+    pub fn kind(&self) -> &'static str {
+        match self {
+            Fault::Kill(Target::Leader) => "kill-leader",
+            Fault::Kill(Target::Node(_)) => "kill-node",
+            Fault::KillTwo(..) => "kill-majority",
+            Fault::LinkDown(_) => "link-down",
+            Fault::Isolate(_) => "nft-isolate",
+            Fault::OneWayNft { .. } => "nft-one-way",
+            Fault::OneWayProxy { .. } => "proxy-one-way",
+            Fault::Degrade { .. } => "proxy-degrade",
+        }
+    }
+}
+
+impl fmt::Display for Fault {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Fault::Kill(t) => write!(f, "SIGKILL {t}"),
+            Fault::KillTwo(a, b) => write!(f, "SIGKILL nodes {a} and {b}"),
+            Fault::LinkDown(t) => write!(f, "link of {t} down"),
+            Fault::Isolate(t) => write!(f, "nft isolate {t}"),
+            Fault::OneWayNft { from, to } => write!(f, "nft drop {from} -> {to}"),
+            Fault::OneWayProxy { from, to } => write!(f, "proxy drops frames {from} -> {to}"),
+            Fault::Degrade {
+                delay_ms,
+                loss,
+                duplicate,
+                reorder,
+            } => write!(
+                f,
+                "proxy delay {}-{} ms, loss {loss:.2}, duplicate {duplicate:.2}, reorder {reorder}",
+                delay_ms.0, delay_ms.1
+            ),
+        }
+    }
+}
+
+/// One fault, when it starts (from the start of the fault phase) and how long it holds.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Episode {
+    pub at: Duration,
+    pub fault: Fault,
+    pub hold: Duration,
+}
+
+/// Which faults a run may draw.
+#[derive(Debug, Clone, Copy)]
+pub struct Menu {
+    /// nft rules work here.
+    pub nft: bool,
+    /// Allow killing two nodes at once (three-node clusters and up).
+    pub majority_loss: bool,
+}
+
+/// The episodes of `length` of faults for `nodes` nodes under `seed`.
+pub fn schedule(seed: u64, length: Duration, nodes: u8, menu: Menu) -> Vec<Episode> {
+    let mut rng = Rng::new(seed);
+    let mut out = Vec::new();
+    let mut at = Duration::from_millis(rng.between(500, 2_000));
+    let node = |rng: &mut Rng| u8::try_from(rng.between(1, u64::from(nodes))).expect("few nodes");
+    let target = |rng: &mut Rng| {
+        if rng.chance(0.5) {
+            Target::Leader
+        } else {
+            Target::Node(node(rng))
+        }
+    };
+    let pair = |rng: &mut Rng| {
+        let a = node(rng);
+        let mut b = node(rng);
+        while b == a {
+            b = node(rng);
+        }
+        (a, b)
+    };
+    loop {
+        let hold = Duration::from_millis(rng.between(1_000, 6_000));
+        if at + hold > length {
+            break;
+        }
+        let fault = match rng.below(16) {
+            0..=3 => Fault::Kill(Target::Leader),
+            4 | 5 => Fault::Kill(Target::Node(node(&mut rng))),
+            6 if menu.majority_loss => {
+                let (a, b) = pair(&mut rng);
+                Fault::KillTwo(a, b)
+            }
+            7 | 8 => Fault::LinkDown(target(&mut rng)),
+            9 | 10 if menu.nft => Fault::Isolate(target(&mut rng)),
+            11 if menu.nft => {
+                let (from, to) = pair(&mut rng);
+                Fault::OneWayNft { from, to }
+            }
+            6 | 9..=12 => {
+                let (from, to) = pair(&mut rng);
+                Fault::OneWayProxy { from, to }
+            }
+            _ => {
+                let lo = rng.between(0, 30);
+                Fault::Degrade {
+                    delay_ms: (lo, lo + rng.between(0, 150)),
+                    loss: [0.0, 0.02, 0.1, 0.3][usize::try_from(rng.below(4)).expect("small")],
+                    duplicate: [0.0, 0.05][usize::try_from(rng.below(2)).expect("small")],
+                    reorder: rng.chance(0.5),
+                }
+            }
+        };
+        out.push(Episode { at, fault, hold });
+        at += hold + Duration::from_millis(rng.between(1_000, 4_000));
+    }
+    out
+}
