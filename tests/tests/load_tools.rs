@@ -202,3 +202,35 @@ fn bench_streams_reports_durable_producers_and_consumers_against_the_disk() {
         "{notes:?}"
     );
 }
+
+/// Two OCC runs against one running server: the second run's aggregates are its own (an
+/// earlier run's writes would make every OCC write of a reused aggregate a conflict).
+#[test]
+fn bench_events_runs_twice_against_one_running_server() {
+    let eddy = eddy_tests::Eddy::start(server_bin!());
+    let addrs = eddy.addrs();
+    let dir = tempfile::tempdir().unwrap();
+    for round in 0..2 {
+        let result = bench(
+            &[
+                "events",
+                "--running",
+                "--server-pid",
+                &eddy.pid().to_string(),
+                "--event-addr",
+                &addrs.client.to_string(),
+                "--http-addr",
+                &addrs.http.to_string(),
+                "--connections",
+                "4",
+                "--seconds",
+                "1",
+                "--warmup-ms",
+                "200",
+                "--occ",
+            ],
+            &dir.path().join(format!("round-{round}")),
+        );
+        check_run(run(&result, "eddy", "occ, 4 connections"));
+    }
+}

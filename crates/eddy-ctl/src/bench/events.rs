@@ -104,6 +104,21 @@ fn event(task: usize, seq: u64) -> Event {
     }
 }
 
+/// A fresh aggregate type for each writer of each run, so a run against a server an earlier
+/// run wrote to (`--running`, or the OCC run after the plain one) starts every aggregate at
+/// version 0, as its OCC writes expect.
+fn fresh_aggregate_type() -> u128 {
+    static NEXT: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+    static BASE: std::sync::OnceLock<u128> = std::sync::OnceLock::new();
+    let base = *BASE.get_or_init(|| {
+        std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map_or(0, |d| d.as_nanos())
+            << 20
+    });
+    base + u128::from(NEXT.fetch_add(1, std::sync::atomic::Ordering::Relaxed))
+}
+
 struct Writer {
     latencies: Histogram<u64>,
     errors: u64,
@@ -117,7 +132,7 @@ async fn writer(
     until: Instant,
     counters: Arc<Counters>,
 ) -> Writer {
-    let key = AggregateKey::new(1, 1, task as u128 + 1);
+    let key = AggregateKey::new(1, fresh_aggregate_type(), task as u128 + 1);
     let mut version = 0u64;
     let mut seq = 0u64;
     let mut out = Writer {
