@@ -169,33 +169,54 @@ fn serve(shared: &Shared) {
 mod tests {
     use super::*;
 
+    /// Work that holds its turn until the gate opens (no timing assumption about how long
+    /// the test's own steps take on a loaded machine).
+    fn held(gate: &Arc<(Mutex<bool>, Condvar)>) -> impl FnOnce() + Send + 'static {
+        let gate = Arc::clone(gate);
+        move || {
+            let (open, changed) = &*gate;
+            let mut open = open.lock().unwrap();
+            while !*open {
+                open = changed.wait(open).unwrap();
+            }
+        }
+    }
+
     #[test]
     fn bounded_work_has_a_deadline_and_a_limit() {
         let deadline = Duration::from_millis(300);
         let work = SchemaWork::new(2, deadline);
+        let gate = Arc::new((Mutex::new(false), Condvar::new()));
         assert_eq!(work.run(|| 7), Ok(7));
         // Work longer than the deadline is abandoned, and keeps its turn while it runs.
         let started = Instant::now();
-        let slow = work.run(move || std::thread::sleep(deadline * 6));
+        let slow = work.run(held(&gate));
         assert_eq!(slow, Err(Unfinished { deadline }));
-        assert!(started.elapsed() < deadline * 2, "{:?}", started.elapsed());
+        assert!(started.elapsed() < deadline * 5, "{:?}", started.elapsed());
         assert_eq!(work.running(), 1);
         // A panic is the caller's Unfinished and costs no thread.
         assert_eq!(work.run(|| panic!("boom")), Err(Unfinished { deadline }));
         assert!(Unfinished { deadline }.text().contains("did not finish"));
         // Both turns taken by abandoned work: a new job waits its deadline out unrun.
-        let _ = work.run(move || std::thread::sleep(deadline * 6));
+        let _ = work.run(held(&gate));
         assert_eq!(work.running(), 2);
         let ran = Arc::new(std::sync::atomic::AtomicBool::new(false));
         let flag = Arc::clone(&ran);
         let queued = work.run(move || flag.store(true, std::sync::atomic::Ordering::SeqCst));
         assert_eq!(queued, Err(Unfinished { deadline }));
-        std::thread::sleep(deadline * 6);
+        // The held work ends; the abandoned job still never runs.
+        *gate.0.lock().unwrap() = true;
+        gate.1.notify_all();
+        let until = Instant::now() + Duration::from_secs(10);
+        while work.running() > 0 {
+            assert!(Instant::now() < until, "held work did not end");
+            std::thread::sleep(Duration::from_millis(5));
+        }
+        std::thread::sleep(deadline);
         assert!(
             !ran.load(std::sync::atomic::Ordering::SeqCst),
             "ran past its deadline"
         );
-        assert_eq!(work.running(), 0);
         assert_eq!(work.run(|| 8), Ok(8));
     }
 }
