@@ -11,6 +11,10 @@
 //!   value whose store had an unknown outcome (it may land late), never an older acknowledged
 //!   one and never nothing.
 //!
+//! - events (`events::check`): on every node each event writer's aggregate holds versions
+//!   1..=n with client_seq = version, every acknowledged event, n between the last event
+//!   known written and one more (the attempt possibly in flight), and all nodes agree.
+//!
 //! Nodes are read with eddy's own client (`eddy-client`), which stays on the node it dialled:
 //! the SDK would move to the leader.
 
@@ -135,6 +139,10 @@ pub struct Verdict {
     pub acked_batches: usize,
     pub unknown_batches: usize,
     pub unknown_present: usize,
+    /// Event writes acknowledged, attempts with an unknown outcome, events stored.
+    pub events_acked: usize,
+    pub events_unknown: u64,
+    pub events_stored: usize,
     pub failures: Vec<String>,
 }
 
@@ -313,4 +321,175 @@ pub fn check(history: &History, views: &[NodeView]) -> Verdict {
         }
     }
     v
+}
+
+/// The check of the Celeriant event load (`workload::events`).
+pub mod events {
+    use std::net::SocketAddr;
+    use std::time::{Duration, Instant};
+
+    use celeriant_client_tokio::{CeleriantClient, ClientError, ReadError, ServerError};
+    use celeriant_msg::request::read_filters::ReadFilters;
+    use celeriant_msg::request::requests::ReadRequest;
+
+    use super::super::workload::events::{key, Told};
+
+    /// One aggregate as a node holds it: (version, client_seq) per event.
+    pub type Aggregate = Vec<(u64, u64)>;
+
+    /// Reads writer `writer`'s aggregate from the node at `addr` (followers serve reads).
+    pub async fn read_aggregate(addr: SocketAddr, writer: u32) -> Result<Aggregate, String> {
+        let read = async {
+            let mut client = CeleriantClient::connect(&addr.to_string())
+                .await
+                .map_err(|e| format!("{addr}: connect: {e}"))?;
+            let mut found = Aggregate::new();
+            let mut from = 1;
+            loop {
+                let page = match client
+                    .read(ReadRequest {
+                        correlation_id: None,
+                        aggregate_key: key(writer),
+                        filters: ReadFilters::new(from),
+                    })
+                    .await
+                {
+                    Ok(page) => page,
+                    Err(ClientError::Server(ServerError::Read {
+                        kind: ReadError::AggregateNotExists,
+                        ..
+                    })) if from == 1 => return Ok(found),
+                    Err(e) => return Err(format!("{addr}: read writer {writer}: {e}")),
+                };
+                for b in &page.event_batches {
+                    for e in &b.events {
+                        found.push((b.aggregate_version, e.client_seq));
+                    }
+                }
+                match page.next_aggregate_version {
+                    Some(next) if next > from && !page.event_batches.is_empty() => from = next,
+                    _ => return Ok(found),
+                }
+            }
+        };
+        tokio::time::timeout(Duration::from_secs(15), read)
+            .await
+            .unwrap_or_else(|_| Err(format!("{addr}: read writer {writer}: timed out")))
+    }
+
+    /// Every writer's aggregate on every node (`[node][writer]`, writers in `told` order),
+    /// read until the nodes agree, up to `within`.
+    pub async fn read_all(
+        addrs: &[SocketAddr],
+        told: &[Told],
+        within: Duration,
+    ) -> Result<Vec<Vec<Aggregate>>, String> {
+        let deadline = Instant::now() + within;
+        loop {
+            let mut views = Vec::new();
+            let mut failure = None;
+            for addr in addrs {
+                let mut view = Vec::new();
+                for t in told {
+                    match read_aggregate(*addr, t.writer).await {
+                        Ok(a) => view.push(a),
+                        Err(e) => {
+                            failure = Some(e);
+                            break;
+                        }
+                    }
+                }
+                views.push(view);
+            }
+            if failure.is_none() && views.windows(2).all(|w| w[0] == w[1]) {
+                return Ok(views);
+            }
+            if Instant::now() >= deadline {
+                return match failure {
+                    Some(e) => Err(e),
+                    None => Ok(views),
+                };
+            }
+            tokio::time::sleep(Duration::from_millis(500)).await;
+        }
+    }
+
+    /// Figures of the event check.
+    #[derive(Debug, Default)]
+    pub struct EventVerdict {
+        pub acked: usize,
+        pub unknown: u64,
+        /// Events stored (on the first node).
+        pub stored: usize,
+        pub failures: Vec<String>,
+    }
+
+    /// Checks `views` (`[node][writer]`) against what each writer was told.
+    pub fn check(told: &[Told], views: &[Vec<Aggregate>]) -> EventVerdict {
+        let mut v = EventVerdict::default();
+        let fail = |v: &mut EventVerdict, msg: String| {
+            if v.failures.len() < 50 {
+                v.failures.push(msg);
+            }
+        };
+        for (w, t) in told.iter().enumerate() {
+            v.acked += t.acked.len();
+            v.unknown += t.unknown;
+            let name = format!("event writer {}", t.writer);
+            for wrong in &t.wrong_acks {
+                fail(&mut v, format!("{name}: {wrong}"));
+            }
+            for (n, view) in views.iter().enumerate() {
+                let node = n + 1;
+                let Some(agg) = view.get(w) else {
+                    fail(&mut v, format!("node {node}: {name}'s aggregate not read"));
+                    continue;
+                };
+                if n == 0 {
+                    v.stored += agg.len();
+                }
+                let len = agg.len() as u64;
+                let expected: Aggregate = (1..=len).map(|s| (s, s)).collect();
+                if *agg != expected {
+                    let first = agg
+                        .iter()
+                        .zip(&expected)
+                        .position(|(a, b)| a != b)
+                        .unwrap_or(0);
+                    fail(
+                        &mut v,
+                        format!(
+                            "node {node}: {name}'s aggregate is not versions 1..={len} with client_seq = version: (version, client_seq) {:?} at position {first}",
+                            agg.get(first)
+                        ),
+                    );
+                }
+                if let Some(lost) = t.acked.iter().find(|&&s| !agg.iter().any(|e| e.1 == s)) {
+                    fail(
+                        &mut v,
+                        format!("node {node}: {name}'s acknowledged event {lost} is lost (holds {len} events)"),
+                    );
+                }
+                if len < t.last_written || len > t.last_written + 1 {
+                    fail(
+                        &mut v,
+                        format!(
+                            "node {node}: {name} holds {len} events, last known written {} (at most one more may have landed)",
+                            t.last_written
+                        ),
+                    );
+                }
+                if n > 0 && view.get(w) != views[0].get(w) {
+                    fail(
+                        &mut v,
+                        format!(
+                            "node 1 and node {node} disagree on {name}'s aggregate: {} vs {len} events",
+                            views[0].get(w).map_or(0, Vec::len)
+                        ),
+                    );
+                }
+            }
+        }
+        v
+    }
 }

@@ -54,6 +54,11 @@ impl Cluster {
         SocketAddr::V4(SocketAddrV4::new(self.ips[usize::from(i - 1)], STREAM_PORT))
     }
 
+    /// Node `i`'s Celeriant event (client) address.
+    pub fn client_addr(&self, i: u8) -> SocketAddr {
+        SocketAddr::V4(SocketAddrV4::new(self.ips[usize::from(i - 1)], CLIENT_PORT))
+    }
+
     fn http_addr(&self, i: u8) -> SocketAddr {
         SocketAddr::V4(SocketAddrV4::new(self.ips[usize::from(i - 1)], HTTP_PORT))
     }

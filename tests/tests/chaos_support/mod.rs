@@ -24,6 +24,7 @@ use cluster::{Cluster, REPLICATION_PORT};
 use net::Net;
 use proxy::{LinkFault, Proxy};
 use schedule::{Fault, Menu, Target};
+use workload::events::EventLoad;
 use workload::Load;
 
 /// What to run.
@@ -41,6 +42,8 @@ pub struct Options {
     pub majority_loss: bool,
     pub partitions: u32,
     pub producers: u32,
+    /// Celeriant OCC event writers (one aggregate each).
+    pub event_writers: u32,
     /// How a failed run is replayed (printed with the seed).
     pub replay: String,
 }
@@ -132,6 +135,13 @@ pub async fn run(options: &Options) -> Result<Report, String> {
     }
     for p in 0..options.partitions {
         tasks.push(tokio::spawn(Arc::clone(&load).offsets(p)));
+    }
+    let event_addrs: Vec<_> = (1..=options.nodes)
+        .map(|i| cluster.client_addr(i))
+        .collect();
+    let events = EventLoad::new(&event_addrs);
+    for w in 0..options.event_writers {
+        tasks.push(tokio::spawn(Arc::clone(&events).writer(w)));
     }
 
     let menu = Menu {
@@ -259,6 +269,7 @@ pub async fn run(options: &Options) -> Result<Report, String> {
         cluster.start(i)?;
     }
     load.stop();
+    events.stop();
     for task in tasks {
         let _ = tokio::time::timeout(Duration::from_secs(60), task).await;
     }
@@ -288,6 +299,26 @@ pub async fn run(options: &Options) -> Result<Report, String> {
         },
     };
     failures.append(&mut verdict.failures);
+    let mut told = std::mem::take(&mut *events.told.lock().unwrap());
+    told.sort_by_key(|t| t.writer);
+    if told.len() != options.event_writers as usize {
+        failures.push(format!(
+            "{} of {} event writers did not stop within 60 s of the heal",
+            options.event_writers as usize - told.len(),
+            options.event_writers
+        ));
+    }
+    let event_views = checker::events::read_all(&event_addrs, &told, Duration::from_secs(60)).await;
+    match event_views {
+        Ok(views) => {
+            let mut ev = checker::events::check(&told, &views);
+            verdict.events_acked = ev.acked;
+            verdict.events_unknown = ev.unknown;
+            verdict.events_stored = ev.stored;
+            failures.append(&mut ev.failures);
+        }
+        Err(e) => failures.push(format!("could not read every node's events: {e}")),
+    }
     verdict.failures = failures;
     for (n, status) in cluster.exited() {
         verdict
@@ -329,6 +360,10 @@ fn print_report(options: &Options, report: &Report) {
     eprintln!(
         "chaos: batches acknowledged {}, unknown outcome {} ({} of them stored), messages stored {}",
         v.acked_batches, v.unknown_batches, v.unknown_present, v.messages
+    );
+    eprintln!(
+        "chaos: events acknowledged {}, unknown outcome {}, events stored {}",
+        v.events_acked, v.events_unknown, v.events_stored
     );
     if let Some(p) = report.progress_after_heal {
         eprintln!(

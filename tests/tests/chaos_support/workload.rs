@@ -319,3 +319,137 @@ impl Load {
         Ok(longest)
     }
 }
+
+/// The Celeriant event load: OCC writers, each on an aggregate of its own, through a
+/// [`CeleriantPool`] that knows every node (followers redirect writes to the leader).
+///
+/// Writer `w` writes event `seq` (client_seq = seq) expecting version `seq - 1`, with the
+/// client's idempotency key. An error is an unknown outcome and the same event is retried; a
+/// retry refused because the version or the client_seq is already `seq` means the earlier
+/// attempt landed. So the aggregate must end holding versions 1..=n with client_seq = version,
+/// `last_written <= n <= last_written + 1` (the one attempt possibly in flight at the end).
+pub mod events {
+    use std::net::SocketAddr;
+    use std::sync::atomic::{AtomicBool, Ordering};
+    use std::sync::{Arc, Mutex};
+    use std::time::Duration;
+
+    use celeriant_client_tokio::{
+        CeleriantPool, ClientError, PoolOptions, ServerError, WriteEventsOptions,
+    };
+    use celeriant_wal::aggregate_key::AggregateKey;
+    use celeriant_wal::datablocks::datablock_aggregate_event::DatablockAggregateEvent;
+
+    /// What writer `writer` was told.
+    #[derive(Debug, Clone, Default, PartialEq, Eq)]
+    pub struct Told {
+        pub writer: u32,
+        /// Acknowledged seqs (= versions), ascending.
+        pub acked: Vec<u64>,
+        /// The last seq known written: acknowledged, or found landed by a refused retry.
+        pub last_written: u64,
+        /// Attempts that erred or timed out (outcome unknown when they happened).
+        pub unknown: u64,
+        /// Acknowledgements naming another version than the one written.
+        pub wrong_acks: Vec<String>,
+    }
+
+    /// Aggregate of writer `w`.
+    pub fn key(writer: u32) -> AggregateKey {
+        AggregateKey::new(17, 1, u128::from(writer) + 1)
+    }
+
+    fn event(writer: u32, seq: u64) -> DatablockAggregateEvent {
+        let mut e = celeriant_client_tokio::json_event(
+            1,
+            &serde_json::json!({"chaos": writer, "seq": seq}),
+        )
+        .expect("event encodes");
+        e.client_seq = seq;
+        e
+    }
+
+    /// Whether a refusal of writing `seq` says an earlier attempt of it landed.
+    fn landed(e: &ClientError, seq: u64) -> bool {
+        match e {
+            ClientError::Server(ServerError::Write { error_message, .. }) => {
+                error_message.contains(&format!("\"current_aggregate_version\":{seq}"))
+                    || error_message.contains(&format!("\"last_client_seq\":{seq}"))
+            }
+            _ => false,
+        }
+    }
+
+    /// The shared state of the event writers.
+    pub struct EventLoad {
+        pool: CeleriantPool,
+        stop: AtomicBool,
+        pub told: Mutex<Vec<Told>>,
+    }
+
+    impl EventLoad {
+        /// `addrs`: every node's Celeriant client address.
+        pub fn new(addrs: &[SocketAddr]) -> Arc<Self> {
+            let addrs: Vec<String> = addrs.iter().map(ToString::to_string).collect();
+            let pool = CeleriantPool::new(
+                PoolOptions::new(addrs[0].clone())
+                    .with_seed_addresses(addrs)
+                    .with_max_leader_retries(6)
+                    .with_request_timeout(Duration::from_secs(3)),
+            );
+            Arc::new(Self {
+                pool,
+                stop: AtomicBool::new(false),
+                told: Mutex::default(),
+            })
+        }
+
+        pub fn stop(&self) {
+            self.stop.store(true, Ordering::SeqCst);
+        }
+
+        /// Writer `writer`: one event per request until stopped; records what it was told.
+        pub async fn writer(self: Arc<Self>, writer: u32) {
+            let mut told = Told {
+                writer,
+                ..Told::default()
+            };
+            let mut seq = 1;
+            while !self.stop.load(Ordering::SeqCst) {
+                let write = self.pool.write_events_with(
+                    key(writer),
+                    vec![event(writer, seq)],
+                    u128::from(writer) + 500,
+                    WriteEventsOptions {
+                        allow_create: true,
+                        expected_version: Some(seq - 1),
+                        enforce_client_idempotency: true,
+                    },
+                );
+                match tokio::time::timeout(Duration::from_secs(20), write).await {
+                    Ok(Ok(resp)) => {
+                        if resp.max_aggregate_version != Some(seq) {
+                            told.wrong_acks.push(format!(
+                                "seq {seq} acknowledged as version {:?}",
+                                resp.max_aggregate_version
+                            ));
+                        }
+                        told.acked.push(seq);
+                        told.last_written = seq;
+                        seq += 1;
+                    }
+                    Ok(Err(e)) if landed(&e, seq) => {
+                        told.last_written = seq;
+                        seq += 1;
+                    }
+                    Ok(Err(_)) | Err(_) => {
+                        told.unknown += 1;
+                        tokio::time::sleep(Duration::from_millis(100)).await;
+                    }
+                }
+                tokio::time::sleep(Duration::from_millis(5)).await;
+            }
+            self.told.lock().unwrap().push(told);
+        }
+    }
+}
