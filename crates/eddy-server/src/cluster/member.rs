@@ -107,6 +107,25 @@ fn events_layout(config: &eddy_event_store::EventStoreConfig) -> String {
     )
 }
 
+/// Adds a group to the node and waits until it runs there.
+async fn add_group(
+    runner: &Runner<ClusterOutcome>,
+    group: GroupId,
+    store: Box<dyn eddy_consensus::GroupStore<Outcome = ClusterOutcome>>,
+) -> Result<(), ConfigError> {
+    let (tx, rx) = tokio::sync::oneshot::channel();
+    runner.add_group(
+        group,
+        store,
+        Box::new(move |r| {
+            let _ = tx.send(r);
+        }),
+    );
+    rx.await
+        .map_err(|_| storage_error("the Raft thread stopped"))?
+        .map_err(storage_error)
+}
+
 /// Resolves the peers' replication addresses.
 async fn peer_addrs(config: &ServerConfig) -> Result<BTreeMap<NodeId, SocketAddr>, ConfigError> {
     let mut out = BTreeMap::new();
@@ -240,29 +259,9 @@ pub async fn start(
     .map_err(storage_error)?;
     let _ = inbox.0.set(runner.clone());
     groups.start(runner.clone(), &view);
-    let (tx, rx) = tokio::sync::oneshot::channel();
-    runner.add_group(
-        METADATA_GROUP,
-        Box::new(store),
-        Box::new(move |r| {
-            let _ = tx.send(r);
-        }),
-    );
-    rx.await
-        .map_err(|_| storage_error("the Raft thread stopped"))?
-        .map_err(storage_error)?;
+    add_group(&runner, METADATA_GROUP, Box::new(store)).await?;
     for (gid, store) in event_groups {
-        let (tx, rx) = tokio::sync::oneshot::channel();
-        runner.add_group(
-            gid,
-            Box::new(store),
-            Box::new(move |r| {
-                let _ = tx.send(r);
-            }),
-        );
-        rx.await
-            .map_err(|_| storage_error("the Raft thread stopped"))?
-            .map_err(storage_error)?;
+        add_group(&runner, gid, Box::new(store)).await?;
     }
     let events = ClusterEvents::new(
         runner.clone(),
