@@ -24,7 +24,7 @@ use celeriant_msg::request::requests::{
     ReadRequest, SingleAggregateWrite, WatchRequest, WriteRequest,
 };
 use celeriant_wal::aggregate_key::AggregateKey;
-use cluster_support::{start_cluster, Node};
+use cluster_support::{start_cluster, within, Node};
 use eddy_tests::http_get;
 use event_support::{error_of, Raw};
 
@@ -72,7 +72,8 @@ async fn events_on(addr: &str, key: &AggregateKey, want: usize) -> Vec<(u64, u64
     let deadline = Instant::now() + Duration::from_secs(30);
     loop {
         let mut found = Vec::new();
-        if let Ok(mut c) = CeleriantClient::connect(addr).await {
+        if let Ok(c) = CeleriantClient::connect(addr).await {
+            let mut c = c.with_timeout(REQUEST_LIMIT);
             let mut from = 1;
             loop {
                 let Ok(page) = c
@@ -178,8 +179,15 @@ async fn writer(
     told
 }
 
+/// How long one request may wait for its answer.
+const REQUEST_LIMIT: Duration = Duration::from_secs(10);
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn event_writes_survive_the_leaders_sigkill_on_three_nodes() {
+    within(Duration::from_secs(300), Box::pin(scenario())).await;
+}
+
+async fn scenario() {
     let mut nodes: Vec<Option<Node>> = start_cluster(3).into_iter().map(Some).collect();
     let addrs: Vec<String> = nodes
         .iter()
@@ -194,7 +202,10 @@ async fn event_writes_survive_the_leaders_sigkill_on_three_nodes() {
     let (lead, follower, probe) = loop {
         let lead = leader(&nodes);
         let follower = (0..3).find(|&i| i != lead).unwrap();
-        let mut direct = CeleriantClient::connect(&addrs[follower]).await.unwrap();
+        let mut direct = CeleriantClient::connect(&addrs[follower])
+            .await
+            .unwrap()
+            .with_timeout(REQUEST_LIMIT);
         attempt += 1;
         match direct
             .write_events(key(2000 + attempt), vec![event(2000 + attempt, 1)], 1)
@@ -219,7 +230,7 @@ async fn event_writes_survive_the_leaders_sigkill_on_three_nodes() {
         PoolOptions::new(addrs[follower].clone())
             .with_seed_addresses(addrs.clone())
             .with_max_leader_retries(6)
-            .with_request_timeout(Duration::from_secs(10)),
+            .with_request_timeout(REQUEST_LIMIT),
     ));
     let deadline = Instant::now() + Duration::from_secs(30);
     let first = loop {
@@ -258,7 +269,9 @@ async fn event_writes_survive_the_leaders_sigkill_on_three_nodes() {
         )]),
     });
     raw.send_request(&write, 3).await;
-    let (frame, resp) = raw.recv_response(None).await;
+    let (frame, resp) = tokio::time::timeout(REQUEST_LIMIT, raw.recv_response(None))
+        .await
+        .expect("the follower answers the V3 write");
     assert_eq!(frame.version, 3);
     assert_eq!(
         error_of(&resp),
@@ -303,6 +316,11 @@ async fn event_writes_survive_the_leaders_sigkill_on_three_nodes() {
     }
     // Killed once a fifth of the writes are acknowledged: mid-run.
     while progress.acked.load(Ordering::SeqCst) < WRITERS * WRITES_EACH / 5 {
+        assert!(
+            Instant::now() < stop_by && !tasks.iter().all(tokio::task::JoinHandle::is_finished),
+            "only {} writes acknowledged before the writers stopped",
+            progress.acked.load(Ordering::SeqCst)
+        );
         tokio::time::sleep(Duration::from_millis(5)).await;
     }
     nodes[lead].as_mut().unwrap().eddy.kill();

@@ -52,6 +52,9 @@ pub(crate) struct Group<O: Send + 'static> {
     pending: BTreeMap<u64, Pending<O>>,
     waiting: VecDeque<Waiting>,
     applied: u64,
+    /// The term of the last entry applied (or of the installed snapshot): when it rises, every
+    /// waiting proposal of an older term at a later index can no longer commit.
+    applied_term: u64,
     /// Appends with a ticket up to this one were superseded by an installed snapshot: their
     /// reports no longer matter.
     superseded_through: u64,
@@ -70,6 +73,7 @@ impl<O: Send + 'static> Group<O> {
             pending: BTreeMap::new(),
             waiting: VecDeque::new(),
             applied,
+            applied_term: 0,
             superseded_through: 0,
             failed: false,
             rebuilding: false,
@@ -148,7 +152,11 @@ impl<O: Send + 'static> Group<O> {
             Ok(()) => {
                 let index = self.raw.raft.raft_log.last_index();
                 let term = self.raw.raft.term;
-                self.pending.insert(index, Pending { term, done });
+                if let Some(old) = self.pending.insert(index, Pending { term, done }) {
+                    // This leader's log holds the new entry at that index: the older
+                    // proposal there was overwritten and can never commit.
+                    (old.done)(Err(ProposeError::Superseded));
+                }
             }
             Err(_) => done(Err(ProposeError::Dropped)),
         }
@@ -186,6 +194,7 @@ impl<O: Send + 'static> Group<O> {
             self.raw.mut_store().reset_to_snapshot(snapshot.meta.index);
             self.resolve_through(snapshot.meta.index, None);
             self.applied = snapshot.meta.index;
+            self.supersede_older_terms(snapshot.meta.term);
             // The snapshot is durable and replaces everything appended before it: appends
             // still in flight no longer matter, and what waited for them goes out now (found
             // by the simulator, seed 1742 heavy: the snapshot's own ready waited behind them
@@ -304,6 +313,30 @@ impl<O: Send + 'static> Group<O> {
             let outcome = self.store_mut().apply(&entry);
             self.applied = entry.index;
             self.resolve_through(entry.index, Some((entry.term, outcome)));
+            self.supersede_older_terms(entry.term);
+        }
+    }
+
+    /// An entry of `term` applied at `self.applied`: terms never fall along a log, so a waiting
+    /// proposal of an older term at a later index was overwritten (or will be) and can never
+    /// commit. Its caller hears so now, not when (if ever) the log grows past its index: a
+    /// deposed leader's stranded tail beyond a new leader's quiet log would otherwise wait
+    /// for the next write to its group (found by CI, a follower's first event write right
+    /// after start waiting forever on a shard group whose leadership moved).
+    fn supersede_older_terms(&mut self, term: u64) {
+        if term <= self.applied_term {
+            return;
+        }
+        self.applied_term = term;
+        let dead: Vec<u64> = self
+            .pending
+            .range(self.applied + 1..)
+            .filter(|(_, p)| p.term < term)
+            .map(|(&index, _)| index)
+            .collect();
+        for index in dead {
+            let p = self.pending.remove(&index).expect("listed");
+            (p.done)(Err(ProposeError::Superseded));
         }
     }
 

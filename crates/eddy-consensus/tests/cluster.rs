@@ -346,6 +346,39 @@ fn a_partitioned_leader_acknowledges_nothing_and_its_tail_is_discarded() {
 }
 
 #[test]
+fn a_deposed_leaders_tail_is_answered_even_when_the_new_leader_writes_nothing() {
+    // The new leader's log ends at its election entry, below the stranded proposals' indexes,
+    // and nothing else is ever proposed: the stranded callers still hear that their
+    // proposals are gone once the old leader applies the new term's entry.
+    let mut c = Cluster::new(3, 23);
+    let old = c.await_leader(&[]);
+    let before = c.propose(old, "before");
+    c.run(3);
+    assert!(matches!(outcome(&before), Some(Ok(_))));
+
+    c.isolate(old);
+    let stranded: Vec<_> = (0..5)
+        .map(|i| c.propose(old, &format!("lost{i}")))
+        .collect();
+    let others: Vec<NodeId> = (1..=3).filter(|&i| i != old).collect();
+    c.await_leader(&others);
+    c.run(30);
+    assert!(
+        stranded.iter().all(|s| outcome(s).is_none()),
+        "cut off, nothing known yet"
+    );
+
+    c.heal();
+    c.run(20);
+    for s in &stranded {
+        assert_eq!(outcome(s), Some(Err(ProposeError::Superseded)));
+    }
+    for id in 1..=3 {
+        assert_eq!(c.payloads(id), ["before"], "member {id}");
+    }
+}
+
+#[test]
 fn nothing_is_acknowledged_until_a_majority_has_it_durable() {
     let mut c = Cluster::new(3, 5);
     let leader = c.await_leader(&[]);

@@ -2,7 +2,9 @@
 //! (127.0.0.1, 127.0.0.2, ...), for the cluster tests.
 #![allow(dead_code)] // Each test binary uses part of it.
 
+use std::future::Future;
 use std::net::SocketAddr;
+use std::time::Duration;
 
 use eddy_tests::{free_port, server_bin, Eddy, Options};
 
@@ -53,4 +55,13 @@ pub fn start_cluster(size: u8) -> Vec<Node> {
             Node { eddy, stream }
         })
         .collect()
+}
+
+/// Runs a test's scenario, failing it if it takes longer than `limit`: every wait in a
+/// scenario is bounded, and this bounds them together, so a stuck cluster fails its test
+/// (the scenario is dropped, and with it its processes) instead of hanging CI.
+pub async fn within(limit: Duration, scenario: impl Future<Output = ()>) {
+    tokio::time::timeout(limit, scenario)
+        .await
+        .unwrap_or_else(|_| panic!("the scenario did not finish within {limit:?}"));
 }
