@@ -3,7 +3,8 @@
 //! leader gets SIGKILL while producers send, a new leader takes over, the killed node
 //! restarts and catches up, a follower whose data directory was wiped is rebuilt from its
 //! peers, the two of them then carry the cluster, and every acknowledged batch is there
-//! exactly once, in order, at contiguous offsets.
+//! exactly once, in order, at contiguous offsets. An operator's `DELETE_SEGMENTS` cuts every
+//! member at the same offset.
 
 mod cluster_support;
 mod stream_support;
@@ -12,10 +13,10 @@ use std::collections::BTreeMap;
 use std::net::SocketAddr;
 use std::time::{Duration, Instant};
 
-use cluster_support::{start_cluster, Node};
+use cluster_support::{start_cluster, within, Node};
 use eddy_tests::{http_get, metric_value};
 use iggy::prelude::*;
-use stream_support::id;
+use stream_support::{id, sized_messages};
 
 /// An SDK client logged in as root through `addr` (the SDK moves to the leader it finds),
 /// retried until the cluster has elected a leader and created the root user.
@@ -131,187 +132,354 @@ async fn all_messages(client: &IggyClient) -> Vec<(u64, String)> {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn three_nodes_lose_their_leader_without_losing_an_acknowledged_batch() {
-    let mut nodes: Vec<Option<Node>> = start_cluster(3).into_iter().map(Some).collect();
+    within(Duration::from_secs(300), async {
+        let mut nodes: Vec<Option<Node>> = start_cluster(3).into_iter().map(Some).collect();
 
-    // Find the leader, then log in on a follower: the SDK's post-login probe of
-    // GET_CLUSTER_METADATA moves the client to the leader, so a replicated command succeeds
-    // (a follower itself would answer TransientNotAccepted).
-    let probe = client_via(nodes[0].as_ref().unwrap().stream).await;
-    let (leader_port, count) = leader_of(&probe).await;
-    assert_eq!(count, 3, "every member is listed");
-    let leader_port = leader_port.expect("a leader is listed");
-    let follower = live(&nodes, &[])
-        .into_iter()
-        .find(|a| a.port() != leader_port)
-        .unwrap();
-    let first = client_via(follower).await;
-    first
-        .create_stream("orders")
-        .await
-        .expect("create stream through a follower");
-    first
-        .create_topic(
-            &id(0),
-            "placed",
-            &TopicCreateOptions {
-                partitions_count: Some(1),
-                ..TopicCreateOptions::default()
-            },
-        )
-        .await
-        .expect("create topic");
-    // /health names each member's role; /metrics has the cluster's gauges.
-    let mut roles = Vec::new();
-    for node in nodes.iter().flatten() {
-        let http = node.eddy.addrs().http;
-        let (status, body) = http_get(http, "/health").unwrap();
-        assert_eq!(status, 200, "{body}");
-        roles.push(body.trim().to_owned());
-        let (_, metrics) = http_get(http, "/metrics").unwrap();
-        assert!(metric_value(&metrics, "eddy_cluster_term").is_some_and(|t| t >= 1.0));
-        assert!(metrics.contains("eddy_cluster_role "), "{metrics}");
-    }
-    roles.sort();
-    assert_eq!(roles, ["follower", "follower", "leader"]);
-    let mut acked: Vec<String> = Vec::new();
-    let mut attempt = 0u32;
-    for n in 0..10 {
-        acked.push(send_with_retry(&live(&nodes, &[]), &format!("before-{n}"), &mut attempt).await);
-    }
-
-    // The leader's process dies mid-stream.
-    let dead = nodes
-        .iter()
-        .position(|n| n.as_ref().is_some_and(|n| n.stream.port() == leader_port))
-        .expect("the leader is one of the nodes");
-    nodes[dead].as_mut().unwrap().eddy.kill();
-    let killed_at = Instant::now();
-    for n in 0..10 {
-        acked.push(
-            send_with_retry(&live(&nodes, &[dead]), &format!("after-{n}"), &mut attempt).await,
-        );
-        if n == 0 {
-            assert!(
-                killed_at.elapsed() < Duration::from_secs(15),
-                "the first write after the kill took {:?}",
-                killed_at.elapsed()
+        // Find the leader, then log in on a follower: the SDK's post-login probe of
+        // GET_CLUSTER_METADATA moves the client to the leader, so a replicated command succeeds
+        // (a follower itself would answer TransientNotAccepted).
+        let probe = client_via(nodes[0].as_ref().unwrap().stream).await;
+        let (leader_port, count) = leader_of(&probe).await;
+        assert_eq!(count, 3, "every member is listed");
+        let leader_port = leader_port.expect("a leader is listed");
+        let follower = live(&nodes, &[])
+            .into_iter()
+            .find(|a| a.port() != leader_port)
+            .unwrap();
+        let first = client_via(follower).await;
+        first
+            .create_stream("orders")
+            .await
+            .expect("create stream through a follower");
+        first
+            .create_topic(
+                &id(0),
+                "placed",
+                &TopicCreateOptions {
+                    partitions_count: Some(1),
+                    ..TopicCreateOptions::default()
+                },
+            )
+            .await
+            .expect("create topic");
+        // /health names each member's role; /metrics has the cluster's gauges.
+        let mut roles = Vec::new();
+        for node in nodes.iter().flatten() {
+            let http = node.eddy.addrs().http;
+            let (status, body) = http_get(http, "/health").unwrap();
+            assert_eq!(status, 200, "{body}");
+            roles.push(body.trim().to_owned());
+            let (_, metrics) = http_get(http, "/metrics").unwrap();
+            assert!(metric_value(&metrics, "eddy_cluster_term").is_some_and(|t| t >= 1.0));
+            assert!(metrics.contains("eddy_cluster_role "), "{metrics}");
+        }
+        roles.sort();
+        assert_eq!(roles, ["follower", "follower", "leader"]);
+        let mut acked: Vec<String> = Vec::new();
+        let mut attempt = 0u32;
+        for n in 0..10 {
+            acked.push(
+                send_with_retry(&live(&nodes, &[]), &format!("before-{n}"), &mut attempt).await,
             );
         }
-    }
 
-    // The old leader restarts on its directory and catches up. Then a follower loses its
-    // data directory and comes back empty: its peers notice (a new incarnation), it does not
-    // vote until rebuilt from them. Then the third node dies, so the cluster goes on with the
-    // restarted node and the rebuilt one: whatever they missed must have reached them.
-    nodes[dead].as_mut().unwrap().eddy.crash_restart();
-    let wiped = (0..3).find(|&i| i != dead).unwrap();
-    let third = (0..3).find(|&i| i != dead && i != wiped).unwrap();
-    tokio::time::sleep(Duration::from_secs(2)).await;
-    {
-        let node = nodes[wiped].as_mut().unwrap();
-        node.eddy.kill();
-        std::fs::remove_dir_all(node.eddy.data_dir()).unwrap();
-        node.eddy.restart();
-        assert!(
-            node.eddy
-                .log()
-                .wait_for(Duration::from_secs(10), |l| l.contains("lost its state"))
-                .is_some(),
-            "the wiped node learns it lost its state"
-        );
-    }
-    acked.push(send_with_retry(&live(&nodes, &[]), "while-rebuilding", &mut attempt).await);
-    tokio::time::sleep(Duration::from_secs(3)).await;
-    nodes[third].as_mut().unwrap().eddy.kill();
-    for n in 0..5 {
-        acked.push(
-            send_with_retry(&live(&nodes, &[third]), &format!("last-{n}"), &mut attempt).await,
-        );
-    }
+        // The leader's process dies mid-stream.
+        let dead = nodes
+            .iter()
+            .position(|n| n.as_ref().is_some_and(|n| n.stream.port() == leader_port))
+            .expect("the leader is one of the nodes");
+        nodes[dead].as_mut().unwrap().eddy.kill();
+        let killed_at = Instant::now();
+        for n in 0..10 {
+            acked.push(
+                send_with_retry(&live(&nodes, &[dead]), &format!("after-{n}"), &mut attempt).await,
+            );
+            if n == 0 {
+                assert!(
+                    killed_at.elapsed() < Duration::from_secs(15),
+                    "the first write after the kill took {:?}",
+                    killed_at.elapsed()
+                );
+            }
+        }
 
-    // Every acknowledged batch exactly once, in acknowledgement order; offsets contiguous.
-    let reader = client_via(live(&nodes, &[third])[0]).await;
-    let all = all_messages(&reader).await;
-    for (i, (offset, _)) in all.iter().enumerate() {
-        assert_eq!(*offset, i as u64, "offsets are contiguous");
-    }
-    let mut seen: BTreeMap<String, Vec<usize>> = BTreeMap::new();
-    for (pos, (_, payload)) in all.iter().enumerate() {
-        let (tag, _) = payload.rsplit_once('/').expect("tag/index");
-        seen.entry(tag.to_owned()).or_default().push(pos);
-    }
-    let mut last = None;
-    for tag in &acked {
-        let at = seen
-            .get(tag)
-            .unwrap_or_else(|| panic!("acknowledged batch {tag} lost"));
-        assert_eq!(at.len(), 5, "batch {tag} stored exactly once");
-        assert!(
-            last < Some(at[0]),
-            "batch {tag} out of acknowledgement order"
-        );
-        last = Some(at[0]);
-    }
-    // Unacknowledged attempts (a send that failed over) are there at most once.
-    for (tag, at) in &seen {
-        assert_eq!(at.len(), 5, "attempt {tag} stored once or not at all");
-    }
+        // The old leader restarts on its directory and catches up. Then a follower loses its
+        // data directory and comes back empty: its peers notice (a new incarnation), it does not
+        // vote until rebuilt from them. Then the third node dies, so the cluster goes on with the
+        // restarted node and the rebuilt one: whatever they missed must have reached them.
+        nodes[dead].as_mut().unwrap().eddy.crash_restart();
+        let wiped = (0..3).find(|&i| i != dead).unwrap();
+        let third = (0..3).find(|&i| i != dead && i != wiped).unwrap();
+        tokio::time::sleep(Duration::from_secs(2)).await;
+        {
+            let node = nodes[wiped].as_mut().unwrap();
+            node.eddy.kill();
+            std::fs::remove_dir_all(node.eddy.data_dir()).unwrap();
+            node.eddy.restart();
+            assert!(
+                node.eddy
+                    .log()
+                    .wait_for(Duration::from_secs(10), |l| l.contains("lost its state"))
+                    .is_some(),
+                "the wiped node learns it lost its state"
+            );
+        }
+        acked.push(send_with_retry(&live(&nodes, &[]), "while-rebuilding", &mut attempt).await);
+        tokio::time::sleep(Duration::from_secs(3)).await;
+        nodes[third].as_mut().unwrap().eddy.kill();
+        for n in 0..5 {
+            acked.push(
+                send_with_retry(&live(&nodes, &[third]), &format!("last-{n}"), &mut attempt).await,
+            );
+        }
+
+        // Every acknowledged batch exactly once, in acknowledgement order; offsets contiguous.
+        let reader = client_via(live(&nodes, &[third])[0]).await;
+        let all = all_messages(&reader).await;
+        for (i, (offset, _)) in all.iter().enumerate() {
+            assert_eq!(*offset, i as u64, "offsets are contiguous");
+        }
+        let mut seen: BTreeMap<String, Vec<usize>> = BTreeMap::new();
+        for (pos, (_, payload)) in all.iter().enumerate() {
+            let (tag, _) = payload.rsplit_once('/').expect("tag/index");
+            seen.entry(tag.to_owned()).or_default().push(pos);
+        }
+        let mut last = None;
+        for tag in &acked {
+            let at = seen
+                .get(tag)
+                .unwrap_or_else(|| panic!("acknowledged batch {tag} lost"));
+            assert_eq!(at.len(), 5, "batch {tag} stored exactly once");
+            assert!(
+                last < Some(at[0]),
+                "batch {tag} out of acknowledgement order"
+            );
+            last = Some(at[0]);
+        }
+        // Unacknowledged attempts (a send that failed over) are there at most once.
+        for (tag, at) in &seen {
+            assert_eq!(at.len(), 5, "attempt {tag} stored once or not at all");
+        }
+    })
+    .await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn five_nodes_keep_every_acknowledged_batch_after_losing_two() {
-    let mut nodes: Vec<Option<Node>> = start_cluster(5).into_iter().map(Some).collect();
-    let client = client_via(nodes[4].as_ref().unwrap().stream).await;
-    let (leader_port, count) = leader_of(&client).await;
-    assert_eq!(count, 5);
-    let leader_port = leader_port.expect("a leader");
-    client.create_stream("s").await.expect("create stream");
-    client
-        .create_topic(
+    within(Duration::from_secs(300), async {
+        let mut nodes: Vec<Option<Node>> = start_cluster(5).into_iter().map(Some).collect();
+        let client = client_via(nodes[4].as_ref().unwrap().stream).await;
+        let (leader_port, count) = leader_of(&client).await;
+        assert_eq!(count, 5);
+        let leader_port = leader_port.expect("a leader");
+        client.create_stream("s").await.expect("create stream");
+        client
+            .create_topic(
+                &id(0),
+                "t",
+                &TopicCreateOptions {
+                    partitions_count: Some(1),
+                    ..TopicCreateOptions::default()
+                },
+            )
+            .await
+            .expect("create topic");
+        let mut acked = Vec::new();
+        let mut attempt = 0u32;
+        for n in 0..5 {
+            acked.push(send_with_retry(&live(&nodes, &[]), &format!("a-{n}"), &mut attempt).await);
+        }
+        // The leader and one follower die: three of five are a majority.
+        let leader = nodes
+            .iter()
+            .position(|n| n.as_ref().is_some_and(|n| n.stream.port() == leader_port))
+            .unwrap();
+        let follower = (0..5).find(|&i| i != leader).unwrap();
+        for i in [leader, follower] {
+            nodes[i].as_mut().unwrap().eddy.kill();
+        }
+        for n in 0..5 {
+            acked.push(
+                send_with_retry(
+                    &live(&nodes, &[leader, follower]),
+                    &format!("b-{n}"),
+                    &mut attempt,
+                )
+                .await,
+            );
+        }
+        let reader = client_via(live(&nodes, &[leader, follower])[0]).await;
+        let all = all_messages(&reader).await;
+        let payloads: Vec<&str> = all.iter().map(|(_, p)| p.as_str()).collect();
+        for (i, (offset, _)) in all.iter().enumerate() {
+            assert_eq!(*offset, i as u64);
+        }
+        for tag in &acked {
+            let n = payloads
+                .iter()
+                .filter(|p| p.rsplit_once('/').is_some_and(|(t, _)| t == tag))
+                .count();
+            assert_eq!(n, 5, "batch {tag}");
+        }
+    })
+    .await;
+}
+
+/// Segment files of every partition group in a member's data directory.
+fn segment_files(data_dir: &std::path::Path) -> usize {
+    let Ok(groups) = std::fs::read_dir(data_dir.join("raft/partitions")) else {
+        return 0;
+    };
+    groups
+        .flatten()
+        .filter_map(|g| std::fs::read_dir(g.path()).ok())
+        .flat_map(Iterator::flatten)
+        .filter(|f| f.path().extension().is_some_and(|e| e == "log"))
+        .count()
+}
+
+/// The first message a poll from `strategy` returns on partition 0.
+async fn first_offset(client: &IggyClient, strategy: PollingStrategy) -> u64 {
+    let polled = client
+        .poll_messages(
             &id(0),
-            "t",
-            &TopicCreateOptions {
-                partitions_count: Some(1),
-                ..TopicCreateOptions::default()
-            },
+            &id(0),
+            Some(0),
+            &Consumer::new(id(1)),
+            &strategy,
+            1,
+            false,
         )
         .await
-        .expect("create topic");
-    let mut acked = Vec::new();
-    let mut attempt = 0u32;
-    for n in 0..5 {
-        acked.push(send_with_retry(&live(&nodes, &[]), &format!("a-{n}"), &mut attempt).await);
-    }
-    // The leader and one follower die: three of five are a majority.
-    let leader = nodes
-        .iter()
-        .position(|n| n.as_ref().is_some_and(|n| n.stream.port() == leader_port))
-        .unwrap();
-    let follower = (0..5).find(|&i| i != leader).unwrap();
-    for i in [leader, follower] {
-        nodes[i].as_mut().unwrap().eddy.kill();
-    }
-    for n in 0..5 {
-        acked.push(
-            send_with_retry(
-                &live(&nodes, &[leader, follower]),
-                &format!("b-{n}"),
-                &mut attempt,
+        .expect("poll");
+    polled.messages[0].header.offset
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn delete_segments_cuts_every_member_at_the_same_offset() {
+    within(Duration::from_secs(300), async {
+        let mut nodes: Vec<Option<Node>> = start_cluster(3).into_iter().map(Some).collect();
+        let client = client_via(nodes[0].as_ref().unwrap().stream).await;
+        client.create_stream("s").await.expect("create stream");
+        client
+            .create_topic(
+                &id(0),
+                "t",
+                &TopicCreateOptions {
+                    partitions_count: Some(1),
+                    // The smallest segment, 1 MiB: the topic's size holds on a cluster too.
+                    segment_size: Some(IggyByteSize::from(1024 * 1024u64)),
+                    ..TopicCreateOptions::default()
+                },
             )
-            .await,
-        );
-    }
-    let reader = client_via(live(&nodes, &[leader, follower])[0]).await;
-    let all = all_messages(&reader).await;
-    let payloads: Vec<&str> = all.iter().map(|(_, p)| p.as_str()).collect();
-    for (i, (offset, _)) in all.iter().enumerate() {
-        assert_eq!(*offset, i as u64);
-    }
-    for tag in &acked {
-        let n = payloads
+            .await
+            .expect("create topic");
+        for n in 0..7 {
+            let mut msgs = sized_messages(&format!("seg{n}"), 500, 1000);
+            client
+                .send_messages(&id(0), &id(0), &Partitioning::partition_id(0), &mut msgs)
+                .await
+                .expect("send");
+        }
+        let topic = client.get_topic(&id(0), &id(0)).await.unwrap().unwrap();
+        let segments = topic.partitions[0].segments_count;
+        assert!(segments >= 4, "{segments} segments of 1 MiB");
+        let files: Vec<usize> = nodes
             .iter()
-            .filter(|p| p.rsplit_once('/').is_some_and(|(t, _)| t == tag))
-            .count();
-        assert_eq!(n, 5, "batch {tag}");
-    }
+            .map(|n| segment_files(n.as_ref().unwrap().eddy.data_dir()))
+            .collect();
+
+        client
+            .delete_segments(&id(0), &id(0), 0, 2)
+            .await
+            .expect("delete segments");
+        // Served from the cut at once; offsets never renumber.
+        let first = first_offset(&client, PollingStrategy::first()).await;
+        assert!(first > 0, "the two oldest segments are gone");
+        assert_eq!(
+            first_offset(&client, PollingStrategy::offset(0)).await,
+            first
+        );
+        let topic = client.get_topic(&id(0), &id(0)).await.unwrap().unwrap();
+        assert_eq!(topic.partitions[0].current_offset, 3499);
+
+        // Every member deletes its own files (two segments each) at its next retention run.
+        let deadline = Instant::now() + Duration::from_secs(20);
+        loop {
+            let now: Vec<usize> = nodes
+                .iter()
+                .map(|n| segment_files(n.as_ref().unwrap().eddy.data_dir()))
+                .collect();
+            if now.iter().zip(&files).all(|(n, f)| n + 2 == *f) {
+                break;
+            }
+            assert!(
+                Instant::now() < deadline,
+                "segment files before {files:?}, now {now:?}"
+            );
+            tokio::time::sleep(Duration::from_millis(200)).await;
+        }
+        let topic = client.get_topic(&id(0), &id(0)).await.unwrap().unwrap();
+        assert_eq!(topic.partitions[0].segments_count, segments - 2);
+
+        // A follower applied the same cut: once it leads, it serves from the same offset, and
+        // so does the old leader after its restart.
+        let (leader_port, _) = leader_of(&client).await;
+        let leader = nodes
+            .iter()
+            .position(|n| {
+                n.as_ref()
+                    .is_some_and(|n| Some(n.stream.port()) == leader_port)
+            })
+            .expect("the leader is a member");
+        drop(client);
+        nodes[leader].as_mut().unwrap().eddy.kill();
+        let survivor = live(&nodes, &[leader])[0];
+        let deadline = Instant::now() + Duration::from_secs(30);
+        let client = loop {
+            let c = client_via(survivor).await;
+            if leader_of(&c)
+                .await
+                .0
+                .is_some_and(|p| p != leader_port.unwrap())
+            {
+                break c;
+            }
+            assert!(Instant::now() < deadline, "no new leader");
+            tokio::time::sleep(Duration::from_millis(200)).await;
+        };
+        let deadline = Instant::now() + Duration::from_secs(30);
+        loop {
+            let polled = client
+                .poll_messages(
+                    &id(0),
+                    &id(0),
+                    Some(0),
+                    &Consumer::new(id(1)),
+                    &PollingStrategy::first(),
+                    1,
+                    false,
+                )
+                .await;
+            if let Ok(polled) = polled {
+                assert_eq!(
+                    polled.messages[0].header.offset, first,
+                    "the new leader's cut"
+                );
+                break;
+            }
+            assert!(
+                Instant::now() < deadline,
+                "the new leader never served: {polled:?}"
+            );
+            tokio::time::sleep(Duration::from_millis(200)).await;
+        }
+        nodes[leader].as_mut().unwrap().eddy.restart();
+        // The restarted member resumes from its recorded cut: its files stay deleted.
+        assert_eq!(
+            segment_files(nodes[leader].as_ref().unwrap().eddy.data_dir()) + 2,
+            files[leader]
+        );
+    })
+    .await;
 }

@@ -265,6 +265,14 @@ pub enum ApplyOutcome {
         /// The partition's generation.
         current_generation: u64,
     },
+    /// A [`PartitionEntry::Forget`]: nothing changed yet. The caller forgets through
+    /// `through_index` as it does for a retention cut (see the module's docs): it records
+    /// [`ReplicatedPartition::snapshot_at`]`(through_index)` (with `first_offset` set to its
+    /// `next_offset`) durably, then calls [`ReplicatedPartition::forget_through`].
+    Forget {
+        /// The last raft index no longer to be served.
+        through_index: u64,
+    },
     /// The payload does not decode: nothing became visible (the index is applied).
     Corrupt(EntryError),
     /// Not the next index (a caller bug): nothing was applied.
@@ -488,6 +496,7 @@ impl ReplicatedPartition {
             Step::StalePurge { current_generation } => {
                 ApplyOutcome::StalePurge { current_generation }
             }
+            Step::Forget { through_index } => ApplyOutcome::Forget { through_index },
             Step::Corrupt(e) => ApplyOutcome::Corrupt(e),
         }
     }
@@ -719,6 +728,56 @@ impl ReplicatedPartition {
             through_index,
             boundary,
         }))
+    }
+
+    /// Where an operator's `DELETE_SEGMENTS` of the `count` oldest segments cuts: the last
+    /// raft index of the `count`-th oldest sealed segment that still holds a visible record
+    /// (fewer when fewer are sealed; never the active segment, never past the applied index).
+    /// `None` when there is nothing to delete. The leader proposes a
+    /// [`PartitionEntry::Forget`] with it, so every member forgets the same records whatever
+    /// its own segment boundaries.
+    pub fn oldest_segments_end(&self, count: u32) -> Option<u64> {
+        let (applied, floor) = {
+            let state = self.lock();
+            (state.applied, state.floor)
+        };
+        let segments = self.log.segments();
+        let sealed = segments.len().saturating_sub(1);
+        segments[..sealed]
+            .iter()
+            .filter(|seg| seg.sealed && seg.end > seg.base)
+            .map(|seg| seg.end - 1)
+            .filter(|&last| last > floor && last <= applied)
+            .take(usize::try_from(count).unwrap_or(usize::MAX))
+            .last()
+    }
+
+    /// The state to record before forgetting through `through_index` (a
+    /// [`PartitionEntry::Forget`]'s, applied): [`snapshot_at`](Self::snapshot_at) with the
+    /// first visible offset moved to the next offset. `None` when `through_index` is at or
+    /// below the visible floor already (retention or a purge got there first).
+    ///
+    /// # Errors
+    /// `through_index` is above the applied index, or the log cannot be read.
+    pub fn forget_boundary(
+        &self,
+        through_index: u64,
+    ) -> Result<Option<ReplicatedSnapshot>, ReplicatedError> {
+        loop {
+            let floor = self.visible_floor();
+            if through_index <= floor {
+                return Ok(None);
+            }
+            match self.snapshot_at(through_index) {
+                Ok(mut boundary) => {
+                    boundary.first_offset = boundary.next_offset;
+                    return Ok(Some(boundary));
+                }
+                // The floor moved meanwhile: look again.
+                Err(ReplicatedError::NotVisible { .. }) if self.visible_floor() != floor => {}
+                Err(e) => return Err(e),
+            }
+        }
     }
 
     /// Stops serving everything at or below `boundary.index` (a [`RetentionCut::boundary`] or

@@ -252,11 +252,27 @@ impl PartitionGroups {
             return;
         }
         let storage = inner.storage.clone();
+        // The topic's segment size, as on a single node (retention and DELETE_SEGMENTS work
+        // in whole segments).
+        let segment_size = self
+            .view
+            .get()
+            .and_then(|view| {
+                view.read(|s| {
+                    s.topic(addr.stream_id, addr.topic_id)
+                        .map(|t| t.config.segment_size)
+                })
+            })
+            .unwrap_or(storage.log.segment_size);
+        let log = LogConfig {
+            segment_size,
+            ..storage.log
+        };
         let opened = (|| {
             let raft_log = RaftLog::open_sealed(
                 Arc::clone(&storage.backend),
                 dir_of(uid),
-                storage.log,
+                log,
                 &storage.pool,
                 Arc::clone(&storage.cache),
                 storage.cipher.clone(),

@@ -168,6 +168,30 @@ impl PartitionMachine {
     }
 }
 
+impl PartitionMachine {
+    /// Records `boundary` durably in [`BOUNDARY_FILE`] (a restart resumes from it), then
+    /// stops serving what lies at or below it. False, with nothing forgotten, when it cannot
+    /// be recorded.
+    fn record_and_forget(
+        &self,
+        partition: &ReplicatedPartition,
+        boundary: &ReplicatedSnapshot,
+    ) -> bool {
+        let term = match self.log.read_record(boundary.index) {
+            Ok(Some(record)) => u64::from(record.meta.tag),
+            _ => return false,
+        };
+        let mut file = term.to_le_bytes().to_vec();
+        file.extend_from_slice(&boundary.encode());
+        if let Err(e) = write_atomic(&*self.backend, &self.dir, BOUNDARY_FILE, &file) {
+            tracing::warn!(addr = ?self.addr, error = %e, "cannot record a partition boundary; nothing is forgotten");
+            return false;
+        }
+        partition.forget_through(boundary);
+        true
+    }
+}
+
 impl StateMachine for PartitionMachine {
     type Outcome = ApplyOutcome;
 
@@ -176,12 +200,27 @@ impl StateMachine for PartitionMachine {
     }
 
     fn apply(&mut self, entry: &LogEntry) -> ApplyOutcome {
-        let outcome = self.group.partition().apply(entry.index, &entry.data);
+        let partition = self.group.partition();
+        let outcome = partition.apply(entry.index, &entry.data);
         if !matches!(outcome, ApplyOutcome::OutOfOrder { .. }) {
             self.applied = SnapshotMeta {
                 index: entry.index,
                 term: entry.term,
             };
+        }
+        if let ApplyOutcome::Forget { through_index } = outcome {
+            // An operator's DELETE_SEGMENTS: every member stops serving the same records
+            // now; retention deletes the segments below at its next run. Applied again after
+            // a restart, it finds the boundary recorded and changes nothing.
+            match partition.forget_boundary(through_index) {
+                Ok(Some(boundary)) => {
+                    self.record_and_forget(&partition, &boundary);
+                }
+                Ok(None) => {}
+                Err(e) => {
+                    tracing::warn!(addr = ?self.addr, through_index, error = %e, "cannot forget the deleted segments' records");
+                }
+            }
         }
         outcome
     }
@@ -242,18 +281,8 @@ impl StateMachine for PartitionMachine {
                 return None;
             }
         };
-        let term = match self.log.read_record(cut.boundary.index) {
-            Ok(Some(record)) => u64::from(record.meta.tag),
-            _ => return None,
-        };
-        let mut file = term.to_le_bytes().to_vec();
-        file.extend_from_slice(&cut.boundary.encode());
-        if let Err(e) = write_atomic(&*self.backend, &self.dir, BOUNDARY_FILE, &file) {
-            tracing::warn!(addr = ?self.addr, error = %e, "cannot record the retention boundary; nothing is deleted");
-            return None;
-        }
-        partition.forget_through(&cut.boundary);
-        Some(cut.through_index)
+        self.record_and_forget(&partition, &cut.boundary)
+            .then_some(cut.through_index)
     }
 
     fn entry_timestamp(&self, entry: &LogEntry) -> Option<u64> {

@@ -208,6 +208,29 @@ impl ClusterStreams {
         }
     }
 
+    /// Ok when this member leads partition group `gid`. The metadata leader takes every
+    /// write; a partition's leadership converges on it (a new partition's group elects, a
+    /// moved one is transferred back), so a write that arrives meanwhile waits for it rather
+    /// than bounce.
+    async fn lead_partition(&self, gid: GroupId) -> Result<(), ClusterError> {
+        if self.leads(gid) {
+            return Ok(());
+        }
+        let deadline = tokio::time::Instant::now() + LEADERSHIP_WAIT;
+        while self.is_metadata_leader() && !self.leads(gid) {
+            if tokio::time::Instant::now() >= deadline {
+                break;
+            }
+            self.groups.align_leaders();
+            tokio::time::sleep(std::time::Duration::from_millis(20)).await;
+        }
+        if self.leads(gid) {
+            Ok(())
+        } else {
+            Err(ClusterError::NotLeader("partition's group"))
+        }
+    }
+
     /// Appends a batch through the partition's group (on its leader only): stamped with the
     /// predicted offset and `now_us` (or the partition's newest time, if later), acknowledged
     /// once committed and applied here.
@@ -225,22 +248,7 @@ impl ClusterStreams {
             .get(addr)
             .ok_or(ClusterError::NoPartition(addr))?;
         let gid = partition_group_id(uid);
-        if !self.leads(gid) {
-            // The metadata leader takes every write; a partition's leadership converges on it
-            // (a new partition's group elects, a moved one is transferred back), so a send
-            // that arrives meanwhile waits for it rather than bounce.
-            let deadline = tokio::time::Instant::now() + LEADERSHIP_WAIT;
-            while self.is_metadata_leader() && !self.leads(gid) {
-                if tokio::time::Instant::now() >= deadline {
-                    break;
-                }
-                self.groups.align_leaders();
-                tokio::time::sleep(std::time::Duration::from_millis(20)).await;
-            }
-            if !self.leads(gid) {
-                return Err(ClusterError::NotLeader("partition's group"));
-            }
-        }
+        self.lead_partition(gid).await?;
         let count = batch.message_count();
         let (rx, base_offset, len) = {
             let mut pending = self.pending.lock().unwrap_or_else(PoisonError::into_inner);
@@ -300,6 +308,39 @@ impl ClusterStreams {
                 len,
             }),
             _ => Err(ClusterError::Stale(base_offset)),
+        }
+    }
+
+    /// `DELETE_SEGMENTS` of a replicated partition (on its leader only): the leader finds
+    /// where its `count` oldest sealed segments end and proposes a
+    /// [`PartitionEntry::Forget`] through there. Once committed and applied here, every member
+    /// serves from the same first offset (each applies it alike) and deletes its own sealed
+    /// segments below at its next retention run. Nothing to delete is a success.
+    ///
+    /// # Errors
+    /// Not the partition's leader, not committed, or no such partition.
+    pub async fn delete_segments(
+        &self,
+        addr: PartitionAddr,
+        count: u32,
+    ) -> Result<(), ClusterError> {
+        let (uid, group) = self
+            .groups
+            .get(addr)
+            .ok_or(ClusterError::NoPartition(addr))?;
+        let gid = partition_group_id(uid);
+        self.lead_partition(gid).await?;
+        let Some(through_index) = group.partition().oldest_segments_end(count) else {
+            return Ok(());
+        };
+        let entry = PartitionEntry::Forget { through_index }
+            .encode()
+            .map_err(|e| ClusterError::Encode(e.to_string()))?;
+        match proposed(&self.runner, gid, entry).await? {
+            ClusterOutcome::Partition(ApplyOutcome::Forget { .. }) => Ok(()),
+            other => Err(ClusterError::Encode(format!(
+                "the partition's group answered {other:?}"
+            ))),
         }
     }
 

@@ -75,6 +75,15 @@ pub fn eventually(mut done: impl FnMut() -> bool, what: impl Fn() -> String) {
     }
 }
 
+/// A topic whose partitions roll segments as often as [`small_log`]'s (partition groups take
+/// their topic's segment size).
+pub(crate) fn small_topic() -> eddy_stream_store::TopicConfig {
+    eddy_stream_store::TopicConfig {
+        segment_size: small_log().segment_size,
+        ..eddy_stream_store::TopicConfig::default()
+    }
+}
+
 fn small_log() -> LogConfig {
     LogConfig {
         segment_size: 16 * 1024,

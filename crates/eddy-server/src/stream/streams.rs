@@ -383,12 +383,11 @@ pub(crate) async fn delete_segments(
     if ctx.state.read(|meta| meta.partition(addr).is_none()) {
         return Err(StreamError::NotFound(Missing::Partition));
     }
-    if ctx.state.cluster.is_some() {
-        // Retention deletes whole segments of a replicated partition on every member alike;
-        // an operator's deletion is not replicated yet.
-        return Err(StreamError::Unavailable {
-            command: eddy_codec::stream::CommandCode::DeleteSegments,
-        });
+    if let Some(cluster) = &ctx.state.cluster {
+        cluster
+            .delete_segments(addr, request.segments_count)
+            .await?;
+        return Ok(Outcome::empty());
     }
     let store = Arc::clone(&ctx.state.store);
     let count = request.segments_count;

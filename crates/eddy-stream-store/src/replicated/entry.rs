@@ -7,11 +7,11 @@
 //!
 //! ```text
 //! 0  1  version (1)
-//! 1  1  kind: 1 append, 2 purge
+//! 1  1  kind: 1 append, 2 purge, 3 forget
 //! append:                               purge:
 //! 2  8  base_offset u64                 2  8  generation u64   (10 bytes in all)
-//! 10 4  message_count u32 (>= 1)
-//! 14 8  timestamp u64 (µs)
+//! 10 4  message_count u32 (>= 1)        forget:
+//! 14 8  timestamp u64 (µs)              2  8  through_index u64 (10 bytes in all)
 //! 22 4  batch_len u32
 //! 26 .. the stamped batch, exactly batch_len bytes, nothing after it
 //! ```
@@ -36,10 +36,13 @@ use eddy_log::format::MAX_RECORD_PAYLOAD;
 pub const ENTRY_VERSION: u8 = 1;
 const KIND_APPEND: u8 = 1;
 const KIND_PURGE: u8 = 2;
+const KIND_FORGET: u8 = 3;
 /// Bytes in front of the batch in an encoded [`PartitionEntry::Append`].
 pub const APPEND_HEADER_LEN: usize = 26;
 /// Length of an encoded [`PartitionEntry::Purge`].
 pub const PURGE_LEN: usize = 10;
+/// Length of an encoded [`PartitionEntry::Forget`].
+pub const FORGET_LEN: usize = 10;
 /// Largest batch an entry carries: the entry must fit one log record.
 pub const MAX_BATCH_BYTES: usize = MAX_RECORD_PAYLOAD as usize - APPEND_HEADER_LEN;
 
@@ -108,6 +111,16 @@ pub enum PartitionEntry {
         /// The new purge generation.
         generation: u64,
     },
+    /// An operator's `DELETE_SEGMENTS`: stop serving every record at or below raft index
+    /// `through_index` (the last entry of the newest segment the leader deleted), so the first
+    /// visible offset becomes the next offset after it, on every member alike; each member
+    /// then deletes its own sealed segments that lie wholly below. Offsets do not change. A
+    /// forget at or below the visible floor (a retried proposal, or retention got there
+    /// first) changes nothing.
+    Forget {
+        /// The last raft index no longer served.
+        through_index: u64,
+    },
 }
 
 impl fmt::Debug for PartitionEntry {
@@ -128,6 +141,10 @@ impl fmt::Debug for PartitionEntry {
             PartitionEntry::Purge { generation } => f
                 .debug_struct("Purge")
                 .field("generation", generation)
+                .finish(),
+            PartitionEntry::Forget { through_index } => f
+                .debug_struct("Forget")
+                .field("through_index", through_index)
                 .finish(),
         }
     }
@@ -170,6 +187,7 @@ impl PartitionEntry {
         match self {
             PartitionEntry::Append { batch, .. } => APPEND_HEADER_LEN + batch.len(),
             PartitionEntry::Purge { .. } => PURGE_LEN,
+            PartitionEntry::Forget { .. } => FORGET_LEN,
         }
     }
 
@@ -197,6 +215,10 @@ impl PartitionEntry {
             PartitionEntry::Purge { generation } => {
                 out.put_u8(KIND_PURGE);
                 out.put_u64_le(*generation);
+            }
+            PartitionEntry::Forget { through_index } => {
+                out.put_u8(KIND_FORGET);
+                out.put_u64_le(*through_index);
             }
         }
         Ok(out.freeze())
@@ -233,6 +255,12 @@ impl PartitionEntry {
                 exact(payload, PURGE_LEN)?;
                 Ok(PartitionEntry::Purge {
                     generation: (&payload[2..]).get_u64_le(),
+                })
+            }
+            KIND_FORGET => {
+                exact(payload, FORGET_LEN)?;
+                Ok(PartitionEntry::Forget {
+                    through_index: (&payload[2..]).get_u64_le(),
                 })
             }
             other => Err(EntryError::UnknownKind(other)),
@@ -335,6 +363,8 @@ pub(crate) enum Step {
     Purged { generation: u64 },
     /// A duplicate purge: nothing changed.
     StalePurge { current_generation: u64 },
+    /// Records through this raft index are to be forgotten (offsets unchanged).
+    Forget { through_index: u64 },
     /// Undecodable: nothing changed.
     Corrupt(EntryError),
 }
@@ -392,6 +422,7 @@ impl Cursor {
                 self.next_offset = 0;
                 Step::Purged { generation }
             }
+            Ok(PartitionEntry::Forget { through_index }) => Step::Forget { through_index },
         }
     }
 }
@@ -427,6 +458,10 @@ mod tests {
         assert_eq!(&bytes[..], &expected[..]);
         let purge = PartitionEntry::Purge { generation: 7 }.encode().unwrap();
         assert_eq!(&purge[..], &[1, 2, 7, 0, 0, 0, 0, 0, 0, 0]);
+        let forget = PartitionEntry::Forget { through_index: 9 }
+            .encode()
+            .unwrap();
+        assert_eq!(&forget[..], &[1, 3, 9, 0, 0, 0, 0, 0, 0, 0]);
     }
 
     #[test]
@@ -446,6 +481,7 @@ mod tests {
             append(1, 1, 1, b"abc"),
             append(0, 4, 0, b""),
             PartitionEntry::Purge { generation: 3 },
+            PartitionEntry::Forget { through_index: 4 },
         ] {
             let bytes = entry.encode().unwrap();
             assert_eq!(PartitionEntry::decode(&bytes).unwrap(), entry);
@@ -585,6 +621,7 @@ mod tests {
                     .is_some())
                 .prop_map(|(b, c, t, v)| append(b, c, t, &v)),
             any::<u64>().prop_map(|generation| PartitionEntry::Purge { generation }),
+            any::<u64>().prop_map(|through_index| PartitionEntry::Forget { through_index }),
         ]
     }
 

@@ -72,7 +72,9 @@ pub fn fuzz_partition_entry(data: &[u8]) {
                 assert!(decoded.is_err());
                 assert_eq!(cursor, before);
             }
-            Step::Refused { .. } | Step::StalePurge { .. } => assert_eq!(cursor, before),
+            Step::Refused { .. } | Step::StalePurge { .. } | Step::Forget { .. } => {
+                assert_eq!(cursor, before);
+            }
         }
     }
 }
@@ -101,6 +103,13 @@ pub fn partition_entry_seeds() -> Vec<(String, Vec<u8>)> {
         (
             "purge".to_owned(),
             PartitionEntry::Purge { generation: 1 }
+                .encode()
+                .expect("encodes")
+                .to_vec(),
+        ),
+        (
+            "forget".to_owned(),
+            PartitionEntry::Forget { through_index: 7 }
                 .encode()
                 .expect("encodes")
                 .to_vec(),

@@ -13,7 +13,7 @@ use eddy_log::CommitPool;
 use eddy_stream_store::metadata::encode_op;
 use eddy_stream_store::replicated::{ApplyOutcome, PartitionEntry};
 use eddy_stream_store::replicated_metadata::{MetadataApplied, MetadataView};
-use eddy_stream_store::{MetadataOp, PartitionAddr, PollStrategy, TopicConfig};
+use eddy_stream_store::{MetadataOp, PartitionAddr, PollStrategy};
 
 use super::{partition_group_id, ClusterOutcome, PartitionGroups, METADATA_GROUP};
 use crate::cluster::testkit;
@@ -164,7 +164,7 @@ fn partition_groups_follow_the_metadata_on_every_member() {
             name: "placed".into(),
             created_at: 2,
             partitions: 2,
-            config: TopicConfig::default(),
+            config: crate::cluster::testkit::small_topic(),
             explicit_options: vec![],
             derived_options: vec![],
         },

@@ -13,7 +13,7 @@ use eddy_consensus::{GroupId, NodeId, ProposeError, Runner};
 use eddy_log::{Cache, CommitPool, FsBackend, LogConfig, StorageBackend};
 use eddy_stream_store::metadata::{encode_op, Effect};
 use eddy_stream_store::replicated_metadata::{MetadataApplied, MetadataView};
-use eddy_stream_store::{MetadataOp, MetadataState, TopicConfig};
+use eddy_stream_store::{MetadataOp, MetadataState};
 
 use super::{EffectSink, MetadataMachine};
 use crate::cluster::testkit;
@@ -122,7 +122,7 @@ fn create_topic(stream_id: u32) -> MetadataOp {
         name: "events".into(),
         created_at: 7,
         partitions: 2,
-        config: TopicConfig::default(),
+        config: crate::cluster::testkit::small_topic(),
         explicit_options: vec![],
         derived_options: vec![],
     }

@@ -108,7 +108,7 @@ async fn producers_consumers_and_a_lost_leader_on_the_replicated_request_path() 
             name: "placed".into(),
             created_at: 2,
             partitions: 1,
-            config: TopicConfig::default(),
+            config: crate::cluster::testkit::small_topic(),
             explicit_options: vec![],
             derived_options: vec![],
         })
@@ -223,7 +223,7 @@ async fn producers_consumers_and_a_lost_leader_on_the_replicated_request_path() 
 fn expiring() -> TopicConfig {
     TopicConfig {
         message_expiry: Some(1),
-        ..TopicConfig::default()
+        ..crate::cluster::testkit::small_topic()
     }
 }
 
@@ -298,7 +298,7 @@ async fn with_an_encryption_key_no_message_is_readable_in_any_members_files() {
     let aligner = spawn_aligner(&members);
     let leader = testkit::leader(&peers, METADATA_GROUP);
     let l = at(&members, leader);
-    create_topic(l, TopicConfig::default()).await;
+    create_topic(l, crate::cluster::testkit::small_topic()).await;
     for n in 0..5u32 {
         let body = StampWith {
             count: 1,
@@ -410,6 +410,90 @@ async fn retention_deletes_expired_segments_on_every_member_and_survives_a_resta
         },
         || format!("after restart {:?}", back.partition_stats(P0)),
     );
+    aligner.abort();
+    for m in members.iter().flatten() {
+        m.runner().stop();
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn delete_segments_cuts_every_member_at_the_leaders_segment_boundary() {
+    let tmp = tempfile::tempdir().unwrap();
+    let pool = CommitPool::new(2).unwrap();
+    let peers: Peers = Arc::default();
+    peers.lock().unwrap().extend([None, None, None]);
+    let members: Vec<Option<ClusterStreams>> = (1..=3)
+        .map(|id| Some(member(id, tmp.path(), &peers, &pool)))
+        .collect();
+    let aligner = spawn_aligner(&members);
+    let leader = testkit::leader(&peers, METADATA_GROUP);
+    let l = at(&members, leader);
+    create_topic(l, crate::cluster::testkit::small_topic()).await;
+    // 2 KiB batches into 16 KiB segments: several sealed segments.
+    for n in 0..40u32 {
+        let body = StampWith {
+            count: 1,
+            stamp: move |_: &eddy_stream_store::Stamp| {
+                Bytes::from(vec![b'a' + u8::try_from(n % 26).unwrap(); 2048])
+            },
+        };
+        append_to(&members, body).await;
+    }
+    let leading = members
+        .iter()
+        .flatten()
+        .find(|m| m.leads(partition_group_id(m.groups().get(P0).unwrap().0)))
+        .expect("a partition leader");
+    let segments = leading.partition_stats(P0).unwrap().segments;
+    assert!(segments >= 4, "{segments} segments");
+    let partition = leading.groups().get(P0).unwrap().1.partition();
+    let through = partition
+        .oldest_segments_end(2)
+        .expect("two sealed segments");
+
+    leading.delete_segments(P0, 2).await.unwrap();
+    let first = leading.partition_stats(P0).unwrap().first_offset;
+    assert!(first > 0, "the leader serves from the cut at once");
+    // Every member applied the same cut (whatever its own segment boundaries), and each
+    // deletes its files below it at its next maintenance.
+    for m in members.iter().flatten() {
+        testkit::eventually(
+            || served(m).first().map(|(o, _)| *o) == Some(first),
+            || format!("serves from {:?}", served(m).first().map(|(o, _)| *o)),
+        );
+        assert_eq!(m.partition_stats(P0).unwrap().next_offset, 40);
+        assert!(m.groups().get(P0).unwrap().1.partition().visible_floor() >= through);
+    }
+    // More than are sealed: every sealed segment goes, never the active one; then there is
+    // nothing left to delete, and deleting is a no-op success.
+    leading.delete_segments(P0, 1000).await.unwrap();
+    let stats = leading.partition_stats(P0).unwrap();
+    assert!(
+        stats.first_offset > first && stats.next_offset == 40,
+        "{stats:?}"
+    );
+    leading.delete_segments(P0, 1000).await.unwrap();
+    assert_eq!(
+        leading
+            .groups()
+            .get(P0)
+            .unwrap()
+            .1
+            .partition()
+            .oldest_segments_end(1),
+        None
+    );
+    // A follower refuses: the SDK asks the leader.
+    let follower = members
+        .iter()
+        .flatten()
+        .find(|m| !m.leads(partition_group_id(m.groups().get(P0).unwrap().0)))
+        .unwrap();
+    assert!(follower
+        .delete_segments(P0, 1)
+        .await
+        .unwrap_err()
+        .is_transient());
     aligner.abort();
     for m in members.iter().flatten() {
         m.runner().stop();
