@@ -384,10 +384,6 @@ async fn delete_segments_cuts_every_member_at_the_same_offset() {
         let topic = client.get_topic(&id(0), &id(0)).await.unwrap().unwrap();
         let segments = topic.partitions[0].segments_count;
         assert!(segments >= 4, "{segments} segments of 1 MiB");
-        let files: Vec<usize> = nodes
-            .iter()
-            .map(|n| segment_files(n.as_ref().unwrap().eddy.data_dir()))
-            .collect();
 
         client
             .delete_segments(&id(0), &id(0), 0, 2)
@@ -403,19 +399,21 @@ async fn delete_segments_cuts_every_member_at_the_same_offset() {
         let topic = client.get_topic(&id(0), &id(0)).await.unwrap().unwrap();
         assert_eq!(topic.partitions[0].current_offset, 3499);
 
-        // Every member deletes its own files (two segments each) at its next retention run.
+        // Every member deletes its own files (two segments each: the members started together,
+        // so they rolled at the same records) at its next retention run.
+        let want = usize::try_from(segments).unwrap() - 2;
         let deadline = Instant::now() + Duration::from_secs(20);
         loop {
             let now: Vec<usize> = nodes
                 .iter()
                 .map(|n| segment_files(n.as_ref().unwrap().eddy.data_dir()))
                 .collect();
-            if now.iter().zip(&files).all(|(n, f)| n + 2 == *f) {
+            if now.iter().all(|n| *n == want) {
                 break;
             }
             assert!(
                 Instant::now() < deadline,
-                "segment files before {files:?}, now {now:?}"
+                "segment files {now:?}, want {want} on each member"
             );
             tokio::time::sleep(Duration::from_millis(200)).await;
         }
@@ -477,9 +475,143 @@ async fn delete_segments_cuts_every_member_at_the_same_offset() {
         nodes[leader].as_mut().unwrap().eddy.restart();
         // The restarted member resumes from its recorded cut: its files stay deleted.
         assert_eq!(
-            segment_files(nodes[leader].as_ref().unwrap().eddy.data_dir()) + 2,
-            files[leader]
+            segment_files(nodes[leader].as_ref().unwrap().eddy.data_dir()),
+            want
         );
+    })
+    .await;
+}
+
+/// Polls partition 0 of `s`/`t` on the member at `stream` itself (the `eddy` command line
+/// talks to the address it is given: no move to the leader), with `strategy` (`--first`,
+/// `--last`, ...) and `-n 1`: the message's offset and payload, or why not (while the member
+/// cannot answer).
+fn poll_member(stream: SocketAddr, strategy: &str) -> Result<(u64, String), String> {
+    let home = tempfile::tempdir().map_err(|e| e.to_string())?;
+    let mut cmd = std::process::Command::new(eddy_tests::server_bin!());
+    for (k, _) in std::env::vars() {
+        if k.starts_with("EDDY_") {
+            cmd.env_remove(k);
+        }
+    }
+    let out = cmd
+        .args([
+            "poll",
+            "s",
+            "t",
+            "--partition",
+            "0",
+            strategy,
+            "-n",
+            "1",
+            "-o",
+            "json",
+        ])
+        .env("EDDY_STREAM_ADDR", stream.to_string())
+        .env("EDDY_USERNAME", "iggy")
+        .env("EDDY_PASSWORD", "iggy")
+        .env("HOME", home.path())
+        .env("XDG_CONFIG_HOME", home.path())
+        .stdin(std::process::Stdio::null())
+        .output()
+        .map_err(|e| e.to_string())?;
+    if !out.status.success() {
+        return Err(String::from_utf8_lossy(&out.stderr).into_owned());
+    }
+    let v: serde_json::Value = serde_json::from_slice(&out.stdout).map_err(|e| e.to_string())?;
+    let m = v.get(0).ok_or("no message")?;
+    match (m["offset"].as_u64(), m["payload"].as_str()) {
+        (Some(offset), Some(payload)) => Ok((offset, payload.to_owned())),
+        _ => Err(format!("unexpected message {m}")),
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_member_wiped_after_retention_deleted_what_it_missed_is_rebuilt_from_a_snapshot() {
+    within(Duration::from_secs(300), async {
+        let mut nodes: Vec<Option<Node>> = start_cluster(3).into_iter().map(Some).collect();
+        let client = client_via(nodes[0].as_ref().unwrap().stream).await;
+        client.create_stream("s").await.expect("create stream");
+        client
+            .create_topic(
+                &id(0),
+                "t",
+                &TopicCreateOptions {
+                    partitions_count: Some(1),
+                    segment_size: Some(IggyByteSize::from(1024 * 1024u64)),
+                    message_expiry: Some(IggyExpiry::ExpireDuration(IggyDuration::from(
+                        Duration::from_secs(2),
+                    ))),
+                    ..TopicCreateOptions::default()
+                },
+            )
+            .await
+            .expect("create topic");
+        let (leader_port, _) = leader_of(&client).await;
+        let lost = nodes
+            .iter()
+            .position(|n| n.as_ref().is_some_and(|n| Some(n.stream.port()) != leader_port))
+            .expect("a follower");
+        nodes[lost].as_mut().unwrap().eddy.kill();
+
+        // What the lost member misses: sealed segments that expire and are deleted.
+        for n in 0..5 {
+            let mut msgs = sized_messages(&format!("seg{n}"), 500, 1000);
+            client
+                .send_messages(&id(0), &id(0), &Partitioning::partition_id(0), &mut msgs)
+                .await
+                .expect("send");
+        }
+        let deadline = Instant::now() + Duration::from_secs(30);
+        let first = loop {
+            let first = first_offset(&client, PollingStrategy::first()).await;
+            if first > 0 {
+                break first;
+            }
+            assert!(Instant::now() < deadline, "retention never deleted a segment");
+            tokio::time::sleep(Duration::from_millis(200)).await;
+        };
+
+        // Its directory is lost; it comes back empty and is rebuilt from its peers.
+        {
+            let node = nodes[lost].as_mut().unwrap();
+            std::fs::remove_dir_all(node.eddy.data_dir()).unwrap();
+            node.eddy.restart();
+        }
+        let mut more = sized_messages("after", 10, 100);
+        client
+            .send_messages(&id(0), &id(0), &Partitioning::partition_id(0), &mut more)
+            .await
+            .expect("send after the restart");
+        let lost_stream = nodes[lost].as_ref().unwrap().stream;
+        let deadline = Instant::now() + Duration::from_secs(60);
+        loop {
+            let head = poll_member(lost_stream, "--first");
+            let tail = poll_member(lost_stream, "--last");
+            if let (Ok(head), Ok(tail)) = (&head, &tail) {
+                if head.0 == first && tail.0 == 2509 {
+                    // The cut's first message and the newest, byte for byte.
+                    let i = first % 500;
+                    assert!(
+                        head.1.starts_with(&format!("seg{}-{i}-", first / 500)),
+                        "{}",
+                        &head.1[..20.min(head.1.len())]
+                    );
+                    assert!(tail.1.starts_with("after-9-"), "{}", tail.1);
+                    break;
+                }
+            }
+            if Instant::now() >= deadline {
+                let log = nodes[lost].as_ref().unwrap().eddy.log().lines();
+                panic!(
+                    "the wiped member serves {head:?} .. {tail:?}, want {first} .. 2509; its log:\n{}",
+                    log[log.len().saturating_sub(40)..].join("\n")
+                );
+            }
+            tokio::time::sleep(Duration::from_millis(300)).await;
+        }
+        // The leader still serves the same range.
+        assert_eq!(first_offset(&client, PollingStrategy::first()).await, first);
     })
     .await;
 }

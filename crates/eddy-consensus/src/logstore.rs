@@ -318,6 +318,16 @@ pub trait StateMachine: Send {
     fn apply(&mut self, entry: &LogEntry) -> Self::Outcome;
     /// The state at the applied index, for a member that needs entries the log dropped.
     fn snapshot(&self) -> Result<Snapshot, StoreError>;
+    /// What a member that needs entries the log dropped installs, given where the log starts
+    /// now (`log_start`: the compaction boundary, every later entry still held). By default
+    /// the state at the applied index ([`snapshot`](Self::snapshot)). A machine whose data
+    /// lives in the log itself (a partition: the log is its message log) gives its state at
+    /// the boundary instead, so the member is then sent every entry the log still holds and
+    /// ends up holding the same data, not only what comes after the snapshot.
+    fn snapshot_after(&self, log_start: SnapshotMeta) -> Result<Snapshot, StoreError> {
+        let _ = log_start;
+        self.snapshot()
+    }
     /// Replaces the state with a snapshot, durably before returning (the log is reset to
     /// start after it right after).
     fn install_snapshot(&mut self, snapshot: &Snapshot) -> Result<(), StoreError>;
@@ -538,7 +548,7 @@ impl<M: StateMachine> GroupStore for Replicated<M> {
     }
 
     fn snapshot(&self) -> Result<Snapshot, StoreError> {
-        self.machine.snapshot()
+        self.machine.snapshot_after(self.log.snap)
     }
 
     fn install_snapshot(&mut self, snapshot: &Snapshot) -> Result<(), StoreError> {

@@ -197,6 +197,13 @@ mod tests {
         // A panic is the caller's Unfinished and costs no thread.
         assert_eq!(work.run(|| panic!("boom")), Err(Unfinished { deadline }));
         assert!(Unfinished { deadline }.text().contains("did not finish"));
+        // The panicking job's thread is free again once its panic hook (a backtrace, slow on a
+        // loaded machine: the caller may have stopped waiting long before) has run.
+        let until = Instant::now() + Duration::from_secs(30);
+        while work.running() > 1 {
+            assert!(Instant::now() < until, "the panicking job never ended");
+            std::thread::sleep(Duration::from_millis(5));
+        }
         // Both turns taken by abandoned work: a new job waits its deadline out unrun.
         let _ = work.run(held(&gate));
         assert_eq!(work.running(), 2);

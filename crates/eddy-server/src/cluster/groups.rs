@@ -69,6 +69,9 @@ where
     fn snapshot(&self) -> Result<Snapshot, StoreError> {
         self.0.snapshot()
     }
+    fn snapshot_after(&self, log_start: SnapshotMeta) -> Result<Snapshot, StoreError> {
+        self.0.snapshot_after(log_start)
+    }
     fn install_snapshot(&mut self, snapshot: &Snapshot) -> Result<(), StoreError> {
         self.0.install_snapshot(snapshot)
     }

@@ -236,6 +236,36 @@ impl StateMachine for PartitionMachine {
         })
     }
 
+    /// The state at the visible floor (where retention, a purge, a forget or the last
+    /// installed snapshot left the partition: at or after where the log starts), so a member
+    /// rebuilt from it is then sent every record this member still serves. A snapshot at the
+    /// applied index would leave it without the records between the floor and that index: it
+    /// would serve less than its peers, and lose them for good if it later led.
+    fn snapshot_after(&self, log_start: SnapshotMeta) -> Result<Snapshot, StoreError> {
+        let partition = self.group.partition();
+        let floor = partition.visible_floor();
+        if floor == 0 || floor < log_start.index {
+            // Nothing cut yet (the log holds everything), or never: the log is compacted only
+            // through a recorded boundary.
+            return self.snapshot();
+        }
+        let state = partition.snapshot_at(floor).map_err(storage)?;
+        let term = if floor == log_start.index {
+            log_start.term
+        } else if floor == self.applied.index {
+            self.applied.term
+        } else {
+            match self.log.read_record(floor) {
+                Ok(Some(record)) if record.meta.seq == floor => u64::from(record.meta.tag),
+                _ => return Err(StoreError::SnapshotTemporarilyUnavailable),
+            }
+        };
+        Ok(Snapshot {
+            meta: SnapshotMeta { index: floor, term },
+            data: Bytes::copy_from_slice(&state.encode()),
+        })
+    }
+
     fn install_snapshot(&mut self, snapshot: &Snapshot) -> Result<(), StoreError> {
         let state = ReplicatedSnapshot::decode(&snapshot.data).map_err(|_| {
             StoreError::InvalidSnapshot {
