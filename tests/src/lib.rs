@@ -382,6 +382,42 @@ pub fn write_api_keys(data_dir: &Path) {
 }
 
 /// A free TCP port on loopback (bound then released; only for tests that must name a port).
+/// A port below the kernel's ephemeral range (32768 and up here) that is free on every
+/// loopback host a test cluster uses (127.0.0.1-9) and not handed out before in this process:
+/// for a server that must come back on the same port after a kill. A port from the ephemeral
+/// range can be taken meanwhile as the source port of any outgoing connection on the machine,
+/// and the restart then fails to bind.
+pub fn stable_port() -> u16 {
+    static GIVEN: std::sync::Mutex<Vec<u16>> = std::sync::Mutex::new(Vec::new());
+    let mut given = GIVEN
+        .lock()
+        .unwrap_or_else(std::sync::PoisonError::into_inner);
+    let seed = u64::from(std::process::id())
+        ^ std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map_or(0, |d| u64::from(d.subsec_nanos()));
+    let mut x = seed | 1;
+    for _ in 0..10_000 {
+        // xorshift: a spread of candidates, different in each test process.
+        x ^= x << 13;
+        x ^= x >> 7;
+        x ^= x << 17;
+        let port = 20_000 + u16::try_from(x % 12_000).expect("below 12,000");
+        if given.contains(&port) {
+            continue;
+        }
+        let free = (1..=9).all(|host| {
+            std::net::TcpListener::bind((std::net::Ipv4Addr::new(127, 0, 0, host), port)).is_ok()
+        });
+        if free {
+            given.push(port);
+            return port;
+        }
+    }
+    panic!("no free port in 20000..32000");
+}
+
+/// An ephemeral port free on 127.0.0.1 now.
 pub fn free_port() -> u16 {
     std::net::TcpListener::bind("127.0.0.1:0")
         .and_then(|l| l.local_addr())

@@ -6,7 +6,7 @@ use std::future::Future;
 use std::net::SocketAddr;
 use std::time::Duration;
 
-use eddy_tests::{free_port, server_bin, Eddy, Options};
+use eddy_tests::{server_bin, stable_port, Eddy, Options};
 
 /// One member: its process and its stream address.
 pub struct Node {
@@ -17,9 +17,10 @@ pub struct Node {
 /// Starts `size` members that know each other.
 pub fn start_cluster(size: u8) -> Vec<Node> {
     // Distinct hosts, so each node's ports can be the same numbers; the ports are still
-    // chosen free on 127.0.0.1 to avoid clashes with other tests.
+    // chosen free on every host to avoid clashes with other tests, and outside the ephemeral
+    // range, so a killed node's ports cannot be taken by a connection before it restarts.
     let ports: Vec<(u16, u16, u16, u16)> = (0..size)
-        .map(|_| (free_port(), free_port(), free_port(), free_port()))
+        .map(|_| (stable_port(), stable_port(), stable_port(), stable_port()))
         .collect();
     let host = |i: u8| format!("127.0.0.{}", i + 1);
     (0..size)
