@@ -612,6 +612,40 @@ async fn a_member_wiped_after_retention_deleted_what_it_missed_is_rebuilt_from_a
         }
         // The leader still serves the same range.
         assert_eq!(first_offset(&client, PollingStrategy::first()).await, first);
+
+        // Rebuilt, the member clears its rebuilding mark. A crash before that leaves the mark:
+        // it comes back still rebuilding (no votes until it has caught up), then clears it.
+        let marker = nodes[lost]
+            .as_ref()
+            .unwrap()
+            .eddy
+            .data_dir()
+            .join("raft/rebuilding");
+        let deadline = Instant::now() + Duration::from_secs(30);
+        while marker.exists() {
+            assert!(Instant::now() < deadline, "the rebuilt member kept its mark");
+            tokio::time::sleep(Duration::from_millis(200)).await;
+        }
+        {
+            let node = nodes[lost].as_mut().unwrap();
+            node.eddy.kill();
+            std::fs::write(&marker, "rebuilding\n").unwrap();
+            node.eddy.restart();
+            assert!(
+                node.eddy
+                    .log()
+                    .wait_for(Duration::from_secs(10), |l| l
+                        .contains("was rebuilding lost state"))
+                    .is_some(),
+                "the restarted member knows it is still rebuilding"
+            );
+        }
+        let deadline = Instant::now() + Duration::from_secs(30);
+        while marker.exists() {
+            assert!(Instant::now() < deadline, "the member never caught up again");
+            tokio::time::sleep(Duration::from_millis(200)).await;
+        }
+        assert_eq!(poll_member(lost_stream, "--first").map(|m| m.0), Ok(first));
     })
     .await;
 }

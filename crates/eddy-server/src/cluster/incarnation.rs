@@ -67,7 +67,7 @@ fn random_u64() -> u64 {
 }
 
 /// Replaces `dir/name` with `text` durably (temporary file, fsync, rename, directory fsync).
-fn write_durably(dir: &Path, name: &str, text: &str) -> std::io::Result<()> {
+pub(crate) fn write_durably(dir: &Path, name: &str, text: &str) -> std::io::Result<()> {
     let tmp = dir.join(format!("{name}.tmp"));
     let mut f = std::fs::File::create(&tmp)?;
     f.write_all(text.as_bytes())?;

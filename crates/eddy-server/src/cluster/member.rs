@@ -29,28 +29,51 @@ use crate::config::{ConfigError, ServerConfig};
 /// Metadata entries between two snapshots of the metadata state.
 pub const METADATA_SNAPSHOT_EVERY: u64 = 1_000;
 
+/// File in the member's `raft/` directory while it rebuilds state it lost from its peers:
+/// written durably as soon as a peer's greeting reveals the loss, removed once every group
+/// has caught up. A member that restarts meanwhile (or learns of the loss before its node
+/// runs) finds it and stays out of votes until it has caught up: its groups' logs are still
+/// incomplete, and its vote could elect a member missing acknowledged entries.
+pub const REBUILDING_FILE: &str = "rebuilding";
+
 /// Hands what the transport receives to the node's thread (set once it runs).
-#[derive(Default)]
-struct RunnerInbox(OnceLock<Runner<ClusterOutcome>>);
+struct RunnerInbox {
+    runner: OnceLock<Runner<ClusterOutcome>>,
+    /// The member's `raft/` directory (where [`REBUILDING_FILE`] goes).
+    raft_dir: std::path::PathBuf,
+}
+
+impl RunnerInbox {
+    fn rebuilding_marked(&self) -> bool {
+        self.raft_dir.join(REBUILDING_FILE).exists()
+    }
+}
 
 impl Inbox for RunnerInbox {
     fn receive(&self, from: NodeId, messages: Vec<(GroupId, Bytes)>) {
-        if let Some(r) = self.0.get() {
+        if let Some(r) = self.runner.get() {
             r.receive(from, messages);
         }
     }
     fn unreachable(&self, peer: NodeId) {
-        if let Some(r) = self.0.get() {
+        if let Some(r) = self.runner.get() {
             r.unreachable(peer);
         }
     }
     fn peer_lost_state(&self, peer: NodeId) {
-        if let Some(r) = self.0.get() {
+        if let Some(r) = self.runner.get() {
             r.with(move |node| node.peer_lost_state(peer));
         }
     }
     fn lost_own_state(&self) {
-        if let Some(r) = self.0.get() {
+        // Durable first: the node may not run yet (start reads the file once it does), and a
+        // restart must not forget it.
+        if let Err(e) =
+            super::incarnation::write_durably(&self.raft_dir, REBUILDING_FILE, "rebuilding\n")
+        {
+            tracing::error!(error = %e, "cannot record that this node is rebuilding; a restart before it caught up would let it vote");
+        }
+        if let Some(r) = self.runner.get() {
             r.with(Node::set_rebuilding);
         }
     }
@@ -225,7 +248,10 @@ pub async fn start(
         tracing::info!("new member directory: a peer that knew this node will have it rebuilt");
     }
     let transport = Transport::new(hello, peers).with_incarnations(Arc::new(incarnations));
-    let inbox = Arc::new(RunnerInbox::default());
+    let inbox = Arc::new(RunnerInbox {
+        runner: OnceLock::new(),
+        raft_dir: raft_dir.clone(),
+    });
     let stop = CancellationToken::new();
     let outbox = transport.start_outbound(&inbox, &stop);
     let tick = Duration::from_millis(config.raft_tick_ms);
@@ -257,7 +283,14 @@ pub async fn start(
         }),
     )
     .map_err(storage_error)?;
-    let _ = inbox.0.set(runner.clone());
+    let _ = inbox.runner.set(runner.clone());
+    // Read after the runner is set: a loss learned before is in the file, one learned from
+    // now on reaches the node directly. Queued before any group is added, so every group
+    // starts rebuilding.
+    if inbox.rebuilding_marked() {
+        tracing::warn!("this node was rebuilding lost state from its peers: it does not vote until it has caught up");
+        runner.with(Node::set_rebuilding);
+    }
     groups.start(runner.clone(), &view);
     add_group(&runner, METADATA_GROUP, Box::new(store)).await?;
     for (gid, store) in event_groups {
@@ -330,10 +363,33 @@ impl Member {
             }
             self.streams.maintain_partitions();
             align_to_metadata_leader(self.streams.runner(), self.events.group_ids());
+            if self.inbox.rebuilding_marked() && self.caught_up().await {
+                match std::fs::remove_file(self.inbox.raft_dir.join(REBUILDING_FILE))
+                    .and_then(|()| std::fs::File::open(&self.inbox.raft_dir)?.sync_all())
+                {
+                    Ok(()) => tracing::info!("rebuilt from the peers: every group has caught up"),
+                    Err(e) => tracing::warn!(error = %e, "cannot remove the rebuilding marker"),
+                }
+            }
             if self.streams.is_metadata_leader() {
                 on_leader(self.streams.clone()).await;
             }
         }
+    }
+
+    /// Whether every group of this member has caught up after a loss of state: each
+    /// partition of the applied metadata has its group here, and no group is rebuilding.
+    async fn caught_up(&self) -> bool {
+        let wanted = self.streams.read(|s| s.partitions().count());
+        if self.streams.groups().all().len() < wanted {
+            return false;
+        }
+        // Asked after the groups were counted: their additions were queued before this.
+        let (tx, rx) = tokio::sync::oneshot::channel();
+        self.streams.runner().with(move |node| {
+            let _ = tx.send(node.rebuilding());
+        });
+        matches!(rx.await, Ok(false))
     }
 
     /// `/health`'s answer: this member's role in the metadata group while a leader is known
