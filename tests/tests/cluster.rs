@@ -626,6 +626,9 @@ async fn a_member_wiped_after_retention_deleted_what_it_missed_is_rebuilt_from_a
             assert!(Instant::now() < deadline, "the rebuilt member kept its mark");
             tokio::time::sleep(Duration::from_millis(200)).await;
         }
+        // ...and records that it rebuilt this incarnation (its greetings say so, and its peers
+        // stop listing it as lost).
+        assert!(marker.with_file_name("member.rebuilt").exists());
         {
             let node = nodes[lost].as_mut().unwrap();
             node.eddy.kill();

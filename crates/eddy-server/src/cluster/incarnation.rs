@@ -14,6 +14,14 @@
 //!
 //! A brand-new cluster's members know nobody, so none of them rebuilds. A member that
 //! restarts on its directory keeps its incarnation, so nothing happens.
+//!
+//! The greeting that reveals the loss is the one a peer composed before it learned the new
+//! incarnation; if that one never arrives (the connection broke right then), every later
+//! greeting of that peer knows the new incarnation already. So a member that saw a peer come
+//! back also lists it as lost (`lost`, persisted in `peers.lost`) in its greetings until the
+//! peer greets it saying it has rebuilt that incarnation (`rebuilt`, persisted in
+//! `member.rebuilt` by [`Incarnations::mark_rebuilt`]); a member listed as lost under its
+//! current incarnation, and not rebuilt, learns it lost its state from any such greeting.
 
 use std::collections::BTreeMap;
 use std::io::{Read as _, Write as _};
@@ -27,10 +35,20 @@ use eddy_consensus::NodeId;
 pub const MEMBER_FILE: &str = "member.id";
 /// File holding the peers' incarnations this member knows (`id incarnation` lines).
 pub const KNOWN_FILE: &str = "peers.known";
+/// File holding the peers this member saw come back without their state and that have not
+/// said they rebuilt since (`id incarnation` lines).
+pub const LOST_FILE: &str = "peers.lost";
+/// File holding this member's incarnation once it has rebuilt what it lost (16 hex digits).
+pub const REBUILT_FILE: &str = "member.rebuilt";
 /// Greeting property: the sender's incarnation (hex).
 pub const PROP_INCARNATION: &str = "incarnation";
 /// Greeting property: the incarnations the sender knows (`id:hex,id:hex`).
 pub const PROP_KNOWS: &str = "knows";
+/// Greeting property: the peers the sender saw come back without their state and not yet
+/// rebuilt (`id:hex,id:hex`).
+pub const PROP_LOST: &str = "lost";
+/// Greeting property: the sender's incarnation, once it has rebuilt what it lost (hex).
+pub const PROP_REBUILT: &str = "rebuilt";
 
 /// What a greeting revealed.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
@@ -47,7 +65,61 @@ pub struct Incarnations {
     me: NodeId,
     mine: u64,
     known: Mutex<BTreeMap<NodeId, u64>>,
+    lost: Mutex<BTreeMap<NodeId, u64>>,
+    rebuilt: std::sync::atomic::AtomicBool,
     dir: PathBuf,
+}
+
+/// Reads `id incarnation` lines (`None`: no file).
+fn read_pairs(dir: &Path, name: &str) -> std::io::Result<BTreeMap<NodeId, u64>> {
+    let invalid = || {
+        std::io::Error::new(
+            std::io::ErrorKind::InvalidData,
+            format!("{name} does not parse"),
+        )
+    };
+    let mut pairs = BTreeMap::new();
+    match std::fs::read_to_string(dir.join(name)) {
+        Ok(text) => {
+            for line in text.lines().filter(|l| !l.trim().is_empty()) {
+                let (id, inc) = line.split_once(' ').ok_or_else(invalid)?;
+                let id: NodeId = id.parse().map_err(|_| invalid())?;
+                let inc = u64::from_str_radix(inc.trim(), 16).map_err(|_| invalid())?;
+                pairs.insert(id, inc);
+            }
+        }
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
+        Err(e) => return Err(e),
+    }
+    Ok(pairs)
+}
+
+/// Writes `id incarnation` lines durably.
+fn write_pairs(dir: &Path, name: &str, pairs: &BTreeMap<NodeId, u64>) {
+    let mut text = String::new();
+    for (id, inc) in pairs {
+        use std::fmt::Write as _;
+        let _ = writeln!(text, "{id} {inc:x}");
+    }
+    if let Err(e) = write_durably(dir, name, &text) {
+        tracing::warn!(error = %e, file = name, "cannot save what this node knows of its peers' incarnations");
+    }
+}
+
+/// `id:hex,id:hex` pairs of a greeting property.
+fn parse_pairs(value: &str) -> impl Iterator<Item = (NodeId, u64)> + '_ {
+    value.split(',').filter_map(|pair| {
+        let (id, inc) = pair.split_once(':')?;
+        Some((id.parse().ok()?, u64::from_str_radix(inc, 16).ok()?))
+    })
+}
+
+fn format_pairs(pairs: &BTreeMap<NodeId, u64>) -> String {
+    pairs
+        .iter()
+        .map(|(id, inc)| format!("{id}:{inc:x}"))
+        .collect::<Vec<_>>()
+        .join(",")
 }
 
 fn random_u64() -> u64 {
@@ -99,47 +171,50 @@ impl Incarnations {
             }
             Err(e) => return Err(e),
         };
-        let mut known = BTreeMap::new();
-        match std::fs::read_to_string(dir.join(KNOWN_FILE)) {
-            Ok(text) => {
-                for line in text.lines().filter(|l| !l.trim().is_empty()) {
-                    let (id, inc) = line
-                        .split_once(' ')
-                        .ok_or_else(|| invalid("peers.known does not parse"))?;
-                    let id: NodeId = id
-                        .parse()
-                        .map_err(|_| invalid("peers.known does not parse"))?;
-                    let inc = u64::from_str_radix(inc.trim(), 16)
-                        .map_err(|_| invalid("peers.known does not parse"))?;
-                    known.insert(id, inc);
-                }
-            }
-            Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
+        let known = read_pairs(dir, KNOWN_FILE)?;
+        let lost = read_pairs(dir, LOST_FILE)?;
+        let rebuilt = match std::fs::read_to_string(dir.join(REBUILT_FILE)) {
+            Ok(text) => u64::from_str_radix(text.trim(), 16).ok() == Some(mine),
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => false,
             Err(e) => return Err(e),
-        }
+        };
         Ok((
             Incarnations {
                 me,
                 mine,
                 known: Mutex::new(known),
+                lost: Mutex::new(lost),
+                rebuilt: std::sync::atomic::AtomicBool::new(rebuilt),
                 dir: dir.to_path_buf(),
             },
             fresh,
         ))
     }
 
-    /// The greeting properties: this member's incarnation and those it knows.
+    /// The greeting properties: this member's incarnation, those it knows, the peers it
+    /// knows lost their state, and whether it rebuilt its own.
     pub fn props(&self) -> Vec<(String, String)> {
-        let known = self.known.lock().unwrap_or_else(PoisonError::into_inner);
-        let knows = known
-            .iter()
-            .map(|(id, inc)| format!("{id}:{inc:x}"))
-            .collect::<Vec<_>>()
-            .join(",");
-        vec![
+        let knows = format_pairs(&self.known.lock().unwrap_or_else(PoisonError::into_inner));
+        let lost = format_pairs(&self.lost.lock().unwrap_or_else(PoisonError::into_inner));
+        let mut props = vec![
             (PROP_INCARNATION.into(), format!("{:x}", self.mine)),
             (PROP_KNOWS.into(), knows),
-        ]
+            (PROP_LOST.into(), lost),
+        ];
+        if self.rebuilt.load(std::sync::atomic::Ordering::SeqCst) {
+            props.push((PROP_REBUILT.into(), format!("{:x}", self.mine)));
+        }
+        props
+    }
+
+    /// This member has rebuilt what it lost (every group caught up): recorded durably, and
+    /// said in its greetings, so its peers stop listing it as lost.
+    pub fn mark_rebuilt(&self) {
+        if let Err(e) = write_durably(&self.dir, REBUILT_FILE, &format!("{:016x}\n", self.mine)) {
+            tracing::warn!(error = %e, "cannot record that this node has rebuilt its state");
+        }
+        self.rebuilt
+            .store(true, std::sync::atomic::Ordering::SeqCst);
     }
 
     /// Compares a peer's greeting with what this member knows, and remembers the peer's
@@ -147,13 +222,15 @@ impl Incarnations {
     pub fn observe(&self, hello: &Hello) -> Observed {
         let mut seen = Observed::default();
         let knew_me = hello.prop(PROP_KNOWS).and_then(|knows| {
-            knows.split(',').find_map(|pair| {
-                let (id, inc) = pair.split_once(':')?;
-                (id.parse::<NodeId>().ok()? == self.me)
-                    .then(|| u64::from_str_radix(inc, 16).ok())?
-            })
+            parse_pairs(knows).find_map(|(id, inc)| (id == self.me).then_some(inc))
         });
         if knew_me.is_some_and(|inc| inc != self.mine) {
+            seen.lost_own_state = true;
+        }
+        let listed_lost = hello.prop(PROP_LOST).is_some_and(|lost| {
+            parse_pairs(lost).any(|(id, inc)| id == self.me && inc == self.mine)
+        });
+        if listed_lost && !self.rebuilt.load(std::sync::atomic::Ordering::SeqCst) {
             seen.lost_own_state = true;
         }
         let Some(theirs) = hello
@@ -162,20 +239,28 @@ impl Incarnations {
         else {
             return seen;
         };
-        let mut known = self.known.lock().unwrap_or_else(PoisonError::into_inner);
-        match known.insert(hello.node_id, theirs) {
-            Some(old) if old == theirs => return seen,
-            Some(_) => seen.peer_lost_state = true,
-            None => {}
+        let rebuilt = hello
+            .prop(PROP_REBUILT)
+            .and_then(|v| u64::from_str_radix(v, 16).ok())
+            == Some(theirs);
+        {
+            let mut known = self.known.lock().unwrap_or_else(PoisonError::into_inner);
+            match known.insert(hello.node_id, theirs) {
+                Some(old) if old == theirs => {}
+                changed => {
+                    seen.peer_lost_state = changed.is_some();
+                    write_pairs(&self.dir, KNOWN_FILE, &known);
+                }
+            }
         }
-        let mut text = String::new();
-        for (id, inc) in known.iter() {
-            use std::fmt::Write as _;
-            let _ = writeln!(text, "{id} {inc:x}");
-        }
-        drop(known);
-        if let Err(e) = write_durably(&self.dir, KNOWN_FILE, &text) {
-            tracing::warn!(error = %e, "cannot save the peers' incarnations; they are learned again at the next start");
+        let mut lost = self.lost.lock().unwrap_or_else(PoisonError::into_inner);
+        let listed = lost.get(&hello.node_id) == Some(&theirs);
+        if seen.peer_lost_state && !rebuilt && !listed {
+            lost.insert(hello.node_id, theirs);
+            write_pairs(&self.dir, LOST_FILE, &lost);
+        } else if listed && rebuilt {
+            lost.remove(&hello.node_id);
+            write_pairs(&self.dir, LOST_FILE, &lost);
         }
         seen
     }
@@ -225,5 +310,44 @@ mod tests {
         drop(one);
         let (one, _) = Incarnations::open(&d1, 1).unwrap();
         assert_eq!(one.observe(&hello(2, two.props())), Observed::default());
+    }
+
+    #[test]
+    fn a_wiped_member_whose_revealing_greeting_was_lost_still_learns_until_it_rebuilt() {
+        let tmp = tempfile::tempdir().unwrap();
+        let (d1, d2) = (tmp.path().join("1"), tmp.path().join("2"));
+        std::fs::create_dir_all(&d1).unwrap();
+        std::fs::create_dir_all(&d2).unwrap();
+        let (one, _) = Incarnations::open(&d1, 1).unwrap();
+        let (two, _) = Incarnations::open(&d2, 2).unwrap();
+        one.observe(&hello(2, two.props()));
+        two.observe(&hello(1, one.props()));
+        // Node 2 is wiped; node 1 sees its new incarnation, but the answer that knew the old
+        // one never reaches node 2.
+        std::fs::remove_dir_all(&d2).unwrap();
+        std::fs::create_dir_all(&d2).unwrap();
+        let (two, _) = Incarnations::open(&d2, 2).unwrap();
+        assert!(one.observe(&hello(2, two.props())).peer_lost_state);
+        // Every later greeting of node 1 knows the new incarnation, and lists node 2 as lost:
+        // node 2 learns from it, and node 1 keeps listing it across its own restart.
+        drop(one);
+        let (one, _) = Incarnations::open(&d1, 1).unwrap();
+        let later = hello(1, one.props());
+        assert!(two.observe(&later).lost_own_state);
+        // Rebuilt: node 2 ignores stale lists, and says so; node 1 then stops listing it.
+        two.mark_rebuilt();
+        assert!(!two.observe(&later).lost_own_state);
+        assert_eq!(one.observe(&hello(2, two.props())), Observed::default());
+        assert!(!two.observe(&hello(1, one.props())).lost_own_state);
+        // A restart of node 2 keeps its rebuilt incarnation; a new wipe does not.
+        drop(two);
+        let (two, fresh) = Incarnations::open(&d2, 2).unwrap();
+        assert!(!fresh);
+        assert!(!two.observe(&later).lost_own_state);
+        std::fs::remove_dir_all(&d2).unwrap();
+        std::fs::create_dir_all(&d2).unwrap();
+        let (two, _) = Incarnations::open(&d2, 2).unwrap();
+        assert!(one.observe(&hello(2, two.props())).peer_lost_state);
+        assert!(two.observe(&hello(1, one.props())).lost_own_state);
     }
 }

@@ -86,6 +86,7 @@ pub struct Member {
     /// The replicated event store.
     pub events: ClusterEvents,
     transport: Transport,
+    incarnations: Arc<super::incarnation::Incarnations>,
     inbox: Arc<RunnerInbox>,
     stop: CancellationToken,
     elections: Arc<std::sync::atomic::AtomicU64>,
@@ -247,7 +248,8 @@ pub async fn start(
     if fresh {
         tracing::info!("new member directory: a peer that knew this node will have it rebuilt");
     }
-    let transport = Transport::new(hello, peers).with_incarnations(Arc::new(incarnations));
+    let incarnations = Arc::new(incarnations);
+    let transport = Transport::new(hello, peers).with_incarnations(Arc::clone(&incarnations));
     let inbox = Arc::new(RunnerInbox {
         runner: OnceLock::new(),
         raft_dir: raft_dir.clone(),
@@ -309,6 +311,7 @@ pub async fn start(
         streams,
         events,
         transport,
+        incarnations,
         inbox,
         stop,
         elections,
@@ -367,7 +370,10 @@ impl Member {
                 match std::fs::remove_file(self.inbox.raft_dir.join(REBUILDING_FILE))
                     .and_then(|()| std::fs::File::open(&self.inbox.raft_dir)?.sync_all())
                 {
-                    Ok(()) => tracing::info!("rebuilt from the peers: every group has caught up"),
+                    Ok(()) => {
+                        self.incarnations.mark_rebuilt();
+                        tracing::info!("rebuilt from the peers: every group has caught up");
+                    }
                     Err(e) => tracing::warn!(error = %e, "cannot remove the rebuilding marker"),
                 }
             }
