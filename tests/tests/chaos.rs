@@ -28,6 +28,7 @@ async fn chaos_smoke() {
         bin: PathBuf::from(server_bin!()),
         nft: false,
         majority_loss: false,
+        data_loss: false,
         partitions: 2,
         producers: 3,
         event_writers: 3,
@@ -60,6 +61,7 @@ async fn chaos_campaign() {
     let seed = env_or("EDDY_CHAOS_SEED", 1);
     let nodes = env_or("EDDY_CHAOS_NODES", 3);
     let nft = env_or("EDDY_CHAOS_NFT", u8::from(net::nft_available())) == 1 && net::nft_available();
+    let data_loss = env_or("EDDY_CHAOS_DATA_LOSS", 1) == 1;
     let bin = std::env::var("EDDY_CHAOS_BIN")
         .map_or_else(|_| PathBuf::from(server_bin!()), PathBuf::from);
     let options = Options {
@@ -69,12 +71,14 @@ async fn chaos_campaign() {
         bin,
         nft,
         majority_loss: true,
+        data_loss,
         partitions: 3,
         producers: 6,
         event_writers: 6,
         replay: format!(
-            "cargo xtask chaos --seconds {seconds} --seed {seed} --nodes {nodes}{}",
-            if nft { "" } else { " --no-nft" }
+            "cargo xtask chaos --seconds {seconds} --seed {seed} --nodes {nodes}{}{}",
+            if nft { "" } else { " --no-nft" },
+            if data_loss { "" } else { " --no-wipe" }
         ),
     };
     let report = run(&options).await.expect("the chaos harness runs");
@@ -92,6 +96,7 @@ fn a_seed_replays_its_fault_schedule() {
     let menu = Menu {
         nft: true,
         majority_loss: true,
+        data_loss: true,
     };
     let length = Duration::from_secs(300);
     let a = schedule(42, length, 3, menu);
@@ -101,6 +106,15 @@ fn a_seed_replays_its_fault_schedule() {
     assert!(a.iter().all(|e| e.at + e.hold <= length));
     let kinds: std::collections::BTreeSet<_> = a.iter().map(|e| e.fault.kind()).collect();
     assert!(kinds.len() >= 6, "{kinds:?}");
+    // Wipes come only from the menu, and only in place of single-node kills.
+    let wipes = |data_loss: bool| {
+        (0..50)
+            .flat_map(|seed| schedule(seed, length, 3, Menu { data_loss, ..menu }))
+            .filter(|e| e.fault.kind() == "wipe")
+            .count()
+    };
+    assert_eq!(wipes(false), 0);
+    assert!(wipes(true) > 10, "{} wipes in 50 seeds", wipes(true));
 }
 
 #[test]

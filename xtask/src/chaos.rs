@@ -1,5 +1,6 @@
-//! `cargo xtask chaos [--seconds N] [--seed S] [--nodes N] [--no-nft]`: a real-process chaos
-//! campaign of a cluster (issue 17).
+//! `cargo xtask chaos [--seconds N] [--seed S] [--nodes N] [--no-nft] [--no-wipe]`: a
+//! real-process chaos campaign of a cluster (issue 17). `--no-wipe` leaves data directories
+//! alone (by default some kills also delete the node's directory).
 //!
 //! Builds the release `eddy`, makes sure `nft` is there (installs the `nftables` package with
 //! apt-get when it is missing; without it the campaign falls back to link-down partitions and
@@ -17,6 +18,22 @@ struct Args {
     seed: u64,
     nodes: u8,
     nft: bool,
+    wipe: bool,
+}
+
+const USAGE: &str =
+    "usage: cargo xtask chaos [--seconds N] [--seed S] [--nodes N] [--no-nft] [--no-wipe]";
+
+/// The command that replays a run.
+fn replay(args: &Args, nft: bool) -> String {
+    format!(
+        "cargo xtask chaos --seconds {} --seed {} --nodes {}{}{}",
+        args.seconds,
+        args.seed,
+        args.nodes,
+        if nft { "" } else { " --no-nft" },
+        if args.wipe { "" } else { " --no-wipe" }
+    )
 }
 
 fn parse(args: &[String]) -> Result<Args> {
@@ -27,6 +44,7 @@ fn parse(args: &[String]) -> Result<Args> {
             .map_or(1, |d| d.as_secs() ^ u64::from(d.subsec_nanos())),
         nodes: 3,
         nft: true,
+        wipe: true,
     };
     let mut it = args.iter();
     while let Some(flag) = it.next() {
@@ -36,9 +54,8 @@ fn parse(args: &[String]) -> Result<Args> {
             "--seed" => out.seed = value()?.parse().context("--seed")?,
             "--nodes" => out.nodes = value()?.parse().context("--nodes")?,
             "--no-nft" => out.nft = false,
-            other => bail!(
-                "unknown flag {other:?}; usage: cargo xtask chaos [--seconds N] [--seed S] [--nodes N] [--no-nft]"
-            ),
+            "--no-wipe" => out.wipe = false,
+            other => bail!("unknown flag {other:?}; {USAGE}"),
         }
     }
     if !(3..=7).contains(&out.nodes) {
@@ -84,14 +101,11 @@ pub fn run(args: &[String]) -> Result<()> {
         );
     }
     eprintln!(
-        "xtask: chaos seed {} ({} s, {} nodes); replay: cargo xtask chaos --seconds {} --seed {} --nodes {}{}",
+        "xtask: chaos seed {} ({} s, {} nodes); replay: {}",
         args.seed,
         args.seconds,
         args.nodes,
-        args.seconds,
-        args.seed,
-        args.nodes,
-        if nft { "" } else { " --no-nft" }
+        replay(&args, nft)
     );
     let mut cmd = super::cargo();
     cmd.args([
@@ -110,15 +124,13 @@ pub fn run(args: &[String]) -> Result<()> {
     .env("EDDY_CHAOS_SEED", args.seed.to_string())
     .env("EDDY_CHAOS_NODES", args.nodes.to_string())
     .env("EDDY_CHAOS_NFT", if nft { "1" } else { "0" })
+    .env("EDDY_CHAOS_DATA_LOSS", if args.wipe { "1" } else { "0" })
     .env("EDDY_CHAOS_BIN", target.join("release").join("eddy"));
     super::run(cmd).with_context(|| {
         format!(
-            "chaos campaign failed (seed {}); replay: cargo xtask chaos --seconds {} --seed {} --nodes {}{}",
+            "chaos campaign failed (seed {}); replay: {}",
             args.seed,
-            args.seconds,
-            args.seed,
-            args.nodes,
-            if nft { "" } else { " --no-nft" }
+            replay(&args, nft)
         )
     })
 }

@@ -77,7 +77,7 @@ impl Cluster {
         if self.children[slot].is_some() {
             return Ok(());
         }
-        let data = self.dir.join(format!("node{i}"));
+        let data = self.data_dir(i);
         let log = std::fs::OpenOptions::new()
             .create(true)
             .append(true)
@@ -111,6 +111,28 @@ impl Cluster {
         let child = cmd.spawn().map_err(|e| format!("spawn node {i}: {e}"))?;
         self.children[slot] = Some(child);
         Ok(())
+    }
+
+    /// Node `i`'s data directory.
+    fn data_dir(&self, i: u8) -> PathBuf {
+        self.dir.join(format!("node{i}"))
+    }
+
+    /// Deletes node `i`'s data directory (the node must be down).
+    pub fn wipe(&mut self, i: u8) -> Result<(), String> {
+        assert!(!self.is_running(i), "wipe a running node");
+        match std::fs::remove_dir_all(self.data_dir(i)) {
+            Ok(()) => Ok(()),
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(()),
+            Err(e) => Err(format!("wipe node {i}: {e}")),
+        }
+    }
+
+    /// Nodes still rebuilding a lost directory from their peers (their `raft/rebuilding`).
+    pub fn rebuilding(&self) -> Vec<u8> {
+        (1..=self.nodes)
+            .filter(|&i| self.data_dir(i).join("raft/rebuilding").exists())
+            .collect()
     }
 
     /// SIGKILL node `i` and reap it.

@@ -40,6 +40,8 @@ pub struct Options {
     pub nft: bool,
     /// Allow killing a majority at once.
     pub majority_loss: bool,
+    /// Allow wiping one node's data directory at a time.
+    pub data_loss: bool,
     pub partitions: u32,
     pub producers: u32,
     /// Celeriant OCC event writers (one aggregate each).
@@ -147,6 +149,7 @@ pub async fn run(options: &Options) -> Result<Report, String> {
     let menu = Menu {
         nft: options.nft,
         majority_loss: options.majority_loss && options.nodes >= 3,
+        data_loss: options.data_loss && options.nodes >= 3,
     };
     let episodes = schedule::schedule(
         options.seed,
@@ -183,6 +186,22 @@ pub async fn run(options: &Options) -> Result<Report, String> {
                 say!(start, "{} (node {n}) for {:?}", episode.fault, episode.hold);
                 cluster.kill(n);
                 Heal::Start(vec![n])
+            }
+            Fault::Wipe(n) => {
+                let rebuilding = cluster.rebuilding();
+                cluster.kill(*n);
+                if rebuilding.iter().any(|r| r != n) {
+                    say!(
+                        start,
+                        "{} for {:?}: only killed, node(s) {rebuilding:?} still rebuilding",
+                        episode.fault,
+                        episode.hold
+                    );
+                } else {
+                    say!(start, "{} for {:?}", episode.fault, episode.hold);
+                    cluster.wipe(*n)?;
+                }
+                Heal::Start(vec![*n])
             }
             Fault::KillTwo(a, b) => {
                 say!(start, "{} for {:?}", episode.fault, episode.hold);

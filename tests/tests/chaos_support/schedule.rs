@@ -33,6 +33,10 @@ pub enum Fault {
     Kill(Target),
     /// SIGKILL two nodes (the majority of three): writes stop until they return.
     KillTwo(u8, u8),
+    /// SIGKILL a node and delete its data directory; it restarts empty when the episode
+    /// heals and is rebuilt from its peers (skipped, as a plain kill, while another node is
+    /// still rebuilding: two lost directories at once can lose data).
+    Wipe(u8),
     /// The node's veth link down: cut off from peers and clients.
     LinkDown(Target),
     /// nft drop rules both ways between the node and every peer (clients still reach it).
@@ -58,6 +62,7 @@ impl Fault {
             Fault::Kill(Target::Leader) => "kill-leader",
             Fault::Kill(Target::Node(_)) => "kill-node",
             Fault::KillTwo(..) => "kill-majority",
+            Fault::Wipe(_) => "wipe",
             Fault::LinkDown(_) => "link-down",
             Fault::Isolate(_) => "nft-isolate",
             Fault::OneWayNft { .. } => "nft-one-way",
@@ -72,6 +77,7 @@ impl fmt::Display for Fault {
         match self {
             Fault::Kill(t) => write!(f, "SIGKILL {t}"),
             Fault::KillTwo(a, b) => write!(f, "SIGKILL nodes {a} and {b}"),
+            Fault::Wipe(n) => write!(f, "SIGKILL node {n} and wipe its data directory"),
             Fault::LinkDown(t) => write!(f, "link of {t} down"),
             Fault::Isolate(t) => write!(f, "nft isolate {t}"),
             Fault::OneWayNft { from, to } => write!(f, "nft drop {from} -> {to}"),
@@ -105,6 +111,9 @@ pub struct Menu {
     pub nft: bool,
     /// Allow killing two nodes at once (three-node clusters and up).
     pub majority_loss: bool,
+    /// Allow wiping a node's data directory (half of the single-node kills become wipes;
+    /// without it the schedule of a seed is what it always was).
+    pub data_loss: bool,
 }
 
 /// The episodes of `length` of faults for `nodes` nodes under `seed`.
@@ -135,7 +144,14 @@ pub fn schedule(seed: u64, length: Duration, nodes: u8, menu: Menu) -> Vec<Episo
         }
         let fault = match rng.below(16) {
             0..=3 => Fault::Kill(Target::Leader),
-            4 | 5 => Fault::Kill(Target::Node(node(&mut rng))),
+            4 | 5 => {
+                let n = node(&mut rng);
+                if menu.data_loss && rng.chance(0.5) {
+                    Fault::Wipe(n)
+                } else {
+                    Fault::Kill(Target::Node(n))
+                }
+            }
             6 if menu.majority_loss => {
                 let (a, b) = pair(&mut rng);
                 Fault::KillTwo(a, b)
