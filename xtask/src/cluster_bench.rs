@@ -1,10 +1,11 @@
-//! `cargo xtask cluster-bench`: durable producers against one node, then against a local
-//! three-node cluster's leader, in one command, and the cluster's figures as ratios of the
-//! single node's (these machines drift 10-25 % within minutes, so only same-command ratios
-//! mean anything).
+//! `cargo xtask cluster-bench [--events]`: durable producers (or, with `--events`, durable
+//! event writers) against one node, then against a local three-node cluster's leader, in one
+//! command, and the cluster's figures as ratios of the single node's (these machines drift
+//! 10-25 % within minutes, so only same-command ratios mean anything).
 //!
 //! Both runs are `eddy bench streams --mode durable --no-consumers` (each producer on its own
-//! stream with one partition). The single node is started by the bench itself; the cluster is
+//! stream with one partition), or `eddy bench events --plain` (pinned connections writing one
+//! ~20-byte event per request, acknowledged once durable). The single node is started by the bench itself; the cluster is
 //! three `eddy serve` processes on 127.0.0.1-3, and the bench runs against the leader
 //! (`--running`). Server CPU per message is read from `/proc/<pid>/stat` of every node.
 
@@ -18,6 +19,9 @@ use anyhow::{bail, Context, Result};
 
 /// Shape flags passed through to `eddy bench streams`.
 const SHAPE_FLAGS: &[&str] = &["--producers", "--batches", "--messages", "--size"];
+/// Shape flags passed through to `eddy bench events`.
+const EVENT_SHAPE_FLAGS: &[&str] = &["--connections", "--seconds"];
+const USAGE: &str = "usage: cargo xtask cluster-bench [--producers N] [--batches N] [--messages N] [--size BYTES] | --events [--connections N] [--seconds S]";
 
 struct Figures {
     messages: u64,
@@ -91,8 +95,15 @@ fn free_port() -> Result<u16> {
         .port())
 }
 
-/// Starts three nodes in `dir`; returns them and, per node, (stream, http) addresses.
-fn start_cluster(eddy: &Path, dir: &Path) -> Result<(Cluster, Vec<(SocketAddr, SocketAddr)>)> {
+/// A node's stream, event (client) and HTTP addresses.
+struct NodeAddrs {
+    stream: SocketAddr,
+    client: SocketAddr,
+    http: SocketAddr,
+}
+
+/// Starts three nodes in `dir`; returns them and their addresses.
+fn start_cluster(eddy: &Path, dir: &Path) -> Result<(Cluster, Vec<NodeAddrs>)> {
     let mut ports = Vec::new();
     for _ in 0..3 {
         ports.push((free_port()?, free_port()?, free_port()?, free_port()?));
@@ -124,37 +135,43 @@ fn start_cluster(eddy: &Path, dir: &Path) -> Result<(Cluster, Vec<(SocketAddr, S
         cluster
             .children
             .push(cmd.spawn().context("start eddy serve")?);
-        addrs.push((
-            format!("{host}:{stream}").parse()?,
-            format!("{host}:{http}").parse()?,
-        ));
+        addrs.push(NodeAddrs {
+            stream: format!("{host}:{stream}").parse()?,
+            client: format!("{host}:{client}").parse()?,
+            http: format!("{host}:{http}").parse()?,
+        });
     }
     Ok((cluster, addrs))
 }
 
 pub fn run(eddy: &Path, scratch: &Path, args: &[String]) -> Result<()> {
+    let events = args.iter().any(|a| a == "--events");
+    let (kind, flags, unit) = if events {
+        ("events", EVENT_SHAPE_FLAGS, "write")
+    } else {
+        ("streams", SHAPE_FLAGS, "message")
+    };
     let mut shape: Vec<String> = Vec::new();
-    let mut it = args.iter();
+    let mut it = args.iter().filter(|a| *a != "--events");
     while let Some(a) = it.next() {
-        if SHAPE_FLAGS.contains(&a.as_str()) {
+        if flags.contains(&a.as_str()) {
             shape.push(a.clone());
             shape.push(it.next().context("a value after the flag")?.clone());
         } else {
-            bail!("usage: cargo xtask cluster-bench [--producers N] [--batches N] [--messages N] [--size BYTES]");
+            bail!("{USAGE}");
         }
     }
     let _ = std::fs::remove_dir_all(scratch);
     std::fs::create_dir_all(scratch)?;
     let bench = |extra: &[String], out: &Path| -> Result<()> {
+        let mode: &[&str] = if events {
+            &["--plain"]
+        } else {
+            &["--mode", "durable", "--no-consumers", "--no-raw-baseline"]
+        };
         let status = Command::new(eddy)
-            .args([
-                "bench",
-                "streams",
-                "--mode",
-                "durable",
-                "--no-consumers",
-                "--no-raw-baseline",
-            ])
+            .args(["bench", kind])
+            .args(mode)
             .arg("--dir")
             .arg(scratch)
             .arg("--out")
@@ -165,22 +182,27 @@ pub fn run(eddy: &Path, scratch: &Path, args: &[String]) -> Result<()> {
             .env("EDDY_PASSWORD", "iggy")
             .status()?;
         if !status.success() {
-            bail!("eddy bench streams failed ({status})");
+            bail!("eddy bench {kind} failed ({status})");
         }
         Ok(())
     };
 
-    eprintln!("== single node (durable producers)");
+    let what = if events {
+        "durable event writes"
+    } else {
+        "durable producers"
+    };
+    eprintln!("== single node ({what})");
     let single_out = scratch.join("single");
     bench(&[], &single_out)?;
     let single = read_figures(&single_out)?;
 
-    eprintln!("== three-node cluster on 127.0.0.1-3 (durable producers to the leader)");
+    eprintln!("== three-node cluster on 127.0.0.1-3 ({what} to the leader)");
     let (cluster, addrs) = start_cluster(eddy, &scratch.join("cluster"))?;
     let deadline = Instant::now() + Duration::from_secs(30);
     let leader = loop {
-        let found = addrs.iter().position(|(_, http)| {
-            http_get(*http, "/health").is_some_and(|(s, b)| s == 200 && b.trim() == "leader")
+        let found = addrs.iter().position(|a| {
+            http_get(a.http, "/health").is_some_and(|(s, b)| s == 200 && b.trim() == "leader")
         });
         if let Some(i) = found {
             break i;
@@ -202,9 +224,11 @@ pub fn run(eddy: &Path, scratch: &Path, args: &[String]) -> Result<()> {
         &[
             "--running".to_owned(),
             "--stream-addr".to_owned(),
-            addrs[leader].0.to_string(),
+            addrs[leader].stream.to_string(),
+            "--event-addr".to_owned(),
+            addrs[leader].client.to_string(),
             "--http-addr".to_owned(),
-            addrs[leader].1.to_string(),
+            addrs[leader].http.to_string(),
             "--server-pid".to_owned(),
             pids[leader].to_string(),
         ],
@@ -220,7 +244,12 @@ pub fn run(eddy: &Path, scratch: &Path, args: &[String]) -> Result<()> {
     #[allow(clippy::cast_precision_loss)] // message counts are far below 2^52
     let per_msg = |cpu: f64| cpu * 1e6 / clustered.messages.max(1) as f64;
     eprintln!();
-    eprintln!("| | msgs/s | p50 µs/batch | p99 µs/batch |");
+    let (rate, per) = if events {
+        ("writes/s", "write")
+    } else {
+        ("msgs/s", "batch")
+    };
+    eprintln!("| | {rate} | p50 µs/{per} | p99 µs/{per} |");
     eprintln!("|---|---|---|---|");
     eprintln!(
         "| single node | {:.0} | {} | {} |",
@@ -231,12 +260,12 @@ pub fn run(eddy: &Path, scratch: &Path, args: &[String]) -> Result<()> {
         clustered.msgs_per_sec, clustered.p50_us, clustered.p99_us
     );
     eprintln!(
-        "\ncluster / single msgs/s: {:.2} (goal >= 0.5 with three nodes on this machine's cores)",
+        "\ncluster / single {rate}: {:.2} (goal >= 0.5 with three nodes on this machine's cores)",
         clustered.msgs_per_sec / single.msgs_per_sec.max(1.0)
     );
     for (i, (b, a)) in before.iter().zip(&after).enumerate() {
         eprintln!(
-            "node {} ({}): server CPU {:.2} µs per message",
+            "node {} ({}): server CPU {:.2} µs per {unit}",
             i + 1,
             if i == leader { "leader" } else { "follower" },
             per_msg(a - b)

@@ -10,7 +10,8 @@
 //!   benchmark shapes, durable and not, with the raw disk baseline).
 //! - `cargo xtask cluster-bench [--producers N] [--batches N] [--messages N] [--size B]`:
 //!   durable producers against one node and a local three-node cluster in one command, the
-//!   cluster's throughput as a ratio of the single node's, server CPU per message per node.
+//!   cluster's throughput as a ratio of the single node's, server CPU per message per node;
+//!   `--events [--connections N] [--seconds S]` does the same for durable event writes.
 //! - `cargo xtask train-dict`: train the event protocol's default zstd dictionary.
 //! - `cargo xtask sim [ARGS...]`: a campaign of the deterministic cluster simulator
 //!   (`--seeds N [--start S] [--nodes 3|5] [--faults none|light|heavy]`, or `--seed S` to replay
@@ -89,12 +90,10 @@ fn print_help() {
                                  soak for SECONDS\n\
          stream-bench [ARGS...]  release build, then `eddy bench streams` (8 producers x 8\n\
                                  streams, 1000 x 1000 x 1000 B, durable and not); ARGS go to it\n\
-         cluster-bench [ARGS...] durable producers: one node, then a local 3-node cluster's
-\
-                                 leader; ratios and CPU per message per node (--producers N
-\
-                                 --batches N --messages N --size B)
-\
+         cluster-bench [ARGS...] durable producers: one node, then a local 3-node cluster's\n\
+                                 leader; ratios and CPU per message per node (--producers N\n\
+                                 --batches N --messages N --size B; --events [--connections N\n\
+                                 --seconds S]: durable event writes instead)\n\
          train-dict [--check]    train the default zstd dictionary of the event protocol\n\
                                  (--check: retrain and compare with the committed one)\n\
          sim [ARGS...]           deterministic simulation campaign (release build of eddy-sim):\n\
