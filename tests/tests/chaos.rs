@@ -29,6 +29,7 @@ async fn chaos_smoke() {
         nft: false,
         majority_loss: false,
         data_loss: false,
+        concurrent: false,
         partitions: 2,
         producers: 3,
         event_writers: 3,
@@ -72,6 +73,7 @@ async fn chaos_campaign() {
         nft,
         majority_loss: true,
         data_loss,
+        concurrent: true,
         partitions: 3,
         producers: 6,
         event_writers: 6,
@@ -97,6 +99,7 @@ fn a_seed_replays_its_fault_schedule() {
         nft: true,
         majority_loss: true,
         data_loss: true,
+        concurrent: true,
     };
     let length = Duration::from_secs(300);
     let a = schedule(42, length, 3, menu);
@@ -115,6 +118,18 @@ fn a_seed_replays_its_fault_schedule() {
     };
     assert_eq!(wipes(false), 0);
     assert!(wipes(true) > 10, "{} wipes in 50 seeds", wipes(true));
+    // A degraded network beside other faults, never beside a proxy fault, only when asked.
+    assert!(a.iter().any(|e| e.also.is_some()), "no concurrent fault");
+    assert!(a
+        .iter()
+        .all(|e| e.also.is_none() || !matches!(e.fault.kind(), "proxy-one-way" | "proxy-degrade")));
+    let calm = Menu {
+        concurrent: false,
+        ..menu
+    };
+    assert!(schedule(42, length, 3, calm)
+        .iter()
+        .all(|e| e.also.is_none()));
 }
 
 #[test]

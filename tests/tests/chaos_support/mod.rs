@@ -29,6 +29,7 @@ use workload::Load;
 
 /// What to run.
 #[derive(Debug, Clone)]
+#[allow(clippy::struct_excessive_bools)] // Independent switches of the run, as the command line gives them.
 pub struct Options {
     /// Length of the fault phase.
     pub seconds: u64,
@@ -42,6 +43,8 @@ pub struct Options {
     pub majority_loss: bool,
     /// Allow wiping one node's data directory at a time.
     pub data_loss: bool,
+    /// Allow a degraded network during other faults.
+    pub concurrent: bool,
     pub partitions: u32,
     pub producers: u32,
     /// Celeriant OCC event writers (one aggregate each).
@@ -73,6 +76,32 @@ enum Heal {
     LinkUp(u8),
     Nft(u8),
     Proxy,
+}
+
+/// Delays, loses, duplicates and reorders frames on every replication link as `fault` (a
+/// [`Fault::Degrade`]) says.
+fn degrade_links(proxy: &Proxy, nodes: u8, fault: &Fault) {
+    let Fault::Degrade {
+        delay_ms,
+        loss,
+        duplicate,
+        reorder,
+    } = fault
+    else {
+        return;
+    };
+    let link = LinkFault {
+        blackhole: false,
+        loss: *loss,
+        duplicate: *duplicate,
+        delay_ms: *delay_ms,
+        reorder: *reorder,
+    };
+    for a in 1..=nodes {
+        for b in (1..=nodes).filter(|&b| b != a) {
+            proxy.set(a, b, link);
+        }
+    }
 }
 
 /// Prints a line of the run's narrative.
@@ -150,6 +179,7 @@ pub async fn run(options: &Options) -> Result<Report, String> {
         nft: options.nft,
         majority_loss: options.majority_loss && options.nodes >= 3,
         data_loss: options.data_loss && options.nodes >= 3,
+        concurrent: options.concurrent,
     };
     let episodes = schedule::schedule(
         options.seed,
@@ -160,10 +190,13 @@ pub async fn run(options: &Options) -> Result<Report, String> {
     say!(start, "schedule: {} episodes", episodes.len());
     for e in &episodes {
         eprintln!(
-            "chaos   at {:>6.1}s for {:>4.1}s: {}",
+            "chaos   at {:>6.1}s for {:>4.1}s: {}{}",
             e.at.as_secs_f64(),
             e.hold.as_secs_f64(),
-            e.fault
+            e.fault,
+            e.also
+                .as_ref()
+                .map_or_else(String::new, |also| format!(", with {also}"))
         );
     }
     let mut faults: BTreeMap<&'static str, u32> = BTreeMap::new();
@@ -236,29 +269,21 @@ pub async fn run(options: &Options) -> Result<Report, String> {
                 proxy.set(*from, *to, fault);
                 Heal::Proxy
             }
-            Fault::Degrade {
-                delay_ms,
-                loss,
-                duplicate,
-                reorder,
-            } => {
+            Fault::Degrade { .. } => {
                 say!(start, "{} for {:?}", episode.fault, episode.hold);
-                let fault = LinkFault {
-                    blackhole: false,
-                    loss: *loss,
-                    duplicate: *duplicate,
-                    delay_ms: *delay_ms,
-                    reorder: *reorder,
-                };
-                for a in 1..=options.nodes {
-                    for b in (1..=options.nodes).filter(|&b| b != a) {
-                        proxy.set(a, b, fault);
-                    }
-                }
+                degrade_links(&proxy, options.nodes, &episode.fault);
                 Heal::Proxy
             }
         };
+        if let Some(also) = &episode.also {
+            say!(start, "  and at the same time: {also}");
+            *faults.entry("concurrent-degrade").or_default() += 1;
+            degrade_links(&proxy, options.nodes, also);
+        }
         tokio::time::sleep(episode.hold).await;
+        if episode.also.is_some() {
+            proxy.heal();
+        }
         match heal {
             Heal::Start(nodes) => {
                 for n in nodes {

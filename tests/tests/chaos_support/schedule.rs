@@ -102,10 +102,13 @@ pub struct Episode {
     pub at: Duration,
     pub fault: Fault,
     pub hold: Duration,
+    /// A degraded network held at the same time (only beside a fault outside the proxy).
+    pub also: Option<Fault>,
 }
 
 /// Which faults a run may draw.
 #[derive(Debug, Clone, Copy)]
+#[allow(clippy::struct_excessive_bools)] // Independent switches, one per kind of fault.
 pub struct Menu {
     /// nft rules work here.
     pub nft: bool,
@@ -114,6 +117,20 @@ pub struct Menu {
     /// Allow wiping a node's data directory (half of the single-node kills become wipes;
     /// without it the schedule of a seed is what it always was).
     pub data_loss: bool,
+    /// Allow a degraded network beside a kill, a wipe or a partition (about a third of them;
+    /// without it the schedule of a seed is what it always was).
+    pub concurrent: bool,
+}
+
+/// A degraded network: delay, loss, duplication and reordering on every link.
+fn degrade(rng: &mut Rng) -> Fault {
+    let lo = rng.between(0, 30);
+    Fault::Degrade {
+        delay_ms: (lo, lo + rng.between(0, 150)),
+        loss: [0.0, 0.02, 0.1, 0.3][usize::try_from(rng.below(4)).expect("small")],
+        duplicate: [0.0, 0.05][usize::try_from(rng.below(2)).expect("small")],
+        reorder: rng.chance(0.5),
+    }
 }
 
 /// The episodes of `length` of faults for `nodes` nodes under `seed`.
@@ -166,17 +183,17 @@ pub fn schedule(seed: u64, length: Duration, nodes: u8, menu: Menu) -> Vec<Episo
                 let (from, to) = pair(&mut rng);
                 Fault::OneWayProxy { from, to }
             }
-            _ => {
-                let lo = rng.between(0, 30);
-                Fault::Degrade {
-                    delay_ms: (lo, lo + rng.between(0, 150)),
-                    loss: [0.0, 0.02, 0.1, 0.3][usize::try_from(rng.below(4)).expect("small")],
-                    duplicate: [0.0, 0.05][usize::try_from(rng.below(2)).expect("small")],
-                    reorder: rng.chance(0.5),
-                }
-            }
+            _ => degrade(&mut rng),
         };
-        out.push(Episode { at, fault, hold });
+        let beside_proxy = matches!(fault, Fault::OneWayProxy { .. } | Fault::Degrade { .. });
+        let also =
+            (menu.concurrent && !beside_proxy && rng.chance(0.35)).then(|| degrade(&mut rng));
+        out.push(Episode {
+            at,
+            fault,
+            hold,
+            also,
+        });
         at += hold + Duration::from_millis(rng.between(1_000, 4_000));
     }
     out
