@@ -338,8 +338,11 @@ fn segment_files(data_dir: &std::path::Path) -> usize {
         .count()
 }
 
-/// The first message a poll from `strategy` returns on partition 0.
-async fn first_offset(client: &IggyClient, strategy: PollingStrategy) -> u64 {
+/// The offset of the first message a poll from `strategy` returns on partition 0.
+async fn try_first_offset(
+    client: &IggyClient,
+    strategy: PollingStrategy,
+) -> Result<u64, IggyError> {
     let polled = client
         .poll_messages(
             &id(0),
@@ -350,9 +353,52 @@ async fn first_offset(client: &IggyClient, strategy: PollingStrategy) -> u64 {
             1,
             false,
         )
+        .await?;
+    Ok(polled.messages[0].header.offset)
+}
+
+async fn first_offset(client: &IggyClient, strategy: PollingStrategy) -> u64 {
+    try_first_offset(client, strategy).await.expect("poll")
+}
+
+/// Stream "s" with topic "t": one partition of 1 MiB segments (the smallest; a topic's
+/// segment size holds on a cluster too), whose messages expire after `expiry`.
+async fn segmented_topic(client: &IggyClient, expiry: Option<Duration>) {
+    client.create_stream("s").await.expect("create stream");
+    client
+        .create_topic(
+            &id(0),
+            "t",
+            &TopicCreateOptions {
+                partitions_count: Some(1),
+                segment_size: Some(IggyByteSize::from(1024 * 1024u64)),
+                message_expiry: expiry.map(|e| IggyExpiry::ExpireDuration(IggyDuration::from(e))),
+                ..TopicCreateOptions::default()
+            },
+        )
         .await
-        .expect("poll");
-    polled.messages[0].header.offset
+        .expect("create topic");
+}
+
+/// Sends `batches` batches of 500 messages of 1,000 bytes to partition 0, tagged `seg<n>`.
+async fn fill_segments(client: &IggyClient, batches: usize) {
+    for n in 0..batches {
+        let mut msgs = sized_messages(&format!("seg{n}"), 500, 1000);
+        client
+            .send_messages(&id(0), &id(0), &Partitioning::partition_id(0), &mut msgs)
+            .await
+            .expect("send");
+    }
+}
+
+/// The index of the member whose stream port the cluster reports as its leader's.
+async fn leader_index(client: &IggyClient, nodes: &[Option<Node>]) -> (usize, u16) {
+    let port = leader_of(client).await.0.expect("a leader");
+    let at = nodes
+        .iter()
+        .position(|n| n.as_ref().is_some_and(|n| n.stream.port() == port))
+        .expect("the leader is a member");
+    (at, port)
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -360,27 +406,8 @@ async fn delete_segments_cuts_every_member_at_the_same_offset() {
     within(Duration::from_secs(300), async {
         let mut nodes: Vec<Option<Node>> = start_cluster(3).into_iter().map(Some).collect();
         let client = client_via(nodes[0].as_ref().unwrap().stream).await;
-        client.create_stream("s").await.expect("create stream");
-        client
-            .create_topic(
-                &id(0),
-                "t",
-                &TopicCreateOptions {
-                    partitions_count: Some(1),
-                    // The smallest segment, 1 MiB: the topic's size holds on a cluster too.
-                    segment_size: Some(IggyByteSize::from(1024 * 1024u64)),
-                    ..TopicCreateOptions::default()
-                },
-            )
-            .await
-            .expect("create topic");
-        for n in 0..7 {
-            let mut msgs = sized_messages(&format!("seg{n}"), 500, 1000);
-            client
-                .send_messages(&id(0), &id(0), &Partitioning::partition_id(0), &mut msgs)
-                .await
-                .expect("send");
-        }
+        segmented_topic(&client, None).await;
+        fill_segments(&client, 7).await;
         let topic = client.get_topic(&id(0), &id(0)).await.unwrap().unwrap();
         let segments = topic.partitions[0].segments_count;
         assert!(segments >= 4, "{segments} segments of 1 MiB");
@@ -422,25 +449,14 @@ async fn delete_segments_cuts_every_member_at_the_same_offset() {
 
         // A follower applied the same cut: once it leads, it serves from the same offset, and
         // so does the old leader after its restart.
-        let (leader_port, _) = leader_of(&client).await;
-        let leader = nodes
-            .iter()
-            .position(|n| {
-                n.as_ref()
-                    .is_some_and(|n| Some(n.stream.port()) == leader_port)
-            })
-            .expect("the leader is a member");
+        let (leader, leader_port) = leader_index(&client, &nodes).await;
         drop(client);
         nodes[leader].as_mut().unwrap().eddy.kill();
         let survivor = live(&nodes, &[leader])[0];
         let deadline = Instant::now() + Duration::from_secs(30);
         let client = loop {
             let c = client_via(survivor).await;
-            if leader_of(&c)
-                .await
-                .0
-                .is_some_and(|p| p != leader_port.unwrap())
-            {
+            if leader_of(&c).await.0.is_some_and(|p| p != leader_port) {
                 break c;
             }
             assert!(Instant::now() < deadline, "no new leader");
@@ -448,22 +464,9 @@ async fn delete_segments_cuts_every_member_at_the_same_offset() {
         };
         let deadline = Instant::now() + Duration::from_secs(30);
         loop {
-            let polled = client
-                .poll_messages(
-                    &id(0),
-                    &id(0),
-                    Some(0),
-                    &Consumer::new(id(1)),
-                    &PollingStrategy::first(),
-                    1,
-                    false,
-                )
-                .await;
-            if let Ok(polled) = polled {
-                assert_eq!(
-                    polled.messages[0].header.offset, first,
-                    "the new leader's cut"
-                );
+            let polled = try_first_offset(&client, PollingStrategy::first()).await;
+            if let Ok(offset) = polled {
+                assert_eq!(offset, first, "the new leader's cut");
                 break;
             }
             assert!(
@@ -531,37 +534,13 @@ async fn a_member_wiped_after_retention_deleted_what_it_missed_is_rebuilt_from_a
     within(Duration::from_secs(300), async {
         let mut nodes: Vec<Option<Node>> = start_cluster(3).into_iter().map(Some).collect();
         let client = client_via(nodes[0].as_ref().unwrap().stream).await;
-        client.create_stream("s").await.expect("create stream");
-        client
-            .create_topic(
-                &id(0),
-                "t",
-                &TopicCreateOptions {
-                    partitions_count: Some(1),
-                    segment_size: Some(IggyByteSize::from(1024 * 1024u64)),
-                    message_expiry: Some(IggyExpiry::ExpireDuration(IggyDuration::from(
-                        Duration::from_secs(2),
-                    ))),
-                    ..TopicCreateOptions::default()
-                },
-            )
-            .await
-            .expect("create topic");
-        let (leader_port, _) = leader_of(&client).await;
-        let lost = nodes
-            .iter()
-            .position(|n| n.as_ref().is_some_and(|n| Some(n.stream.port()) != leader_port))
-            .expect("a follower");
+        segmented_topic(&client, Some(Duration::from_secs(2))).await;
+        let (leader, _) = leader_index(&client, &nodes).await;
+        let lost = (0..3).find(|&i| i != leader).expect("a follower");
         nodes[lost].as_mut().unwrap().eddy.kill();
 
         // What the lost member misses: sealed segments that expire and are deleted.
-        for n in 0..5 {
-            let mut msgs = sized_messages(&format!("seg{n}"), 500, 1000);
-            client
-                .send_messages(&id(0), &id(0), &Partitioning::partition_id(0), &mut msgs)
-                .await
-                .expect("send");
-        }
+        fill_segments(&client, 5).await;
         let deadline = Instant::now() + Duration::from_secs(30);
         let first = loop {
             let first = first_offset(&client, PollingStrategy::first()).await;

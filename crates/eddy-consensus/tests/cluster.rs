@@ -189,7 +189,7 @@ impl Cluster {
         panic!("no leader elected among {among:?}");
     }
 
-    fn propose(&mut self, on: NodeId, data: &str) -> Arc<Mutex<Option<Outcome>>> {
+    fn propose(&mut self, on: NodeId, data: &str) -> Slot {
         let slot = Arc::new(Mutex::new(None));
         let s = slot.clone();
         self.node(on).propose(
@@ -299,19 +299,28 @@ fn one_leader_replicates_to_everyone() {
     }
 }
 
-#[test]
-fn a_partitioned_leader_acknowledges_nothing_and_its_tail_is_discarded() {
-    let mut c = Cluster::new(3, 11);
+/// Where a proposal's outcome lands.
+type Slot = Arc<Mutex<Option<Outcome>>>;
+
+/// The leader commits "before", is cut off, and proposes "lost0".."lost4" there: returns it,
+/// the stranded proposals' slots, and the other members.
+fn strand_the_leader(c: &mut Cluster) -> (NodeId, Vec<Slot>, Vec<NodeId>) {
     let old = c.await_leader(&[]);
     let before = c.propose(old, "before");
     c.run(3);
     assert!(matches!(outcome(&before), Some(Ok(_))));
-
     c.isolate(old);
-    let stranded: Vec<_> = (0..5)
+    let stranded = (0..5)
         .map(|i| c.propose(old, &format!("lost{i}")))
         .collect();
-    let others: Vec<NodeId> = (1..=3).filter(|&i| i != old).collect();
+    let others = (1..=3).filter(|&i| i != old).collect();
+    (old, stranded, others)
+}
+
+#[test]
+fn a_partitioned_leader_acknowledges_nothing_and_its_tail_is_discarded() {
+    let mut c = Cluster::new(3, 11);
+    let (old, stranded, others) = strand_the_leader(&mut c);
     let new = c.await_leader(&others);
     let won: Vec<_> = (0..5)
         .map(|i| c.propose(new, &format!("kept{i}")))
@@ -351,16 +360,7 @@ fn a_deposed_leaders_tail_is_answered_even_when_the_new_leader_writes_nothing() 
     // and nothing else is ever proposed: the stranded callers still hear that their
     // proposals are gone once the old leader applies the new term's entry.
     let mut c = Cluster::new(3, 23);
-    let old = c.await_leader(&[]);
-    let before = c.propose(old, "before");
-    c.run(3);
-    assert!(matches!(outcome(&before), Some(Ok(_))));
-
-    c.isolate(old);
-    let stranded: Vec<_> = (0..5)
-        .map(|i| c.propose(old, &format!("lost{i}")))
-        .collect();
-    let others: Vec<NodeId> = (1..=3).filter(|&i| i != old).collect();
+    let (_, stranded, others) = strand_the_leader(&mut c);
     c.await_leader(&others);
     c.run(30);
     assert!(

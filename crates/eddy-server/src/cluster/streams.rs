@@ -31,6 +31,7 @@ use eddy_stream_store::{
 };
 
 use super::groups::{partition_group_id, ClusterOutcome, PartitionGroups, METADATA_GROUP};
+use super::partition::PartitionGroup;
 
 /// Why a cluster operation did not happen.
 #[derive(Debug, thiserror::Error)]
@@ -208,13 +209,21 @@ impl ClusterStreams {
         }
     }
 
-    /// Ok when this member leads partition group `gid`. The metadata leader takes every
-    /// write; a partition's leadership converges on it (a new partition's group elects, a
-    /// moved one is transferred back), so a write that arrives meanwhile waits for it rather
-    /// than bounce.
-    async fn lead_partition(&self, gid: GroupId) -> Result<(), ClusterError> {
+    /// The group of partition `addr` and its id, once this member leads it. The metadata
+    /// leader takes every write; a partition's leadership converges on it (a new partition's
+    /// group elects, a moved one is transferred back), so a write that arrives meanwhile
+    /// waits for it rather than bounce.
+    async fn led_partition(
+        &self,
+        addr: PartitionAddr,
+    ) -> Result<(GroupId, PartitionGroup), ClusterError> {
+        let (uid, group) = self
+            .groups
+            .get(addr)
+            .ok_or(ClusterError::NoPartition(addr))?;
+        let gid = partition_group_id(uid);
         if self.leads(gid) {
-            return Ok(());
+            return Ok((gid, group));
         }
         let deadline = tokio::time::Instant::now() + LEADERSHIP_WAIT;
         while self.is_metadata_leader() && !self.leads(gid) {
@@ -225,7 +234,7 @@ impl ClusterStreams {
             tokio::time::sleep(std::time::Duration::from_millis(20)).await;
         }
         if self.leads(gid) {
-            Ok(())
+            Ok((gid, group))
         } else {
             Err(ClusterError::NotLeader("partition's group"))
         }
@@ -243,12 +252,7 @@ impl ClusterStreams {
         batch: B,
         now_us: u64,
     ) -> Result<Appended, ClusterError> {
-        let (uid, group) = self
-            .groups
-            .get(addr)
-            .ok_or(ClusterError::NoPartition(addr))?;
-        let gid = partition_group_id(uid);
-        self.lead_partition(gid).await?;
+        let (gid, group) = self.led_partition(addr).await?;
         let count = batch.message_count();
         let (rx, base_offset, len) = {
             let mut pending = self.pending.lock().unwrap_or_else(PoisonError::into_inner);
@@ -324,12 +328,7 @@ impl ClusterStreams {
         addr: PartitionAddr,
         count: u32,
     ) -> Result<(), ClusterError> {
-        let (uid, group) = self
-            .groups
-            .get(addr)
-            .ok_or(ClusterError::NoPartition(addr))?;
-        let gid = partition_group_id(uid);
-        self.lead_partition(gid).await?;
+        let (gid, group) = self.led_partition(addr).await?;
         let Some(through_index) = group.partition().oldest_segments_end(count) else {
             return Ok(());
         };
