@@ -22,7 +22,10 @@
 //! operation's group and payload, finds an operation's id in an applied payload).
 //! [`MemFactory`] and [`MixedWorkload`] are the first stage's pair; [`LogFactory`] runs the
 //! groups on the on-disk store instead ([`Replicated`](eddy_consensus::Replicated) over
-//! eddy-log directories on the crash-simulating backend; `--store log`).
+//! eddy-log directories on the crash-simulating backend; `--store log`); and
+//! [`events::pair`] runs the server's own event-store shard groups over a real event store
+//! per node, with Celeriant writes (OCC, idempotency) and a check of what clients were told
+//! against what every member stores (`--store events`).
 //!
 //! ```
 //! use eddy_sim::{FaultConfig, SimConfig};
@@ -39,6 +42,7 @@ pub mod campaign;
 pub mod checker;
 pub mod client;
 pub mod config;
+pub mod events;
 mod hash;
 pub mod logdir;
 pub mod net;
@@ -76,6 +80,13 @@ pub fn run_on(cfg: &SimConfig, store: StoreKind, trace: bool) -> Result<Report, 
             let sim = Sim::new(cfg.clone(), LogFactory::default(), workload).with_trace(trace);
             run_guarded(cfg.seed, move || sim.run())
         }
+        StoreKind::Events => run_guarded(cfg.seed, || {
+            let shards = u32::try_from(cfg.data_groups.max(1)).unwrap_or(1);
+            let (factory, workload) = events::pair(shards);
+            Sim::new(cfg.clone(), factory, workload)
+                .with_trace(trace)
+                .run()
+        }),
     }
 }
 

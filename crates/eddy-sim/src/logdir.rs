@@ -30,7 +30,7 @@ use crate::rng::SimRng;
 use crate::store::{DiskFault, StoreFactory};
 
 /// Durability reports waiting for the next sync, in append order.
-type Held = Arc<Mutex<Vec<(Result<(), StoreError>, Durable)>>>;
+pub(crate) type Held = Arc<Mutex<Vec<(Result<(), StoreError>, Durable)>>>;
 
 fn lock(held: &Held) -> std::sync::MutexGuard<'_, Vec<(Result<(), StoreError>, Durable)>> {
     held.lock().unwrap_or_else(PoisonError::into_inner)
@@ -63,10 +63,10 @@ impl Default for LogFactory {
     }
 }
 
-/// A group open on a [`LogDir`]: its log (to flush) and its held reports.
-struct OpenGroup {
-    log: Log,
-    held: Held,
+/// A group open on a node's backend: its log (to flush) and its held reports.
+pub(crate) struct OpenGroup {
+    pub(crate) log: Log,
+    pub(crate) held: Held,
 }
 
 impl std::fmt::Debug for OpenGroup {
@@ -133,52 +133,20 @@ impl StoreFactory for LogFactory {
     }
 
     fn sync(&mut self, dir: &mut LogDir) {
-        for group in dir.open.values() {
-            let reports = std::mem::take(&mut *lock(&group.held));
-            if reports.is_empty() {
-                continue;
-            }
-            let flushed = group.log.flush().wait();
-            for (result, durable) in reports {
-                let result = match &flushed {
-                    Ok(()) => result,
-                    Err(e) => Err(StoreError::Storage(e.to_string().into())),
-                };
-                durable(result);
-            }
-        }
+        sync_groups(&dir.open);
     }
 
     /// Returns how many segment files kept part of their unsynced tail (recovery decides how
     /// many whole entries that is).
     fn crash(&mut self, dir: &mut LogDir, tear: bool, rng: &mut SimRng) -> u64 {
-        let mut torn = 0;
-        dir.disk.crash_with(|path, tail| {
-            if !tear || tail.is_empty() {
-                return Vec::new();
-            }
-            let keep = usize::try_from(rng.below(tail.len() as u64 + 1)).expect("small");
-            // Index files are torn too (derived data, rebuilt), but only a segment's torn
-            // tail is a torn write of entries.
-            if keep > 0 && path.extension().is_some_and(|e| e == "log") {
-                torn += 1;
-            }
-            tail[..keep].to_vec()
-        });
+        let torn = crash_disk(&dir.disk, tear, rng);
         // The dead process's stores are dropped by the simulator; their reports never run.
         dir.open.clear();
         torn
     }
 
     fn set_fault(&mut self, dir: &mut LogDir, fault: Option<DiskFault>) {
-        match fault {
-            Some(DiskFault::Full) => dir.disk.set_capacity(Some(dir.disk.used_bytes())),
-            Some(DiskFault::Io) => dir.disk.fail_syncs(u64::MAX),
-            None => {
-                dir.disk.set_capacity(None);
-                dir.disk.fail_syncs(0);
-            }
-        }
+        set_disk_fault(&dir.disk, fault);
     }
 
     fn compact(&mut self, dir: &mut LogDir, group: GroupId, through: u64) {
@@ -195,14 +163,65 @@ impl StoreFactory for LogFactory {
     }
 }
 
-/// A [`Replicated`] store whose durability reports wait for the simulator's sync.
-struct HeldStore {
-    inner: Replicated<ListMachine>,
-    held: Held,
+/// Completes the held durability reports of every open group: flushes (fdatasyncs) each
+/// group's log first, and fails every report a failed flush held.
+pub(crate) fn sync_groups(open: &BTreeMap<GroupId, OpenGroup>) {
+    for group in open.values() {
+        let reports = std::mem::take(&mut *lock(&group.held));
+        if reports.is_empty() {
+            continue;
+        }
+        let flushed = group.log.flush().wait();
+        for (result, durable) in reports {
+            let result = match &flushed {
+                Ok(()) => result,
+                Err(e) => Err(StoreError::Storage(e.to_string().into())),
+            };
+            durable(result);
+        }
+    }
 }
 
-impl GroupStore for HeldStore {
-    type Outcome = u64;
+/// The backend's power cut; with `tear`, each file keeps a random prefix of its unsynced
+/// tail. Returns how many segment files kept part of theirs.
+pub(crate) fn crash_disk(disk: &MemBackend, tear: bool, rng: &mut SimRng) -> u64 {
+    let mut torn = 0;
+    disk.crash_with(|path, tail| {
+        if !tear || tail.is_empty() {
+            return Vec::new();
+        }
+        let keep = usize::try_from(rng.below(tail.len() as u64 + 1)).expect("small");
+        // Index files are torn too (derived data, rebuilt), but only a segment's torn tail is
+        // a torn write of entries.
+        if keep > 0 && path.extension().is_some_and(|e| e == "log") {
+            torn += 1;
+        }
+        tail[..keep].to_vec()
+    });
+    torn
+}
+
+/// Makes the backend's writes fail (a full disk caps it at its current size, an I/O fault
+/// fails every fdatasync) or succeed again.
+pub(crate) fn set_disk_fault(disk: &MemBackend, fault: Option<DiskFault>) {
+    match fault {
+        Some(DiskFault::Full) => disk.set_capacity(Some(disk.used_bytes())),
+        Some(DiskFault::Io) => disk.fail_syncs(u64::MAX),
+        None => {
+            disk.set_capacity(None);
+            disk.fail_syncs(0);
+        }
+    }
+}
+
+/// A group store whose durability reports wait for the simulator's sync.
+pub(crate) struct HeldStore<S> {
+    pub(crate) inner: S,
+    pub(crate) held: Held,
+}
+
+impl<S: GroupStore> GroupStore for HeldStore<S> {
+    type Outcome = S::Outcome;
 
     fn hard_state(&self) -> HardState {
         self.inner.hard_state()
@@ -245,7 +264,7 @@ impl GroupStore for HeldStore {
         self.inner.applied_index()
     }
 
-    fn apply(&mut self, entry: &LogEntry) -> u64 {
+    fn apply(&mut self, entry: &LogEntry) -> S::Outcome {
         self.inner.apply(entry)
     }
 

@@ -4,6 +4,7 @@
 //! eddy-sim --seeds 1000 --start 1 --nodes 5 --faults heavy --jobs 2
 //! eddy-sim --seed 42 --nodes 3 --faults light --trace     # replay one seed, every event shown
 //! eddy-sim --seeds 300 --store log                         # the nodes on eddy-log directories
+//! eddy-sim --seeds 100 --store events                      # the server's event-store groups
 //! ```
 #![allow(clippy::print_stdout, clippy::cast_precision_loss)]
 
@@ -44,8 +45,10 @@ struct Args {
     /// the loss (in 5-member heavy runs), so expect a few failures.
     #[arg(long)]
     data_loss: bool,
-    /// The store under the nodes: `mem` (the in-memory store) or `log` (the on-disk store,
-    /// eddy-log directories on the crash-simulating backend).
+    /// The store under the nodes: `mem` (the in-memory store), `log` (the on-disk store,
+    /// eddy-log directories on the crash-simulating backend) or `events` (the server's
+    /// event-store shard groups over real event stores, Celeriant writes with OCC and
+    /// idempotency, checked against what every member stores).
     #[arg(long, default_value = "mem")]
     store: String,
     /// Seeds run at once.
@@ -63,7 +66,7 @@ struct Args {
 fn main() -> ExitCode {
     let args = Args::parse();
     let Some(store) = StoreKind::by_name(&args.store) else {
-        eprintln!("eddy-sim: --store {}: mem or log", args.store);
+        eprintln!("eddy-sim: --store {}: mem, log or events", args.store);
         return ExitCode::from(2);
     };
     let spec = Spec {

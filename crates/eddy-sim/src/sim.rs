@@ -920,6 +920,8 @@ impl<F: StoreFactory, W: Workload> Sim<F, W> {
                     self.checker
                         .acked(op, node, (index, term), carried, durable_on, self.now)
                         .map_err(|e| format!("{e}; {}", self.durability_of(r.group, index)))?;
+                    let dir = &self.nodes[Self::slot(node)].dir;
+                    self.factory.acked(dir, r.group, index, op)?;
                     Answer::Acked { index }
                 }
                 Ok(None) => {
@@ -1327,6 +1329,14 @@ impl<F: StoreFactory, W: Workload> Sim<F, W> {
     /// Once clients are idle and every member of every group has applied everything its
     /// leader has, checks the final states.
     fn drain(&mut self) -> Step {
+        for id in 1..=self.cfg.nodes {
+            let n = &self.nodes[Self::slot(id)];
+            if n.node.is_some() && self.factory.stalled(&n.dir) {
+                self.note(|| format!("node {id}: stalled after a storage failure; restarted"));
+                self.crash(id, false);
+                self.schedule(1, Event::Restart { node: id });
+            }
+        }
         let waiting = self.clients.iter().any(|c| c.op.is_some());
         let lagging = self.lagging();
         if !waiting && lagging.is_none() {
@@ -1385,6 +1395,11 @@ impl<F: StoreFactory, W: Workload> Sim<F, W> {
         }
         if self.report.acked == 0 {
             return Err("no operation was acknowledged in the whole run".into());
+        }
+        let dirs: Vec<(NodeId, &F::Dir)> = self.nodes.iter().map(|n| (n.id, &n.dir)).collect();
+        let summary = self.factory.check_final(&dirs)?;
+        if !summary.is_empty() {
+            self.note(|| summary);
         }
         self.phase = Phase::Done;
         self.note(|| "final states agree".into());

@@ -16,6 +16,7 @@ use eddy_consensus::{GroupId, GroupStore, NodeId, StoreError};
 pub use eddy_consensus::testing::DiskFault;
 
 use crate::rng::SimRng;
+use crate::workload::OpId;
 
 /// Which store the simulated nodes run on.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
@@ -26,14 +27,18 @@ pub enum StoreKind {
     /// [`Replicated`](eddy_consensus::Replicated) over eddy-log directories on the
     /// crash-simulating backend ([`LogFactory`](crate::LogFactory)).
     Log,
+    /// The server's event-store shard groups over a real event store per node, on the
+    /// crash-simulating backend ([`crate::events`]).
+    Events,
 }
 
 impl StoreKind {
-    /// The store by name: `mem` or `log`.
+    /// The store by name: `mem`, `log` or `events`.
     pub fn by_name(name: &str) -> Option<Self> {
         match name {
             "mem" => Some(StoreKind::Mem),
             "log" => Some(StoreKind::Log),
+            "events" => Some(StoreKind::Events),
             _ => None,
         }
     }
@@ -43,6 +48,7 @@ impl StoreKind {
         match self {
             StoreKind::Mem => "mem",
             StoreKind::Log => "log",
+            StoreKind::Events => "events",
         }
     }
 }
@@ -91,6 +97,32 @@ pub trait StoreFactory {
     /// The group's state machine as last opened on this directory: the payloads applied, each
     /// with its index, in index order (what the checker reads at the end of a run).
     fn state(&self, dir: &Self::Dir, group: GroupId) -> Vec<(u64, Bytes)>;
+
+    /// A client was told that operation `op` applied at `index` of `group` on the node of
+    /// `dir`: a store whose answers carry more than the index (a version, a refusal) records
+    /// what this node answered, for [`StoreFactory::check_final`]. An error fails the run.
+    fn acked(
+        &mut self,
+        _dir: &Self::Dir,
+        _group: GroupId,
+        _index: u64,
+        _op: OpId,
+    ) -> Result<(), String> {
+        Ok(())
+    }
+
+    /// True when the node of `dir` stopped applying a group until it restarts (its store
+    /// failed a write): the drain restarts it, as an operator would, before the final check.
+    fn stalled(&self, _dir: &Self::Dir) -> bool {
+        false
+    }
+
+    /// The store's own guarantees over every member's final state, once every member caught
+    /// up (beyond the consensus checker's agreement on the applied entries): what the
+    /// clients were told must be what the stores hold. Returns a summary for the trace.
+    fn check_final(&self, _dirs: &[(NodeId, &Self::Dir)]) -> Result<String, String> {
+        Ok(String::new())
+    }
 }
 
 /// The consensus crate's [`MemStore`]s, one [`MemDisk`] per group.

@@ -1,0 +1,662 @@
+//! The event store under the simulator (`--store events`): every node runs the server's own
+//! event-store shard groups, [`EventShardMachine`] over a real [`EventStore`], with the
+//! group logs and the store's shard logs on the node's crash-simulating [`MemBackend`].
+//!
+//! * **Requests** are what the server proposes: [`EventStore::prepare_write`] turns a
+//!   Celeriant write (one event, `allow_create`, idempotency enforced, half of them with an OCC
+//!   `expected_version`) into the shard's [`Command`]. Each operation is its own writer
+//!   (client id = operation id + 1, `client_seq` 1), so a retry of an operation whose first
+//!   attempt committed must be refused as a duplicate (or as a version conflict, which the
+//!   spec checks first), never written twice. OCC guesses come from what clients were told.
+//! * **Disks**: the group logs' durability reports wait for the simulator's sync, as on the
+//!   log store ([`crate::LogFactory`]); the event store's own shard logs sync as they apply
+//!   (an inline commit pool), as the server's do before a member answers. A crash, a torn
+//!   tail, a full disk or failing fdatasyncs hit both, on one backend per node.
+//! * **Answers**: each apply's outcome on a node is recorded by index; when a client is told
+//!   its operation applied there, the answer it got (written at version v, duplicate of
+//!   version v, conflict, stopped) goes to the [`Ledger`].
+//! * **Final check** ([`StoreFactory::check_final`]), on every member after the drain: every
+//!   aggregate reads the same on every member, versions run 1..=n without a gap, no operation
+//!   is stored twice or was never proposed, every write a client was told succeeded (or was a
+//!   duplicate of version v) is stored at exactly that version, and every stored write with an
+//!   expected version `e` sits at version `e + 1` (OCC decided in log order).
+//!
+//! Event groups are never compacted (as in the server), so [`StoreFactory::compact`] does
+//! nothing; a member that lost its directory replays its groups from the first entry. The
+//! store's index flusher and merger threads exist but stay idle: the memtable never fills in
+//! a run, so no thread touches the disk and a seed replays.
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::path::PathBuf;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
+use std::time::Duration;
+
+use bytes::{BufMut, Bytes, BytesMut};
+use eddy_consensus::logstore::{RaftLog, StateMachine};
+use eddy_consensus::{
+    GroupId, GroupStore, LogEntry, NodeId, Replicated, Snapshot, SnapshotMeta, StoreError,
+};
+use eddy_event_store::replicated::{Applied, Command};
+use eddy_event_store::{
+    AggregateKey, AggregateWrite, EventStore, EventStoreConfig, EventStoreError, NewEvent,
+    ReadQuery, Refusal, WriteRequest,
+};
+use eddy_log::{Cache, CommitPool, Durability, LogConfig, MemBackend};
+use eddy_server::cluster::events::{event_group_id, EventApplied, EventShardMachine, EVENTS_DIR};
+
+use crate::logdir::{crash_disk, set_disk_fault, sync_groups, Held, HeldStore, OpenGroup};
+use crate::rng::SimRng;
+use crate::store::{DiskFault, StoreFactory};
+use crate::workload::{OpId, Workload};
+
+/// Aggregates per shard: few, so concurrent writers meet and OCC conflicts happen.
+const KEYS_PER_SHARD: usize = 4;
+/// First byte of every event value the workload writes; the operation id follows (u64 LE).
+const TAG: u8 = 0xEE;
+
+fn guard<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(PoisonError::into_inner)
+}
+
+/// Per aggregate, the (version, operation) of each stored event, in version order.
+type History = BTreeMap<AggregateKey, Vec<(u64, OpId)>>;
+
+/// What a node answered for the entry it applied at an index.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Answer {
+    /// Written: the aggregate's version after it.
+    Written(u64),
+    /// Refused as a retry of a write already committed at this version.
+    Duplicate(u64),
+    /// Refused: the aggregate was not at the expected version.
+    Conflict,
+    /// Any other refusal or failure (nothing written by this entry on this member).
+    Other(String),
+}
+
+/// What the clients were told, shared by the workload (OCC guesses) and the factory (answers,
+/// the final check).
+#[derive(Debug, Default)]
+pub struct Ledger {
+    /// Every operation proposed: its aggregate and expected version.
+    proposed: BTreeMap<OpId, (AggregateKey, Option<u64>)>,
+    /// The answers clients got, per operation.
+    told: BTreeMap<OpId, Vec<Answer>>,
+    /// The highest version any client was told per aggregate.
+    known: BTreeMap<AggregateKey, u64>,
+    /// Every aggregate the workload writes.
+    keys: BTreeSet<AggregateKey>,
+}
+
+/// The event store of the whole simulated cluster: the factory of every node's directory.
+#[derive(Debug)]
+pub struct EventFactory {
+    pool: CommitPool,
+    cache: Arc<Cache>,
+    group_log: LogConfig,
+    shards: u32,
+    ledger: Arc<Mutex<Ledger>>,
+}
+
+/// One node's data directory: its backend, its event store while it runs, and what its
+/// machines applied and answered.
+#[derive(Debug, Default)]
+pub struct EventDir {
+    disk: MemBackend,
+    store: Option<Arc<EventStore>>,
+    open: BTreeMap<GroupId, OpenGroup>,
+    /// Per group: the payload applied at each index (the consensus checker's view).
+    applied: BTreeMap<GroupId, Arc<Mutex<BTreeMap<u64, Bytes>>>>,
+    /// Per group: what this node answered at each index.
+    answers: BTreeMap<GroupId, Arc<Mutex<BTreeMap<u64, Answer>>>>,
+    /// A machine stopped after a failed write (until the node restarts).
+    stalled: Arc<AtomicBool>,
+}
+
+impl EventFactory {
+    /// `shards` event-store shards, each a group; `ledger` is shared with the workload.
+    pub fn new(shards: u32, ledger: Arc<Mutex<Ledger>>) -> Self {
+        EventFactory {
+            pool: CommitPool::inline(),
+            cache: Arc::new(Cache::new(4 << 20)),
+            group_log: LogConfig {
+                segment_size: 4096,
+                index_interval: 512,
+                durability: Durability::Background {
+                    max_unsynced_records: u64::MAX,
+                    max_unsynced_bytes: u64::MAX,
+                },
+                ..LogConfig::default()
+            },
+            shards,
+            ledger,
+        }
+    }
+
+    fn store_config(shards: u32) -> EventStoreConfig {
+        EventStoreConfig {
+            num_shards: shards,
+            // Small segments: shard logs roll within a run.
+            segment_size: 16 << 10,
+            index_interval: 1024,
+            // Never flushed within a run: the flusher thread stays idle (determinism).
+            memtable_bytes: 256 << 20,
+            cache_bytes: 1 << 20,
+            ..EventStoreConfig::default()
+        }
+    }
+
+    fn shard_of(group: GroupId) -> u32 {
+        u32::try_from(group.0 - event_group_id(0).0).expect("an event group")
+    }
+}
+
+/// Opens the event store of `shards` shards on `backend` (on `pool` and `cache`).
+fn open_store(
+    backend: &MemBackend,
+    shards: u32,
+    pool: &CommitPool,
+    cache: &Arc<Cache>,
+) -> Result<EventStore, EventStoreError> {
+    let (store, _) = EventStore::open_shared(
+        Arc::new(backend.clone()),
+        EventFactory::store_config(shards),
+        pool,
+        Arc::clone(cache),
+    )?;
+    Ok(store)
+}
+
+/// The server's [`EventShardMachine`], recording what it applied and answered.
+struct Recording {
+    inner: EventShardMachine,
+    applied: Arc<Mutex<BTreeMap<u64, Bytes>>>,
+    answers: Arc<Mutex<BTreeMap<u64, Answer>>>,
+    stalled: Arc<AtomicBool>,
+}
+
+impl std::fmt::Debug for Recording {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        self.inner.fmt(f)
+    }
+}
+
+impl Recording {
+    fn answer(&self, outcome: EventApplied) -> Option<Answer> {
+        let completion = match outcome {
+            EventApplied::Nothing => return None,
+            EventApplied::Stopped => {
+                self.stalled.store(true, Ordering::Release);
+                return Some(Answer::Other("stopped".into()));
+            }
+            EventApplied::Applied(c) => c,
+        };
+        // The inline pool writes and syncs inside the apply: the outcome is already there.
+        let result = completion
+            .wait_timeout(Duration::from_secs(10))
+            .unwrap_or_else(|_| panic!("an event apply did not complete inline"));
+        Some(match result {
+            Ok(Applied::Write(w)) => Answer::Written(w.versions[0]),
+            Ok(other) => Answer::Other(format!("{other:?}")),
+            Err(EventStoreError::Refused(Refusal::Duplicate {
+                committed_version, ..
+            })) => Answer::Duplicate(committed_version),
+            Err(EventStoreError::Refused(Refusal::VersionConflict { .. })) => Answer::Conflict,
+            Err(EventStoreError::Refused(r)) => Answer::Other(format!("refused: {r}")),
+            Err(e) => {
+                self.stalled.store(true, Ordering::Release);
+                Answer::Other(format!("failed: {e}"))
+            }
+        })
+    }
+}
+
+impl StateMachine for Recording {
+    type Outcome = u64;
+
+    fn applied(&self) -> SnapshotMeta {
+        self.inner.applied()
+    }
+
+    fn apply(&mut self, entry: &LogEntry) -> u64 {
+        let outcome = self.inner.apply(entry);
+        if !entry.data.is_empty() {
+            let mut applied = guard(&self.applied);
+            if let Some(before) = applied.insert(entry.index, entry.data.clone()) {
+                // Applied again after a restart (nothing of it was stored): same bytes.
+                assert_eq!(before, entry.data, "entry {} changed", entry.index);
+            }
+        }
+        if let Some(answer) = self.answer(outcome) {
+            guard(&self.answers).insert(entry.index, answer);
+        }
+        entry.index
+    }
+
+    fn snapshot(&self) -> Result<Snapshot, StoreError> {
+        self.inner.snapshot()
+    }
+
+    fn install_snapshot(&mut self, snapshot: &Snapshot) -> Result<(), StoreError> {
+        self.inner.install_snapshot(snapshot)
+    }
+}
+
+impl StoreFactory for EventFactory {
+    type Outcome = u64;
+    type Dir = EventDir;
+
+    fn create(&mut self, _node: NodeId) -> EventDir {
+        EventDir::default()
+    }
+
+    fn open(
+        &mut self,
+        dir: &mut EventDir,
+        group: GroupId,
+    ) -> Result<Box<dyn GroupStore<Outcome = u64>>, StoreError> {
+        if dir.store.is_none() {
+            let store = open_store(&dir.disk, self.shards, &self.pool, &self.cache)
+                .map_err(|e| StoreError::Storage(e.to_string().into()))?;
+            dir.store = Some(Arc::new(store));
+            dir.stalled.store(false, Ordering::Release);
+        }
+        let store = dir.store.as_ref().expect("opened above");
+        let shard = Self::shard_of(group);
+        let log = RaftLog::open(
+            Arc::new(dir.disk.clone()),
+            PathBuf::from(EVENTS_DIR).join(format!("shard-{shard:03}")),
+            self.group_log,
+            &self.pool,
+            Arc::clone(&self.cache),
+        )?;
+        let inner = EventShardMachine::open(Arc::clone(store), shard, &log)?;
+        let machine = Recording {
+            inner,
+            applied: Arc::clone(dir.applied.entry(group).or_default()),
+            answers: Arc::clone(dir.answers.entry(group).or_default()),
+            stalled: Arc::clone(&dir.stalled),
+        };
+        let replicated = Replicated::open(log, machine)?;
+        let held = Held::default();
+        dir.open.insert(
+            group,
+            OpenGroup {
+                log: replicated.raft_log().log().clone(),
+                held: Arc::clone(&held),
+            },
+        );
+        Ok(Box::new(HeldStore {
+            inner: replicated,
+            held,
+        }))
+    }
+
+    fn unsynced(&self, dir: &EventDir) -> bool {
+        dir.open.values().any(|g| !guard(&g.held).is_empty())
+    }
+
+    fn sync(&mut self, dir: &mut EventDir) {
+        sync_groups(&dir.open);
+    }
+
+    fn crash(&mut self, dir: &mut EventDir, tear: bool, rng: &mut SimRng) -> u64 {
+        let torn = crash_disk(&dir.disk, tear, rng);
+        dir.open.clear();
+        dir.store = None;
+        torn
+    }
+
+    fn set_fault(&mut self, dir: &mut EventDir, fault: Option<DiskFault>) {
+        set_disk_fault(&dir.disk, fault);
+    }
+
+    fn compact(&mut self, _dir: &mut EventDir, _group: GroupId, _through: u64) {
+        // Event groups are never compacted (see the module docs).
+    }
+
+    fn state(&self, dir: &EventDir, group: GroupId) -> Vec<(u64, Bytes)> {
+        dir.applied.get(&group).map_or_else(Vec::new, |a| {
+            guard(a).iter().map(|(i, p)| (*i, p.clone())).collect()
+        })
+    }
+
+    fn acked(
+        &mut self,
+        dir: &EventDir,
+        group: GroupId,
+        index: u64,
+        op: OpId,
+    ) -> Result<(), String> {
+        let answer = dir
+            .answers
+            .get(&group)
+            .and_then(|a| guard(a).get(&index).cloned())
+            .ok_or_else(|| {
+                format!(
+                    "op {op}: acknowledged at {group} index {index} with no answer recorded there"
+                )
+            })?;
+        let mut ledger = guard(&self.ledger);
+        let key = ledger.proposed.get(&op).map(|(k, _)| *k);
+        if let (Some(key), Answer::Written(v) | Answer::Duplicate(v)) = (key, &answer) {
+            let known = ledger.known.entry(key).or_default();
+            *known = (*known).max(*v);
+        }
+        ledger.told.entry(op).or_default().push(answer);
+        Ok(())
+    }
+
+    fn stalled(&self, dir: &EventDir) -> bool {
+        dir.stalled.load(Ordering::Acquire)
+    }
+
+    fn check_final(&self, dirs: &[(NodeId, &EventDir)]) -> Result<String, String> {
+        let ledger = guard(&self.ledger);
+        let mut first: Option<(NodeId, History)> = None;
+        for (node, dir) in dirs {
+            let store = dir
+                .store
+                .as_ref()
+                .ok_or_else(|| format!("node {node}: no event store open at the end"))?;
+            let held = read_all(store, &ledger.keys).map_err(|e| format!("node {node}: {e}"))?;
+            match &first {
+                None => first = Some((*node, held)),
+                Some((other, expected)) => {
+                    if let Some(key) = ledger.keys.iter().find(|k| held.get(k) != expected.get(k)) {
+                        return Err(format!(
+                            "aggregate {}: node {node} holds {:?}, node {other} {:?}",
+                            key.aggregate_id,
+                            held.get(key),
+                            expected.get(key)
+                        ));
+                    }
+                }
+            }
+        }
+        let (_, held) = first.ok_or("no member")?;
+        check_history(&ledger, &held)
+    }
+}
+
+/// Every event of `keys` in `store`: per aggregate, (version, operation) in version order.
+fn read_all(store: &EventStore, keys: &BTreeSet<AggregateKey>) -> Result<History, String> {
+    let mut out = BTreeMap::new();
+    for key in keys {
+        let mut events = Vec::new();
+        let mut from = 1;
+        loop {
+            let page = match store.read(key, &ReadQuery::from_version(from)) {
+                Ok(page) => page,
+                Err(EventStoreError::Refused(Refusal::NotFound { .. })) => break,
+                Err(e) => return Err(format!("aggregate {}: {e}", key.aggregate_id)),
+            };
+            for batch in &page.batches {
+                for event in &batch.events {
+                    let op = op_of_value(&event.value).ok_or_else(|| {
+                        format!("aggregate {}: a foreign event value", key.aggregate_id)
+                    })?;
+                    events.push((batch.version, op));
+                }
+            }
+            match page.next_version {
+                Some(next) if next > from => from = next,
+                _ => break,
+            }
+        }
+        out.insert(*key, events);
+    }
+    Ok(out)
+}
+
+/// The event-store guarantees over one member's (agreed) history.
+fn check_history(ledger: &Ledger, held: &History) -> Result<String, String> {
+    let mut at: BTreeMap<OpId, (AggregateKey, u64)> = BTreeMap::new();
+    for (key, events) in held {
+        for (i, &(version, op)) in events.iter().enumerate() {
+            if version != i as u64 + 1 {
+                return Err(format!(
+                    "aggregate {}: version {version} at position {} (a gap)",
+                    key.aggregate_id,
+                    i + 1
+                ));
+            }
+            let Some(&(proposed_key, expected)) = ledger.proposed.get(&op) else {
+                return Err(format!("op {op} is stored but was never proposed"));
+            };
+            if proposed_key != *key {
+                return Err(format!("op {op} is stored under another aggregate"));
+            }
+            if let Some(e) = expected {
+                if version != e + 1 {
+                    return Err(format!(
+                        "op {op} expected version {e} but is stored at version {version} \
+                         (OCC not decided in log order)"
+                    ));
+                }
+            }
+            if let Some(earlier) = at.insert(op, (*key, version)) {
+                return Err(format!(
+                    "op {op} is stored twice (versions {} and {version}): idempotency failed",
+                    earlier.1
+                ));
+            }
+        }
+    }
+    let (mut written, mut duplicates, mut conflicts) = (0u64, 0u64, 0u64);
+    for (op, answers) in &ledger.told {
+        for answer in answers {
+            let version = match answer {
+                Answer::Written(v) => {
+                    written += 1;
+                    *v
+                }
+                Answer::Duplicate(v) => {
+                    duplicates += 1;
+                    *v
+                }
+                Answer::Conflict => {
+                    conflicts += 1;
+                    continue;
+                }
+                Answer::Other(_) => continue,
+            };
+            match at.get(op) {
+                Some(&(_, stored)) if stored == version => {}
+                Some(&(_, stored)) => {
+                    return Err(format!(
+                        "op {op}: told version {version} ({answer:?}), stored at {stored}"
+                    ))
+                }
+                None => {
+                    return Err(format!(
+                        "op {op}: told {answer:?} but no member stores it (acknowledged write lost)"
+                    ))
+                }
+            }
+        }
+    }
+    Ok(format!(
+        "event stores agree: {} events; answers: {written} written, {duplicates} duplicates, \
+         {conflicts} conflicts",
+        at.len()
+    ))
+}
+
+fn op_of_value(value: &[u8]) -> Option<OpId> {
+    if value.len() < 9 || value[0] != TAG {
+        return None;
+    }
+    Some(u64::from_le_bytes(value[1..9].try_into().expect("8 bytes")))
+}
+
+/// Celeriant writes to the event shards, prepared as the server prepares them.
+pub struct EventWorkload {
+    shards: u32,
+    keys: Vec<Vec<AggregateKey>>,
+    /// A store of the same layout, only for [`EventStore::prepare_write`] (never written).
+    template: EventStore,
+    ledger: Arc<Mutex<Ledger>>,
+}
+
+impl std::fmt::Debug for EventWorkload {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("EventWorkload")
+            .field("shards", &self.shards)
+            .finish_non_exhaustive()
+    }
+}
+
+impl EventWorkload {
+    /// Writes to `shards` shards, [`KEYS_PER_SHARD`] aggregates each; `ledger` is shared with
+    /// the [`EventFactory`].
+    ///
+    /// # Panics
+    /// The template store does not open (an in-memory backend: it does).
+    pub fn new(shards: u32, ledger: Arc<Mutex<Ledger>>) -> Self {
+        let template = open_store(
+            &MemBackend::new(),
+            shards,
+            &CommitPool::inline(),
+            &Arc::new(Cache::new(1 << 20)),
+        )
+        .expect("an in-memory event store opens");
+        let mut keys = vec![Vec::new(); shards as usize];
+        let mut id = 1u128;
+        while keys.iter().any(|k| k.len() < KEYS_PER_SHARD) {
+            let key = AggregateKey::new(1, 1, id);
+            let shard = template.shard_of(&key) as usize;
+            if keys[shard].len() < KEYS_PER_SHARD {
+                keys[shard].push(key);
+            }
+            id += 1;
+        }
+        guard(&ledger).keys = keys.iter().flatten().copied().collect();
+        EventWorkload {
+            shards,
+            keys,
+            template,
+            ledger,
+        }
+    }
+}
+
+impl Workload for EventWorkload {
+    fn groups(&self) -> Vec<GroupId> {
+        (0..self.shards).map(event_group_id).collect()
+    }
+
+    fn choose_group(&mut self, rng: &mut SimRng) -> GroupId {
+        event_group_id(u32::try_from(rng.below(u64::from(self.shards))).expect("small"))
+    }
+
+    fn payload(&mut self, group: GroupId, id: OpId, rng: &mut SimRng) -> Bytes {
+        let shard = EventFactory::shard_of(group) as usize;
+        let key = self.keys[shard][rng.index(self.keys[shard].len())];
+        let mut ledger = guard(&self.ledger);
+        let expected = rng
+            .chance(0.5)
+            .then(|| ledger.known.get(&key).copied().unwrap_or(0));
+        let pad = rng.below(64);
+        let mut value = BytesMut::with_capacity(9 + usize::try_from(pad).expect("small"));
+        value.put_u8(TAG);
+        value.put_u64_le(id);
+        for _ in 0..pad {
+            value.put_u8(rng.below(256) as u8);
+        }
+        let request = WriteRequest {
+            client_id: u128::from(id) + 1,
+            user_id: None,
+            writes: vec![AggregateWrite {
+                key,
+                events: vec![NewEvent {
+                    client_seq: 1,
+                    event_type_major: 1,
+                    value: value.freeze(),
+                    ..NewEvent::default()
+                }],
+                allow_create: true,
+                expected_version: expected,
+                enforce_client_idempotency: true,
+            }],
+            now: id,
+        };
+        let (on, command) = self
+            .template
+            .prepare_write(request)
+            .expect("the workload's writes are valid");
+        assert_eq!(on as usize, shard, "the key was placed on its shard");
+        ledger.proposed.insert(id, (key, expected));
+        command.encode()
+    }
+
+    fn op_id(&self, payload: &[u8]) -> Option<OpId> {
+        match Command::decode(&Bytes::copy_from_slice(payload)) {
+            Ok(Command::Write { client_id, .. }) => u64::try_from(client_id - 1).ok(),
+            _ => None,
+        }
+    }
+}
+
+/// The factory and workload of one `--store events` run, sharing one ledger.
+pub fn pair(shards: u32) -> (EventFactory, EventWorkload) {
+    let ledger = Arc::new(Mutex::new(Ledger::default()));
+    (
+        EventFactory::new(shards, Arc::clone(&ledger)),
+        EventWorkload::new(shards, ledger),
+    )
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn payloads_are_the_servers_commands_and_carry_their_operation() {
+        let (_, mut w) = pair(2);
+        let mut rng = SimRng::new(3);
+        for id in 0..50 {
+            let group = w.choose_group(&mut rng);
+            let p = w.payload(group, id, &mut rng);
+            assert_eq!(w.op_id(&p), Some(id));
+            let Ok(Command::Write { parts, .. }) = Command::decode(&p) else {
+                panic!("a write");
+            };
+            assert_eq!(event_group_id(w.template.shard_of(&parts[0].0.key)), group);
+        }
+        assert_eq!(w.op_id(b""), None);
+    }
+
+    #[test]
+    fn the_history_check_catches_a_lost_write_a_duplicate_and_a_broken_occ() {
+        let key = AggregateKey::new(1, 1, 1);
+        let mut ledger = Ledger::default();
+        ledger.keys.insert(key);
+        for op in 1..=3 {
+            ledger.proposed.insert(op, (key, None));
+        }
+        ledger.proposed.insert(4, (key, Some(0)));
+        ledger.told.insert(1, vec![Answer::Written(1)]);
+        ledger
+            .told
+            .insert(2, vec![Answer::Written(2), Answer::Duplicate(2)]);
+        let good = BTreeMap::from([(key, vec![(1, 1), (2, 2)])]);
+        assert!(check_history(&ledger, &good).is_ok());
+
+        let lost = BTreeMap::from([(key, vec![(1, 1)])]);
+        assert!(check_history(&ledger, &lost).unwrap_err().contains("lost"));
+        let twice = BTreeMap::from([(key, vec![(1, 1), (2, 2), (3, 2)])]);
+        assert!(check_history(&ledger, &twice)
+            .unwrap_err()
+            .contains("twice"));
+        let gap = BTreeMap::from([(key, vec![(1, 1), (3, 2)])]);
+        assert!(check_history(&ledger, &gap).unwrap_err().contains("gap"));
+        let occ = BTreeMap::from([(key, vec![(1, 1), (2, 2), (3, 4)])]);
+        assert!(check_history(&ledger, &occ).unwrap_err().contains("OCC"));
+        let foreign = BTreeMap::from([(key, vec![(1, 1), (2, 2), (3, 9)])]);
+        assert!(check_history(&ledger, &foreign)
+            .unwrap_err()
+            .contains("never proposed"));
+    }
+}
