@@ -23,6 +23,10 @@ pub enum Answer {
     },
     /// The node refused or lost the proposal.
     Error(ProposeError),
+    /// Applied, but the store's answer is a transient refusal the published clients retry
+    /// (a stream batch stamped for an offset another batch took, an event shard stopped on
+    /// this member): nothing was stored.
+    Transient,
     /// The node was down: the connection was refused.
     Refused,
     /// No answer within the request timeout.
@@ -115,10 +119,12 @@ impl Leaders {
                     to: Some(*leader),
                 }
             }
-            Answer::Error(ProposeError::Dropped | ProposeError::Superseded) => Next::Retry {
-                after: backoff(rng),
-                to: self.get(group),
-            },
+            Answer::Error(ProposeError::Dropped | ProposeError::Superseded) | Answer::Transient => {
+                Next::Retry {
+                    after: backoff(rng),
+                    to: self.get(group),
+                }
+            }
             _ => {
                 // No leader known, or this node is in trouble: forget it, try anyone later.
                 self.0.remove(&group);

@@ -28,15 +28,12 @@
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::PathBuf;
-use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 use std::time::Duration;
 
 use bytes::{BufMut, Bytes, BytesMut};
-use eddy_consensus::logstore::{RaftLog, StateMachine};
-use eddy_consensus::{
-    GroupId, GroupStore, LogEntry, NodeId, Replicated, Snapshot, SnapshotMeta, StoreError,
-};
+use eddy_consensus::logstore::RaftLog;
+use eddy_consensus::{GroupId, GroupStore, NodeId, Replicated, StoreError};
 use eddy_event_store::replicated::{Applied, Command};
 use eddy_event_store::{
     AggregateKey, AggregateWrite, EventStore, EventStoreConfig, EventStoreError, NewEvent,
@@ -45,7 +42,8 @@ use eddy_event_store::{
 use eddy_log::{Cache, CommitPool, Durability, LogConfig, MemBackend};
 use eddy_server::cluster::events::{event_group_id, EventApplied, EventShardMachine, EVENTS_DIR};
 
-use crate::logdir::{crash_disk, set_disk_fault, sync_groups, Held, HeldStore, OpenGroup};
+use crate::logdir::Disk;
+use crate::recorded::{agree, Recorder, Recording, Records};
 use crate::rng::SimRng;
 use crate::store::{DiskFault, StoreFactory};
 use crate::workload::{OpId, Workload};
@@ -99,19 +97,13 @@ pub struct EventFactory {
     ledger: Arc<Mutex<Ledger>>,
 }
 
-/// One node's data directory: its backend, its event store while it runs, and what its
-/// machines applied and answered.
+/// One node's data directory: its disk, its event store while it runs, and what its machines
+/// applied and answered.
 #[derive(Debug, Default)]
 pub struct EventDir {
-    disk: MemBackend,
+    disk: Disk,
     store: Option<Arc<EventStore>>,
-    open: BTreeMap<GroupId, OpenGroup>,
-    /// Per group: the payload applied at each index (the consensus checker's view).
-    applied: BTreeMap<GroupId, Arc<Mutex<BTreeMap<u64, Bytes>>>>,
-    /// Per group: what this node answered at each index.
-    answers: BTreeMap<GroupId, Arc<Mutex<BTreeMap<u64, Answer>>>>,
-    /// A machine stopped after a failed write (until the node restarts).
-    stalled: Arc<AtomicBool>,
+    records: Records<Answer>,
 }
 
 impl EventFactory {
@@ -168,79 +160,35 @@ fn open_store(
     Ok(store)
 }
 
-/// The server's [`EventShardMachine`], recording what it applied and answered.
-struct Recording {
-    inner: EventShardMachine,
-    applied: Arc<Mutex<BTreeMap<u64, Bytes>>>,
-    answers: Arc<Mutex<BTreeMap<u64, Answer>>>,
-    stalled: Arc<AtomicBool>,
-}
-
-impl std::fmt::Debug for Recording {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        self.inner.fmt(f)
-    }
-}
-
-impl Recording {
-    fn answer(&self, outcome: EventApplied) -> Option<Answer> {
-        let completion = match outcome {
-            EventApplied::Nothing => return None,
-            EventApplied::Stopped => {
-                self.stalled.store(true, Ordering::Release);
-                return Some(Answer::Other("stopped".into()));
-            }
-            EventApplied::Applied(c) => c,
-        };
-        // The inline pool writes and syncs inside the apply: the outcome is already there.
-        let result = completion
-            .wait_timeout(Duration::from_secs(10))
-            .unwrap_or_else(|_| panic!("an event apply did not complete inline"));
-        Some(match result {
-            Ok(Applied::Write(w)) => Answer::Written(w.versions[0]),
-            Ok(other) => Answer::Other(format!("{other:?}")),
-            Err(EventStoreError::Refused(Refusal::Duplicate {
-                committed_version, ..
-            })) => Answer::Duplicate(committed_version),
-            Err(EventStoreError::Refused(Refusal::VersionConflict { .. })) => Answer::Conflict,
-            Err(EventStoreError::Refused(r)) => Answer::Other(format!("refused: {r}")),
-            Err(e) => {
-                self.stalled.store(true, Ordering::Release);
-                Answer::Other(format!("failed: {e}"))
-            }
-        })
-    }
-}
-
-impl StateMachine for Recording {
-    type Outcome = u64;
-
-    fn applied(&self) -> SnapshotMeta {
-        self.inner.applied()
-    }
-
-    fn apply(&mut self, entry: &LogEntry) -> u64 {
-        let outcome = self.inner.apply(entry);
-        if !entry.data.is_empty() {
-            let mut applied = guard(&self.applied);
-            if let Some(before) = applied.insert(entry.index, entry.data.clone()) {
-                // Applied again after a restart (nothing of it was stored): same bytes.
-                assert_eq!(before, entry.data, "entry {} changed", entry.index);
-            }
+/// An event shard's apply outcome as its client's answer (the machine's [`Judge`]).
+///
+/// [`Judge`]: crate::recorded::Judge
+fn judge(outcome: EventApplied, recorder: &Recorder<Answer>) -> Option<Answer> {
+    let completion = match outcome {
+        EventApplied::Nothing => return None,
+        EventApplied::Stopped => {
+            recorder.stall();
+            return Some(Answer::Other("stopped".into()));
         }
-        if let Some(answer) = self.answer(outcome) {
-            guard(&self.answers).insert(entry.index, answer);
+        EventApplied::Applied(c) => c,
+    };
+    // The inline pool writes and syncs inside the apply: the outcome is already there.
+    let result = completion
+        .wait_timeout(Duration::from_secs(10))
+        .unwrap_or_else(|_| panic!("an event apply did not complete inline"));
+    Some(match result {
+        Ok(Applied::Write(w)) => Answer::Written(w.versions[0]),
+        Ok(other) => Answer::Other(format!("{other:?}")),
+        Err(EventStoreError::Refused(Refusal::Duplicate {
+            committed_version, ..
+        })) => Answer::Duplicate(committed_version),
+        Err(EventStoreError::Refused(Refusal::VersionConflict { .. })) => Answer::Conflict,
+        Err(EventStoreError::Refused(r)) => Answer::Other(format!("refused: {r}")),
+        Err(e) => {
+            recorder.stall();
+            Answer::Other(format!("failed: {e}"))
         }
-        entry.index
-    }
-
-    fn snapshot(&self) -> Result<Snapshot, StoreError> {
-        self.inner.snapshot()
-    }
-
-    fn install_snapshot(&mut self, snapshot: &Snapshot) -> Result<(), StoreError> {
-        self.inner.install_snapshot(snapshot)
-    }
+    })
 }
 
 impl StoreFactory for EventFactory {
@@ -257,59 +205,42 @@ impl StoreFactory for EventFactory {
         group: GroupId,
     ) -> Result<Box<dyn GroupStore<Outcome = u64>>, StoreError> {
         if dir.store.is_none() {
-            let store = open_store(&dir.disk, self.shards, &self.pool, &self.cache)
+            let store = open_store(&dir.disk.backend, self.shards, &self.pool, &self.cache)
                 .map_err(|e| StoreError::Storage(e.to_string().into()))?;
             dir.store = Some(Arc::new(store));
-            dir.stalled.store(false, Ordering::Release);
+            dir.records.restarted();
         }
         let store = dir.store.as_ref().expect("opened above");
         let shard = Self::shard_of(group);
         let log = RaftLog::open(
-            Arc::new(dir.disk.clone()),
+            Arc::new(dir.disk.backend.clone()),
             PathBuf::from(EVENTS_DIR).join(format!("shard-{shard:03}")),
             self.group_log,
             &self.pool,
             Arc::clone(&self.cache),
         )?;
         let inner = EventShardMachine::open(Arc::clone(store), shard, &log)?;
-        let machine = Recording {
-            inner,
-            applied: Arc::clone(dir.applied.entry(group).or_default()),
-            answers: Arc::clone(dir.answers.entry(group).or_default()),
-            stalled: Arc::clone(&dir.stalled),
-        };
+        let machine = Recording::new(inner, dir.records.recorder(group), judge);
         let replicated = Replicated::open(log, machine)?;
-        let held = Held::default();
-        dir.open.insert(
-            group,
-            OpenGroup {
-                log: replicated.raft_log().log().clone(),
-                held: Arc::clone(&held),
-            },
-        );
-        Ok(Box::new(HeldStore {
-            inner: replicated,
-            held,
-        }))
+        let log = replicated.raft_log().log().clone();
+        Ok(Box::new(dir.disk.hold(group, log, replicated)))
     }
 
     fn unsynced(&self, dir: &EventDir) -> bool {
-        dir.open.values().any(|g| !guard(&g.held).is_empty())
+        dir.disk.unsynced()
     }
 
     fn sync(&mut self, dir: &mut EventDir) {
-        sync_groups(&dir.open);
+        dir.disk.sync();
     }
 
     fn crash(&mut self, dir: &mut EventDir, tear: bool, rng: &mut SimRng) -> u64 {
-        let torn = crash_disk(&dir.disk, tear, rng);
-        dir.open.clear();
         dir.store = None;
-        torn
+        dir.disk.crash(tear, rng)
     }
 
     fn set_fault(&mut self, dir: &mut EventDir, fault: Option<DiskFault>) {
-        set_disk_fault(&dir.disk, fault);
+        dir.disk.set_fault(fault);
     }
 
     fn compact(&mut self, _dir: &mut EventDir, _group: GroupId, _through: u64) {
@@ -317,9 +248,7 @@ impl StoreFactory for EventFactory {
     }
 
     fn state(&self, dir: &EventDir, group: GroupId) -> Vec<(u64, Bytes)> {
-        dir.applied.get(&group).map_or_else(Vec::new, |a| {
-            guard(a).iter().map(|(i, p)| (*i, p.clone())).collect()
-        })
+        dir.records.state(group)
     }
 
     fn acked(
@@ -328,54 +257,38 @@ impl StoreFactory for EventFactory {
         group: GroupId,
         index: u64,
         op: OpId,
-    ) -> Result<(), String> {
-        let answer = dir
-            .answers
-            .get(&group)
-            .and_then(|a| guard(a).get(&index).cloned())
-            .ok_or_else(|| {
-                format!(
-                    "op {op}: acknowledged at {group} index {index} with no answer recorded there"
-                )
-            })?;
+    ) -> Result<bool, String> {
+        let answer = dir.records.answer(group, index).ok_or_else(|| {
+            format!("op {op}: acknowledged at {group} index {index} with no answer recorded there")
+        })?;
         let mut ledger = guard(&self.ledger);
         let key = ledger.proposed.get(&op).map(|(k, _)| *k);
         if let (Some(key), Answer::Written(v) | Answer::Duplicate(v)) = (key, &answer) {
             let known = ledger.known.entry(key).or_default();
             *known = (*known).max(*v);
         }
+        // A stopped shard or a failed write is an error the client retries (idempotently).
+        let settled = !matches!(answer, Answer::Other(_));
         ledger.told.entry(op).or_default().push(answer);
-        Ok(())
+        Ok(settled)
     }
 
     fn stalled(&self, dir: &EventDir) -> bool {
-        dir.stalled.load(Ordering::Acquire)
+        dir.records.stalled()
     }
 
     fn check_final(&self, dirs: &[(NodeId, &EventDir)]) -> Result<String, String> {
         let ledger = guard(&self.ledger);
-        let mut first: Option<(NodeId, History)> = None;
+        let mut views = Vec::with_capacity(dirs.len());
         for (node, dir) in dirs {
             let store = dir
                 .store
                 .as_ref()
                 .ok_or_else(|| format!("node {node}: no event store open at the end"))?;
             let held = read_all(store, &ledger.keys).map_err(|e| format!("node {node}: {e}"))?;
-            match &first {
-                None => first = Some((*node, held)),
-                Some((other, expected)) => {
-                    if let Some(key) = ledger.keys.iter().find(|k| held.get(k) != expected.get(k)) {
-                        return Err(format!(
-                            "aggregate {}: node {node} holds {:?}, node {other} {:?}",
-                            key.aggregate_id,
-                            held.get(key),
-                            expected.get(key)
-                        ));
-                    }
-                }
-            }
+            views.push((*node, held));
         }
-        let (_, held) = first.ok_or("no member")?;
+        let held = agree(views).map_err(|e| format!("event stores differ at {e}"))?;
         check_history(&ledger, &held)
     }
 }

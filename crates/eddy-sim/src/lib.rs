@@ -25,7 +25,9 @@
 //! eddy-log directories on the crash-simulating backend; `--store log`); and
 //! [`events::pair`] runs the server's own event-store shard groups over a real event store
 //! per node, with Celeriant writes (OCC, idempotency) and a check of what clients were told
-//! against what every member stores (`--store events`).
+//! against what every member stores (`--store events`); [`streams::pair`] the server's own
+//! partition groups, with Iggy sends stamped as the server's leader stamps them and a check of
+//! every member's messages (`--store streams`).
 //!
 //! ```
 //! use eddy_sim::{FaultConfig, SimConfig};
@@ -47,10 +49,12 @@ mod hash;
 pub mod logdir;
 pub mod net;
 pub mod probe;
+mod recorded;
 pub mod report;
 pub mod rng;
 mod sim;
 pub mod store;
+pub mod streams;
 pub mod workload;
 
 pub use config::{FaultConfig, Millis, SimConfig};
@@ -80,6 +84,12 @@ pub fn run_on(cfg: &SimConfig, store: StoreKind, trace: bool) -> Result<Report, 
             let sim = Sim::new(cfg.clone(), LogFactory::default(), workload).with_trace(trace);
             run_guarded(cfg.seed, move || sim.run())
         }
+        StoreKind::Streams => run_guarded(cfg.seed, || {
+            let (factory, workload) = streams::pair(cfg.data_groups.max(1));
+            Sim::new(cfg.clone(), factory, workload)
+                .with_trace(trace)
+                .run()
+        }),
         StoreKind::Events => run_guarded(cfg.seed, || {
             let shards = u32::try_from(cfg.data_groups.max(1)).unwrap_or(1);
             let (factory, workload) = events::pair(shards);

@@ -30,7 +30,7 @@ use crate::rng::SimRng;
 use crate::store::{DiskFault, StoreFactory};
 
 /// Durability reports waiting for the next sync, in append order.
-pub(crate) type Held = Arc<Mutex<Vec<(Result<(), StoreError>, Durable)>>>;
+type Held = Arc<Mutex<Vec<(Result<(), StoreError>, Durable)>>>;
 
 fn lock(held: &Held) -> std::sync::MutexGuard<'_, Vec<(Result<(), StoreError>, Durable)>> {
     held.lock().unwrap_or_else(PoisonError::into_inner)
@@ -64,9 +64,9 @@ impl Default for LogFactory {
 }
 
 /// A group open on a node's backend: its log (to flush) and its held reports.
-pub(crate) struct OpenGroup {
-    pub(crate) log: Log,
-    pub(crate) held: Held,
+struct OpenGroup {
+    log: Log,
+    held: Held,
 }
 
 impl std::fmt::Debug for OpenGroup {
@@ -81,16 +81,15 @@ impl std::fmt::Debug for OpenGroup {
 /// A node's data directory for [`LogFactory`]: one backend, each group in a directory.
 #[derive(Debug, Default)]
 pub struct LogDir {
-    disk: MemBackend,
+    disk: Disk,
     machines: BTreeMap<GroupId, MachineDisk>,
     applied: BTreeMap<GroupId, Applied>,
-    open: BTreeMap<GroupId, OpenGroup>,
 }
 
 impl LogDir {
     /// The directory's backend (what a test inspects or damages).
     pub fn backend(&self) -> &MemBackend {
-        &self.disk
+        &self.disk.backend
     }
 }
 
@@ -108,7 +107,7 @@ impl StoreFactory for LogFactory {
         group: GroupId,
     ) -> Result<Box<dyn GroupStore<Outcome = u64>>, StoreError> {
         let log = RaftLog::open(
-            Arc::new(dir.disk.clone()),
+            Arc::new(dir.disk.backend.clone()),
             format!("g{}", group.0),
             self.config,
             &self.pool,
@@ -117,36 +116,24 @@ impl StoreFactory for LogFactory {
         let machine = ListMachine::open(dir.machines.entry(group).or_default().clone());
         let store = Replicated::open(log, machine)?;
         dir.applied.insert(group, store.machine().applied_list());
-        let held = Held::default();
-        dir.open.insert(
-            group,
-            OpenGroup {
-                log: store.raft_log().log().clone(),
-                held: Arc::clone(&held),
-            },
-        );
-        Ok(Box::new(HeldStore { inner: store, held }))
+        let log = store.raft_log().log().clone();
+        Ok(Box::new(dir.disk.hold(group, log, store)))
     }
 
     fn unsynced(&self, dir: &LogDir) -> bool {
-        dir.open.values().any(|g| !lock(&g.held).is_empty())
+        dir.disk.unsynced()
     }
 
     fn sync(&mut self, dir: &mut LogDir) {
-        sync_groups(&dir.open);
+        dir.disk.sync();
     }
 
-    /// Returns how many segment files kept part of their unsynced tail (recovery decides how
-    /// many whole entries that is).
     fn crash(&mut self, dir: &mut LogDir, tear: bool, rng: &mut SimRng) -> u64 {
-        let torn = crash_disk(&dir.disk, tear, rng);
-        // The dead process's stores are dropped by the simulator; their reports never run.
-        dir.open.clear();
-        torn
+        dir.disk.crash(tear, rng)
     }
 
     fn set_fault(&mut self, dir: &mut LogDir, fault: Option<DiskFault>) {
-        set_disk_fault(&dir.disk, fault);
+        dir.disk.set_fault(fault);
     }
 
     fn compact(&mut self, dir: &mut LogDir, group: GroupId, through: u64) {
@@ -163,61 +150,99 @@ impl StoreFactory for LogFactory {
     }
 }
 
-/// Completes the held durability reports of every open group: flushes (fdatasyncs) each
-/// group's log first, and fails every report a failed flush held.
-pub(crate) fn sync_groups(open: &BTreeMap<GroupId, OpenGroup>) {
-    for group in open.values() {
-        let reports = std::mem::take(&mut *lock(&group.held));
-        if reports.is_empty() {
-            continue;
-        }
-        let flushed = group.log.flush().wait();
-        for (result, durable) in reports {
-            let result = match &flushed {
-                Ok(()) => result,
-                Err(e) => Err(StoreError::Storage(e.to_string().into())),
-            };
-            durable(result);
+/// A node's disk: one crash-simulating backend, and the groups open on it with their held
+/// durability reports.
+#[derive(Debug, Default)]
+pub(crate) struct Disk {
+    pub(crate) backend: MemBackend,
+    open: BTreeMap<GroupId, OpenGroup>,
+}
+
+impl Disk {
+    /// Wraps a group's store (whose Raft log is `log`) so its durability reports wait for
+    /// [`Disk::sync`].
+    pub(crate) fn hold<S: GroupStore>(
+        &mut self,
+        group: GroupId,
+        log: Log,
+        store: S,
+    ) -> HeldStore<S> {
+        let held = Held::default();
+        self.open.insert(
+            group,
+            OpenGroup {
+                log,
+                held: Arc::clone(&held),
+            },
+        );
+        HeldStore { inner: store, held }
+    }
+
+    /// Whether a durability report waits.
+    pub(crate) fn unsynced(&self) -> bool {
+        self.open.values().any(|g| !lock(&g.held).is_empty())
+    }
+
+    /// Completes the held durability reports of every open group: flushes (fdatasyncs) each
+    /// group's log first, and fails every report a failed flush held.
+    pub(crate) fn sync(&self) {
+        for group in self.open.values() {
+            let reports = std::mem::take(&mut *lock(&group.held));
+            if reports.is_empty() {
+                continue;
+            }
+            let flushed = group.log.flush().wait();
+            for (result, durable) in reports {
+                let result = match &flushed {
+                    Ok(()) => result,
+                    Err(e) => Err(StoreError::Storage(e.to_string().into())),
+                };
+                durable(result);
+            }
         }
     }
-}
 
-/// The backend's power cut; with `tear`, each file keeps a random prefix of its unsynced
-/// tail. Returns how many segment files kept part of theirs.
-pub(crate) fn crash_disk(disk: &MemBackend, tear: bool, rng: &mut SimRng) -> u64 {
-    let mut torn = 0;
-    disk.crash_with(|path, tail| {
-        if !tear || tail.is_empty() {
-            return Vec::new();
-        }
-        let keep = usize::try_from(rng.below(tail.len() as u64 + 1)).expect("small");
-        // Index files are torn too (derived data, rebuilt), but only a segment's torn tail is
-        // a torn write of entries.
-        if keep > 0 && path.extension().is_some_and(|e| e == "log") {
-            torn += 1;
-        }
-        tail[..keep].to_vec()
-    });
-    torn
-}
+    /// The backend's power cut; with `tear`, each file keeps a random prefix of its unsynced
+    /// tail. The dead process's stores are dropped by the simulator: their held reports never
+    /// run. Returns how many segment files kept part of their tail (recovery decides how many
+    /// whole entries that is).
+    pub(crate) fn crash(&mut self, tear: bool, rng: &mut SimRng) -> u64 {
+        let mut torn = 0;
+        self.backend.crash_with(|path, tail| {
+            if !tear || tail.is_empty() {
+                return Vec::new();
+            }
+            let keep = usize::try_from(rng.below(tail.len() as u64 + 1)).expect("small");
+            // Index files are torn too (derived data, rebuilt), but only a segment's torn
+            // tail is a torn write of entries.
+            if keep > 0 && path.extension().is_some_and(|e| e == "log") {
+                torn += 1;
+            }
+            tail[..keep].to_vec()
+        });
+        self.open.clear();
+        torn
+    }
 
-/// Makes the backend's writes fail (a full disk caps it at its current size, an I/O fault
-/// fails every fdatasync) or succeed again.
-pub(crate) fn set_disk_fault(disk: &MemBackend, fault: Option<DiskFault>) {
-    match fault {
-        Some(DiskFault::Full) => disk.set_capacity(Some(disk.used_bytes())),
-        Some(DiskFault::Io) => disk.fail_syncs(u64::MAX),
-        None => {
-            disk.set_capacity(None);
-            disk.fail_syncs(0);
+    /// Makes the backend's writes fail (a full disk caps it at its current size, an I/O fault
+    /// fails every fdatasync) or succeed again.
+    pub(crate) fn set_fault(&self, fault: Option<DiskFault>) {
+        let disk = &self.backend;
+        match fault {
+            Some(DiskFault::Full) => disk.set_capacity(Some(disk.used_bytes())),
+            Some(DiskFault::Io) => disk.fail_syncs(u64::MAX),
+            None => {
+                disk.set_capacity(None);
+                disk.fail_syncs(0);
+            }
         }
     }
 }
 
 /// A group store whose durability reports wait for the simulator's sync.
 pub(crate) struct HeldStore<S> {
-    pub(crate) inner: S,
-    pub(crate) held: Held,
+    inner: S,
+    held: Held,
 }
 
 impl<S: GroupStore> GroupStore for HeldStore<S> {

@@ -5,6 +5,7 @@
 //! eddy-sim --seed 42 --nodes 3 --faults light --trace     # replay one seed, every event shown
 //! eddy-sim --seeds 300 --store log                         # the nodes on eddy-log directories
 //! eddy-sim --seeds 100 --store events                      # the server's event-store groups
+//! eddy-sim --seeds 100 --store streams                     # the server's partition groups
 //! ```
 #![allow(clippy::print_stdout, clippy::cast_precision_loss)]
 
@@ -46,9 +47,10 @@ struct Args {
     #[arg(long)]
     data_loss: bool,
     /// The store under the nodes: `mem` (the in-memory store), `log` (the on-disk store,
-    /// eddy-log directories on the crash-simulating backend) or `events` (the server's
+    /// eddy-log directories on the crash-simulating backend), `events` (the server's
     /// event-store shard groups over real event stores, Celeriant writes with OCC and
-    /// idempotency, checked against what every member stores).
+    /// idempotency, checked against what every member stores) or `streams` (the server's
+    /// partition groups, Iggy sends stamped by the leader, every member's messages checked).
     #[arg(long, default_value = "mem")]
     store: String,
     /// Seeds run at once.
@@ -66,7 +68,10 @@ struct Args {
 fn main() -> ExitCode {
     let args = Args::parse();
     let Some(store) = StoreKind::by_name(&args.store) else {
-        eprintln!("eddy-sim: --store {}: mem, log or events", args.store);
+        eprintln!(
+            "eddy-sim: --store {}: mem, log, events or streams",
+            args.store
+        );
         return ExitCode::from(2);
     };
     let spec = Spec {

@@ -912,6 +912,9 @@ impl<F: StoreFactory, W: Workload> Sim<F, W> {
         let replies =
             std::mem::take(&mut *self.replies.lock().unwrap_or_else(PoisonError::into_inner));
         for r in replies {
+            let settled = (r.attempt.op, u64::from(r.attempt.number));
+            let dir = &mut self.nodes[Self::slot(r.attempt.node)].dir;
+            self.factory.settled(dir, r.group, settled);
             let answer = match r.result {
                 Ok(Some((index, term, payload))) => {
                     let carried = self.workload.op_id(&payload);
@@ -921,8 +924,11 @@ impl<F: StoreFactory, W: Workload> Sim<F, W> {
                         .acked(op, node, (index, term), carried, durable_on, self.now)
                         .map_err(|e| format!("{e}; {}", self.durability_of(r.group, index)))?;
                     let dir = &self.nodes[Self::slot(node)].dir;
-                    self.factory.acked(dir, r.group, index, op)?;
-                    Answer::Acked { index }
+                    if self.factory.acked(dir, r.group, index, op)? {
+                        Answer::Acked { index }
+                    } else {
+                        Answer::Transient
+                    }
                 }
                 Ok(None) => {
                     return Err(format!(
@@ -1015,6 +1021,13 @@ impl<F: StoreFactory, W: Workload> Sim<F, W> {
             return Ok(());
         }
         self.checker.proposed(attempt.op, group, self.now);
+        let payload = self.factory.prepare(
+            &mut self.nodes[slot].dir,
+            group,
+            (attempt.op, u64::from(attempt.number)),
+            payload,
+            self.now,
+        )?;
         let replies = Arc::clone(&self.replies);
         let probe = self.nodes[slot].probes[&group].clone();
         let node = self.nodes[slot].node.as_mut().expect("up");

@@ -15,6 +15,7 @@ use eddy_consensus::{GroupId, GroupStore, NodeId, StoreError};
 
 pub use eddy_consensus::testing::DiskFault;
 
+use crate::config::Millis;
 use crate::rng::SimRng;
 use crate::workload::OpId;
 
@@ -30,15 +31,19 @@ pub enum StoreKind {
     /// The server's event-store shard groups over a real event store per node, on the
     /// crash-simulating backend ([`crate::events`]).
     Events,
+    /// The server's stream partition groups on the crash-simulating backend
+    /// ([`crate::streams`]).
+    Streams,
 }
 
 impl StoreKind {
-    /// The store by name: `mem`, `log` or `events`.
+    /// The store by name: `mem`, `log`, `events` or `streams`.
     pub fn by_name(name: &str) -> Option<Self> {
         match name {
             "mem" => Some(StoreKind::Mem),
             "log" => Some(StoreKind::Log),
             "events" => Some(StoreKind::Events),
+            "streams" => Some(StoreKind::Streams),
             _ => None,
         }
     }
@@ -49,6 +54,7 @@ impl StoreKind {
             StoreKind::Mem => "mem",
             StoreKind::Log => "log",
             StoreKind::Events => "events",
+            StoreKind::Streams => "streams",
         }
     }
 }
@@ -98,17 +104,39 @@ pub trait StoreFactory {
     /// with its index, in index order (what the checker reads at the end of a run).
     fn state(&self, dir: &Self::Dir, group: GroupId) -> Vec<(u64, Bytes)>;
 
-    /// A client was told that operation `op` applied at `index` of `group` on the node of
-    /// `dir`: a store whose answers carry more than the index (a version, a refusal) records
-    /// what this node answered, for [`StoreFactory::check_final`]. An error fails the run.
+    /// What a node proposes for a client's request: `payload` as the client sent it, turned
+    /// into the entry the server would propose (a leader stamps a stream batch with the offset
+    /// it predicts, for instance). `attempt` numbers the client's tries of `op`; every proposal
+    /// prepared here is [`settled`](StoreFactory::settled) once its answer is known. `now` is
+    /// the node's clock.
+    fn prepare(
+        &mut self,
+        _dir: &mut Self::Dir,
+        _group: GroupId,
+        _attempt: (OpId, u64),
+        payload: Bytes,
+        _now: Millis,
+    ) -> Result<Bytes, String> {
+        Ok(payload)
+    }
+
+    /// The proposal [`prepare`](StoreFactory::prepare)d for `attempt` was answered (applied,
+    /// refused or dropped) on the node of `dir`.
+    fn settled(&mut self, _dir: &mut Self::Dir, _group: GroupId, _attempt: (OpId, u64)) {}
+
+    /// Operation `op` applied at `index` of `group` on the node of `dir`, which answers its
+    /// client: a store whose answers carry more than the index (a version, a refusal) records
+    /// what this node answered, for [`StoreFactory::check_final`]. False when that answer is a
+    /// transient refusal the client retries ([`Answer::Transient`](crate::client::Answer));
+    /// an error fails the run.
     fn acked(
         &mut self,
         _dir: &Self::Dir,
         _group: GroupId,
         _index: u64,
         _op: OpId,
-    ) -> Result<(), String> {
-        Ok(())
+    ) -> Result<bool, String> {
+        Ok(true)
     }
 
     /// True when the node of `dir` stopped applying a group until it restarts (its store

@@ -161,7 +161,8 @@ fn retention_source(view: MetadataView, addr: PartitionAddr) -> super::partition
     })
 }
 
-fn dir_of(uid: u64) -> PathBuf {
+/// The directory of the partition group with `uid`, under the data directory.
+pub fn partition_dir(uid: u64) -> PathBuf {
     Path::new(PARTITIONS_DIR).join(format!("{uid:020}"))
 }
 
@@ -274,7 +275,7 @@ impl PartitionGroups {
         let opened = (|| {
             let raft_log = RaftLog::open_sealed(
                 Arc::clone(&storage.backend),
-                dir_of(uid),
+                partition_dir(uid),
                 log,
                 &storage.pool,
                 Arc::clone(&storage.cache),
@@ -338,7 +339,7 @@ impl PartitionGroups {
         }
         let backend = Arc::clone(&self.lock().storage.backend);
         let remove_dir = move || {
-            let dir = dir_of(uid);
+            let dir = partition_dir(uid);
             if let Err(e) = backend.remove_dir_all(&dir) {
                 tracing::warn!(dir = %dir.display(), error = %e, "cannot remove a deleted partition's group directory");
             }

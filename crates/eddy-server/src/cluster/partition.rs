@@ -18,10 +18,10 @@ use eddy_consensus::logstore::StateMachine;
 use eddy_consensus::{LogEntry, Snapshot, SnapshotMeta, StoreError};
 use eddy_log::{write_atomic, Log, OpenMode, StorageBackend};
 use eddy_stream_store::replicated::{
-    ApplyOutcome, PartitionEntry, Prediction, ReplicatedError, ReplicatedPartition,
+    ApplyOutcome, EntryError, PartitionEntry, Prediction, ReplicatedError, ReplicatedPartition,
     ReplicatedSnapshot,
 };
-use eddy_stream_store::{PartitionAddr, RetentionPolicy};
+use eddy_stream_store::{PartitionAddr, RetentionPolicy, Stamp, StampableBatch};
 
 /// The partition state a snapshot installation left the group at, in the group's directory:
 /// the entry's term (u64 LE) then the encoded [`ReplicatedSnapshot`]; replaced atomically.
@@ -88,6 +88,53 @@ impl PartitionGroup {
     pub fn predict<'a>(&self, pending: impl IntoIterator<Item = &'a Bytes>) -> Prediction {
         self.partition().predict(pending)
     }
+
+    /// A leader's append entry for `batch`: stamped with the offset predicted after what is
+    /// applied and `pending` (the entries this leader proposed and has not seen answered,
+    /// oldest first) and with `now_us`, or the partition's newest time when that is later.
+    ///
+    /// # Errors
+    /// The entry cannot be encoded.
+    pub fn stamp<'a, B: StampableBatch>(
+        &self,
+        batch: B,
+        pending: impl IntoIterator<Item = &'a Bytes>,
+        now_us: u64,
+    ) -> Result<StampedEntry, EntryError> {
+        let partition = self.partition();
+        let predicted = partition.predict(pending);
+        let timestamp = now_us.max(predicted.min_timestamp);
+        let message_count = batch.message_count();
+        let bytes = batch.stamp(&Stamp {
+            partition_id: partition.addr().partition_id,
+            base_offset: predicted.next_offset,
+            base_timestamp: timestamp,
+        });
+        let len = u32::try_from(bytes.len()).unwrap_or(u32::MAX);
+        let entry = PartitionEntry::Append {
+            base_offset: predicted.next_offset,
+            message_count,
+            timestamp,
+            batch: bytes,
+        }
+        .encode()?;
+        Ok(StampedEntry {
+            entry,
+            base_offset: predicted.next_offset,
+            len,
+        })
+    }
+}
+
+/// An append entry a leader stamped ([`PartitionGroup::stamp`]).
+#[derive(Debug, Clone)]
+pub struct StampedEntry {
+    /// The encoded [`PartitionEntry::Append`] to propose.
+    pub entry: Bytes,
+    /// The offset it was stamped for: applied anywhere else, it is refused as stale.
+    pub base_offset: u64,
+    /// The stamped batch's length.
+    pub len: u32,
 }
 
 /// Where a partition group's retention policy comes from (its topic's options, read when

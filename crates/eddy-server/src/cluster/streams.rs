@@ -27,11 +27,11 @@ use eddy_stream_store::replicated::{ApplyOutcome, PartitionEntry, ReplicatedErro
 use eddy_stream_store::replicated_metadata::{MetadataApplied, MetadataView};
 use eddy_stream_store::{
     Appended, ConsumerKey, MetadataError, MetadataOp, MetadataState, PartitionAddr, PartitionStats,
-    PollStrategy, Polled, Stamp, StampableBatch,
+    PollStrategy, Polled, StampableBatch,
 };
 
 use super::groups::{partition_group_id, ClusterOutcome, PartitionGroups, METADATA_GROUP};
-use super::partition::PartitionGroup;
+use super::partition::{PartitionGroup, StampedEntry};
 
 /// Why a cluster operation did not happen.
 #[derive(Debug, thiserror::Error)]
@@ -253,26 +253,16 @@ impl ClusterStreams {
         now_us: u64,
     ) -> Result<Appended, ClusterError> {
         let (gid, group) = self.led_partition(addr).await?;
-        let count = batch.message_count();
         let (rx, base_offset, len) = {
             let mut pending = self.pending.lock().unwrap_or_else(PoisonError::into_inner);
             let queue = pending.entry(addr).or_default();
-            let predicted = group.predict(queue.iter().map(|(_, entry)| entry));
-            let timestamp = now_us.max(predicted.min_timestamp);
-            let bytes = batch.stamp(&Stamp {
-                partition_id: addr.partition_id,
-                base_offset: predicted.next_offset,
-                base_timestamp: timestamp,
-            });
-            let len = u32::try_from(bytes.len()).unwrap_or(u32::MAX);
-            let entry = PartitionEntry::Append {
-                base_offset: predicted.next_offset,
-                message_count: count,
-                timestamp,
-                batch: bytes,
-            }
-            .encode()
-            .map_err(|e| ClusterError::Encode(e.to_string()))?;
+            let StampedEntry {
+                entry,
+                base_offset,
+                len,
+            } = group
+                .stamp(batch, queue.iter().map(|(_, entry)| entry), now_us)
+                .map_err(|e| ClusterError::Encode(e.to_string()))?;
             let id = self.next_id.fetch_add(1, Ordering::Relaxed);
             queue.push_back((id, entry.clone()));
             let (tx, rx) = tokio::sync::oneshot::channel();
@@ -293,7 +283,7 @@ impl ClusterStreams {
                     let _ = tx.send(r);
                 }),
             );
-            (rx, predicted.next_offset, len)
+            (rx, base_offset, len)
         };
         let outcome = match rx.await {
             Ok(Ok(outcome)) => outcome,

@@ -1,24 +1,28 @@
-//! The simulator on the server's event-store groups (`--store events`): each node runs
-//! `EventShardMachine` over a real event store on the crash-simulating backend, clients send
-//! Celeriant writes (OCC, idempotency keys) and retry as the published client does, and the
-//! run ends with a check of every answer against what every member stores.
+//! The simulator on the server's own state machines:
+//! * `--store events`: each node runs `EventShardMachine` over a real event store, clients
+//!   send Celeriant writes (OCC guesses, idempotency) prepared as the server prepares them;
+//! * `--store streams`: each node runs `PartitionMachine` over its groups' logs, clients send
+//!   Iggy batches that the node they reach stamps as the server's leader does.
+//!
+//! Both on the crash-simulating backend, clients retrying as the published clients do, and
+//! each run ending with a check of every answer a client got against what every member
+//! stores. A short smoke over both cluster sizes, the fault profiles and data loss, and exact
+//! replay of a seed.
 
 use eddy_sim::campaign::{self, Spec};
 use eddy_sim::{FaultConfig, FaultKind, SimConfig, StoreKind};
 
-#[test]
-fn a_seed_on_the_event_store_replays_byte_for_byte() {
+fn replays(store: StoreKind) {
     let mut cfg = SimConfig::new(11, 3, FaultConfig::heavy(3));
     cfg.fault_ms = 15_000;
     cfg.calm_ms = 5_000;
-    let a = eddy_sim::run_on(&cfg, StoreKind::Events, false).unwrap();
-    let b = eddy_sim::run_on(&cfg, StoreKind::Events, false).unwrap();
+    let a = eddy_sim::run_on(&cfg, store, false).unwrap();
+    let b = eddy_sim::run_on(&cfg, store, false).unwrap();
     assert_eq!(a, b, "two runs of one seed");
     assert!(a.acked > 0, "{a:?}");
 }
 
-#[test]
-fn smoke_campaign_on_the_event_store_keeps_every_acknowledged_write() {
+fn smoke(store: StoreKind) {
     let mut seen = eddy_sim::FaultCounts::default();
     for (nodes, profile, seeds, data_loss) in [
         (3, "light", 1..=4, false),
@@ -35,14 +39,10 @@ fn smoke_campaign_on_the_event_store_keeps_every_acknowledged_write() {
             calm_secs: Some(5),
             data_loss,
             jobs: 2,
-            store: StoreKind::Events,
+            store,
         };
-        let summary = campaign::run(
-            &spec,
-            |cfg| eddy_sim::run_on(cfg, StoreKind::Events, false),
-            |_| {},
-        )
-        .unwrap();
+        let summary =
+            campaign::run(&spec, |cfg| eddy_sim::run_on(cfg, store, false), |_| {}).unwrap();
         for f in &summary.failures {
             eprintln!("{f}");
             for line in &f.recent {
@@ -67,4 +67,24 @@ fn smoke_campaign_on_the_event_store_keeps_every_acknowledged_write() {
             kind.name()
         );
     }
+}
+
+#[test]
+fn a_seed_on_the_event_store_replays_byte_for_byte() {
+    replays(StoreKind::Events);
+}
+
+#[test]
+fn smoke_campaign_on_the_event_store_keeps_every_acknowledged_write() {
+    smoke(StoreKind::Events);
+}
+
+#[test]
+fn a_seed_on_the_partition_groups_replays_byte_for_byte() {
+    replays(StoreKind::Streams);
+}
+
+#[test]
+fn smoke_campaign_on_the_partition_groups_keeps_every_acknowledged_send() {
+    smoke(StoreKind::Streams);
 }

@@ -1,0 +1,181 @@
+//! What the server's own state machines applied and answered on a simulated node, for the
+//! stores that run them ([`crate::events`], [`crate::streams`]).
+//!
+//! A [`Recording`] wraps a machine: each applied entry's payload is kept by index (the
+//! consensus checker's view of the group's state), and the machine's outcome is judged into an
+//! answer `A` (what the server would tell its client), kept by index too. When the simulator
+//! tells the factory that a client was acknowledged at an index, the factory looks up the
+//! answer there. The records live in the node's directory and outlive its crashes; a restart
+//! that applies an entry again must apply the same bytes.
+
+use std::collections::BTreeMap;
+use std::fmt;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
+
+use bytes::Bytes;
+use eddy_consensus::logstore::StateMachine;
+use eddy_consensus::{GroupId, LogEntry, NodeId, Snapshot, SnapshotMeta, StoreError};
+
+type Shared<T> = Arc<Mutex<T>>;
+
+fn guard<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(PoisonError::into_inner)
+}
+
+/// A node's records, per group.
+#[derive(Debug)]
+pub(crate) struct Records<A> {
+    applied: BTreeMap<GroupId, Shared<BTreeMap<u64, Bytes>>>,
+    answers: BTreeMap<GroupId, Shared<BTreeMap<u64, A>>>,
+    stalled: Arc<AtomicBool>,
+}
+
+impl<A> Default for Records<A> {
+    fn default() -> Self {
+        Records {
+            applied: BTreeMap::new(),
+            answers: BTreeMap::new(),
+            stalled: Arc::default(),
+        }
+    }
+}
+
+impl<A: Clone> Records<A> {
+    /// The recorder a group's machine writes to (opened again after each restart).
+    pub(crate) fn recorder(&mut self, group: GroupId) -> Recorder<A> {
+        Recorder {
+            applied: Arc::clone(self.applied.entry(group).or_default()),
+            answers: Arc::clone(self.answers.entry(group).or_default()),
+            stalled: Arc::clone(&self.stalled),
+        }
+    }
+
+    /// The payloads the group applied, by index.
+    pub(crate) fn state(&self, group: GroupId) -> Vec<(u64, Bytes)> {
+        self.applied.get(&group).map_or_else(Vec::new, |a| {
+            guard(a).iter().map(|(i, p)| (*i, p.clone())).collect()
+        })
+    }
+
+    /// What the node answered for the entry it applied at `index` of `group`.
+    pub(crate) fn answer(&self, group: GroupId, index: u64) -> Option<A> {
+        self.answers
+            .get(&group)
+            .and_then(|a| guard(a).get(&index).cloned())
+    }
+
+    /// A machine stopped applying after a failed write (until the node restarts).
+    pub(crate) fn stalled(&self) -> bool {
+        self.stalled.load(Ordering::Acquire)
+    }
+
+    /// The node restarted: its machines apply again.
+    pub(crate) fn restarted(&self) {
+        self.stalled.store(false, Ordering::Release);
+    }
+}
+
+/// Where one group's machine records.
+#[derive(Debug)]
+pub(crate) struct Recorder<A> {
+    applied: Shared<BTreeMap<u64, Bytes>>,
+    answers: Shared<BTreeMap<u64, A>>,
+    stalled: Arc<AtomicBool>,
+}
+
+impl<A> Recorder<A> {
+    /// The machine stopped applying after a failed write.
+    pub(crate) fn stall(&self) {
+        self.stalled.store(true, Ordering::Release);
+    }
+}
+
+/// A machine's outcome as the answer its client gets (`None`: no client's entry).
+pub(crate) type Judge<O, A> = fn(O, &Recorder<A>) -> Option<A>;
+
+/// A server state machine whose applies are recorded.
+pub(crate) struct Recording<M: StateMachine, A> {
+    inner: M,
+    recorder: Recorder<A>,
+    judge: Judge<M::Outcome, A>,
+}
+
+impl<M: StateMachine, A> Recording<M, A> {
+    pub(crate) fn new(inner: M, recorder: Recorder<A>, judge: Judge<M::Outcome, A>) -> Self {
+        Recording {
+            inner,
+            recorder,
+            judge,
+        }
+    }
+}
+
+impl<M: StateMachine, A> fmt::Debug for Recording<M, A> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Recording").finish_non_exhaustive()
+    }
+}
+
+impl<M: StateMachine, A: Send + 'static> StateMachine for Recording<M, A> {
+    type Outcome = u64;
+
+    fn applied(&self) -> SnapshotMeta {
+        self.inner.applied()
+    }
+
+    fn apply(&mut self, entry: &LogEntry) -> u64 {
+        let outcome = self.inner.apply(entry);
+        if !entry.data.is_empty() {
+            let mut applied = guard(&self.recorder.applied);
+            if let Some(before) = applied.insert(entry.index, entry.data.clone()) {
+                // Applied again after a restart: the same bytes.
+                assert_eq!(before, entry.data, "entry {} changed", entry.index);
+            }
+        }
+        if let Some(answer) = (self.judge)(outcome, &self.recorder) {
+            guard(&self.recorder.answers).insert(entry.index, answer);
+        }
+        entry.index
+    }
+
+    fn snapshot(&self) -> Result<Snapshot, StoreError> {
+        self.inner.snapshot()
+    }
+
+    fn snapshot_after(&self, log_start: SnapshotMeta) -> Result<Snapshot, StoreError> {
+        self.inner.snapshot_after(log_start)
+    }
+
+    fn install_snapshot(&mut self, snapshot: &Snapshot) -> Result<(), StoreError> {
+        self.inner.install_snapshot(snapshot)
+    }
+
+    fn entry_timestamp(&self, entry: &LogEntry) -> Option<u64> {
+        self.inner.entry_timestamp(entry)
+    }
+
+    fn compactable_through(&mut self, now_us: u64) -> Option<u64> {
+        self.inner.compactable_through(now_us)
+    }
+}
+
+/// The one view every member must hold, from each member's `views`: the first node's view,
+/// or where a member differs.
+pub(crate) fn agree<K: Ord + fmt::Debug, V: PartialEq + fmt::Debug>(
+    views: Vec<(NodeId, BTreeMap<K, V>)>,
+) -> Result<BTreeMap<K, V>, String> {
+    let mut views = views.into_iter();
+    let (first_node, first) = views.next().ok_or("no member")?;
+    for (node, view) in views {
+        let keys = first.keys().chain(view.keys());
+        if let Some(key) = keys.into_iter().find(|k| first.get(*k) != view.get(*k)) {
+            return Err(format!(
+                "{key:?}: node {node} holds {:?}, node {first_node} {:?}",
+                view.get(key),
+                first.get(key)
+            ));
+        }
+    }
+    Ok(first)
+}

@@ -1,0 +1,528 @@
+//! Stream partitions under the simulator (`--store streams`): every node runs the server's own
+//! partition groups, [`PartitionMachine`] over the group's Raft log (which *is* the
+//! partition's message log), on the node's crash-simulating
+//! [`MemBackend`](eddy_log::MemBackend).
+//!
+//! * **Requests** are Iggy `SendMessages` batches built by the codec ([`build_batch`]) of one
+//!   to three messages, each carrying its operation. The node that takes one admits it
+//!   ([`admit`]) and stamps it as the server's leader does ([`PartitionGroup::stamp`]: the offset
+//!   predicted after what it applied and what it proposed and has not seen answered); the
+//!   entry is then proposed. A prediction that went stale (a proposal ahead of it was lost) is
+//!   refused at apply on every member, as in the server.
+//! * **Disks**: the group logs' durability reports wait for the simulator's sync; a crash, a
+//!   torn tail, a full disk or failing fdatasyncs hit them, and a restart re-applies the
+//!   committed entries from the log, as in the server.
+//! * **Answers**: each apply's outcome on a node is recorded by index; when a client is told
+//!   its operation applied there, the answer it got (appended at offset b, or stale) goes to
+//!   the [`Ledger`].
+//! * **Final check** ([`StoreFactory::check_final`]), on every member after the drain: each
+//!   partition polls the same messages at the same offsets on every member, offsets run from 0
+//!   without a gap, a batch's messages sit at consecutive offsets in order, nothing stored was
+//!   never sent, and every batch a client was told was appended at offset b is there, whole.
+//!   Iggy sends carry no idempotency key: a send retried after an unknown outcome may be
+//!   stored twice (counted, and bounded by the consensus checker's count of attempts).
+//!
+//! Partition groups are not compacted here yet (retention and `DELETE_SEGMENTS` are covered
+//! by the consensus-level stores and the real-process tests), so [`StoreFactory::compact`]
+//! does nothing and a member that lost its directory replays its groups from the first entry.
+
+use std::collections::{BTreeMap, VecDeque};
+use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
+
+use bytes::{Buf, BufMut, Bytes, BytesMut};
+use eddy_codec::stream::batch::{admit, build_batch, Message, StoredBatch};
+use eddy_consensus::logstore::RaftLog;
+use eddy_consensus::{GroupId, GroupStore, NodeId, Replicated, StoreError};
+use eddy_log::{Cache, CommitPool, Durability, LogConfig};
+use eddy_server::cluster::groups::{partition_dir, partition_group_id};
+use eddy_server::cluster::partition::{PartitionGroup, PartitionMachine};
+use eddy_server::stream::Stampable;
+use eddy_stream_store::replicated::{ApplyOutcome, PartitionEntry};
+use eddy_stream_store::PartitionAddr;
+
+use crate::config::Millis;
+use crate::logdir::Disk;
+use crate::recorded::{agree, Recorder, Recording, Records};
+use crate::rng::SimRng;
+use crate::store::{DiskFault, StoreFactory};
+use crate::workload::{OpId, Workload};
+
+/// First byte of every message payload the workload sends; the operation id (u64 LE) and the
+/// message's place in its batch (u8) follow.
+const TAG: u8 = 0x5E;
+/// Most messages in one send.
+const MAX_MESSAGES: u64 = 3;
+
+fn guard<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(PoisonError::into_inner)
+}
+
+/// What a node answered for the entry it applied at an index.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Answer {
+    /// Appended at this base offset, this many messages.
+    Appended(u64, u32),
+    /// Refused: the batch was stamped for an offset another batch took.
+    Stale,
+    /// Anything else (nothing appended by this entry).
+    Other(String),
+}
+
+/// What the clients sent and were told, shared by the workload and the factory.
+#[derive(Debug, Default)]
+pub struct Ledger {
+    /// Every send: its partition's group and message count.
+    proposed: BTreeMap<OpId, (GroupId, u32)>,
+    /// The answers clients got, per operation.
+    told: BTreeMap<OpId, Vec<Answer>>,
+}
+
+/// The partitions of the whole simulated cluster: the factory of every node's directory.
+#[derive(Debug)]
+pub struct StreamFactory {
+    pool: CommitPool,
+    cache: Arc<Cache>,
+    group_log: LogConfig,
+    ledger: Arc<Mutex<Ledger>>,
+}
+
+/// A proposal's client attempt: (operation, attempt number).
+type AttemptId = (OpId, u64);
+
+/// One node's data directory: its disk, its partitions' readable sides while it runs, the
+/// entries it proposed and has not seen answered, and what its machines applied and answered.
+#[derive(Debug, Default)]
+pub struct StreamDir {
+    disk: Disk,
+    groups: BTreeMap<GroupId, PartitionGroup>,
+    pending: BTreeMap<GroupId, VecDeque<(AttemptId, Bytes)>>,
+    records: Records<Answer>,
+}
+
+impl StreamFactory {
+    /// The factory; `ledger` is shared with the workload.
+    pub fn new(ledger: Arc<Mutex<Ledger>>) -> Self {
+        StreamFactory {
+            pool: CommitPool::inline(),
+            cache: Arc::new(Cache::new(4 << 20)),
+            group_log: LogConfig {
+                // Small segments: rolls and reads across segments happen.
+                segment_size: 8192,
+                index_interval: 1024,
+                durability: Durability::Background {
+                    max_unsynced_records: u64::MAX,
+                    max_unsynced_bytes: u64::MAX,
+                },
+                ..LogConfig::default()
+            },
+            ledger,
+        }
+    }
+}
+
+/// The partition whose group is `group`: uid `group - 1`, partition `uid + 1` of topic 1.
+fn addr_of(group: GroupId) -> PartitionAddr {
+    PartitionAddr {
+        stream_id: 1,
+        topic_id: 1,
+        partition_id: u32::try_from(group.0).expect("a few partitions"),
+    }
+}
+
+/// A partition's apply outcome as its client's answer.
+fn judge(outcome: ApplyOutcome, _: &Recorder<Answer>) -> Option<Answer> {
+    Some(match outcome {
+        ApplyOutcome::NoOp => return None,
+        ApplyOutcome::Appended {
+            base_offset,
+            message_count,
+            ..
+        } => Answer::Appended(base_offset, message_count),
+        ApplyOutcome::Refused { .. } => Answer::Stale,
+        other => Answer::Other(format!("{other:?}")),
+    })
+}
+
+impl StoreFactory for StreamFactory {
+    type Outcome = u64;
+    type Dir = StreamDir;
+
+    fn create(&mut self, _node: NodeId) -> StreamDir {
+        StreamDir::default()
+    }
+
+    fn open(
+        &mut self,
+        dir: &mut StreamDir,
+        group: GroupId,
+    ) -> Result<Box<dyn GroupStore<Outcome = u64>>, StoreError> {
+        let backend = Arc::new(dir.disk.backend.clone());
+        let log = RaftLog::open(
+            backend.clone(),
+            partition_dir(group.0 - 1),
+            self.group_log,
+            &self.pool,
+            Arc::clone(&self.cache),
+        )?;
+        let (machine, readable) =
+            PartitionMachine::open(addr_of(group), log.log().clone(), backend, log.dir())?;
+        let machine = Recording::new(machine, dir.records.recorder(group), judge);
+        let replicated = Replicated::open(log, machine)?;
+        dir.groups.insert(group, readable);
+        let log = replicated.raft_log().log().clone();
+        Ok(Box::new(dir.disk.hold(group, log, replicated)))
+    }
+
+    fn unsynced(&self, dir: &StreamDir) -> bool {
+        dir.disk.unsynced()
+    }
+
+    fn sync(&mut self, dir: &mut StreamDir) {
+        dir.disk.sync();
+    }
+
+    fn crash(&mut self, dir: &mut StreamDir, tear: bool, rng: &mut SimRng) -> u64 {
+        dir.groups.clear();
+        dir.pending.clear();
+        dir.disk.crash(tear, rng)
+    }
+
+    fn set_fault(&mut self, dir: &mut StreamDir, fault: Option<DiskFault>) {
+        dir.disk.set_fault(fault);
+    }
+
+    fn compact(&mut self, _dir: &mut StreamDir, _group: GroupId, _through: u64) {
+        // Not here yet (see the module docs).
+    }
+
+    fn state(&self, dir: &StreamDir, group: GroupId) -> Vec<(u64, Bytes)> {
+        dir.records.state(group)
+    }
+
+    fn prepare(
+        &mut self,
+        dir: &mut StreamDir,
+        group: GroupId,
+        attempt: AttemptId,
+        mut payload: Bytes,
+        now: Millis,
+    ) -> Result<Bytes, String> {
+        let readable = dir
+            .groups
+            .get(&group)
+            .ok_or_else(|| format!("{group}: not open on a running node"))?;
+        let count = payload.get_u32_le();
+        let batch = admit(payload, count).map_err(|e| format!("a send not admitted: {e}"))?;
+        let queue = dir.pending.entry(group).or_default();
+        let stamped = readable
+            .stamp(
+                Stampable(batch),
+                queue.iter().map(|(_, entry)| entry),
+                now * 1000,
+            )
+            .map_err(|e| format!("a send not stamped: {e}"))?;
+        queue.push_back((attempt, stamped.entry.clone()));
+        Ok(stamped.entry)
+    }
+
+    fn settled(&mut self, dir: &mut StreamDir, group: GroupId, attempt: AttemptId) {
+        if let Some(queue) = dir.pending.get_mut(&group) {
+            queue.retain(|(a, _)| *a != attempt);
+        }
+    }
+
+    fn acked(
+        &mut self,
+        dir: &StreamDir,
+        group: GroupId,
+        index: u64,
+        op: OpId,
+    ) -> Result<bool, String> {
+        let answer = dir.records.answer(group, index).ok_or_else(|| {
+            format!("op {op}: acknowledged at {group} index {index} with no answer recorded there")
+        })?;
+        let settled = matches!(answer, Answer::Appended(..));
+        guard(&self.ledger).told.entry(op).or_default().push(answer);
+        // A stale stamp is the server's transient refusal: the SDK sends again.
+        Ok(settled)
+    }
+
+    fn check_final(&self, dirs: &[(NodeId, &StreamDir)]) -> Result<String, String> {
+        let ledger = guard(&self.ledger);
+        let groups: Vec<GroupId> = dirs
+            .first()
+            .map(|(_, d)| d.groups.keys().copied().collect())
+            .unwrap_or_default();
+        let mut messages = 0;
+        let mut duplicates = 0;
+        let mut appended = 0;
+        for group in groups {
+            let mut views = Vec::with_capacity(dirs.len());
+            for (node, dir) in dirs {
+                let readable = dir
+                    .groups
+                    .get(&group)
+                    .ok_or_else(|| format!("node {node}: {group} not open at the end"))?;
+                let held = poll_all(readable).map_err(|e| format!("node {node}, {group}: {e}"))?;
+                views.push((*node, held));
+            }
+            let held =
+                agree(views).map_err(|e| format!("{group}: members differ at offset {e}"))?;
+            let counts = check_partition(&ledger, group, &held)?;
+            messages += held.len();
+            duplicates += counts.0;
+            appended += counts.1;
+        }
+        let stale = ledger
+            .told
+            .values()
+            .flatten()
+            .filter(|a| **a == Answer::Stale)
+            .count();
+        Ok(format!(
+            "partitions agree: {messages} messages; {appended} sends answered appended, \
+             {stale} stale, {duplicates} stored again after a retry"
+        ))
+    }
+}
+
+/// Every visible message of a partition: offset -> (operation, place in its batch).
+fn poll_all(readable: &PartitionGroup) -> Result<BTreeMap<u64, (OpId, u8)>, String> {
+    let partition = readable.partition();
+    let mut out = BTreeMap::new();
+    let mut from = 0;
+    loop {
+        let batches = partition
+            .read(from, u64::MAX, u64::MAX)
+            .map_err(|e| e.to_string())?;
+        let Some(last) = batches.last() else { break };
+        let next = last.end_offset();
+        for batch in batches {
+            let parsed = StoredBatch::parse(batch.bytes).map_err(|e| e.to_string())?;
+            parsed.verify().map_err(|e| e.to_string())?;
+            let record = parsed.record();
+            for message in record.messages() {
+                let carried = message_op(&message.payload)
+                    .ok_or_else(|| format!("offset {}: a foreign message", message.offset))?;
+                out.insert(message.offset, carried);
+            }
+        }
+        if next <= from {
+            break;
+        }
+        from = next;
+    }
+    Ok(out)
+}
+
+/// The stream guarantees over one partition's (agreed) messages. Returns (sends stored more
+/// than once, answers checked).
+fn check_partition(
+    ledger: &Ledger,
+    group: GroupId,
+    held: &BTreeMap<u64, (OpId, u8)>,
+) -> Result<(u64, u64), String> {
+    // Where each send's batches start.
+    let mut starts: BTreeMap<OpId, Vec<u64>> = BTreeMap::new();
+    let mut open: Option<(OpId, u8, u32)> = None; // the batch being walked: op, next place, count
+    for (due, (&offset, &(op, place))) in (0u64..).zip(held) {
+        if offset != due {
+            return Err(format!(
+                "{group}: offset {offset} where {due} was due (a gap)"
+            ));
+        }
+        let Some(&(proposed_group, count)) = ledger.proposed.get(&op) else {
+            return Err(format!("{group}: op {op} is stored but was never sent"));
+        };
+        if proposed_group != group {
+            return Err(format!("{group}: op {op} was sent to {proposed_group}"));
+        }
+        match open {
+            Some((o, next, c)) if o == op && next == place && u32::from(place) < c => {
+                open = Some((op, place + 1, c));
+            }
+            _ if place == 0 => {
+                if let Some((o, next, c)) = open {
+                    if u32::from(next) != c {
+                        return Err(format!("{group}: op {o}'s batch is cut at offset {offset}"));
+                    }
+                }
+                starts.entry(op).or_default().push(offset);
+                open = Some((op, 1, count));
+            }
+            _ => {
+                return Err(format!(
+                    "{group}: offset {offset} holds message {place} of op {op} out of its batch"
+                ))
+            }
+        }
+    }
+    if let Some((o, next, c)) = open {
+        if u32::from(next) != c {
+            return Err(format!("{group}: op {o}'s batch is cut at its end"));
+        }
+    }
+    let duplicates = starts.values().map(|s| s.len() as u64 - 1).sum();
+    let mut checked = 0;
+    for (op, answers) in &ledger.told {
+        if ledger.proposed.get(op).map(|p| p.0) != Some(group) {
+            continue;
+        }
+        for answer in answers {
+            let Answer::Appended(base, count) = answer else {
+                continue;
+            };
+            checked += 1;
+            if ledger.proposed[op].1 != *count {
+                return Err(format!("op {op}: told {count} messages appended"));
+            }
+            if !starts.get(op).is_some_and(|s| s.contains(base)) {
+                return Err(format!(
+                    "{group}: op {op} was told appended at offset {base}, which holds {:?} \
+                     (acknowledged send lost or moved)",
+                    held.get(base)
+                ));
+            }
+        }
+    }
+    Ok((duplicates, checked))
+}
+
+/// The (operation, place) a message payload carries.
+fn message_op(payload: &[u8]) -> Option<(OpId, u8)> {
+    if payload.len() < 10 || payload[0] != TAG {
+        return None;
+    }
+    Some((
+        u64::from_le_bytes(payload[1..9].try_into().expect("8 bytes")),
+        payload[9],
+    ))
+}
+
+/// Iggy sends to a few partitions.
+#[derive(Debug)]
+pub struct StreamWorkload {
+    partitions: u64,
+    ledger: Arc<Mutex<Ledger>>,
+}
+
+impl StreamWorkload {
+    /// Sends to `partitions` partitions; `ledger` is shared with the [`StreamFactory`].
+    pub fn new(partitions: u64, ledger: Arc<Mutex<Ledger>>) -> Self {
+        StreamWorkload { partitions, ledger }
+    }
+}
+
+impl Workload for StreamWorkload {
+    fn groups(&self) -> Vec<GroupId> {
+        (0..self.partitions).map(partition_group_id).collect()
+    }
+
+    fn choose_group(&mut self, rng: &mut SimRng) -> GroupId {
+        partition_group_id(rng.below(self.partitions))
+    }
+
+    /// The send's message count (u32 LE), then its batch as the SDK encodes it.
+    fn payload(&mut self, group: GroupId, id: OpId, rng: &mut SimRng) -> Bytes {
+        let count = rng.range(1, MAX_MESSAGES);
+        let messages: Vec<Message> = (0..count)
+            .map(|place| {
+                let pad = rng.below(200);
+                let mut payload = BytesMut::with_capacity(10 + pad as usize);
+                payload.put_u8(TAG);
+                payload.put_u64_le(id);
+                payload.put_u8(u8::try_from(place).expect("a few"));
+                for _ in 0..pad {
+                    payload.put_u8(rng.below(256) as u8);
+                }
+                Message {
+                    id: (u128::from(id) << 8) | u128::from(place) | (1 << 100),
+                    origin_timestamp: id,
+                    payload: payload.freeze(),
+                    user_headers: Bytes::new(),
+                }
+            })
+            .collect();
+        let batch = build_batch(&messages).expect("a valid batch");
+        let count = u32::try_from(count).expect("a few");
+        guard(&self.ledger).proposed.insert(id, (group, count));
+        let mut out = BytesMut::with_capacity(4 + batch.len());
+        out.put_u32_le(count);
+        out.extend_from_slice(&batch);
+        out.freeze()
+    }
+
+    fn op_id(&self, payload: &[u8]) -> Option<OpId> {
+        let entry = PartitionEntry::decode(&Bytes::copy_from_slice(payload)).ok()?;
+        let PartitionEntry::Append { batch, .. } = entry else {
+            return None;
+        };
+        let record = StoredBatch::parse(batch).ok()?.record();
+        let first = record.messages().next()?;
+        message_op(&first.payload).map(|(op, _)| op)
+    }
+}
+
+/// The factory and workload of one `--store streams` run, sharing one ledger.
+pub fn pair(partitions: u64) -> (StreamFactory, StreamWorkload) {
+    let ledger = Arc::new(Mutex::new(Ledger::default()));
+    (
+        StreamFactory::new(Arc::clone(&ledger)),
+        StreamWorkload::new(partitions, ledger),
+    )
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_partition_check_catches_a_gap_a_cut_batch_a_lost_send_and_a_stranger() {
+        let g = GroupId(1);
+        let mut ledger = Ledger::default();
+        ledger.proposed.insert(1, (g, 2));
+        ledger.proposed.insert(2, (g, 1));
+        ledger.told.insert(1, vec![Answer::Appended(0, 2)]);
+        ledger
+            .told
+            .insert(2, vec![Answer::Stale, Answer::Appended(2, 1)]);
+        let good = BTreeMap::from([(0, (1, 0)), (1, (1, 1)), (2, (2, 0))]);
+        assert_eq!(check_partition(&ledger, g, &good), Ok((0, 2)));
+        let again = BTreeMap::from([(0, (1, 0)), (1, (1, 1)), (2, (2, 0)), (3, (2, 0))]);
+        assert_eq!(check_partition(&ledger, g, &again), Ok((1, 2)));
+
+        let gap = BTreeMap::from([(0, (1, 0)), (1, (1, 1)), (3, (2, 0))]);
+        assert!(check_partition(&ledger, g, &gap)
+            .unwrap_err()
+            .contains("gap"));
+        let cut = BTreeMap::from([(0, (1, 0)), (1, (2, 0))]);
+        assert!(check_partition(&ledger, g, &cut)
+            .unwrap_err()
+            .contains("cut"));
+        let lost = BTreeMap::from([(0, (1, 0)), (1, (1, 1))]);
+        assert!(check_partition(&ledger, g, &lost)
+            .unwrap_err()
+            .contains("lost"));
+        let stranger = BTreeMap::from([(0, (9, 0))]);
+        assert!(check_partition(&ledger, g, &stranger)
+            .unwrap_err()
+            .contains("never sent"));
+    }
+
+    #[test]
+    fn sends_are_recognized_once_stamped() {
+        let (mut factory, mut w) = pair(2);
+        let mut dir = factory.create(1);
+        let group = partition_group_id(1);
+        let _store = factory.open(&mut dir, group).unwrap();
+        let mut rng = SimRng::new(5);
+        let payload = w.payload(group, 77, &mut rng);
+        let entry = factory
+            .prepare(&mut dir, group, (77, 1), payload, 10)
+            .unwrap();
+        assert_eq!(w.op_id(&entry), Some(77));
+        assert_eq!(dir.pending[&group].len(), 1);
+        factory.settled(&mut dir, group, (77, 1));
+        assert!(dir.pending[&group].is_empty());
+    }
+}
