@@ -422,7 +422,7 @@ impl std::fmt::Debug for EventWorkload {
 }
 
 impl EventWorkload {
-    /// Writes to `shards` shards, [`KEYS_PER_SHARD`] aggregates each; `ledger` is shared with
+    /// Writes to `shards` shards, a few aggregates each; `ledger` is shared with
     /// the [`EventFactory`].
     ///
     /// # Panics
