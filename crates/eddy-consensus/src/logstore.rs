@@ -343,6 +343,13 @@ pub trait StateMachine: Send {
         let _ = now_us;
         None
     }
+    /// Why this machine can no longer apply on this member (its own store failed a write and
+    /// it stopped, so its state would fall behind the group's). Checked by
+    /// [`GroupStore::maintain`]: the group then fails on this member as when its log fails, so
+    /// leadership moves to a member that can apply, and a restart resumes it.
+    fn health(&self) -> Result<(), StoreError> {
+        Ok(())
+    }
 }
 
 /// A Raft log plus a state machine: the store of one replicated group.
@@ -557,6 +564,7 @@ impl<M: StateMachine> GroupStore for Replicated<M> {
     }
 
     fn maintain(&mut self, now_us: u64) -> Result<(), StoreError> {
+        self.machine.health()?;
         let Some(through) = self.machine.compactable_through(now_us) else {
             return Ok(());
         };

@@ -36,14 +36,14 @@ use eddy_consensus::logstore::RaftLog;
 use eddy_consensus::{GroupId, GroupStore, NodeId, Replicated, StoreError};
 use eddy_event_store::replicated::{Applied, Command};
 use eddy_event_store::{
-    AggregateKey, AggregateWrite, EventStore, EventStoreConfig, EventStoreError, NewEvent,
-    ReadQuery, Refusal, WriteRequest,
+    AggregateDelete, AggregateKey, AggregateWrite, DeleteRequest, EventStore, EventStoreConfig,
+    EventStoreError, NewEvent, ReadQuery, Refusal, TrimRequest, WriteRequest,
 };
 use eddy_log::{Cache, CommitPool, Durability, LogConfig, MemBackend};
 use eddy_server::cluster::events::{event_group_id, EventApplied, EventShardMachine, EVENTS_DIR};
 
 use crate::logdir::Disk;
-use crate::recorded::{agree, Recorder, Recording, Records};
+use crate::recorded::{agree, answers_agree, Recorder, Recording, Records};
 use crate::rng::SimRng;
 use crate::store::{DiskFault, StoreFactory};
 use crate::workload::{OpId, Workload};
@@ -57,8 +57,38 @@ fn guard<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
     m.lock().unwrap_or_else(PoisonError::into_inner)
 }
 
-/// Per aggregate, the (version, operation) of each stored event, in version order.
-type History = BTreeMap<AggregateKey, Vec<(u64, OpId)>>;
+/// What one member serves of an aggregate.
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+struct Served {
+    /// Its lowest readable version (1, or the trim floor).
+    floor: u64,
+    /// Soft-deleted (nothing readable).
+    deleted: bool,
+    /// The (version, operation) of each readable event, in version order.
+    events: Vec<(u64, OpId)>,
+}
+
+/// Per aggregate, what a member serves.
+type History = BTreeMap<AggregateKey, Served>;
+
+/// An operation the workload proposed.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Proposed {
+    /// A write of one event, with its OCC guard.
+    Write(AggregateKey, Option<u64>),
+    /// A trim to a new floor.
+    Trim(AggregateKey),
+    /// A delete that allows a recreate continuing the versions.
+    Delete(AggregateKey),
+}
+
+impl Proposed {
+    fn key(self) -> AggregateKey {
+        match self {
+            Proposed::Write(k, _) | Proposed::Trim(k) | Proposed::Delete(k) => k,
+        }
+    }
+}
 
 /// What a node answered for the entry it applied at an index.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -69,16 +99,23 @@ pub enum Answer {
     Duplicate(u64),
     /// Refused: the aggregate was not at the expected version.
     Conflict,
-    /// Any other refusal or failure (nothing written by this entry on this member).
-    Other(String),
+    /// A trim applied.
+    Trimmed,
+    /// A delete applied.
+    Deleted,
+    /// Any other refusal (final: every member refuses alike).
+    Refused(String),
+    /// This member failed to store it or stopped applying the shard: an error the client
+    /// retries (idempotently).
+    Failed(String),
 }
 
 /// What the clients were told, shared by the workload (OCC guesses) and the factory (answers,
 /// the final check).
 #[derive(Debug, Default)]
 pub struct Ledger {
-    /// Every operation proposed: its aggregate and expected version.
-    proposed: BTreeMap<OpId, (AggregateKey, Option<u64>)>,
+    /// Every operation proposed.
+    proposed: BTreeMap<OpId, Proposed>,
     /// The answers clients got, per operation.
     told: BTreeMap<OpId, Vec<Answer>>,
     /// The highest version any client was told per aggregate.
@@ -168,7 +205,7 @@ fn judge(outcome: EventApplied, recorder: &Recorder<Answer>) -> Option<Answer> {
         EventApplied::Nothing => return None,
         EventApplied::Stopped => {
             recorder.stall();
-            return Some(Answer::Other("stopped".into()));
+            return Some(Answer::Failed("stopped".into()));
         }
         EventApplied::Applied(c) => c,
     };
@@ -178,15 +215,17 @@ fn judge(outcome: EventApplied, recorder: &Recorder<Answer>) -> Option<Answer> {
         .unwrap_or_else(|_| panic!("an event apply did not complete inline"));
     Some(match result {
         Ok(Applied::Write(w)) => Answer::Written(w.versions[0]),
-        Ok(other) => Answer::Other(format!("{other:?}")),
+        Ok(Applied::Trim(_)) => Answer::Trimmed,
+        Ok(Applied::Delete(_)) => Answer::Deleted,
+        Ok(Applied::Schema) => Answer::Refused("a schema registration".into()),
         Err(EventStoreError::Refused(Refusal::Duplicate {
             committed_version, ..
         })) => Answer::Duplicate(committed_version),
         Err(EventStoreError::Refused(Refusal::VersionConflict { .. })) => Answer::Conflict,
-        Err(EventStoreError::Refused(r)) => Answer::Other(format!("refused: {r}")),
+        Err(EventStoreError::Refused(r)) => Answer::Refused(r.to_string()),
         Err(e) => {
             recorder.stall();
-            Answer::Other(format!("failed: {e}"))
+            Answer::Failed(e.to_string())
         }
     })
 }
@@ -262,13 +301,13 @@ impl StoreFactory for EventFactory {
             format!("op {op}: acknowledged at {group} index {index} with no answer recorded there")
         })?;
         let mut ledger = guard(&self.ledger);
-        let key = ledger.proposed.get(&op).map(|(k, _)| *k);
+        let key = ledger.proposed.get(&op).map(|p| p.key());
         if let (Some(key), Answer::Written(v) | Answer::Duplicate(v)) = (key, &answer) {
             let known = ledger.known.entry(key).or_default();
             *known = (*known).max(*v);
         }
         // A stopped shard or a failed write is an error the client retries (idempotently).
-        let settled = !matches!(answer, Answer::Other(_));
+        let settled = !matches!(answer, Answer::Failed(_));
         ledger.told.entry(op).or_default().push(answer);
         Ok(settled)
     }
@@ -289,28 +328,41 @@ impl StoreFactory for EventFactory {
             views.push((*node, held));
         }
         let held = agree(views).map_err(|e| format!("event stores differ at {e}"))?;
-        check_history(&ledger, &held)
+        let records: Vec<(NodeId, &Records<Answer>)> =
+            dirs.iter().map(|(n, d)| (*n, &d.records)).collect();
+        let compared = answers_agree(&records, |a| !matches!(a, Answer::Failed(_)))?;
+        Ok(format!(
+            "{}; {compared} answers the same on several members",
+            check_history(&ledger, &held)?
+        ))
     }
 }
 
-/// Every event of `keys` in `store`: per aggregate, (version, operation) in version order.
+/// What `store` serves of every aggregate of `keys`.
 fn read_all(store: &EventStore, keys: &BTreeSet<AggregateKey>) -> Result<History, String> {
     let mut out = BTreeMap::new();
     for key in keys {
-        let mut events = Vec::new();
-        let mut from = 1;
-        loop {
-            let page = match store.read(key, &ReadQuery::from_version(from)) {
-                Ok(page) => page,
-                Err(EventStoreError::Refused(Refusal::NotFound { .. })) => break,
-                Err(e) => return Err(format!("aggregate {}: {e}", key.aggregate_id)),
-            };
+        let mut served = Served::default();
+        let details = match store.details(key) {
+            Ok(d) => Some(d),
+            Err(EventStoreError::Refused(Refusal::NotFound { .. })) => None,
+            Err(e) => return Err(format!("aggregate {}: {e}", key.aggregate_id)),
+        };
+        if let Some(d) = details {
+            served.floor = d.min_aggregate_version;
+            served.deleted = d.is_deleted;
+        }
+        let mut from = served.floor.max(1);
+        while details.is_some() && !served.deleted {
+            let page = store
+                .read(key, &ReadQuery::from_version(from))
+                .map_err(|e| format!("aggregate {}: {e}", key.aggregate_id))?;
             for batch in &page.batches {
                 for event in &batch.events {
                     let op = op_of_value(&event.value).ok_or_else(|| {
                         format!("aggregate {}: a foreign event value", key.aggregate_id)
                     })?;
-                    events.push((batch.version, op));
+                    served.events.push((batch.version, op));
                 }
             }
             match page.next_version {
@@ -318,7 +370,7 @@ fn read_all(store: &EventStore, keys: &BTreeSet<AggregateKey>) -> Result<History
                 _ => break,
             }
         }
-        out.insert(*key, events);
+        out.insert(*key, served);
     }
     Ok(out)
 }
@@ -326,21 +378,19 @@ fn read_all(store: &EventStore, keys: &BTreeSet<AggregateKey>) -> Result<History
 /// The event-store guarantees over one member's (agreed) history.
 fn check_history(ledger: &Ledger, held: &History) -> Result<String, String> {
     let mut at: BTreeMap<OpId, (AggregateKey, u64)> = BTreeMap::new();
-    for (key, events) in held {
-        for (i, &(version, op)) in events.iter().enumerate() {
-            if version != i as u64 + 1 {
+    for (key, served) in held {
+        for (due, &(version, op)) in (served.floor.max(1)..).zip(&served.events) {
+            if version != due {
                 return Err(format!(
-                    "aggregate {}: version {version} at position {} (a gap)",
-                    key.aggregate_id,
-                    i + 1
+                    "aggregate {}: version {version} where {due} was due (a gap)",
+                    key.aggregate_id
                 ));
             }
-            let Some(&(proposed_key, expected)) = ledger.proposed.get(&op) else {
-                return Err(format!("op {op} is stored but was never proposed"));
+            let expected = match ledger.proposed.get(&op) {
+                Some(Proposed::Write(k, expected)) if k == key => *expected,
+                Some(other) => return Err(format!("op {op} ({other:?}) is stored under {key:?}")),
+                None => return Err(format!("op {op} is stored but was never proposed")),
             };
-            if proposed_key != *key {
-                return Err(format!("op {op} is stored under another aggregate"));
-            }
             if let Some(e) = expected {
                 if version != e + 1 {
                     return Err(format!(
@@ -357,24 +407,29 @@ fn check_history(ledger: &Ledger, held: &History) -> Result<String, String> {
             }
         }
     }
-    let (mut written, mut duplicates, mut conflicts) = (0u64, 0u64, 0u64);
+    let mut counts: BTreeMap<&'static str, u64> = BTreeMap::new();
     for (op, answers) in &ledger.told {
         for answer in answers {
-            let version = match answer {
-                Answer::Written(v) => {
-                    written += 1;
-                    *v
-                }
-                Answer::Duplicate(v) => {
-                    duplicates += 1;
-                    *v
-                }
-                Answer::Conflict => {
-                    conflicts += 1;
-                    continue;
-                }
-                Answer::Other(_) => continue,
+            let (kind, version) = match answer {
+                Answer::Written(v) => ("written", *v),
+                Answer::Duplicate(v) => ("duplicates", *v),
+                Answer::Conflict => ("conflicts", 0),
+                Answer::Trimmed => ("trims", 0),
+                Answer::Deleted => ("deletes", 0),
+                Answer::Refused(_) => ("refused", 0),
+                Answer::Failed(_) => ("failed", 0),
             };
+            *counts.entry(kind).or_default() += 1;
+            if version == 0 {
+                continue;
+            }
+            let key = ledger.proposed.get(op).map(|p| p.key());
+            let served = key.and_then(|k| held.get(&k));
+            if served.is_some_and(|s| s.deleted || version < s.floor) {
+                // Trimmed or deleted since: no longer readable.
+                *counts.entry("since trimmed or deleted").or_default() += 1;
+                continue;
+            }
             match at.get(op) {
                 Some(&(_, stored)) if stored == version => {}
                 Some(&(_, stored)) => {
@@ -391,8 +446,7 @@ fn check_history(ledger: &Ledger, held: &History) -> Result<String, String> {
         }
     }
     Ok(format!(
-        "event stores agree: {} events; answers: {written} written, {duplicates} duplicates, \
-         {conflicts} conflicts",
+        "event stores agree: {} events readable; answers: {counts:?}",
         at.len()
     ))
 }
@@ -464,51 +518,104 @@ impl Workload for EventWorkload {
         event_group_id(u32::try_from(rng.below(u64::from(self.shards))).expect("small"))
     }
 
+    /// A write (half with an OCC guess); on half the aggregates also a trim to half the known
+    /// version (5 in 100) or a delete that a later write recreates, continuing the versions
+    /// (2 in 100).
     fn payload(&mut self, group: GroupId, id: OpId, rng: &mut SimRng) -> Bytes {
         let shard = EventFactory::shard_of(group) as usize;
         let key = self.keys[shard][rng.index(self.keys[shard].len())];
         let mut ledger = guard(&self.ledger);
-        let expected = rng
-            .chance(0.5)
-            .then(|| ledger.known.get(&key).copied().unwrap_or(0));
-        let pad = rng.below(64);
-        let mut value = BytesMut::with_capacity(9 + usize::try_from(pad).expect("small"));
-        value.put_u8(TAG);
-        value.put_u64_le(id);
-        for _ in 0..pad {
-            value.put_u8(rng.below(256) as u8);
-        }
-        let request = WriteRequest {
-            client_id: u128::from(id) + 1,
-            user_id: None,
-            writes: vec![AggregateWrite {
-                key,
-                events: vec![NewEvent {
-                    client_seq: 1,
-                    event_type_major: 1,
-                    value: value.freeze(),
-                    ..NewEvent::default()
-                }],
-                allow_create: true,
-                expected_version: expected,
-                enforce_client_idempotency: true,
-            }],
-            now: id,
+        let known = ledger.known.get(&key).copied().unwrap_or(0);
+        let client_id = u128::from(id) + 1;
+        // Half the aggregates are never trimmed or deleted: every write to them stays readable.
+        let kind = if key.aggregate_id.is_multiple_of(2) {
+            rng.below(100)
+        } else {
+            99
         };
-        let (on, command) = self
-            .template
-            .prepare_write(request)
-            .expect("the workload's writes are valid");
+        let (proposed, (on, command)) = match kind {
+            0..=4 => {
+                let request = TrimRequest {
+                    key,
+                    keep_from_version: known.div_ceil(2).max(1),
+                    client_id,
+                    user_id: None,
+                    now: id,
+                };
+                (Proposed::Trim(key), self.template.prepare_trim(request))
+            }
+            5..=6 => {
+                let request = DeleteRequest {
+                    client_id,
+                    user_id: None,
+                    deletes: vec![AggregateDelete {
+                        key,
+                        allow_recreate: true,
+                        allow_sequence_continuation: true,
+                        expected_version: None,
+                    }],
+                    now: id,
+                };
+                let prepared = self.template.prepare_delete(request);
+                (Proposed::Delete(key), prepared.expect("one aggregate"))
+            }
+            _ => {
+                let expected = rng.chance(0.5).then_some(known);
+                let request = write_request(key, id, expected, rng);
+                let prepared = self.template.prepare_write(request);
+                (
+                    Proposed::Write(key, expected),
+                    prepared.expect("the workload's writes are valid"),
+                )
+            }
+        };
         assert_eq!(on as usize, shard, "the key was placed on its shard");
-        ledger.proposed.insert(id, (key, expected));
+        ledger.proposed.insert(id, proposed);
         command.encode()
     }
 
     fn op_id(&self, payload: &[u8]) -> Option<OpId> {
-        match Command::decode(&Bytes::copy_from_slice(payload)) {
-            Ok(Command::Write { client_id, .. }) => u64::try_from(client_id - 1).ok(),
-            _ => None,
-        }
+        let client_id = match Command::decode(&Bytes::copy_from_slice(payload)).ok()? {
+            Command::Write { client_id, .. } => client_id,
+            Command::Trim(t) => t.client_id,
+            Command::Delete(d) => d.client_id,
+            Command::RegisterSchema(_) => return None,
+        };
+        u64::try_from(client_id - 1).ok()
+    }
+}
+
+/// Operation `id`'s write of one event to `key`: its own writer (client id `id + 1`,
+/// `client_seq` 1, idempotency enforced), allowed to create the aggregate.
+fn write_request(
+    key: AggregateKey,
+    id: OpId,
+    expected: Option<u64>,
+    rng: &mut SimRng,
+) -> WriteRequest {
+    let pad = rng.below(64);
+    let mut value = BytesMut::with_capacity(9 + usize::try_from(pad).expect("small"));
+    value.put_u8(TAG);
+    value.put_u64_le(id);
+    for _ in 0..pad {
+        value.put_u8(rng.below(256) as u8);
+    }
+    WriteRequest {
+        client_id: u128::from(id) + 1,
+        user_id: None,
+        writes: vec![AggregateWrite {
+            key,
+            events: vec![NewEvent {
+                client_seq: 1,
+                event_type_major: 1,
+                value: value.freeze(),
+                ..NewEvent::default()
+            }],
+            allow_create: true,
+            expected_version: expected,
+            enforce_client_idempotency: true,
+        }],
+        now: id,
     }
 }
 
@@ -529,47 +636,67 @@ mod tests {
     fn payloads_are_the_servers_commands_and_carry_their_operation() {
         let (_, mut w) = pair(2);
         let mut rng = SimRng::new(3);
-        for id in 0..50 {
+        let mut kinds = BTreeSet::new();
+        for id in 0..200 {
             let group = w.choose_group(&mut rng);
             let p = w.payload(group, id, &mut rng);
             assert_eq!(w.op_id(&p), Some(id));
-            let Ok(Command::Write { parts, .. }) = Command::decode(&p) else {
-                panic!("a write");
+            let (kind, key) = match Command::decode(&p).unwrap() {
+                Command::Write { parts, .. } => ("write", parts[0].0.key),
+                Command::Trim(t) => ("trim", t.key),
+                Command::Delete(d) => ("delete", d.deletes[0].key),
+                Command::RegisterSchema(_) => panic!("no schemas"),
             };
-            assert_eq!(event_group_id(w.template.shard_of(&parts[0].0.key)), group);
+            kinds.insert(kind);
+            assert_eq!(event_group_id(w.template.shard_of(&key)), group);
         }
+        assert_eq!(kinds.len(), 3, "{kinds:?}");
         assert_eq!(w.op_id(b""), None);
     }
 
+    fn served(floor: u64, events: &[(u64, OpId)]) -> Served {
+        Served {
+            floor,
+            deleted: false,
+            events: events.to_vec(),
+        }
+    }
+
     #[test]
-    fn the_history_check_catches_a_lost_write_a_duplicate_and_a_broken_occ() {
+    fn the_history_check_catches_a_lost_write_a_duplicate_a_gap_and_a_broken_occ() {
         let key = AggregateKey::new(1, 1, 1);
         let mut ledger = Ledger::default();
         ledger.keys.insert(key);
         for op in 1..=3 {
-            ledger.proposed.insert(op, (key, None));
+            ledger.proposed.insert(op, Proposed::Write(key, None));
         }
-        ledger.proposed.insert(4, (key, Some(0)));
+        ledger.proposed.insert(4, Proposed::Write(key, Some(0)));
+        ledger.proposed.insert(5, Proposed::Trim(key));
         ledger.told.insert(1, vec![Answer::Written(1)]);
         ledger
             .told
             .insert(2, vec![Answer::Written(2), Answer::Duplicate(2)]);
-        let good = BTreeMap::from([(key, vec![(1, 1), (2, 2)])]);
-        assert!(check_history(&ledger, &good).is_ok());
+        let check = |view: Served| check_history(&ledger, &BTreeMap::from([(key, view)]));
+        assert!(check(served(1, &[(1, 1), (2, 2)])).is_ok());
+        // Trimmed: the told version below the floor is no longer readable.
+        assert!(check(served(2, &[(2, 2)])).is_ok());
+        let deleted = Served {
+            deleted: true,
+            ..served(1, &[])
+        };
+        assert!(check(deleted).is_ok());
 
-        let lost = BTreeMap::from([(key, vec![(1, 1)])]);
-        assert!(check_history(&ledger, &lost).unwrap_err().contains("lost"));
-        let twice = BTreeMap::from([(key, vec![(1, 1), (2, 2), (3, 2)])]);
-        assert!(check_history(&ledger, &twice)
+        assert!(check(served(1, &[(1, 1)])).unwrap_err().contains("lost"));
+        let twice = check(served(1, &[(1, 1), (2, 2), (3, 2)]));
+        assert!(twice.unwrap_err().contains("twice"));
+        assert!(check(served(1, &[(1, 1), (3, 2)]))
             .unwrap_err()
-            .contains("twice"));
-        let gap = BTreeMap::from([(key, vec![(1, 1), (3, 2)])]);
-        assert!(check_history(&ledger, &gap).unwrap_err().contains("gap"));
-        let occ = BTreeMap::from([(key, vec![(1, 1), (2, 2), (3, 4)])]);
-        assert!(check_history(&ledger, &occ).unwrap_err().contains("OCC"));
-        let foreign = BTreeMap::from([(key, vec![(1, 1), (2, 2), (3, 9)])]);
-        assert!(check_history(&ledger, &foreign)
-            .unwrap_err()
-            .contains("never proposed"));
+            .contains("gap"));
+        let occ = check(served(1, &[(1, 1), (2, 2), (3, 4)]));
+        assert!(occ.unwrap_err().contains("OCC"));
+        let foreign = check(served(1, &[(1, 1), (2, 2), (3, 9)]));
+        assert!(foreign.unwrap_err().contains("never proposed"));
+        let not_a_write = check(served(1, &[(1, 1), (2, 2), (3, 5)]));
+        assert!(not_a_write.unwrap_err().contains("Trim"));
     }
 }

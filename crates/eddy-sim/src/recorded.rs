@@ -158,6 +158,41 @@ impl<M: StateMachine, A: Send + 'static> StateMachine for Recording<M, A> {
     fn compactable_through(&mut self, now_us: u64) -> Option<u64> {
         self.inner.compactable_through(now_us)
     }
+
+    fn health(&self) -> Result<(), StoreError> {
+        self.inner.health()
+    }
+}
+
+/// Every member answered alike wherever more than one applied the same entry: applying is
+/// deterministic, so a client's answer never depends on the member it asked. Answers
+/// `comparable` rejects (a write this member's disk failed) are skipped. Returns how many
+/// answers were compared.
+pub(crate) fn answers_agree<A: PartialEq + Clone + fmt::Debug>(
+    members: &[(NodeId, &Records<A>)],
+    comparable: impl Fn(&A) -> bool,
+) -> Result<u64, String> {
+    let mut first: BTreeMap<(GroupId, u64), (NodeId, A)> = BTreeMap::new();
+    let mut compared = 0;
+    for (node, records) in members {
+        for (group, answers) in &records.answers {
+            for (index, answer) in guard(answers).iter().filter(|(_, a)| comparable(a)) {
+                match first.get(&(*group, *index)) {
+                    None => {
+                        first.insert((*group, *index), (*node, answer.clone()));
+                    }
+                    Some((_, seen)) if seen == answer => compared += 1,
+                    Some((other, seen)) => {
+                        return Err(format!(
+                            "{group} index {index}: node {node} answered {answer:?}, node {other} \
+                             {seen:?}"
+                        ))
+                    }
+                }
+            }
+        }
+    }
+    Ok(compared)
 }
 
 /// The one view every member must hold, from each member's `views`: the first node's view,

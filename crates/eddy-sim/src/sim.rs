@@ -241,6 +241,10 @@ struct SimNode<F: StoreFactory> {
     sync_scheduled: bool,
     /// Ticks owed while the clock is stalled.
     stalled: Option<u64>,
+    /// How far the node's wall clock (what its stores stamp) is off the simulation's time, in
+    /// ms: clock jumps step it either way, as an NTP step does; it survives crashes (it is
+    /// the machine's clock).
+    wall_skew_ms: i64,
     disk_fault: bool,
     reboot_scheduled: bool,
     /// Peers reported unreachable since the last heal.
@@ -364,6 +368,7 @@ impl<F: StoreFactory, W: Workload> Sim<F, W> {
                     next_start: NextStart::Recover,
                     sync_scheduled: false,
                     stalled: None,
+                    wall_skew_ms: 0,
                     disk_fault: false,
                     reboot_scheduled: false,
                     unreachable: BTreeSet::new(),
@@ -1021,12 +1026,14 @@ impl<F: StoreFactory, W: Workload> Sim<F, W> {
             return Ok(());
         }
         self.checker.proposed(attempt.op, group, self.now);
+        let n = &mut self.nodes[slot];
+        let wall = self.now.saturating_add_signed(n.wall_skew_ms);
         let payload = self.factory.prepare(
-            &mut self.nodes[slot].dir,
+            &mut n.dir,
             group,
             (attempt.op, u64::from(attempt.number)),
             payload,
-            self.now,
+            wall,
         )?;
         let replies = Arc::clone(&self.replies);
         let probe = self.nodes[slot].probes[&group].clone();
@@ -1192,7 +1199,17 @@ impl<F: StoreFactory, W: Workload> Sim<F, W> {
                 let life = n.life;
                 self.fault(FaultKind::ClockJump);
                 let lasts = 1 + self.rng.exponential(f.clock_jump_mean_ms);
-                self.note(|| format!("node {id}: clock stalls for {lasts} ms"));
+                // The wall clock steps too, backwards as often as forwards.
+                let step = i64::try_from(self.rng.exponential(f.clock_jump_mean_ms))
+                    .unwrap_or(i64::MAX / 4);
+                let n = &mut self.nodes[Self::slot(id)];
+                n.wall_skew_ms += if self.rng.chance(0.5) { step } else { -step };
+                let skew = n.wall_skew_ms;
+                self.note(|| {
+                    format!(
+                        "node {id}: clock stalls for {lasts} ms; its wall clock is {skew} ms off"
+                    )
+                });
                 self.schedule(lasts, Event::Resume { node: id, life });
             }
         }

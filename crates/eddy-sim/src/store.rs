@@ -108,7 +108,7 @@ pub trait StoreFactory {
     /// into the entry the server would propose (a leader stamps a stream batch with the offset
     /// it predicts, for instance). `attempt` numbers the client's tries of `op`; every proposal
     /// prepared here is [`settled`](StoreFactory::settled) once its answer is known. `now` is
-    /// the node's clock.
+    /// the node's wall clock (ms), which clock jumps step backwards and forwards.
     fn prepare(
         &mut self,
         _dir: &mut Self::Dir,

@@ -42,7 +42,7 @@ use eddy_stream_store::PartitionAddr;
 
 use crate::config::Millis;
 use crate::logdir::Disk;
-use crate::recorded::{agree, Recorder, Recording, Records};
+use crate::recorded::{agree, answers_agree, Recorder, Recording, Records};
 use crate::rng::SimRng;
 use crate::store::{DiskFault, StoreFactory};
 use crate::workload::{OpId, Workload};
@@ -273,6 +273,9 @@ impl StoreFactory for StreamFactory {
             duplicates += counts.0;
             appended += counts.1;
         }
+        let records: Vec<(NodeId, &Records<Answer>)> =
+            dirs.iter().map(|(n, d)| (*n, &d.records)).collect();
+        let compared = answers_agree(&records, |_| true)?;
         let stale = ledger
             .told
             .values()
@@ -281,13 +284,17 @@ impl StoreFactory for StreamFactory {
             .count();
         Ok(format!(
             "partitions agree: {messages} messages; {appended} sends answered appended, \
-             {stale} stale, {duplicates} stored again after a retry"
+             {stale} stale, {duplicates} stored again after a retry; {compared} answers the \
+             same on several members"
         ))
     }
 }
 
-/// Every visible message of a partition: offset -> (operation, place in its batch).
-fn poll_all(readable: &PartitionGroup) -> Result<BTreeMap<u64, (OpId, u8)>, String> {
+/// A polled message: (operation, place in its batch, its batch's append timestamp).
+type Polled = (OpId, u8, u64);
+
+/// Every visible message of a partition, by offset.
+fn poll_all(readable: &PartitionGroup) -> Result<BTreeMap<u64, Polled>, String> {
     let partition = readable.partition();
     let mut out = BTreeMap::new();
     let mut from = 0;
@@ -302,9 +309,9 @@ fn poll_all(readable: &PartitionGroup) -> Result<BTreeMap<u64, (OpId, u8)>, Stri
             parsed.verify().map_err(|e| e.to_string())?;
             let record = parsed.record();
             for message in record.messages() {
-                let carried = message_op(&message.payload)
+                let (op, place) = message_op(&message.payload)
                     .ok_or_else(|| format!("offset {}: a foreign message", message.offset))?;
-                out.insert(message.offset, carried);
+                out.insert(message.offset, (op, place, message.timestamp));
             }
         }
         if next <= from {
@@ -320,17 +327,25 @@ fn poll_all(readable: &PartitionGroup) -> Result<BTreeMap<u64, (OpId, u8)>, Stri
 fn check_partition(
     ledger: &Ledger,
     group: GroupId,
-    held: &BTreeMap<u64, (OpId, u8)>,
+    held: &BTreeMap<u64, Polled>,
 ) -> Result<(u64, u64), String> {
     // Where each send's batches start.
     let mut starts: BTreeMap<OpId, Vec<u64>> = BTreeMap::new();
     let mut open: Option<(OpId, u8, u32)> = None; // the batch being walked: op, next place, count
-    for (due, (&offset, &(op, place))) in (0u64..).zip(held) {
+    let mut newest = 0;
+    for (due, (&offset, &(op, place, timestamp))) in (0u64..).zip(held) {
         if offset != due {
             return Err(format!(
                 "{group}: offset {offset} where {due} was due (a gap)"
             ));
         }
+        if timestamp < newest {
+            return Err(format!(
+                "{group}: offset {offset} stamped {timestamp} µs, before {newest} µs \
+                 (timestamps went back)"
+            ));
+        }
+        newest = timestamp;
         let Some(&(proposed_group, count)) = ledger.proposed.get(&op) else {
             return Err(format!("{group}: op {op} is stored but was never sent"));
         };
@@ -477,7 +492,7 @@ mod tests {
     use super::*;
 
     #[test]
-    fn the_partition_check_catches_a_gap_a_cut_batch_a_lost_send_and_a_stranger() {
+    fn the_partition_check_catches_a_gap_a_cut_batch_a_lost_send_a_stranger_and_time_going_back() {
         let g = GroupId(1);
         let mut ledger = Ledger::default();
         ledger.proposed.insert(1, (g, 2));
@@ -486,27 +501,36 @@ mod tests {
         ledger
             .told
             .insert(2, vec![Answer::Stale, Answer::Appended(2, 1)]);
-        let good = BTreeMap::from([(0, (1, 0)), (1, (1, 1)), (2, (2, 0))]);
+        let good = BTreeMap::from([(0, (1, 0, 0)), (1, (1, 1, 1)), (2, (2, 0, 2))]);
         assert_eq!(check_partition(&ledger, g, &good), Ok((0, 2)));
-        let again = BTreeMap::from([(0, (1, 0)), (1, (1, 1)), (2, (2, 0)), (3, (2, 0))]);
+        let again = BTreeMap::from([
+            (0, (1, 0, 0)),
+            (1, (1, 1, 1)),
+            (2, (2, 0, 2)),
+            (3, (2, 0, 3)),
+        ]);
         assert_eq!(check_partition(&ledger, g, &again), Ok((1, 2)));
 
-        let gap = BTreeMap::from([(0, (1, 0)), (1, (1, 1)), (3, (2, 0))]);
+        let gap = BTreeMap::from([(0, (1, 0, 0)), (1, (1, 1, 1)), (3, (2, 0, 3))]);
         assert!(check_partition(&ledger, g, &gap)
             .unwrap_err()
             .contains("gap"));
-        let cut = BTreeMap::from([(0, (1, 0)), (1, (2, 0))]);
+        let cut = BTreeMap::from([(0, (1, 0, 0)), (1, (2, 0, 1))]);
         assert!(check_partition(&ledger, g, &cut)
             .unwrap_err()
             .contains("cut"));
-        let lost = BTreeMap::from([(0, (1, 0)), (1, (1, 1))]);
+        let lost = BTreeMap::from([(0, (1, 0, 0)), (1, (1, 1, 1))]);
         assert!(check_partition(&ledger, g, &lost)
             .unwrap_err()
             .contains("lost"));
-        let stranger = BTreeMap::from([(0, (9, 0))]);
+        let stranger = BTreeMap::from([(0, (9, 0, 0))]);
         assert!(check_partition(&ledger, g, &stranger)
             .unwrap_err()
             .contains("never sent"));
+        let back = BTreeMap::from([(0, (1, 0, 5)), (1, (1, 1, 5)), (2, (2, 0, 4))]);
+        assert!(check_partition(&ledger, g, &back)
+            .unwrap_err()
+            .contains("went back"));
     }
 
     #[test]

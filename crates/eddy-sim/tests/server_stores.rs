@@ -28,7 +28,7 @@ fn smoke(store: StoreKind) {
         (3, "light", 1..=4, false),
         (3, "heavy", 1..=6, false),
         (5, "heavy", 1..=3, false),
-        (3, "light", 1..=4, true),
+        (3, "light", 1..=8, true),
     ] {
         let spec = Spec {
             start: *seeds.start(),
@@ -87,4 +87,17 @@ fn a_seed_on_the_partition_groups_replays_byte_for_byte() {
 #[test]
 fn smoke_campaign_on_the_partition_groups_keeps_every_acknowledged_send() {
     smoke(StoreKind::Streams);
+}
+
+/// Found by seed 26 (3 nodes, heavy): the leader of an event shard's group had its disk fail
+/// a write, so its shard stopped applying, yet it kept leading and answered every later write
+/// with an error until it was restarted: no write to that shard was acknowledged after the
+/// faults stopped. A stopped shard now fails its group on that member (`StateMachine::health`),
+/// so another member leads it.
+#[test]
+fn regression_seed_26_a_leader_whose_event_shard_stopped_hands_its_group_over() {
+    let cfg = SimConfig::new(26, 3, FaultConfig::heavy(3));
+    let report = eddy_sim::run_on(&cfg, StoreKind::Events, false).unwrap();
+    assert!(report.faults.get(FaultKind::IoError) > 0, "{report:?}");
+    assert!(report.faults.get(FaultKind::GroupFailed) > 0, "{report:?}");
 }

@@ -76,8 +76,9 @@ impl From<EventApplied> for ClusterOutcome {
 ///
 /// A record the store fails to write (an I/O error, a full disk) leaves this member without
 /// it while its group moves on: from then on the machine applies nothing (every later entry
-/// answers [`EventApplied::Stopped`]) so the shard's log never has a hole, and a restart
-/// resumes after the last record the shard holds.
+/// answers [`EventApplied::Stopped`]) so the shard's log never has a hole, its group fails on
+/// this member at the next upkeep ([`StateMachine::health`]) so another member leads it, and
+/// a restart resumes after the last record the shard holds.
 pub struct EventShardMachine {
     shard: u32,
     store: Arc<EventStore>,
@@ -177,6 +178,20 @@ impl StateMachine for EventShardMachine {
 
     fn install_snapshot(&mut self, _snapshot: &Snapshot) -> Result<(), StoreError> {
         Err(storage("event shard groups are not rebuilt from snapshots"))
+    }
+
+    /// A stopped shard fails its group on this member: leadership moves to a member whose
+    /// shard applies, instead of this one answering every write with an error until it is
+    /// restarted.
+    fn health(&self) -> Result<(), StoreError> {
+        if self.stopped.load(Ordering::Acquire) {
+            return Err(storage(format!(
+                "event shard {} stopped applying after a failed write; restart this member to \
+                 resume it",
+                self.shard
+            )));
+        }
+        Ok(())
     }
 }
 

@@ -81,6 +81,9 @@ where
     fn compactable_through(&mut self, now_us: u64) -> Option<u64> {
         self.0.compactable_through(now_us)
     }
+    fn health(&self) -> Result<(), StoreError> {
+        self.0.health()
+    }
 }
 
 impl From<MetadataApplied> for ClusterOutcome {
