@@ -7,6 +7,11 @@
 //! tells the factory that a client was acknowledged at an index, the factory looks up the
 //! answer there. The records live in the node's directory and outlive its crashes; a restart
 //! that applies an entry again must apply the same bytes.
+//!
+//! Every entry any member applies also goes to the run's [`AppliedLog`], shared by all
+//! members: a member that installs a leader's snapshot takes the entries the snapshot covers
+//! from there into its own record (the consensus checker has verified that every member
+//! applies the same entry at each index), so its record still shows the group's whole state.
 
 use std::collections::BTreeMap;
 use std::fmt;
@@ -19,6 +24,9 @@ use eddy_consensus::{GroupId, LogEntry, NodeId, Snapshot, SnapshotMeta, StoreErr
 
 type Shared<T> = Arc<Mutex<T>>;
 
+/// Every entry any member applied, per group and index: what a snapshot stands for.
+pub(crate) type AppliedLog = Shared<BTreeMap<GroupId, BTreeMap<u64, Bytes>>>;
+
 fn guard<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
     m.lock().unwrap_or_else(PoisonError::into_inner)
 }
@@ -29,14 +37,23 @@ pub(crate) struct Records<A> {
     applied: BTreeMap<GroupId, Shared<BTreeMap<u64, Bytes>>>,
     answers: BTreeMap<GroupId, Shared<BTreeMap<u64, A>>>,
     stalled: Arc<AtomicBool>,
+    log: AppliedLog,
 }
 
 impl<A> Default for Records<A> {
     fn default() -> Self {
+        Records::sharing(AppliedLog::default())
+    }
+}
+
+impl<A> Records<A> {
+    /// A node's records, its applies also going to the run's `log`.
+    pub(crate) fn sharing(log: AppliedLog) -> Self {
         Records {
             applied: BTreeMap::new(),
             answers: BTreeMap::new(),
             stalled: Arc::default(),
+            log,
         }
     }
 }
@@ -45,9 +62,11 @@ impl<A: Clone> Records<A> {
     /// The recorder a group's machine writes to (opened again after each restart).
     pub(crate) fn recorder(&mut self, group: GroupId) -> Recorder<A> {
         Recorder {
+            group,
             applied: Arc::clone(self.applied.entry(group).or_default()),
             answers: Arc::clone(self.answers.entry(group).or_default()),
             stalled: Arc::clone(&self.stalled),
+            log: Arc::clone(&self.log),
         }
     }
 
@@ -79,9 +98,11 @@ impl<A: Clone> Records<A> {
 /// Where one group's machine records.
 #[derive(Debug)]
 pub(crate) struct Recorder<A> {
+    group: GroupId,
     applied: Shared<BTreeMap<u64, Bytes>>,
     answers: Shared<BTreeMap<u64, A>>,
     stalled: Arc<AtomicBool>,
+    log: AppliedLog,
 }
 
 impl<A> Recorder<A> {
@@ -132,6 +153,11 @@ impl<M: StateMachine, A: Send + 'static> StateMachine for Recording<M, A> {
                 // Applied again after a restart: the same bytes.
                 assert_eq!(before, entry.data, "entry {} changed", entry.index);
             }
+            guard(&self.recorder.log)
+                .entry(self.recorder.group)
+                .or_default()
+                .entry(entry.index)
+                .or_insert_with(|| entry.data.clone());
         }
         if let Some(answer) = (self.judge)(outcome, &self.recorder) {
             guard(&self.recorder.answers).insert(entry.index, answer);
@@ -148,7 +174,16 @@ impl<M: StateMachine, A: Send + 'static> StateMachine for Recording<M, A> {
     }
 
     fn install_snapshot(&mut self, snapshot: &Snapshot) -> Result<(), StoreError> {
-        self.inner.install_snapshot(snapshot)
+        self.inner.install_snapshot(snapshot)?;
+        // The snapshot stands for every entry through its index: the record shows them.
+        let log = guard(&self.recorder.log);
+        if let Some(entries) = log.get(&self.recorder.group) {
+            let mut applied = guard(&self.recorder.applied);
+            for (index, data) in entries.range(..=snapshot.meta.index) {
+                applied.entry(*index).or_insert_with(|| data.clone());
+            }
+        }
+        Ok(())
     }
 
     fn entry_timestamp(&self, entry: &LogEntry) -> Option<u64> {

@@ -22,6 +22,14 @@
 //!   Iggy sends carry no idempotency key: a send retried after an unknown outcome may be
 //!   stored twice (counted, and bounded by the consensus checker's count of attempts).
 //!
+//! * **Metadata**: the metadata group (`GroupId(0)`) runs the server's [`MetadataMachine`]
+//!   (snapshots every few entries, so its log is compacted and lagging members install
+//!   snapshots). Clients create streams and topics and store consumer offsets (plain and
+//!   forward-only) on a few streams; the final check replays the agreed log with the answers
+//!   the members gave at each index through a model of those operations and compares it with
+//!   every member's state. (The metadata's partitions are not the partition groups here:
+//!   those are fixed for the run.)
+//!
 //! Partition groups are not compacted here yet (retention and `DELETE_SEGMENTS` are covered
 //! by the consensus-level stores and the real-process tests), so [`StoreFactory::compact`]
 //! does nothing and a member that lost its directory replays its groups from the first entry.
@@ -34,15 +42,18 @@ use eddy_codec::stream::batch::{admit, build_batch, Message, StoredBatch};
 use eddy_consensus::logstore::RaftLog;
 use eddy_consensus::{GroupId, GroupStore, NodeId, Replicated, StoreError};
 use eddy_log::{Cache, CommitPool, Durability, LogConfig};
-use eddy_server::cluster::groups::{partition_dir, partition_group_id};
+use eddy_server::cluster::groups::{partition_dir, partition_group_id, METADATA_GROUP};
+use eddy_server::cluster::metadata::{MetadataMachine, NoEffects};
 use eddy_server::cluster::partition::{PartitionGroup, PartitionMachine};
 use eddy_server::stream::Stampable;
+use eddy_stream_store::metadata::{decode_op, encode_op};
 use eddy_stream_store::replicated::{ApplyOutcome, PartitionEntry};
-use eddy_stream_store::PartitionAddr;
+use eddy_stream_store::replicated_metadata::{MetadataApplied, MetadataView};
+use eddy_stream_store::{ConsumerKey, MetadataOp, MetadataState, PartitionAddr, TopicConfig};
 
 use crate::config::Millis;
 use crate::logdir::Disk;
-use crate::recorded::{agree, answers_agree, Recorder, Recording, Records};
+use crate::recorded::{agree, answers_agree, AppliedLog, Recorder, Recording, Records};
 use crate::rng::SimRng;
 use crate::store::{DiskFault, StoreFactory};
 use crate::workload::{OpId, Workload};
@@ -52,6 +63,12 @@ use crate::workload::{OpId, Workload};
 const TAG: u8 = 0x5E;
 /// Most messages in one send.
 const MAX_MESSAGES: u64 = 3;
+/// Percent of operations that go to the metadata group.
+const METADATA_PERCENT: u64 = 15;
+/// Streams the metadata operations touch (ids `1..=METADATA_STREAMS`).
+const METADATA_STREAMS: u64 = 3;
+/// The metadata machine writes a snapshot (and may drop its log) every this many entries.
+const METADATA_SNAPSHOT_EVERY: u64 = 32;
 
 fn guard<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
     m.lock().unwrap_or_else(PoisonError::into_inner)
@@ -64,6 +81,10 @@ pub enum Answer {
     Appended(u64, u32),
     /// Refused: the batch was stamped for an offset another batch took.
     Stale,
+    /// A metadata operation applied.
+    Applied,
+    /// A metadata operation refused by the state (every member alike).
+    Refused(String),
     /// Anything else (nothing appended by this entry).
     Other(String),
 }
@@ -84,6 +105,7 @@ pub struct StreamFactory {
     cache: Arc<Cache>,
     group_log: LogConfig,
     ledger: Arc<Mutex<Ledger>>,
+    applied: AppliedLog,
 }
 
 /// A proposal's client attempt: (operation, attempt number).
@@ -94,6 +116,7 @@ type AttemptId = (OpId, u64);
 #[derive(Debug, Default)]
 pub struct StreamDir {
     disk: Disk,
+    metadata: Option<MetadataView>,
     groups: BTreeMap<GroupId, PartitionGroup>,
     pending: BTreeMap<GroupId, VecDeque<(AttemptId, Bytes)>>,
     records: Records<Answer>,
@@ -116,7 +139,43 @@ impl StreamFactory {
                 ..LogConfig::default()
             },
             ledger,
+            applied: AppliedLog::default(),
         }
+    }
+
+    fn open_metadata(
+        &mut self,
+        dir: &mut StreamDir,
+    ) -> Result<Box<dyn GroupStore<Outcome = u64>>, StoreError> {
+        let backend = Arc::new(dir.disk.backend.clone());
+        let log = RaftLog::open(
+            backend.clone(),
+            "raft/metadata",
+            self.group_log,
+            &self.pool,
+            Arc::clone(&self.cache),
+        )?;
+        let (machine, view) = MetadataMachine::open(
+            backend,
+            log.dir(),
+            METADATA_SNAPSHOT_EVERY,
+            Box::new(NoEffects),
+        )?;
+        let recorder = dir.records.recorder(METADATA_GROUP);
+        let replicated = Replicated::open(log, Recording::new(machine, recorder, judge_metadata))?;
+        dir.metadata = Some(view);
+        let log = replicated.raft_log().log().clone();
+        Ok(Box::new(dir.disk.hold(METADATA_GROUP, log, replicated)))
+    }
+}
+
+/// A metadata apply's outcome as its client's answer.
+fn judge_metadata(outcome: MetadataApplied, _: &Recorder<Answer>) -> Option<Answer> {
+    match outcome {
+        MetadataApplied::Applied(_) => Some(Answer::Applied),
+        MetadataApplied::Refused(e) => Some(Answer::Refused(e.to_string())),
+        MetadataApplied::Noop => None,
+        MetadataApplied::Undecodable => Some(Answer::Other("undecodable".into())),
     }
 }
 
@@ -148,7 +207,13 @@ impl StoreFactory for StreamFactory {
     type Dir = StreamDir;
 
     fn create(&mut self, _node: NodeId) -> StreamDir {
-        StreamDir::default()
+        StreamDir {
+            disk: Disk::default(),
+            metadata: None,
+            groups: BTreeMap::new(),
+            pending: BTreeMap::new(),
+            records: Records::sharing(Arc::clone(&self.applied)),
+        }
     }
 
     fn open(
@@ -156,6 +221,9 @@ impl StoreFactory for StreamFactory {
         dir: &mut StreamDir,
         group: GroupId,
     ) -> Result<Box<dyn GroupStore<Outcome = u64>>, StoreError> {
+        if group == METADATA_GROUP {
+            return self.open_metadata(dir);
+        }
         let backend = Arc::new(dir.disk.backend.clone());
         let log = RaftLog::open(
             backend.clone(),
@@ -182,6 +250,7 @@ impl StoreFactory for StreamFactory {
     }
 
     fn crash(&mut self, dir: &mut StreamDir, tear: bool, rng: &mut SimRng) -> u64 {
+        dir.metadata = None;
         dir.groups.clear();
         dir.pending.clear();
         dir.disk.crash(tear, rng)
@@ -207,6 +276,9 @@ impl StoreFactory for StreamFactory {
         mut payload: Bytes,
         now: Millis,
     ) -> Result<Bytes, String> {
+        if group == METADATA_GROUP {
+            return Ok(payload);
+        }
         let readable = dir
             .groups
             .get(&group)
@@ -241,7 +313,10 @@ impl StoreFactory for StreamFactory {
         let answer = dir.records.answer(group, index).ok_or_else(|| {
             format!("op {op}: acknowledged at {group} index {index} with no answer recorded there")
         })?;
-        let settled = matches!(answer, Answer::Appended(..));
+        let settled = matches!(
+            answer,
+            Answer::Appended(..) | Answer::Applied | Answer::Refused(_)
+        );
         guard(&self.ledger).told.entry(op).or_default().push(answer);
         // A stale stamp is the server's transient refusal: the SDK sends again.
         Ok(settled)
@@ -249,6 +324,7 @@ impl StoreFactory for StreamFactory {
 
     fn check_final(&self, dirs: &[(NodeId, &StreamDir)]) -> Result<String, String> {
         let ledger = guard(&self.ledger);
+        let metadata = check_metadata(dirs)?;
         let groups: Vec<GroupId> = dirs
             .first()
             .map(|(_, d)| d.groups.keys().copied().collect())
@@ -285,13 +361,137 @@ impl StoreFactory for StreamFactory {
         Ok(format!(
             "partitions agree: {messages} messages; {appended} sends answered appended, \
              {stale} stale, {duplicates} stored again after a retry; {compared} answers the \
-             same on several members"
+             same on several members; {metadata}"
         ))
     }
 }
 
 /// A polled message: (operation, place in its batch, its batch's append timestamp).
 type Polled = (OpId, u8, u64);
+
+/// The metadata every member holds is one state, and it is what the agreed log's applied
+/// operations make of the model's few kinds.
+fn check_metadata(dirs: &[(NodeId, &StreamDir)]) -> Result<String, String> {
+    let mut views = Vec::with_capacity(dirs.len());
+    for (node, dir) in dirs {
+        let view = dir
+            .metadata
+            .as_ref()
+            .ok_or_else(|| format!("node {node}: no metadata open at the end"))?;
+        views.push((
+            *node,
+            BTreeMap::from([((), view.read(MetadataState::clone))]),
+        ));
+    }
+    let held = agree(views).map_err(|e| format!("metadata states differ: {e}"))?;
+    let state = &held[&()];
+    let (_, first) = dirs.first().ok_or("no member")?;
+    let mut model = Model::default();
+    let mut unanswered = 0;
+    for (index, payload) in first.records.state(METADATA_GROUP) {
+        let answer = dirs
+            .iter()
+            .find_map(|(_, d)| d.records.answer(METADATA_GROUP, index));
+        let op = decode_op(&payload).map_err(|e| format!("metadata index {index}: {e}"))?;
+        match answer {
+            Some(Answer::Applied) => model.apply(&op),
+            Some(_) => {}
+            // Applied only by members whose records were lost with their directories.
+            None => unanswered += 1,
+        }
+    }
+    if unanswered == 0 {
+        model.matches(state)?;
+    }
+    Ok(format!(
+        "metadata agrees: {} streams, {} offsets{}",
+        state.streams.len(),
+        model.offsets.len(),
+        if unanswered == 0 {
+            String::new()
+        } else {
+            format!(" ({unanswered} entries with no answer on record: model not checked)")
+        }
+    ))
+}
+
+/// What the applied metadata operations of the workload make.
+#[derive(Debug, Default)]
+struct Model {
+    streams: BTreeMap<u32, String>,
+    topics: BTreeMap<(u32, u32), String>,
+    offsets: BTreeMap<(PartitionAddr, ConsumerKey), u64>,
+}
+
+impl Model {
+    fn apply(&mut self, op: &MetadataOp) {
+        match op {
+            MetadataOp::CreateStream { id, name, .. } => {
+                self.streams.insert(*id, name.clone());
+            }
+            MetadataOp::CreateTopic {
+                stream_id,
+                id,
+                name,
+                ..
+            } => {
+                self.topics.insert((*stream_id, *id), name.clone());
+            }
+            MetadataOp::StoreConsumerOffset {
+                addr,
+                consumer,
+                offset,
+                forward_only,
+            } => {
+                let slot = self.offsets.entry((*addr, *consumer)).or_insert(*offset);
+                if !*forward_only || *offset > *slot {
+                    *slot = *offset;
+                }
+            }
+            _ => {}
+        }
+    }
+
+    fn matches(&self, state: &MetadataState) -> Result<(), String> {
+        let streams: BTreeMap<u32, String> = state
+            .streams
+            .iter()
+            .map(|(id, s)| (*id, s.name.clone()))
+            .collect();
+        if streams != self.streams {
+            return Err(format!(
+                "streams {streams:?}, the log makes {:?}",
+                self.streams
+            ));
+        }
+        let topics: BTreeMap<(u32, u32), String> = state
+            .streams
+            .iter()
+            .flat_map(|(sid, s)| {
+                s.topics
+                    .iter()
+                    .map(|(tid, t)| ((*sid, *tid), t.name.clone()))
+            })
+            .collect();
+        if topics != self.topics {
+            return Err(format!(
+                "topics {topics:?}, the log makes {:?}",
+                self.topics
+            ));
+        }
+        let offsets: BTreeMap<(PartitionAddr, ConsumerKey), u64> = state
+            .partitions()
+            .flat_map(|(addr, p, _)| p.offsets.iter().map(move |(c, o)| ((addr, *c), *o)))
+            .collect();
+        if offsets != self.offsets {
+            return Err(format!(
+                "consumer offsets {offsets:?}, the log makes {:?}",
+                self.offsets
+            ));
+        }
+        Ok(())
+    }
+}
 
 /// Every visible message of a partition, by offset.
 fn poll_all(readable: &PartitionGroup) -> Result<BTreeMap<u64, Polled>, String> {
@@ -430,15 +630,27 @@ impl StreamWorkload {
 
 impl Workload for StreamWorkload {
     fn groups(&self) -> Vec<GroupId> {
-        (0..self.partitions).map(partition_group_id).collect()
+        std::iter::once(METADATA_GROUP)
+            .chain((0..self.partitions).map(partition_group_id))
+            .collect()
     }
 
     fn choose_group(&mut self, rng: &mut SimRng) -> GroupId {
-        partition_group_id(rng.below(self.partitions))
+        if rng.below(100) < METADATA_PERCENT {
+            METADATA_GROUP
+        } else {
+            partition_group_id(rng.below(self.partitions))
+        }
     }
 
-    /// The send's message count (u32 LE), then its batch as the SDK encodes it.
+    /// For a partition, the send's message count (u32 LE), then its batch as the SDK encodes
+    /// it; for the metadata, an encoded operation carrying `id`.
     fn payload(&mut self, group: GroupId, id: OpId, rng: &mut SimRng) -> Bytes {
+        if group == METADATA_GROUP {
+            guard(&self.ledger).proposed.insert(id, (group, 0));
+            let op = metadata_op(id, rng);
+            return Bytes::from(encode_op(&op).expect("the workload's operations encode"));
+        }
         let count = rng.range(1, MAX_MESSAGES);
         let messages: Vec<Message> = (0..count)
             .map(|place| {
@@ -468,13 +680,57 @@ impl Workload for StreamWorkload {
     }
 
     fn op_id(&self, payload: &[u8]) -> Option<OpId> {
-        let entry = PartitionEntry::decode(&Bytes::copy_from_slice(payload)).ok()?;
+        let Ok(entry) = PartitionEntry::decode(&Bytes::copy_from_slice(payload)) else {
+            return match decode_op(payload).ok()? {
+                MetadataOp::CreateStream { created_at, .. }
+                | MetadataOp::CreateTopic { created_at, .. } => Some(created_at),
+                MetadataOp::StoreConsumerOffset { offset, .. } => Some(offset & 0xFFFF_FFFF),
+                _ => None,
+            };
+        };
         let PartitionEntry::Append { batch, .. } = entry else {
             return None;
         };
         let record = StoredBatch::parse(batch).ok()?.record();
         let first = record.messages().next()?;
         message_op(&first.payload).map(|(op, _)| op)
+    }
+}
+
+/// A metadata operation carrying `id` (as a creation time, or in the low 32 bits of the
+/// offset stored): a
+/// stream or a topic created on one of a few ids (taken ids are refused), or a consumer
+/// offset stored, plainly or forward-only (refused while its topic does not exist).
+fn metadata_op(id: OpId, rng: &mut SimRng) -> MetadataOp {
+    let stream_id = u32::try_from(rng.range(1, METADATA_STREAMS)).expect("a few");
+    match rng.below(10) {
+        0..=2 => MetadataOp::CreateStream {
+            id: stream_id,
+            name: format!("s{stream_id}-{id}"),
+            created_at: id,
+            options: Vec::new(),
+        },
+        3..=4 => MetadataOp::CreateTopic {
+            stream_id,
+            id: 1,
+            name: format!("t{id}"),
+            created_at: id,
+            partitions: 1,
+            config: TopicConfig::default(),
+            explicit_options: Vec::new(),
+            derived_options: Vec::new(),
+        },
+        _ => MetadataOp::StoreConsumerOffset {
+            addr: PartitionAddr {
+                stream_id,
+                topic_id: 1,
+                partition_id: 0,
+            },
+            consumer: ConsumerKey::Consumer(u32::try_from(rng.range(1, 2)).expect("1 or 2")),
+            // Random high bits, so forward-only stores are refused now and then.
+            offset: (rng.below(1000) << 32) | (id & 0xFFFF_FFFF),
+            forward_only: rng.chance(0.5),
+        },
     }
 }
 
@@ -531,6 +787,57 @@ mod tests {
         assert!(check_partition(&ledger, g, &back)
             .unwrap_err()
             .contains("went back"));
+    }
+
+    #[test]
+    fn the_metadata_model_follows_forward_only_stores_and_tells_a_differing_state() {
+        let addr = PartitionAddr {
+            stream_id: 1,
+            topic_id: 1,
+            partition_id: 0,
+        };
+        let store = |offset, forward_only| MetadataOp::StoreConsumerOffset {
+            addr,
+            consumer: ConsumerKey::Consumer(1),
+            offset,
+            forward_only,
+        };
+        let mut state = MetadataState::default();
+        let mut model = Model::default();
+        let ops = [
+            metadata_op(1, &mut SimRng::new(1)),
+            MetadataOp::CreateStream {
+                id: 1,
+                name: "s".into(),
+                created_at: 2,
+                options: Vec::new(),
+            },
+            MetadataOp::CreateTopic {
+                stream_id: 1,
+                id: 1,
+                name: "t".into(),
+                created_at: 3,
+                partitions: 1,
+                config: TopicConfig::default(),
+                explicit_options: Vec::new(),
+                derived_options: Vec::new(),
+            },
+            store(10, false),
+            store(5, true),
+            store(7, false),
+        ];
+        for op in &ops {
+            if state.apply(op).is_ok() {
+                model.apply(op);
+            }
+        }
+        assert_eq!(model.offsets[&(addr, ConsumerKey::Consumer(1))], 7);
+        model.matches(&state).unwrap();
+        model.offsets.insert((addr, ConsumerKey::Consumer(1)), 10);
+        assert!(model
+            .matches(&state)
+            .unwrap_err()
+            .contains("consumer offsets"));
     }
 
     #[test]
