@@ -98,8 +98,8 @@ fn print_help() {
                                  (--check: retrain and compare with the committed one)\n\
          sim [ARGS...]           deterministic simulation campaign (release build of eddy-sim):\n\
                                  --seeds N [--start S] [--nodes 3|5] [--faults none|light|heavy]\n\
-                                 [--jobs J] [--store mem|log|events|streams]; --seed S\n\
-                                 [--trace] replays one seed\n\
+                                 [--jobs J] [--store mem|log|events|streams|server];\n\
+                                 --seed S [--trace] replays one seed\n\
          chaos [ARGS...]         real-process chaos of a local cluster (root; network\n\
                                  namespaces): --seconds N (300) --seed S --nodes N (3) --no-nft\n\
          event-load [ARGS...]    event-protocol load sweep (100, 1000, 4000 pinned connections,\n\

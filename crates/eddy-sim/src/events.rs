@@ -574,7 +574,7 @@ impl Workload for EventWorkload {
         command.encode()
     }
 
-    fn op_id(&self, payload: &[u8]) -> Option<OpId> {
+    fn op_id(&self, _group: GroupId, payload: &[u8]) -> Option<OpId> {
         let client_id = match Command::decode(&Bytes::copy_from_slice(payload)).ok()? {
             Command::Write { client_id, .. } => client_id,
             Command::Trim(t) => t.client_id,
@@ -640,7 +640,7 @@ mod tests {
         for id in 0..200 {
             let group = w.choose_group(&mut rng);
             let p = w.payload(group, id, &mut rng);
-            assert_eq!(w.op_id(&p), Some(id));
+            assert_eq!(w.op_id(group, &p), Some(id));
             let (kind, key) = match Command::decode(&p).unwrap() {
                 Command::Write { parts, .. } => ("write", parts[0].0.key),
                 Command::Trim(t) => ("trim", t.key),
@@ -651,7 +651,7 @@ mod tests {
             assert_eq!(event_group_id(w.template.shard_of(&key)), group);
         }
         assert_eq!(kinds.len(), 3, "{kinds:?}");
-        assert_eq!(w.op_id(b""), None);
+        assert_eq!(w.op_id(event_group_id(0), b""), None);
     }
 
     fn served(floor: u64, events: &[(u64, OpId)]) -> Served {

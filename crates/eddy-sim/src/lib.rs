@@ -27,7 +27,8 @@
 //! per node, with Celeriant writes (OCC, idempotency) and a check of what clients were told
 //! against what every member stores (`--store events`); [`streams::pair`] the server's own
 //! partition groups, with Iggy sends stamped as the server's leader stamps them and a check of
-//! every member's messages (`--store streams`).
+//! every member's messages (`--store streams`); [`server::pair`] both at once, as one eddy
+//! member runs them (`--store server`).
 //!
 //! ```
 //! use eddy_sim::{FaultConfig, SimConfig};
@@ -52,6 +53,7 @@ pub mod probe;
 mod recorded;
 pub mod report;
 pub mod rng;
+pub mod server;
 mod sim;
 pub mod store;
 pub mod streams;
@@ -84,6 +86,12 @@ pub fn run_on(cfg: &SimConfig, store: StoreKind, trace: bool) -> Result<Report, 
             let sim = Sim::new(cfg.clone(), LogFactory::default(), workload).with_trace(trace);
             run_guarded(cfg.seed, move || sim.run())
         }
+        StoreKind::Server => run_guarded(cfg.seed, || {
+            let (factory, workload) = server::pair(cfg.data_groups.max(1));
+            Sim::new(cfg.clone(), factory, workload)
+                .with_trace(trace)
+                .run()
+        }),
         StoreKind::Streams => run_guarded(cfg.seed, || {
             let (factory, workload) = streams::pair(cfg.data_groups.max(1));
             Sim::new(cfg.clone(), factory, workload)

@@ -6,6 +6,7 @@
 //! eddy-sim --seeds 300 --store log                         # the nodes on eddy-log directories
 //! eddy-sim --seeds 100 --store events                      # the server's event-store groups
 //! eddy-sim --seeds 100 --store streams                     # the server's partition groups
+//! eddy-sim --seeds 100 --store server                      # both, as one member runs them
 //! ```
 #![allow(clippy::print_stdout, clippy::cast_precision_loss)]
 
@@ -49,8 +50,10 @@ struct Args {
     /// The store under the nodes: `mem` (the in-memory store), `log` (the on-disk store,
     /// eddy-log directories on the crash-simulating backend), `events` (the server's
     /// event-store shard groups over real event stores, Celeriant writes with OCC and
-    /// idempotency, checked against what every member stores) or `streams` (the server's
-    /// partition groups, Iggy sends stamped by the leader, every member's messages checked).
+    /// idempotency, checked against what every member stores), `streams` (the server's
+    /// metadata and partition groups, Iggy sends stamped by the leader, every member's
+    /// messages, streams, topics and offsets checked) or `server` (both at once, as a member
+    /// runs them).
     #[arg(long, default_value = "mem")]
     store: String,
     /// Seeds run at once.

@@ -922,7 +922,7 @@ impl<F: StoreFactory, W: Workload> Sim<F, W> {
             self.factory.settled(dir, r.group, settled);
             let answer = match r.result {
                 Ok(Some((index, term, payload))) => {
-                    let carried = self.workload.op_id(&payload);
+                    let carried = self.workload.op_id(r.group, &payload);
                     let durable_on = self.durable_on(r.group, index, term);
                     let (op, node) = (r.attempt.op, r.attempt.node);
                     self.checker
@@ -1417,7 +1417,7 @@ impl<F: StoreFactory, W: Workload> Sim<F, W> {
             let counts = self.checker.check_final(
                 group,
                 &states,
-                |p| self.workload.op_id(p),
+                |p| self.workload.op_id(group, p),
                 |p| digest(eddy_consensus::EntryKind::Normal, p),
             )?;
             self.report.duplicates += counts.duplicates;

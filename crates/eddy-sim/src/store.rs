@@ -34,16 +34,19 @@ pub enum StoreKind {
     /// The server's stream partition groups on the crash-simulating backend
     /// ([`crate::streams`]).
     Streams,
+    /// Both, on one Raft node per member ([`crate::server`]).
+    Server,
 }
 
 impl StoreKind {
-    /// The store by name: `mem`, `log`, `events` or `streams`.
+    /// The store by name: `mem`, `log`, `events`, `streams` or `server`.
     pub fn by_name(name: &str) -> Option<Self> {
         match name {
             "mem" => Some(StoreKind::Mem),
             "log" => Some(StoreKind::Log),
             "events" => Some(StoreKind::Events),
             "streams" => Some(StoreKind::Streams),
+            "server" => Some(StoreKind::Server),
             _ => None,
         }
     }
@@ -55,6 +58,7 @@ impl StoreKind {
             StoreKind::Log => "log",
             StoreKind::Events => "events",
             StoreKind::Streams => "streams",
+            StoreKind::Server => "server",
         }
     }
 }

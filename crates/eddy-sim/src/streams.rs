@@ -679,15 +679,16 @@ impl Workload for StreamWorkload {
         out.freeze()
     }
 
-    fn op_id(&self, payload: &[u8]) -> Option<OpId> {
-        let Ok(entry) = PartitionEntry::decode(&Bytes::copy_from_slice(payload)) else {
+    fn op_id(&self, group: GroupId, payload: &[u8]) -> Option<OpId> {
+        if group == METADATA_GROUP {
             return match decode_op(payload).ok()? {
                 MetadataOp::CreateStream { created_at, .. }
                 | MetadataOp::CreateTopic { created_at, .. } => Some(created_at),
                 MetadataOp::StoreConsumerOffset { offset, .. } => Some(offset & 0xFFFF_FFFF),
                 _ => None,
             };
-        };
+        }
+        let entry = PartitionEntry::decode(&Bytes::copy_from_slice(payload)).ok()?;
         let PartitionEntry::Append { batch, .. } = entry else {
             return None;
         };
@@ -851,7 +852,7 @@ mod tests {
         let entry = factory
             .prepare(&mut dir, group, (77, 1), payload, 10)
             .unwrap();
-        assert_eq!(w.op_id(&entry), Some(77));
+        assert_eq!(w.op_id(group, &entry), Some(77));
         assert_eq!(dir.pending[&group].len(), 1);
         factory.settled(&mut dir, group, (77, 1));
         assert!(dir.pending[&group].is_empty());

@@ -21,8 +21,9 @@ pub trait Workload {
     fn choose_group(&mut self, rng: &mut SimRng) -> GroupId;
     /// The payload of operation `id` on `group` (it must carry `id`, see [`Workload::op_id`]).
     fn payload(&mut self, group: GroupId, id: OpId, rng: &mut SimRng) -> Bytes;
-    /// The operation an applied payload belongs to (`None`: not a client operation).
-    fn op_id(&self, payload: &[u8]) -> Option<OpId>;
+    /// The operation a payload applied in `group` belongs to (`None`: not a client
+    /// operation).
+    fn op_id(&self, group: GroupId, payload: &[u8]) -> Option<OpId>;
 }
 
 /// A metadata group taking a small share of small operations and a few data groups taking
@@ -75,7 +76,7 @@ impl Workload for MixedWorkload {
         out.freeze()
     }
 
-    fn op_id(&self, payload: &[u8]) -> Option<OpId> {
+    fn op_id(&self, _group: GroupId, payload: &[u8]) -> Option<OpId> {
         if payload.len() < 17 || payload[0] != TAG {
             return None;
         }
@@ -99,11 +100,11 @@ mod tests {
             let g = w.choose_group(&mut rng);
             per_group[usize::try_from(g.0).unwrap()] += 1;
             let p = w.payload(g, id, &mut rng);
-            assert_eq!(w.op_id(&p), Some(id));
+            assert_eq!(w.op_id(g, &p), Some(id));
         }
         assert!((250..=550).contains(&per_group[0]), "{per_group:?}");
         assert!(per_group[1..].iter().all(|&n| n > 1000), "{per_group:?}");
-        assert_eq!(w.op_id(b""), None);
-        assert_eq!(w.op_id(&[0u8; 20]), None);
+        assert_eq!(w.op_id(GroupId(1), b""), None);
+        assert_eq!(w.op_id(GroupId(1), &[0u8; 20]), None);
     }
 }

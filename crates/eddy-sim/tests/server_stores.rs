@@ -1,8 +1,10 @@
 //! The simulator on the server's own state machines:
 //! * `--store events`: each node runs `EventShardMachine` over a real event store, clients
 //!   send Celeriant writes (OCC guesses, idempotency) prepared as the server prepares them;
-//! * `--store streams`: each node runs `PartitionMachine` over its groups' logs, clients send
-//!   Iggy batches that the node they reach stamps as the server's leader does.
+//! * `--store streams`: each node runs `MetadataMachine` and `PartitionMachine` over their
+//!   groups' logs, clients create streams and topics, store offsets and send Iggy batches
+//!   that the node they reach stamps as the server's leader does;
+//! * `--store server`: both at once, on one Raft node per member.
 //!
 //! Both on the crash-simulating backend, clients retrying as the published clients do, and
 //! each run ending with a check of every answer a client got against what every member
@@ -87,6 +89,16 @@ fn a_seed_on_the_partition_groups_replays_byte_for_byte() {
 #[test]
 fn smoke_campaign_on_the_partition_groups_keeps_every_acknowledged_send() {
     smoke(StoreKind::Streams);
+}
+
+#[test]
+fn a_seed_of_both_protocols_replays_byte_for_byte() {
+    replays(StoreKind::Server);
+}
+
+#[test]
+fn smoke_campaign_of_both_protocols_on_one_cluster_keeps_every_acknowledged_operation() {
+    smoke(StoreKind::Server);
 }
 
 /// Found by seed 26 (3 nodes, heavy): the leader of an event shard's group had its disk fail
