@@ -90,6 +90,8 @@ pub struct Member {
     inbox: Arc<RunnerInbox>,
     stop: CancellationToken,
     elections: Arc<std::sync::atomic::AtomicU64>,
+    /// Groups whose storage failed on this member (they stop here until it restarts).
+    failed_groups: Arc<std::sync::atomic::AtomicU64>,
 }
 
 impl std::fmt::Debug for Member {
@@ -260,12 +262,18 @@ pub async fn start(
     let voters = members.clone();
     let elections = Arc::new(std::sync::atomic::AtomicU64::new(0));
     let elected = Arc::clone(&elections);
+    let failed_groups = Arc::new(std::sync::atomic::AtomicU64::new(0));
+    let failures = Arc::clone(&failed_groups);
     let runner = Runner::spawn(
         "eddy-raft",
         move |wake| Node::new(NodeConfig::new(me, voters), wake),
         tick,
         Box::new(move |to, batch| outbox.send(to, &batch)),
         Box::new(move |event| {
+            if let Event::GroupFailed { group } = event {
+                failures.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+                tracing::error!(%group, "a replicated group failed on this member: it takes no part in it until restarted; /health answers 503");
+            }
             if let Event::RoleChanged {
                 group,
                 role,
@@ -315,7 +323,23 @@ pub async fn start(
         inbox,
         stop,
         elections,
+        failed_groups,
     })
+}
+
+/// `/health`'s role for a member whose metadata group is at `view` and on which `failed`
+/// groups failed.
+fn health_of(view: Option<eddy_consensus::GroupView>, failed: u64) -> Option<&'static str> {
+    let view = view?;
+    view.leader?;
+    if failed > 0 {
+        return None;
+    }
+    match view.role {
+        eddy_consensus::Role::Leader => Some("leader"),
+        eddy_consensus::Role::Follower => Some("follower"),
+        eddy_consensus::Role::Candidate => None,
+    }
 }
 
 impl Member {
@@ -399,15 +423,13 @@ impl Member {
     }
 
     /// `/health`'s answer: this member's role in the metadata group while a leader is known
-    /// (`None` otherwise, or while it is rebuilding from its peers).
+    /// (`None` otherwise, or while it is rebuilding from its peers, or once a group failed
+    /// here: the member no longer holds what it should until it is restarted).
     pub fn health_role(&self) -> Option<&'static str> {
-        let view = self.streams.runner().view().get(METADATA_GROUP)?;
-        view.leader?;
-        match view.role {
-            eddy_consensus::Role::Leader => Some("leader"),
-            eddy_consensus::Role::Follower => Some("follower"),
-            eddy_consensus::Role::Candidate => None,
-        }
+        let failed = self
+            .failed_groups
+            .load(std::sync::atomic::Ordering::Relaxed);
+        health_of(self.streams.runner().view().get(METADATA_GROUP), failed)
     }
 
     /// Writes the member's gauges: its role, term, commit and applied indexes per group kind,
@@ -464,6 +486,13 @@ impl Member {
             "# HELP eddy_cluster_partition_groups Partition groups on this member.\n# TYPE eddy_cluster_partition_groups gauge\neddy_cluster_partition_groups {partitions}\n# HELP eddy_cluster_partition_groups_led Partition groups this member leads.\n# TYPE eddy_cluster_partition_groups_led gauge\neddy_cluster_partition_groups_led {led}"
         );
         let elections = self.elections.load(std::sync::atomic::Ordering::Relaxed);
+        let failed = self
+            .failed_groups
+            .load(std::sync::atomic::Ordering::Relaxed);
+        let _ = writeln!(
+            out,
+            "# HELP eddy_cluster_failed_groups Replicated groups whose storage failed on this member (each stopped here until a restart).\n# TYPE eddy_cluster_failed_groups gauge\neddy_cluster_failed_groups {failed}"
+        );
         let _ = writeln!(
             out,
             "# HELP eddy_cluster_elections_total Times this member became leader of the metadata group.\n# TYPE eddy_cluster_elections_total counter\neddy_cluster_elections_total {elections}"
@@ -474,5 +503,32 @@ impl Member {
     pub fn stop(&self) {
         self.stop.cancel();
         self.streams.runner().stop();
+    }
+}
+
+#[cfg(test)]
+mod health_tests {
+    use super::health_of;
+    use eddy_consensus::{GroupView, Role};
+
+    #[test]
+    fn health_names_the_role_while_in_sync_and_is_unhealthy_once_a_group_failed() {
+        let view = |role, leader| GroupView {
+            role,
+            leader,
+            term: 3,
+        };
+        assert_eq!(
+            health_of(Some(view(Role::Leader, Some(1))), 0),
+            Some("leader")
+        );
+        assert_eq!(
+            health_of(Some(view(Role::Follower, Some(1))), 0),
+            Some("follower")
+        );
+        assert_eq!(health_of(Some(view(Role::Follower, None)), 0), None);
+        assert_eq!(health_of(Some(view(Role::Candidate, Some(1))), 0), None);
+        assert_eq!(health_of(None, 0), None);
+        assert_eq!(health_of(Some(view(Role::Leader, Some(1))), 1), None);
     }
 }
