@@ -1272,6 +1272,18 @@ impl<F: StoreFactory, W: Workload> Sim<F, W> {
     /// Why losing `id`'s data now is not survivable, if it is not (see
     /// [`crate::probe::data_loss_hazard`]).
     fn data_loss_hazard(&self, id: NodeId) -> Option<String> {
+        // One member's data at a time: a member that lost its data votes only once it has
+        // rebuilt from a leader, so two rebuilding at once leave a 3-member cluster without a
+        // majority that can elect one (for good, when nothing was ever committed to rebuild
+        // from). The chaos harness keeps the same rule.
+        let rebuilding = self.nodes.iter().find(|n| {
+            n.id != id
+                && (n.next_start == NextStart::Rebuild
+                    || n.node.as_ref().is_some_and(Node::rebuilding))
+        });
+        if let Some(n) = rebuilding {
+            return Some(format!("node {} is still rebuilding what it lost", n.id));
+        }
         self.groups.iter().find_map(|&group| {
             let members: Vec<(NodeId, DurableLog, u64)> = self
                 .nodes

@@ -113,3 +113,18 @@ fn regression_seed_26_a_leader_whose_event_shard_stopped_hands_its_group_over() 
     assert!(report.faults.get(FaultKind::IoError) > 0, "{report:?}");
     assert!(report.faults.get(FaultKind::GroupFailed) > 0, "{report:?}");
 }
+
+/// Found by seed 135 (3 nodes, light, data loss, both protocols): two members lost their data
+/// before the cluster ever elected a leader, so both waited to be rebuilt by a leader only
+/// they could help elect, for good. The simulator now loses one member's data at a time (a
+/// member still rebuilding must finish first), as the chaos harness and OPERATIONS.md ask.
+#[test]
+fn regression_seed_135_one_member_rebuilds_at_a_time() {
+    let cfg = SimConfig::new(135, 3, FaultConfig::light(3).with_data_loss());
+    let report = eddy_sim::run_on(&cfg, StoreKind::Server, false).unwrap();
+    assert!(report.faults.get(FaultKind::DataLoss) > 0, "{report:?}");
+    assert!(
+        report.faults.get(FaultKind::DataLossRefused) > 0,
+        "{report:?}"
+    );
+}
