@@ -30,9 +30,13 @@
 //!   every member's state. (The metadata's partitions are not the partition groups here:
 //!   those are fixed for the run.)
 //!
-//! Partition groups are not compacted here yet (retention and `DELETE_SEGMENTS` are covered
-//! by the consensus-level stores and the real-process tests), so [`StoreFactory::compact`]
-//! does nothing and a member that lost its directory replays its groups from the first entry.
+//! * **Retention**: the nemesis's compaction gives a member's even-numbered partition groups a
+//!   size cap (two segments), as a topic's `max_topic_size` does; that member's upkeep then records the cut,
+//!   stops serving what lies below it and drops those sealed segments and that part of the
+//!   Raft log, so a lagging or rebuilt member gets the partition's snapshot at its visible
+//!   floor, then every entry after it. Members cut at their own points: the final check
+//!   compares what all of them still serve, and acknowledged sends below a member's cut are
+//!   counted as deleted by retention.
 
 use std::collections::{BTreeMap, VecDeque};
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
@@ -49,7 +53,9 @@ use eddy_server::stream::Stampable;
 use eddy_stream_store::metadata::{decode_op, encode_op};
 use eddy_stream_store::replicated::{ApplyOutcome, PartitionEntry};
 use eddy_stream_store::replicated_metadata::{MetadataApplied, MetadataView};
-use eddy_stream_store::{ConsumerKey, MetadataOp, MetadataState, PartitionAddr, TopicConfig};
+use eddy_stream_store::{
+    ConsumerKey, MetadataOp, MetadataState, PartitionAddr, RetentionPolicy, TopicConfig,
+};
 
 use crate::config::Millis;
 use crate::logdir::Disk;
@@ -120,6 +126,9 @@ pub struct StreamDir {
     groups: BTreeMap<GroupId, PartitionGroup>,
     pending: BTreeMap<GroupId, VecDeque<(AttemptId, Bytes)>>,
     records: Records<Answer>,
+    /// Each partition's retention policy on this member (its configuration: kept across
+    /// restarts).
+    retention: BTreeMap<GroupId, Arc<Mutex<Option<RetentionPolicy>>>>,
 }
 
 impl StreamFactory {
@@ -213,6 +222,7 @@ impl StoreFactory for StreamFactory {
             groups: BTreeMap::new(),
             pending: BTreeMap::new(),
             records: Records::sharing(Arc::clone(&self.applied)),
+            retention: BTreeMap::new(),
         }
     }
 
@@ -234,6 +244,8 @@ impl StoreFactory for StreamFactory {
         )?;
         let (machine, readable) =
             PartitionMachine::open(addr_of(group), log.log().clone(), backend, log.dir())?;
+        let policy = Arc::clone(dir.retention.entry(group).or_default());
+        let machine = machine.with_retention(Box::new(move || *guard(&policy)));
         let machine = Recording::new(machine, dir.records.recorder(group), judge);
         let replicated = Replicated::open(log, machine)?;
         dir.groups.insert(group, readable);
@@ -260,8 +272,18 @@ impl StoreFactory for StreamFactory {
         dir.disk.set_fault(fault);
     }
 
-    fn compact(&mut self, _dir: &mut StreamDir, _group: GroupId, _through: u64) {
-        // Not here yet (see the module docs).
+    /// Every other partition gets a size cap of two segments on this member (see the module
+    /// docs; the others keep every acknowledged send checkable); the metadata group compacts
+    /// after its own snapshots.
+    fn compact(&mut self, dir: &mut StreamDir, group: GroupId, _through: u64) {
+        if group == METADATA_GROUP || !group.0.is_multiple_of(2) {
+            return;
+        }
+        let policy = RetentionPolicy {
+            max_bytes: Some(2 * self.group_log.segment_size),
+            ..RetentionPolicy::default()
+        };
+        *guard(dir.retention.entry(group).or_default()) = Some(policy);
     }
 
     fn state(&self, dir: &StreamDir, group: GroupId) -> Vec<(u64, Bytes)> {
@@ -332,6 +354,7 @@ impl StoreFactory for StreamFactory {
         let mut messages = 0;
         let mut duplicates = 0;
         let mut appended = 0;
+        let mut deleted = 0;
         for group in groups {
             let mut views = Vec::with_capacity(dirs.len());
             for (node, dir) in dirs {
@@ -340,14 +363,29 @@ impl StoreFactory for StreamFactory {
                     .get(&group)
                     .ok_or_else(|| format!("node {node}: {group} not open at the end"))?;
                 let held = poll_all(readable).map_err(|e| format!("node {node}, {group}: {e}"))?;
-                views.push((*node, held));
+                // Where this member's retention left it (nothing visible: its next offset).
+                let floor = held
+                    .keys()
+                    .next()
+                    .copied()
+                    .unwrap_or_else(|| readable.predict([]).next_offset);
+                check_partition(&ledger, group, &held, floor)
+                    .map_err(|e| format!("node {node}: {e}"))?;
+                views.push((*node, floor, held));
             }
+            // What every member still serves must be the same.
+            let common = views.iter().map(|(_, floor, _)| *floor).max().unwrap_or(0);
+            let views: Vec<(NodeId, BTreeMap<u64, Polled>)> = views
+                .into_iter()
+                .map(|(node, _, mut held)| (node, held.split_off(&common)))
+                .collect();
             let held =
                 agree(views).map_err(|e| format!("{group}: members differ at offset {e}"))?;
-            let counts = check_partition(&ledger, group, &held)?;
+            let counts = check_partition(&ledger, group, &held, common)?;
             messages += held.len();
-            duplicates += counts.0;
-            appended += counts.1;
+            duplicates += counts.duplicates;
+            appended += counts.checked;
+            deleted += counts.deleted;
         }
         let records: Vec<(NodeId, &Records<Answer>)> =
             dirs.iter().map(|(n, d)| (*n, &d.records)).collect();
@@ -359,9 +397,10 @@ impl StoreFactory for StreamFactory {
             .filter(|a| **a == Answer::Stale)
             .count();
         Ok(format!(
-            "partitions agree: {messages} messages; {appended} sends answered appended, \
-             {stale} stale, {duplicates} stored again after a retry; {compared} answers the \
-             same on several members; {metadata}"
+            "partitions agree: {messages} messages served by every member; {appended} sends \
+             answered appended ({deleted} of them deleted by retention since), {stale} stale, \
+             {duplicates} stored again after a retry; {compared} answers the same on several \
+             members; {metadata}"
         ))
     }
 }
@@ -522,18 +561,30 @@ fn poll_all(readable: &PartitionGroup) -> Result<BTreeMap<u64, Polled>, String> 
     Ok(out)
 }
 
-/// The stream guarantees over one partition's (agreed) messages. Returns (sends stored more
-/// than once, answers checked).
+/// What [`check_partition`] counted.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+struct PartitionCounts {
+    /// Sends stored more than once (retried after an unknown outcome).
+    duplicates: u64,
+    /// Appended answers checked against the messages.
+    checked: u64,
+    /// Appended answers below the floor: deleted by retention since.
+    deleted: u64,
+}
+
+/// The stream guarantees over one partition's messages served from `floor` on (what retention
+/// left).
 fn check_partition(
     ledger: &Ledger,
     group: GroupId,
     held: &BTreeMap<u64, Polled>,
-) -> Result<(u64, u64), String> {
+    floor: u64,
+) -> Result<PartitionCounts, String> {
     // Where each send's batches start.
     let mut starts: BTreeMap<OpId, Vec<u64>> = BTreeMap::new();
     let mut open: Option<(OpId, u8, u32)> = None; // the batch being walked: op, next place, count
     let mut newest = 0;
-    for (due, (&offset, &(op, place, timestamp))) in (0u64..).zip(held) {
+    for (due, (&offset, &(op, place, timestamp))) in (floor..).zip(held) {
         if offset != due {
             return Err(format!(
                 "{group}: offset {offset} where {due} was due (a gap)"
@@ -577,8 +628,10 @@ fn check_partition(
             return Err(format!("{group}: op {o}'s batch is cut at its end"));
         }
     }
-    let duplicates = starts.values().map(|s| s.len() as u64 - 1).sum();
-    let mut checked = 0;
+    let mut counts = PartitionCounts {
+        duplicates: starts.values().map(|s| s.len() as u64 - 1).sum(),
+        ..PartitionCounts::default()
+    };
     for (op, answers) in &ledger.told {
         if ledger.proposed.get(op).map(|p| p.0) != Some(group) {
             continue;
@@ -587,7 +640,11 @@ fn check_partition(
             let Answer::Appended(base, count) = answer else {
                 continue;
             };
-            checked += 1;
+            if *base < floor {
+                counts.deleted += 1;
+                continue;
+            }
+            counts.checked += 1;
             if ledger.proposed[op].1 != *count {
                 return Err(format!("op {op}: told {count} messages appended"));
             }
@@ -600,7 +657,7 @@ fn check_partition(
             }
         }
     }
-    Ok((duplicates, checked))
+    Ok(counts)
 }
 
 /// The (operation, place) a message payload carries.
@@ -759,33 +816,43 @@ mod tests {
             .told
             .insert(2, vec![Answer::Stale, Answer::Appended(2, 1)]);
         let good = BTreeMap::from([(0, (1, 0, 0)), (1, (1, 1, 1)), (2, (2, 0, 2))]);
-        assert_eq!(check_partition(&ledger, g, &good), Ok((0, 2)));
+        assert_eq!(
+            check_partition(&ledger, g, &good, 0).map(|c| (c.duplicates, c.checked)),
+            Ok((0, 2))
+        );
         let again = BTreeMap::from([
             (0, (1, 0, 0)),
             (1, (1, 1, 1)),
             (2, (2, 0, 2)),
             (3, (2, 0, 3)),
         ]);
-        assert_eq!(check_partition(&ledger, g, &again), Ok((1, 2)));
+        assert_eq!(
+            check_partition(&ledger, g, &again, 0).map(|c| (c.duplicates, c.checked)),
+            Ok((1, 2))
+        );
 
         let gap = BTreeMap::from([(0, (1, 0, 0)), (1, (1, 1, 1)), (3, (2, 0, 3))]);
-        assert!(check_partition(&ledger, g, &gap)
+        assert!(check_partition(&ledger, g, &gap, 0)
             .unwrap_err()
             .contains("gap"));
         let cut = BTreeMap::from([(0, (1, 0, 0)), (1, (2, 0, 1))]);
-        assert!(check_partition(&ledger, g, &cut)
+        assert!(check_partition(&ledger, g, &cut, 0)
             .unwrap_err()
             .contains("cut"));
         let lost = BTreeMap::from([(0, (1, 0, 0)), (1, (1, 1, 1))]);
-        assert!(check_partition(&ledger, g, &lost)
+        assert!(check_partition(&ledger, g, &lost, 0)
             .unwrap_err()
             .contains("lost"));
         let stranger = BTreeMap::from([(0, (9, 0, 0))]);
-        assert!(check_partition(&ledger, g, &stranger)
+        assert!(check_partition(&ledger, g, &stranger, 0)
             .unwrap_err()
             .contains("never sent"));
+        // Retention cut the first send: its answer can no longer be checked.
+        let cut = BTreeMap::from([(2, (2, 0, 2))]);
+        let counts = check_partition(&ledger, g, &cut, 2).unwrap();
+        assert_eq!((counts.checked, counts.deleted), (1, 1));
         let back = BTreeMap::from([(0, (1, 0, 5)), (1, (1, 1, 5)), (2, (2, 0, 4))]);
-        assert!(check_partition(&ledger, g, &back)
+        assert!(check_partition(&ledger, g, &back, 0)
             .unwrap_err()
             .contains("went back"));
     }
