@@ -499,9 +499,19 @@ impl<O: Send + 'static> Node<O> {
 
     /// Tells the groups a peer is unreachable (its connection failed), so leaders probe it
     /// instead of streaming to it.
+    ///
+    /// A leader also stops counting what the peer acknowledged beyond the commit index until
+    /// it acknowledges it again: a peer whose connection broke may have crashed and lost its
+    /// data directory, and an entry must not commit on the strength of a copy that no longer
+    /// exists (the simulator found such commits with 5 members). A peer that kept its data
+    /// acknowledges the same entries again as soon as it is probed; nothing committed moves.
     pub fn report_unreachable(&mut self, peer: NodeId) {
         for (id, group) in &mut self.groups {
             if group.raw.raft.state == StateRole::Leader {
+                let committed = group.raw.raft.raft_log.committed;
+                if let Some(pr) = group.raw.raft.mut_prs().get_mut(peer) {
+                    pr.matched = pr.matched.min(committed);
+                }
                 group.raw.report_unreachable(peer);
                 self.dirty.insert(*id);
             }

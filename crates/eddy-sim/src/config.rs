@@ -93,8 +93,7 @@ pub struct FaultConfig {
     /// Most nodes down at once (crashed, or waiting to restart after a data loss).
     pub max_down: u64,
     /// A node loses its data directory (crash, fresh disk, restart), when that is survivable.
-    /// Off in every profile: the engine cannot take a member back under its old id once it
-    /// lost its data (see [`FaultConfig::with_data_loss`]).
+    /// Off in every profile; see [`FaultConfig::with_data_loss`].
     pub wipe: f64,
     /// A node's clock stalls (its ticks pause, then fire in a burst).
     pub clock_jump: f64,
@@ -191,11 +190,12 @@ impl FaultConfig {
         }
     }
 
-    /// Adds data-directory losses (a few per run). A member that lost its data rejoins under
-    /// its old id, which the engine does not support yet: the leader still counts the entries
-    /// the member acknowledged before the loss, sends it commit indexes beyond its empty log
-    /// (raft-rs panics on them), and could count it towards a commit it no longer holds. This
-    /// fault reproduces that, until the cluster gets a rejoin procedure.
+    /// Adds data-directory losses (a few per run), one member at a time and only when the
+    /// others hold everything committed. A member that lost its data rejoins under its old id
+    /// as the server's does: it neither votes nor campaigns until it has rebuilt from a
+    /// leader, leaders rebuild it from the start once they hear of the loss, and a leader
+    /// stops counting an unreachable peer's acknowledgements beyond the commit index (so no
+    /// entry commits on a copy the peer lost meanwhile).
     #[must_use]
     pub fn with_data_loss(mut self) -> Self {
         self.wipe = 0.02;

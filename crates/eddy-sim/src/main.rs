@@ -41,10 +41,10 @@ struct Args {
     /// Seconds of calm workload after the faults (default 10).
     #[arg(long)]
     calm_secs: Option<u64>,
-    /// Also lose data directories. The member rejoins rebuilding (no votes until caught up)
-    /// and leaders forget its progress when it greets them again; the checker still flags
-    /// entries a leader committed with the lost member's acknowledgement before it heard of
-    /// the loss (in 5-member heavy runs), so expect a few failures.
+    /// Also lose data directories, one member at a time. The member rejoins rebuilding (no
+    /// votes until caught up), leaders forget its progress when it greets them again, and a
+    /// leader never counts an acknowledgement from before a peer's connection broke beyond
+    /// the commit index.
     #[arg(long)]
     data_loss: bool,
     /// The store under the nodes: `mem` (the in-memory store), `log` (the on-disk store,
