@@ -282,8 +282,9 @@ impl StoreFactory for EventFactory {
         dir.disk.set_fault(fault);
     }
 
-    fn compact(&mut self, _dir: &mut EventDir, _group: GroupId, _through: u64) {
+    fn compact(&mut self, _dir: &mut EventDir, _group: GroupId, _through: u64) -> bool {
         // Event groups are never compacted (see the module docs).
+        false
     }
 
     fn state(&self, dir: &EventDir, group: GroupId) -> Vec<(u64, Bytes)> {

@@ -136,10 +136,11 @@ impl StoreFactory for LogFactory {
         dir.disk.set_fault(fault);
     }
 
-    fn compact(&mut self, dir: &mut LogDir, group: GroupId, through: u64) {
-        if let Some(machine) = dir.machines.get(&group) {
-            machine.request_compaction(through);
-        }
+    fn compact(&mut self, dir: &mut LogDir, group: GroupId, through: u64) -> bool {
+        dir.machines
+            .get(&group)
+            .map(|machine| machine.request_compaction(through))
+            .is_some()
     }
 
     fn state(&self, dir: &LogDir, group: GroupId) -> Vec<(u64, Bytes)> {

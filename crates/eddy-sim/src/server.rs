@@ -85,8 +85,8 @@ impl StoreFactory for ServerFactory {
         self.events.set_fault(&mut dir.events, fault);
     }
 
-    fn compact(&mut self, dir: &mut ServerDir, group: GroupId, through: u64) {
-        by_group!(self, dir, group, |f, d| f.compact(d, group, through));
+    fn compact(&mut self, dir: &mut ServerDir, group: GroupId, through: u64) -> bool {
+        by_group!(self, dir, group, |f, d| f.compact(d, group, through))
     }
 
     fn state(&self, dir: &ServerDir, group: GroupId) -> Vec<(u64, Bytes)> {

@@ -1258,8 +1258,7 @@ impl<F: StoreFactory, W: Workload> Sim<F, W> {
                 continue;
             }
             let through = status.applied.saturating_sub(keep);
-            if through >= status.first_index {
-                self.factory.compact(&mut n.dir, group, through);
+            if through >= status.first_index && self.factory.compact(&mut n.dir, group, through) {
                 compacted = true;
             }
         }

@@ -101,8 +101,9 @@ pub trait StoreFactory {
     fn set_fault(&mut self, dir: &mut Self::Dir, fault: Option<DiskFault>);
 
     /// Retention: discards the group's log up to `through` (an index the node has applied),
-    /// leaving a snapshot in its place. A store that cannot compact does nothing.
-    fn compact(&mut self, dir: &mut Self::Dir, group: GroupId, through: u64);
+    /// leaving a snapshot in its place. A store that cannot compact does nothing and says so
+    /// (false: not counted as a fault).
+    fn compact(&mut self, dir: &mut Self::Dir, group: GroupId, through: u64) -> bool;
 
     /// The group's state machine as last opened on this directory: the payloads applied, each
     /// with its index, in index order (what the checker reads at the end of a run).
@@ -223,10 +224,11 @@ impl StoreFactory for MemFactory {
         }
     }
 
-    fn compact(&mut self, dir: &mut MemDir, group: GroupId, through: u64) {
-        if let Some(disk) = dir.disks.get(&group) {
-            disk.compact(through);
-        }
+    fn compact(&mut self, dir: &mut MemDir, group: GroupId, through: u64) -> bool {
+        dir.disks
+            .get(&group)
+            .map(|disk| disk.compact(through))
+            .is_some()
     }
 
     fn state(&self, dir: &MemDir, group: GroupId) -> Vec<(u64, Bytes)> {

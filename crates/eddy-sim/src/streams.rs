@@ -275,15 +275,16 @@ impl StoreFactory for StreamFactory {
     /// Every other partition gets a size cap of two segments on this member (see the module
     /// docs; the others keep every acknowledged send checkable); the metadata group compacts
     /// after its own snapshots.
-    fn compact(&mut self, dir: &mut StreamDir, group: GroupId, _through: u64) {
+    fn compact(&mut self, dir: &mut StreamDir, group: GroupId, _through: u64) -> bool {
         if group == METADATA_GROUP || !group.0.is_multiple_of(2) {
-            return;
+            return false;
         }
         let policy = RetentionPolicy {
             max_bytes: Some(2 * self.group_log.segment_size),
             ..RetentionPolicy::default()
         };
         *guard(dir.retention.entry(group).or_default()) = Some(policy);
+        true
     }
 
     fn state(&self, dir: &StreamDir, group: GroupId) -> Vec<(u64, Bytes)> {

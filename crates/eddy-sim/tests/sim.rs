@@ -182,8 +182,8 @@ impl StoreFactory for LyingDisk {
     fn set_fault(&mut self, dir: &mut MemDir, fault: Option<DiskFault>) {
         self.0.set_fault(dir, fault);
     }
-    fn compact(&mut self, dir: &mut MemDir, group: GroupId, through: u64) {
-        self.0.compact(dir, group, through);
+    fn compact(&mut self, dir: &mut MemDir, group: GroupId, through: u64) -> bool {
+        self.0.compact(dir, group, through)
     }
     fn state(&self, dir: &MemDir, group: GroupId) -> Vec<(u64, Bytes)> {
         self.0.state(dir, group)
