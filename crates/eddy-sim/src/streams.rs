@@ -24,8 +24,8 @@
 //!
 //! * **Metadata**: the metadata group (`GroupId(0)`) runs the server's [`MetadataMachine`]
 //!   (snapshots every few entries, so its log is compacted and lagging members install
-//!   snapshots). Clients create streams and topics and store consumer offsets (plain and
-//!   forward-only) on a few streams; the final check replays the agreed log with the answers
+//!   snapshots). Clients create streams, topics and consumer groups and store consumer
+//!   offsets (standalone and group, plain and forward-only) on a few streams; the final check replays the agreed log with the answers
 //!   the members gave at each index through a model of those operations and compares it with
 //!   every member's state. (The metadata's partitions are not the partition groups here:
 //!   those are fixed for the run.)
@@ -444,8 +444,9 @@ fn check_metadata(dirs: &[(NodeId, &StreamDir)]) -> Result<String, String> {
         model.matches(state)?;
     }
     Ok(format!(
-        "metadata agrees: {} streams, {} offsets{}",
+        "metadata agrees: {} streams, {} consumer groups, {} offsets{}",
         state.streams.len(),
+        model.groups.len(),
         model.offsets.len(),
         if unanswered == 0 {
             String::new()
@@ -460,6 +461,7 @@ fn check_metadata(dirs: &[(NodeId, &StreamDir)]) -> Result<String, String> {
 struct Model {
     streams: BTreeMap<u32, String>,
     topics: BTreeMap<(u32, u32), String>,
+    groups: BTreeMap<(u32, u32, u32), String>,
     offsets: BTreeMap<(PartitionAddr, ConsumerKey), u64>,
 }
 
@@ -476,6 +478,16 @@ impl Model {
                 ..
             } => {
                 self.topics.insert((*stream_id, *id), name.clone());
+            }
+            MetadataOp::CreateConsumerGroup {
+                stream_id,
+                topic_id,
+                id,
+                name,
+                ..
+            } => {
+                self.groups
+                    .insert((*stream_id, *topic_id, *id), name.clone());
             }
             MetadataOp::StoreConsumerOffset {
                 addr,
@@ -517,6 +529,23 @@ impl Model {
             return Err(format!(
                 "topics {topics:?}, the log makes {:?}",
                 self.topics
+            ));
+        }
+        let groups: BTreeMap<(u32, u32, u32), String> = state
+            .streams
+            .iter()
+            .flat_map(|(sid, s)| {
+                s.topics.iter().flat_map(move |(tid, t)| {
+                    t.groups
+                        .iter()
+                        .map(move |(gid, g)| ((*sid, *tid, *gid), g.name.clone()))
+                })
+            })
+            .collect();
+        if groups != self.groups {
+            return Err(format!(
+                "consumer groups {groups:?}, the log makes {:?}",
+                self.groups
             ));
         }
         let offsets: BTreeMap<(PartitionAddr, ConsumerKey), u64> = state
@@ -741,7 +770,8 @@ impl Workload for StreamWorkload {
         if group == METADATA_GROUP {
             return match decode_op(payload).ok()? {
                 MetadataOp::CreateStream { created_at, .. }
-                | MetadataOp::CreateTopic { created_at, .. } => Some(created_at),
+                | MetadataOp::CreateTopic { created_at, .. }
+                | MetadataOp::CreateConsumerGroup { created_at, .. } => Some(created_at),
                 MetadataOp::StoreConsumerOffset { offset, .. } => Some(offset & 0xFFFF_FFFF),
                 _ => None,
             };
@@ -757,12 +787,13 @@ impl Workload for StreamWorkload {
 }
 
 /// A metadata operation carrying `id` (as a creation time, or in the low 32 bits of the
-/// offset stored): a
+/// offset stored): a consumer group created on one of two ids, or a
 /// stream or a topic created on one of a few ids (taken ids are refused), or a consumer
 /// offset stored, plainly or forward-only (refused while its topic does not exist).
 fn metadata_op(id: OpId, rng: &mut SimRng) -> MetadataOp {
     let stream_id = u32::try_from(rng.range(1, METADATA_STREAMS)).expect("a few");
-    match rng.below(10) {
+    let member = u32::try_from(rng.range(1, 2)).expect("1 or 2");
+    match rng.below(12) {
         0..=2 => MetadataOp::CreateStream {
             id: stream_id,
             name: format!("s{stream_id}-{id}"),
@@ -779,13 +810,25 @@ fn metadata_op(id: OpId, rng: &mut SimRng) -> MetadataOp {
             explicit_options: Vec::new(),
             derived_options: Vec::new(),
         },
+        5 => MetadataOp::CreateConsumerGroup {
+            stream_id,
+            topic_id: 1,
+            id: member,
+            name: format!("g{id}"),
+            created_at: id,
+        },
         _ => MetadataOp::StoreConsumerOffset {
             addr: PartitionAddr {
                 stream_id,
                 topic_id: 1,
                 partition_id: 0,
             },
-            consumer: ConsumerKey::Consumer(u32::try_from(rng.range(1, 2)).expect("1 or 2")),
+            // A standalone consumer, or a consumer group (refused while it does not exist).
+            consumer: if rng.chance(0.7) {
+                ConsumerKey::Consumer(member)
+            } else {
+                ConsumerKey::Group(member)
+            },
             // Random high bits, so forward-only stores are refused now and then.
             offset: (rng.below(1000) << 32) | (id & 0xFFFF_FFFF),
             forward_only: rng.chance(0.5),
