@@ -460,3 +460,56 @@ fn the_node_maintains_each_group_about_once_per_maintain_ticks() {
         "a failed group is not maintained"
     );
 }
+
+/// A machine that can no longer apply on this member (`StateMachine::health`) fails its
+/// store's upkeep, which fails the group here as a failed log write does.
+#[test]
+fn an_unhealthy_machine_fails_the_upkeep() {
+    struct Sick {
+        inner: ListMachine,
+        sick: Arc<std::sync::atomic::AtomicBool>,
+    }
+    impl StateMachine for Sick {
+        type Outcome = u64;
+        fn applied(&self) -> SnapshotMeta {
+            self.inner.applied()
+        }
+        fn apply(&mut self, entry: &LogEntry) -> u64 {
+            self.inner.apply(entry)
+        }
+        fn snapshot(&self) -> Result<Snapshot, StoreError> {
+            self.inner.snapshot()
+        }
+        fn install_snapshot(&mut self, snapshot: &Snapshot) -> Result<(), StoreError> {
+            self.inner.install_snapshot(snapshot)
+        }
+        fn health(&self) -> Result<(), StoreError> {
+            if self.sick.load(std::sync::atomic::Ordering::Acquire) {
+                return Err(StoreError::Storage("stopped after a failed write".into()));
+            }
+            Ok(())
+        }
+    }
+    let disks = Disks::new(small());
+    let log = RaftLog::open(
+        Arc::new(disks.mem.clone()),
+        "g1",
+        disks.config,
+        &disks.pool,
+        Arc::new(Cache::new(1 << 20)),
+    )
+    .unwrap();
+    let sick = Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let machine = Sick {
+        inner: ListMachine::open(disks.machine.clone()),
+        sick: Arc::clone(&sick),
+    };
+    let mut store = Replicated::open(log, machine).unwrap();
+    store.maintain(0).unwrap();
+    sick.store(true, std::sync::atomic::Ordering::Release);
+    let e = store.maintain(0).unwrap_err();
+    assert!(
+        e.to_string().contains("failed write") || format!("{e:?}").contains("failed write"),
+        "{e:?}"
+    );
+}
