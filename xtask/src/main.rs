@@ -63,11 +63,17 @@ fn main() -> Result<()> {
         "stream-bench" => stream_bench(rest),
         "cluster-bench" => {
             let target = build_release_eddy()?;
-            cluster_bench::run(
-                &target.join("release").join("eddy"),
-                &cluster_bench::scratch(&target),
-                rest,
-            )
+            // `--eddy PATH`: measure that binary instead (an A/B against another build).
+            let (eddy, rest) = match rest.iter().position(|a| a == "--eddy") {
+                Some(i) => {
+                    let path = rest.get(i + 1).context("a path after --eddy")?;
+                    let mut others = rest.to_vec();
+                    others.drain(i..=i + 1);
+                    (PathBuf::from(path), others)
+                }
+                None => (target.join("release").join("eddy"), rest.to_vec()),
+            };
+            cluster_bench::run(&eddy, &cluster_bench::scratch(&target), &rest)
         }
         "sim" => sim(rest),
         "chaos" => chaos::run(rest),
@@ -93,7 +99,8 @@ fn print_help() {
          cluster-bench [ARGS...] durable producers: one node, then a local 3-node cluster's\n\
                                  leader; ratios and CPU per message per node (--producers N\n\
                                  --batches N --messages N --size B; --events [--connections N\n\
-                                 --seconds S]: durable event writes instead)\n\
+                                 --seconds S]: durable event writes instead; --eddy PATH:\n\
+                                 measure that binary, for an A/B against another build)\n\
          train-dict [--check]    train the default zstd dictionary of the event protocol\n\
                                  (--check: retrain and compare with the committed one)\n\
          sim [ARGS...]           deterministic simulation campaign (release build of eddy-sim):\n\

@@ -9,9 +9,10 @@
 //!   attempt committed must be refused as a duplicate (or as a version conflict, which the
 //!   spec checks first), never written twice. OCC guesses come from what clients were told.
 //! * **Disks**: the group logs' durability reports wait for the simulator's sync, as on the
-//!   log store ([`crate::LogFactory`]); the event store's own shard logs sync as they apply
-//!   (an inline commit pool), as the server's do before a member answers. A crash, a torn
-//!   tail, a full disk or failing fdatasyncs hit both, on one backend per node.
+//!   log store ([`crate::LogFactory`]); the event store's own shard logs complete writes
+//!   before their fdatasync and sync every few records, as a cluster member's do (its Raft
+//!   log holds what it applied). A crash, a torn tail, a full disk or failing fdatasyncs hit
+//!   both, on one backend per node.
 //! * **Answers**: each apply's outcome on a node is recorded by index; when a client is told
 //!   its operation applied there, the answer it got (written at version v, duplicate of
 //!   version v, conflict, stopped) goes to the [`Ledger`].
@@ -172,6 +173,13 @@ impl EventFactory {
             // Never flushed within a run: the flusher thread stays idle (determinism).
             memtable_bytes: 256 << 20,
             cache_bytes: 1 << 20,
+            // As a cluster member's: writes complete before the shard log's fdatasync (every
+            // few records here, so crashes lose and tear unsynced records, which a restarted
+            // member applies again from its group's Raft log).
+            durability: Durability::Background {
+                max_unsynced_records: 8,
+                max_unsynced_bytes: 16 << 10,
+            },
             ..EventStoreConfig::default()
         }
     }

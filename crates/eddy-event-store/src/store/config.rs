@@ -3,7 +3,7 @@
 use std::time::Duration;
 
 use bytes::Bytes;
-use eddy_log::{Cipher, CommitStatsSnapshot, LogStats, RecoveryReport, VerifyOnOpen};
+use eddy_log::{Cipher, CommitStatsSnapshot, Durability, LogStats, RecoveryReport, VerifyOnOpen};
 
 use crate::index::IndexStats;
 use crate::placement::RoutingRule;
@@ -59,6 +59,11 @@ pub struct EventStoreConfig {
     /// Encrypt the shard logs' records at rest with this key (events, trims, deletes and
     /// schema registrations alike; the per-shard index holds no event body and is not).
     pub cipher: Option<Cipher>,
+    /// When a shard log's write completes: after its fdatasync (`Fsync`, a single node's
+    /// only choice, since the shard log is what makes a write durable), or once written
+    /// (`Background`, a cluster member's: its group's Raft log already holds every entry it
+    /// applies durably, and a restart applies again whatever the shard log had not synced).
+    pub durability: Durability,
 }
 
 impl EventStoreConfig {
@@ -92,6 +97,7 @@ impl Default for EventStoreConfig {
             max_schema_bytes: crate::record::MAX_SCHEMA_BYTES,
             fsync_delay: Duration::ZERO,
             cipher: None,
+            durability: Durability::Fsync,
         }
     }
 }

@@ -182,6 +182,7 @@ impl EventStore {
             index_interval: config.index_interval,
             verify_on_open: config.verify_on_open,
             group_window: config.fsync_delay,
+            durability: config.durability,
             ..LogConfig::default()
         };
         let mut shards = Vec::with_capacity(config.num_shards as usize);

@@ -9,7 +9,10 @@
 //!
 //! A shard's record of an entry carries the entry's index, so a restarted member resumes its
 //! group after the last entry its shard log holds ([`EventStore::replicated_through`]); the
-//! two logs are synced separately and an entry is still applied once. The groups' logs are
+//! shard log completes writes before its fdatasync (`Durability::Background`, see
+//! `event::store_config`): an entry is applied only once this member's group log holds it
+//! durably, so a restart applies again whatever the shard log had not synced, each entry
+//! still once. The groups' logs are
 //! not compacted: a member that lost its data directory is rebuilt by replaying them from the
 //! first entry (see docs/OPERATIONS.md).
 //!

@@ -177,10 +177,29 @@ pub fn default_num_shards() -> u32 {
     std::thread::available_parallelism().map_or(1, |n| u32::try_from(n.get()).unwrap_or(1))
 }
 
+/// How many records, or bytes, a cluster member's event shard log may hold unsynced before it
+/// syncs (it also syncs at every roll): what a restarted member applies again at most.
+const CLUSTER_SHARD_UNSYNCED: (u64, u64) = (4096, 8 << 20);
+
 /// The event store's configuration from the server's (`num_shards` to be chosen by the
 /// caller).
+///
+/// A cluster member's shard logs complete writes before their fdatasync: an entry is applied
+/// only once the shard group's Raft log holds it durably here (and on a majority), so the
+/// record the apply writes is already recoverable from that log, and a restarted member
+/// applies again every entry after the last record its shard log kept
+/// (`EventStore::replicated_through`). One fdatasync per write instead of two.
 pub fn store_config(config: &ServerConfig, num_shards: u32, dictionary: &[u8]) -> EventStoreConfig {
+    let durability = if config.is_clustered() {
+        eddy_log::Durability::Background {
+            max_unsynced_records: CLUSTER_SHARD_UNSYNCED.0,
+            max_unsynced_bytes: CLUSTER_SHARD_UNSYNCED.1,
+        }
+    } else {
+        eddy_log::Durability::Fsync
+    };
     EventStoreConfig {
+        durability,
         num_shards,
         routing_rule: config.routing_rule,
         reserve_coordinator_shard: config.reserve_coordinator_shard,
@@ -314,6 +333,24 @@ pub async fn serve_connection(socket: Conn, ctx: ConnectionContext) {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_cluster_members_shard_logs_sync_in_the_background_and_a_single_nodes_before_acking() {
+        let single = ServerConfig::default();
+        assert_eq!(
+            store_config(&single, 2, b"d").durability,
+            eddy_log::Durability::Fsync
+        );
+        let member = ServerConfig {
+            node_id: 1,
+            peers: vec!["2=a:1".into(), "3=b:1".into()],
+            ..ServerConfig::default()
+        };
+        assert!(matches!(
+            store_config(&member, 2, b"d").durability,
+            eddy_log::Durability::Background { .. }
+        ));
+    }
 
     #[test]
     fn the_dictionary_written_on_first_boot_survives_a_crash() {
