@@ -181,6 +181,11 @@ pub(crate) struct Index {
     flush_failure: Mutex<Option<Arc<EventStoreError>>>,
     drained: Condvar,
     drained_lock: Mutex<()>,
+    /// The shard log the index covers: synced through a checkpoint before the manifest
+    /// records it, so a power cut never leaves a checkpoint beyond the log's durable end (a
+    /// cluster member's shard logs complete writes before their fdatasync).
+    /// (Weak: the log's hook holds this index.)
+    log: std::sync::OnceLock<eddy_log::WeakLog>,
 }
 
 impl std::fmt::Debug for Index {
@@ -303,6 +308,7 @@ impl Index {
             flush_failure: Mutex::new(None),
             drained: Condvar::new(),
             drained_lock: Mutex::new(()),
+            log: std::sync::OnceLock::new(),
         };
         if rebuilt {
             index.write_manifest(&[], 0)?;
@@ -483,7 +489,14 @@ impl Index {
         Ok(merged.into_iter().take(limit).collect())
     }
 
+    /// Sets the shard log this index covers (see [`Index::flush_one`]).
+    pub(crate) fn set_log(&self, log: &eddy_log::Log) {
+        let _ = self.log.set(log.downgrade());
+    }
+
     /// Writes the oldest frozen memtable as a run. Returns false when nothing was waiting.
+    /// The shard log is made durable through the run's records before the manifest records
+    /// the new checkpoint.
     pub(crate) fn flush_one(&self) -> Result<bool> {
         let _f = lock(&self.flushing);
         let Some(frozen) = self.read_guard().frozen.first().cloned() else {
@@ -497,6 +510,9 @@ impl Index {
         }
         w.finish(&*self.backend, &self.dir)?;
         let run = Arc::new(Run::open(&*self.backend, &self.dir, id)?);
+        if let Some(log) = self.log.get().and_then(eddy_log::WeakLog::upgrade) {
+            log.sync_written()?;
+        }
         {
             let _m = lock(&self.manifest_lock);
             let mut ids: Vec<u64> = self.read_guard().runs.iter().map(|r| r.id).collect();

@@ -211,6 +211,7 @@ impl EventStore {
                 },
             )?;
             recovery.logs.push(report);
+            index.set_log(&log);
             let mut rebuilt = opened.rebuilt;
             let bounds = log.bounds();
             let mut from = opened.checkpoint;

@@ -1374,3 +1374,48 @@ fn invalid_compaction_ratios_are_refused() {
         ));
     }
 }
+
+/// A store whose writes complete before their fdatasync (a cluster member's) syncs its shard
+/// log through an index checkpoint before recording it: a power cut then never leaves the
+/// index ahead of the log, and the next open replays instead of rebuilding the index.
+#[test]
+fn an_index_checkpoint_never_outruns_a_shard_log_that_syncs_in_the_background() {
+    let disk = MemBackend::new();
+    let config = EventStoreConfig {
+        memtable_bytes: 512, // freezes on almost every commit
+        durability: eddy_log::Durability::Background {
+            max_unsynced_records: u64::MAX,
+            max_unsynced_bytes: u64::MAX,
+        },
+        ..cfg()
+    };
+    let store = open(&disk, config.clone());
+    for i in 0..300u64 {
+        store
+            .write(WriteRequest {
+                client_id: 1,
+                user_id: None,
+                now: i,
+                writes: vec![part(
+                    AggregateKey::new(1, 1, u128::from(i % 10) * 2),
+                    vec![ev(i, 1, "v")],
+                )],
+            })
+            .wait()
+            .unwrap();
+    }
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+    let checkpoint = loop {
+        let checkpoint = store.stats().indexes[0].checkpoint;
+        if checkpoint > 0 || std::time::Instant::now() > deadline {
+            break checkpoint;
+        }
+        std::thread::sleep(std::time::Duration::from_millis(10));
+    };
+    assert!(checkpoint > 0, "the flusher wrote no run");
+    disk.crash();
+    drop(store);
+    let (store, recovery) = EventStore::open(Arc::new(disk.clone()), config).unwrap();
+    assert!(recovery.rebuilt.is_empty(), "{recovery:?}");
+    assert!(store.stats().indexes[0].checkpoint >= checkpoint);
+}

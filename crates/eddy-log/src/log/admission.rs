@@ -279,6 +279,21 @@ impl Log {
         }
     }
 
+    /// Makes every record already written durable, on the caller's thread and without
+    /// waiting for queued appends: an fdatasync of the active segment (older segments were
+    /// synced when they were sealed). For a reader that is about to record something derived
+    /// from written records (an index checkpoint) and must not outlive them in a power cut,
+    /// whatever the [`Durability`](crate::Durability); unlike [`Log::flush`] it never waits on a commit
+    /// thread, which may itself be waiting for that reader.
+    ///
+    /// # Errors
+    /// The fdatasync failed.
+    pub fn sync_written(&self) -> crate::error::Result<()> {
+        let file = Arc::clone(&crate::sync::lock(&self.inner.view).active_file);
+        file.sync()
+            .map_err(|e| LogError::io(crate::error::IoOp::Sync, &self.inner.dir, e))
+    }
+
     /// Makes everything appended so far durable (a no-op with [`Durability::Fsync`](crate::Durability::Fsync) beyond
     /// waiting for queued appends).
     pub fn flush(&self) -> Completion<()> {

@@ -97,7 +97,7 @@ pub use config::{
     DEFAULT_SEGMENT_SIZE, MAX_GROUP_WINDOW, MAX_QUEUED_BYTES, MAX_SEGMENT_SIZE, MIN_SEGMENT_SIZE,
 };
 pub use rewrite::SegmentRewrite;
-pub use state::Log;
+pub use state::{Log, WeakLog};
 pub use types::{
     CommitHook, LogBounds, LogStats, OpenOptions, RecordMeta, RecoveryReport, Repair,
     SegmentSummary, StoredRecord,

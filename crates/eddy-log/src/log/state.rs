@@ -212,6 +212,31 @@ pub struct Log {
     pub(super) inner: Arc<LogInner>,
 }
 
+/// A handle that does not keep the log open ([`Log::downgrade`]): for something the log's
+/// own hook keeps alive, which a strong handle would never let go.
+#[derive(Clone)]
+pub struct WeakLog(std::sync::Weak<LogInner>);
+
+impl fmt::Debug for WeakLog {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str("WeakLog")
+    }
+}
+
+impl Log {
+    /// A handle that does not keep the log open.
+    pub fn downgrade(&self) -> WeakLog {
+        WeakLog(Arc::downgrade(&self.inner))
+    }
+}
+
+impl WeakLog {
+    /// The log, while it is still open somewhere.
+    pub fn upgrade(&self) -> Option<Log> {
+        self.0.upgrade().map(|inner| Log { inner })
+    }
+}
+
 impl fmt::Debug for Log {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("Log")
