@@ -131,6 +131,14 @@ impl EventShardMachine {
     }
 }
 
+impl EventShardMachine {
+    /// Set once this member stopped applying the shard (read by `/health`, which answers 503
+    /// from then on, before the next upkeep fails the group).
+    pub fn stopped_flag(&self) -> Arc<AtomicBool> {
+        Arc::clone(&self.stopped)
+    }
+}
+
 impl StateMachine for EventShardMachine {
     type Outcome = EventApplied;
 

@@ -92,6 +92,8 @@ pub struct Member {
     elections: Arc<std::sync::atomic::AtomicU64>,
     /// Groups whose storage failed on this member (they stop here until it restarts).
     failed_groups: Arc<std::sync::atomic::AtomicU64>,
+    /// Each event shard's stop flag (set at a failed write, before its group fails).
+    stopped_shards: Vec<Arc<std::sync::atomic::AtomicBool>>,
 }
 
 impl std::fmt::Debug for Member {
@@ -219,6 +221,10 @@ pub async fn start(
             open_shard_group(&group_storage, events, shard).map_err(storage_error)?,
         ));
     }
+    let stopped_shards: Vec<_> = event_groups
+        .iter()
+        .map(|(_, store)| store.machine().0.stopped_flag())
+        .collect();
     let (machine, view) = MetadataMachine::open(
         backend,
         raft_log.dir().to_path_buf(),
@@ -324,6 +330,7 @@ pub async fn start(
         stop,
         elections,
         failed_groups,
+        stopped_shards,
     })
 }
 
@@ -424,11 +431,18 @@ impl Member {
 
     /// `/health`'s answer: this member's role in the metadata group while a leader is known
     /// (`None` otherwise, or while it is rebuilding from its peers, or once a group failed
-    /// here: the member no longer holds what it should until it is restarted).
+    /// here or an event shard stopped applying: the member no longer holds what it should
+    /// until it is restarted).
     pub fn health_role(&self) -> Option<&'static str> {
+        let stopped = self
+            .stopped_shards
+            .iter()
+            .filter(|s| s.load(std::sync::atomic::Ordering::Acquire))
+            .count() as u64;
         let failed = self
             .failed_groups
-            .load(std::sync::atomic::Ordering::Relaxed);
+            .load(std::sync::atomic::Ordering::Relaxed)
+            + stopped;
         health_of(self.streams.runner().view().get(METADATA_GROUP), failed)
     }
 
