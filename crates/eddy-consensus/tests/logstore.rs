@@ -47,14 +47,18 @@ impl Disks {
     }
 
     fn try_open(&self) -> Result<Replicated<ListMachine>, StoreError> {
-        let log = RaftLog::open(
+        Replicated::open(self.raft_log()?, ListMachine::open(self.machine.clone()))
+    }
+
+    /// The group's Raft log, for a store over another machine.
+    fn raft_log(&self) -> Result<RaftLog, StoreError> {
+        RaftLog::open(
             Arc::new(self.mem.clone()),
             "g1",
             self.config,
             &self.pool,
             Arc::new(Cache::new(1 << 20)),
-        )?;
-        Replicated::open(log, ListMachine::open(self.machine.clone()))
+        )
     }
 }
 
@@ -491,14 +495,7 @@ fn an_unhealthy_machine_fails_the_upkeep() {
         }
     }
     let disks = Disks::new(small());
-    let log = RaftLog::open(
-        Arc::new(disks.mem.clone()),
-        "g1",
-        disks.config,
-        &disks.pool,
-        Arc::new(Cache::new(1 << 20)),
-    )
-    .unwrap();
+    let log = disks.raft_log().unwrap();
     let sick = Arc::new(std::sync::atomic::AtomicBool::new(false));
     let machine = Sick {
         inner: ListMachine::open(disks.machine.clone()),

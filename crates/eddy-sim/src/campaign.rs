@@ -130,6 +130,20 @@ impl Summary {
         }
     }
 
+    /// Every failing seed with its recent events and the command that replays it (empty when
+    /// none failed): what a test shows when a campaign fails.
+    pub fn failure_report(&self, spec: &Spec) -> String {
+        let mut out = String::new();
+        for f in &self.failures {
+            let _ = writeln!(out, "{f}");
+            for line in &f.recent {
+                let _ = writeln!(out, "    {line}");
+            }
+            let _ = writeln!(out, "  replay: {}", spec.replay_command(f.seed));
+        }
+        out
+    }
+
     /// Simulated hours (for display: the rounding of a huge count does not matter).
     #[allow(clippy::cast_precision_loss)]
     pub fn simulated_hours(&self) -> f64 {

@@ -41,14 +41,12 @@ fn smoke_campaign_on_the_log_store_keeps_every_guarantee() {
             |_| {},
         )
         .unwrap();
-        for f in &summary.failures {
-            eprintln!("{f}");
-            for line in &f.recent {
-                eprintln!("    {line}");
-            }
-            eprintln!("  replay: {}", spec.replay_command(f.seed));
-        }
-        assert!(summary.failures.is_empty(), "{nodes} nodes, {profile}");
+        assert!(
+            summary.failures.is_empty(),
+            "{nodes} nodes, {profile}:
+{}",
+            summary.failure_report(&spec)
+        );
         assert!(summary.acked > 0);
         seen.merge(&summary.faults);
     }

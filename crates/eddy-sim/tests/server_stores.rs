@@ -46,14 +46,12 @@ fn smoke(store: StoreKind) {
         };
         let summary =
             campaign::run(&spec, |cfg| eddy_sim::run_on(cfg, store, false), |_| {}).unwrap();
-        for f in &summary.failures {
-            eprintln!("{f}");
-            for line in &f.recent {
-                eprintln!("    {line}");
-            }
-            eprintln!("  replay: {}", spec.replay_command(f.seed));
-        }
-        assert!(summary.failures.is_empty(), "{nodes} nodes, {profile}");
+        assert!(
+            summary.failures.is_empty(),
+            "{nodes} nodes, {profile}:
+{}",
+            summary.failure_report(&spec)
+        );
         assert!(summary.acked > 0);
         seen.merge(&summary.faults);
         snapshots += summary.snapshots;

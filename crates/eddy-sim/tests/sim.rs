@@ -52,14 +52,12 @@ fn smoke_campaign_over_both_sizes_and_every_profile_keeps_every_guarantee() {
             store: eddy_sim::StoreKind::Mem,
         };
         let summary = campaign::run(&spec, |cfg| eddy_sim::run(cfg, false), |_| {}).unwrap();
-        for f in &summary.failures {
-            eprintln!("{f}");
-            for line in &f.recent {
-                eprintln!("    {line}");
-            }
-            eprintln!("  replay: {}", spec.replay_command(f.seed));
-        }
-        assert!(summary.failures.is_empty(), "{nodes} nodes, {profile}");
+        assert!(
+            summary.failures.is_empty(),
+            "{nodes} nodes, {profile}:
+{}",
+            summary.failure_report(&spec)
+        );
         assert!(summary.acked > 0);
         seen.merge(&summary.faults);
         runs += summary.seeds;

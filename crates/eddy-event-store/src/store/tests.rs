@@ -966,6 +966,19 @@ fn record_codec_round_trips_and_rejects_every_prefix() {
     assert!(decode_record(record::TAG_TRIM, &bytes).is_err());
 }
 
+/// Write `i` of a small stream of one-event writes over ten aggregates.
+fn small_write(i: u64) -> WriteRequest {
+    WriteRequest {
+        client_id: 1,
+        user_id: None,
+        now: i,
+        writes: vec![part(
+            AggregateKey::new(1, 1, u128::from(i % 10) * 2),
+            vec![ev(i, 1, "v")],
+        )],
+    }
+}
+
 #[test]
 fn dropping_without_close_never_hangs_and_loses_nothing_acknowledged() {
     let disk = MemBackend::new();
@@ -974,19 +987,7 @@ fn dropping_without_close_never_hangs_and_loses_nothing_acknowledged() {
         ..cfg()
     };
     let store = open(&disk, config.clone());
-    let pending: Vec<_> = (0..300u64)
-        .map(|i| {
-            store.write(WriteRequest {
-                client_id: 1,
-                user_id: None,
-                now: i,
-                writes: vec![part(
-                    AggregateKey::new(1, 1, u128::from(i % 10) * 2),
-                    vec![ev(i, 1, "v")],
-                )],
-            })
-        })
-        .collect();
+    let pending: Vec<_> = (0..300u64).map(|i| store.write(small_write(i))).collect();
     drop(store); // no close: the flusher stops while commits may still be finishing
     let acked = pending.into_iter().filter_map(|c| c.wait().ok()).count() as u64;
     let store = open(&disk, config);
@@ -1391,18 +1392,7 @@ fn an_index_checkpoint_never_outruns_a_shard_log_that_syncs_in_the_background() 
     };
     let store = open(&disk, config.clone());
     for i in 0..300u64 {
-        store
-            .write(WriteRequest {
-                client_id: 1,
-                user_id: None,
-                now: i,
-                writes: vec![part(
-                    AggregateKey::new(1, 1, u128::from(i % 10) * 2),
-                    vec![ev(i, 1, "v")],
-                )],
-            })
-            .wait()
-            .unwrap();
+        store.write(small_write(i)).wait().unwrap();
     }
     let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
     let checkpoint = loop {
