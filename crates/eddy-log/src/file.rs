@@ -7,9 +7,9 @@
 //!
 //! Two backends ship with the crate:
 //!
-//! * [`FsBackend`]: real files under a root directory. Appends use `writev` on an `O_APPEND`
-//!   descriptor, reads use `pread`, sync uses `fdatasync` (`File::sync_data`), directory sync
-//!   uses `fsync` on the directory.
+//! * [`FsBackend`]: real files under a root directory. Appends use `writev` at the data's end
+//!   (which the handle tracks, since preallocated zeros may follow it), reads use `pread`,
+//!   sync uses `fdatasync` (`File::sync_data`), directory sync uses `fsync` on the directory.
 //! * [`MemBackend`]: files in memory that remember which bytes were synced, so a test can
 //!   simulate a power cut ([`MemBackend::crash`], [`MemBackend::crash_with`]): unsynced bytes are
 //!   dropped, or torn at any byte, or replaced by whatever the test wants (zeros, garbage). It
@@ -25,12 +25,14 @@
 //! was not synced after, as `fsync` of the directory is what makes them durable on a real file
 //! system. The storage layer therefore syncs the parent of every directory it creates
 //! ([`create_dir_durable`](crate::create_dir_durable)) and the directory of every file it
-//! creates or renames.
+//! creates or renames. Preallocated space ([`StorageFile::preallocate`]) is not part of a
+//! file's length, but once a sync made it durable a crash leaves it as zeros after what
+//! survives of the data, as a real file keeps its allocated size.
 
 use std::collections::{BTreeMap, HashMap};
 use std::fmt;
 use std::fs;
-use std::io::{self, IoSlice, Write};
+use std::io::{self, IoSlice, Seek, SeekFrom, Write};
 use std::ops::Bound;
 use std::os::unix::fs::FileExt;
 use std::path::{Path, PathBuf};
@@ -60,6 +62,21 @@ pub trait StorageFile: Send + Sync + fmt::Debug {
     fn truncate(&self, len: u64) -> io::Result<()>;
     /// Makes every byte appended so far durable (`fdatasync`).
     fn sync(&self) -> io::Result<()>;
+    /// Makes sure at least `need` bytes past the end are allocated and written as zeros,
+    /// extending by `chunk` bytes past the end when it must extend. Appends that land in that
+    /// space change no file size, so their `fdatasync` writes data only, without a journal
+    /// commit for the size. [`len`](Self::len) stays the end of the appended bytes; past it,
+    /// after a crash or a reopen, the file reads as zeros, which recovery cuts away.
+    /// Best effort: on error nothing appended is affected. The default does nothing.
+    fn preallocate(&self, need: u64, chunk: u64) -> io::Result<()> {
+        let _ = (need, chunk);
+        Ok(())
+    }
+    /// Gives back the preallocated space past the end, durably (the new length is synced),
+    /// so the file ends exactly where its data ends. The default does nothing.
+    fn trim_preallocated(&self) -> io::Result<()> {
+        Ok(())
+    }
 }
 
 /// How [`StorageBackend::open`] treats a missing or existing file.
@@ -145,7 +162,14 @@ impl FsBackend {
 #[derive(Debug)]
 pub struct FsFile {
     file: fs::File,
+    /// Where the appended bytes end (the next append's position).
+    len: AtomicU64,
+    /// Where the file ends: `len` plus preallocated zeros.
+    allocated: AtomicU64,
 }
+
+/// Zeros written by [`FsFile::preallocate`], a piece at a time.
+static ZEROS: [u8; 64 * 1024] = [0; 64 * 1024];
 
 /// At most this many slices are handed to one `writev` call (Linux `IOV_MAX` is 1024).
 const MAX_IOVECS: usize = 1024;
@@ -156,48 +180,98 @@ impl StorageFile for FsFile {
     }
 
     fn append(&self, parts: &[&[u8]]) -> io::Result<()> {
-        for chunk in parts.chunks(MAX_IOVECS) {
-            let mut slices: Vec<IoSlice<'_>> = chunk.iter().map(|p| IoSlice::new(p)).collect();
-            let mut slices: &mut [IoSlice<'_>] = &mut slices;
-            // Skip leading empty slices so `advance_slices` bookkeeping stays simple.
-            while !slices.is_empty() {
-                let written = (&self.file).write_vectored(slices)?;
-                if written == 0 {
-                    if slices.iter().all(|s| s.is_empty()) {
-                        break;
+        // One appender at a time (the trait's contract): the cursor is placed at the data's
+        // end, which preallocated zeros may follow, and `len` moves with every byte written
+        // (so a failed append leaves it at what did reach the file, for the caller to cut).
+        let mut at = self.len.load(Ordering::Acquire);
+        (&self.file).seek(SeekFrom::Start(at))?;
+        let result = (|| {
+            for chunk in parts.chunks(MAX_IOVECS) {
+                let mut slices: Vec<IoSlice<'_>> = chunk.iter().map(|p| IoSlice::new(p)).collect();
+                let mut slices: &mut [IoSlice<'_>] = &mut slices;
+                while !slices.is_empty() {
+                    let written = (&self.file).write_vectored(slices)?;
+                    if written == 0 {
+                        if slices.iter().all(|s| s.is_empty()) {
+                            break;
+                        }
+                        return Err(io::Error::from(io::ErrorKind::WriteZero));
                     }
-                    return Err(io::Error::from(io::ErrorKind::WriteZero));
+                    at += written as u64;
+                    IoSlice::advance_slices(&mut slices, written);
                 }
-                IoSlice::advance_slices(&mut slices, written);
             }
-        }
-        Ok(())
+            Ok(())
+        })();
+        self.len.store(at, Ordering::Release);
+        self.allocated.fetch_max(at, Ordering::AcqRel);
+        result
     }
 
     fn len(&self) -> io::Result<u64> {
-        Ok(self.file.metadata()?.len())
+        Ok(self.len.load(Ordering::Acquire))
     }
 
     fn truncate(&self, len: u64) -> io::Result<()> {
-        self.file.set_len(len)
+        self.file.set_len(len)?;
+        self.len.store(len, Ordering::Release);
+        self.allocated.store(len, Ordering::Release);
+        Ok(())
     }
 
     fn sync(&self) -> io::Result<()> {
         self.file.sync_data()
+    }
+
+    fn preallocate(&self, need: u64, chunk: u64) -> io::Result<()> {
+        let len = self.len.load(Ordering::Acquire);
+        let mut at = self.allocated.load(Ordering::Acquire);
+        if at >= len + need {
+            return Ok(());
+        }
+        let end = len + need.max(chunk);
+        while at < end {
+            let n = usize::try_from(end - at).map_or(ZEROS.len(), |n| n.min(ZEROS.len()));
+            if let Err(e) = self.file.write_all_at(&ZEROS[..n], at) {
+                // Some zeros may be there: harmless, the next append writes over them.
+                self.allocated.store(at, Ordering::Release);
+                return Err(e);
+            }
+            at += n as u64;
+        }
+        self.allocated.store(end, Ordering::Release);
+        Ok(())
+    }
+
+    fn trim_preallocated(&self) -> io::Result<()> {
+        let len = self.len.load(Ordering::Acquire);
+        if self.allocated.load(Ordering::Acquire) <= len {
+            return Ok(());
+        }
+        self.file.set_len(len)?;
+        // The shorter length must be durable before anything relies on the file ending here.
+        self.file.sync_all()?;
+        self.allocated.store(len, Ordering::Release);
+        Ok(())
     }
 }
 
 impl StorageBackend for FsBackend {
     fn open(&self, path: &Path, mode: OpenMode) -> io::Result<Arc<dyn StorageFile>> {
         let mut options = fs::OpenOptions::new();
-        options.read(true).append(true);
+        options.read(true).write(true);
         match mode {
             OpenMode::CreateNew => options.create_new(true),
             OpenMode::Existing => &mut options,
             OpenMode::CreateOrOpen => options.create(true),
         };
         let file = options.open(self.full(path))?;
-        Ok(Arc::new(FsFile { file }))
+        let len = file.metadata()?.len();
+        Ok(Arc::new(FsFile {
+            file,
+            len: AtomicU64::new(len),
+            allocated: AtomicU64::new(len),
+        }))
     }
 
     fn list(&self, dir: &Path) -> io::Result<Vec<DirEntry>> {
@@ -455,6 +529,18 @@ struct MemFileState {
     data: Vec<u8>,
     /// `data[..synced]` is what survives a crash.
     synced: usize,
+    /// The file's length with its preallocated zeros (at least `data.len()` when set).
+    allocated: usize,
+    /// The length a crash leaves at least, as zeros past what survives of `data`: the
+    /// preallocation the last sync made durable.
+    durable_allocated: usize,
+}
+
+impl MemFileState {
+    /// The bytes the file takes (data plus preallocated zeros).
+    fn footprint(&self) -> usize {
+        self.data.len().max(self.allocated)
+    }
 }
 
 /// A handle on one in-memory file.
@@ -503,8 +589,14 @@ impl StorageFile for MemFile {
         let total: usize = parts.iter().map(|p| p.len()).sum();
         let room = self.backend.room();
         let mut state = lock(&self.data.state);
+        // Preallocated space is already counted against the capacity.
+        let inside = state.allocated.saturating_sub(state.data.len());
         let allowed = room.map_or(total, |room| {
-            total.min(usize::try_from(room).unwrap_or(usize::MAX))
+            total.min(
+                usize::try_from(room)
+                    .unwrap_or(usize::MAX)
+                    .saturating_add(inside),
+            )
         });
         let mut left = allowed;
         for part in parts {
@@ -534,6 +626,8 @@ impl StorageFile for MemFile {
             state.data.truncate(len);
         }
         state.synced = state.synced.min(state.data.len());
+        state.allocated = state.data.len();
+        state.durable_allocated = state.durable_allocated.min(state.data.len());
         Ok(())
     }
 
@@ -548,6 +642,37 @@ impl StorageFile for MemFile {
         }
         let mut state = lock(&self.data.state);
         state.synced = state.data.len();
+        state.durable_allocated = state.footprint();
+        Ok(())
+    }
+
+    fn preallocate(&self, need: u64, chunk: u64) -> io::Result<()> {
+        self.check(FsCall::Append)?;
+        let room = self.backend.room();
+        let mut state = lock(&self.data.state);
+        let len = state.data.len();
+        let to_usize = |n: u64| usize::try_from(n).unwrap_or(usize::MAX);
+        if state.footprint() >= len.saturating_add(to_usize(need)) {
+            return Ok(());
+        }
+        let end = len.saturating_add(to_usize(need.max(chunk)));
+        let grow = end - state.footprint();
+        if room.is_some_and(|room| to_usize(room) < grow) {
+            return Err(io::Error::new(
+                io::ErrorKind::StorageFull,
+                "simulated ENOSPC: backend capacity reached",
+            ));
+        }
+        state.allocated = end;
+        Ok(())
+    }
+
+    fn trim_preallocated(&self) -> io::Result<()> {
+        self.check(FsCall::Truncate)?;
+        let mut state = lock(&self.data.state);
+        state.allocated = state.data.len();
+        state.synced = state.data.len();
+        state.durable_allocated = state.data.len();
         Ok(())
     }
 }
@@ -559,7 +684,7 @@ impl MemShared {
         let used: u64 = lock(&self.tree)
             .files
             .values()
-            .map(|f| lock(&f.state).data.len() as u64)
+            .map(|f| lock(&f.state).footprint() as u64)
             .sum();
         Some(capacity.saturating_sub(used))
     }
@@ -608,12 +733,12 @@ impl MemBackend {
         *lock(&self.shared.faults) = Faults::default();
     }
 
-    /// Total bytes held by all files (synced or not).
+    /// Total bytes held by all files (synced or not, preallocated zeros included).
     pub fn used_bytes(&self) -> u64 {
         lock(&self.shared.tree)
             .files
             .values()
-            .map(|f| lock(&f.state).data.len() as u64)
+            .map(|f| lock(&f.state).footprint() as u64)
             .sum()
     }
 
@@ -657,9 +782,17 @@ impl MemBackend {
                             let state = lock(&file.state).clone();
                             let mut data = state.data[..state.synced].to_vec();
                             data.extend_from_slice(&tail(&path, &state.data[state.synced..]));
+                            // Preallocated space a sync made durable reads as zeros.
+                            if data.len() < state.durable_allocated {
+                                data.resize(state.durable_allocated, 0);
+                            }
                             let synced = data.len();
                             Arc::new(MemFileData {
-                                state: Mutex::new(MemFileState { data, synced }),
+                                state: Mutex::new(MemFileState {
+                                    data,
+                                    synced,
+                                    ..MemFileState::default()
+                                }),
                             })
                         });
                         new.files.insert(path, Arc::clone(copy));
@@ -706,6 +839,7 @@ impl MemBackend {
                 state: Mutex::new(MemFileState {
                     data: bytes.to_vec(),
                     synced: len,
+                    ..MemFileState::default()
                 }),
             }),
         );

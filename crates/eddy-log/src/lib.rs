@@ -136,6 +136,9 @@
 //! * A damaged or incomplete record in the last segment is a **torn tail** unless a later
 //!   genuine record header (magic + header CRC) carries a `synced_len` above the damage, which
 //!   proves the damaged bytes had been synced: then it is **interior corruption**.
+//! * Zeros after the last record of the last segment (its preallocated space, see
+//!   [`LogConfig::preallocate`], or pages a crash lost whole) are cut without a report of a
+//!   tear; they are counted in [`RecoveryReport::zero_tail_bytes`].
 //! * A torn tail is truncated; interior corruption makes open fail with
 //!   [`LogError::Corrupt`] naming the file and byte offset, unless
 //!   [`LogConfig::repair`] is set (the segment is cut at the damage and the cut reported).
@@ -184,8 +187,8 @@ pub use file::{
 pub use log::{
     Assigned, CommitHook, Durability, Log, LogBounds, LogConfig, LogStats, OpenOptions, RecordMeta,
     RecoveryReport, Repair, Reservation, SegmentRewrite, SegmentSummary, StoredRecord,
-    VerifyOnOpen, WeakLog, DEFAULT_INDEX_INTERVAL, DEFAULT_MAX_GROUP_BYTES, DEFAULT_SEGMENT_SIZE,
-    MAX_GROUP_WINDOW, MAX_QUEUED_BYTES, MAX_SEGMENT_SIZE, MIN_SEGMENT_SIZE,
+    VerifyOnOpen, WeakLog, DEFAULT_INDEX_INTERVAL, DEFAULT_MAX_GROUP_BYTES, DEFAULT_PREALLOCATE,
+    DEFAULT_SEGMENT_SIZE, MAX_GROUP_WINDOW, MAX_QUEUED_BYTES, MAX_SEGMENT_SIZE, MIN_SEGMENT_SIZE,
 };
 pub use pool::{CommitPool, CommitStats, CommitStatsSnapshot};
 pub use sync::{lock, read_lock, write_lock};

@@ -335,6 +335,10 @@ impl Log {
     pub fn close(&self) -> Result<()> {
         let flushed = self.flush().wait();
         lock(&self.inner.admission).closed = true;
+        // A closed log's active segment ends at its last record, as a sealed one does.
+        if let Err(e) = lock(&self.inner.writer).active.file.trim_preallocated() {
+            tracing::warn!(dir = %self.inner.dir.display(), error = %e, "cannot cut the active segment's preallocated space; the next open cuts it");
+        }
         self.inner.room.notify_all();
         self.inner.forget_cached();
         flushed

@@ -13,6 +13,8 @@ pub const DEFAULT_SEGMENT_SIZE: u64 = 1024 * 1024 * 1024;
 pub const DEFAULT_INDEX_INTERVAL: u64 = 64 * 1024;
 /// Default bound on the bytes one group commit writes (a larger record is written alone).
 pub const DEFAULT_MAX_GROUP_BYTES: u64 = 16 * 1024 * 1024;
+/// Default [`LogConfig::preallocate`]: off (see there for what it measured).
+pub const DEFAULT_PREALLOCATE: u64 = 0;
 /// Appends block while this many record bytes (headers included) are queued on one log
 /// (back-pressure).
 pub const MAX_QUEUED_BYTES: u64 = 256 * 1024 * 1024;
@@ -71,6 +73,19 @@ pub struct LogConfig {
     /// writes its first append at once, and a full group (`max_group_bytes`) never waits.
     /// Zero (the default) takes every group as soon as the writer is free.
     pub group_window: std::time::Duration,
+    /// The active segment is extended with this many bytes of zeros at a time, written ahead
+    /// of the records, so a group commit's `fdatasync` writes data only (an append that grows
+    /// the file also makes the file system commit the new size). Used for groups of at most a
+    /// sixteenth of it, where the saved size commit outweighs writing the space twice (small
+    /// records: events, Raft entries, small batches); bigger groups append. Zero (the default)
+    /// turns it off. Recovery cuts the zeros past the last record; a sealed segment and a
+    /// closed log's active segment are cut to their records.
+    ///
+    /// Measured on ext4 (virtio disk, 2 cores) with 1 MiB: one writer on the log or the event
+    /// store alone writes 1.3-1.6x more records per second at 0.7x the CPU; but the event
+    /// server with its load generator on the same cores answered one connection at 0.80x and
+    /// ten at 0.67x the writes per second, and 1,000 at 1.12x. Off until that is understood.
+    pub preallocate: u64,
 }
 
 /// Largest accepted [`LogConfig::group_window`].
@@ -87,6 +102,7 @@ impl Default for LogConfig {
             repair: false,
             max_group_bytes: DEFAULT_MAX_GROUP_BYTES,
             group_window: std::time::Duration::ZERO,
+            preallocate: DEFAULT_PREALLOCATE,
         }
     }
 }

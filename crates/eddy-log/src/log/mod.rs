@@ -94,7 +94,8 @@ mod writer;
 pub use admission::{Assigned, Reservation};
 pub use config::{
     Durability, LogConfig, VerifyOnOpen, DEFAULT_INDEX_INTERVAL, DEFAULT_MAX_GROUP_BYTES,
-    DEFAULT_SEGMENT_SIZE, MAX_GROUP_WINDOW, MAX_QUEUED_BYTES, MAX_SEGMENT_SIZE, MIN_SEGMENT_SIZE,
+    DEFAULT_PREALLOCATE, DEFAULT_SEGMENT_SIZE, MAX_GROUP_WINDOW, MAX_QUEUED_BYTES,
+    MAX_SEGMENT_SIZE, MIN_SEGMENT_SIZE,
 };
 pub use rewrite::SegmentRewrite;
 pub use state::{Log, WeakLog};
@@ -103,6 +104,8 @@ pub use types::{
     SegmentSummary, StoredRecord,
 };
 
+#[cfg(test)]
+mod prealloc_tests;
 #[cfg(test)]
 mod tests;
 #[cfg(test)]

@@ -334,6 +334,10 @@ fn settle_damage(
         let path = path.to_path_buf();
         move |e| LogError::io(op, path.clone(), e)
     };
+    if is_last && zeros_from(&**file, at, len).map_err(io(IoOp::Read))? {
+        cut_zero_tail(ctx, file, path, at, len)?;
+        return Ok(at);
+    }
     // Sealed segments were synced before their successor existed: they cannot be torn.
     let torn = is_last
         && find_durable_proof(&**file, at, len)
@@ -363,6 +367,41 @@ fn settle_damage(
     file.truncate(at).map_err(io(IoOp::Truncate))?;
     file.sync().map_err(io(IoOp::Sync))?;
     Ok(at)
+}
+
+/// True when every byte of `file` from `at` to `len` is zero: the active segment's
+/// preallocated space (see [`LogConfig::preallocate`](crate::LogConfig::preallocate)), or
+/// pages a crash lost before any byte of them reached the disk. No record starts there.
+fn zeros_from(file: &dyn StorageFile, at: u64, len: u64) -> io::Result<bool> {
+    const PIECE: u64 = 64 * 1024;
+    let mut pos = at;
+    let mut buf = vec![0u8; usize::try_from(PIECE.min(len.saturating_sub(at))).unwrap_or(0)];
+    while pos < len {
+        let n = usize::try_from((len - pos).min(PIECE)).unwrap_or(buf.len());
+        file.read_at(pos, &mut buf[..n])?;
+        if buf[..n].iter().any(|&b| b != 0) {
+            return Ok(false);
+        }
+        pos += n as u64;
+    }
+    Ok(true)
+}
+
+/// Cuts the active segment's zero tail at `at`, the end of its last record. Not a torn write:
+/// it is only counted in [`RecoveryReport::zero_tail_bytes`](crate::RecoveryReport::zero_tail_bytes).
+fn cut_zero_tail(
+    ctx: &mut Recovering<'_>,
+    file: &Arc<dyn StorageFile>,
+    path: &Path,
+    at: u64,
+    len: u64,
+) -> Result<()> {
+    tracing::debug!(path = %path.display(), offset = at, cut = len - at, "cutting preallocated zeros");
+    file.truncate(at)
+        .map_err(|e| LogError::io(IoOp::Truncate, path, e))?;
+    file.sync().map_err(|e| LogError::io(IoOp::Sync, path, e))?;
+    ctx.report.zero_tail_bytes += len - at;
+    Ok(())
 }
 
 /// Tail verification. Returns `None` when it cannot decide cheaply (no usable index, or damage
@@ -439,7 +478,17 @@ fn recover_tail(
         |_, _| {},
     )
     .map_err(ctx.io(IoOp::Read, &name))?;
-    if scan.damage.is_some() || scan.end_pos == last.position {
+    let mut len = len;
+    if let Some((at, _)) = scan.damage {
+        // Only a zero tail (preallocated space) is settled here; other damage goes through
+        // the full scan, which tells a torn tail from corruption.
+        if !(is_last && zeros_from(&**file, at, len).map_err(ctx.io(IoOp::Read, &name))?) {
+            return Ok(None);
+        }
+        cut_zero_tail(ctx, file, &ctx.path(&name), at, len)?;
+        len = at;
+    }
+    if scan.end_pos == last.position {
         return Ok(None);
     }
     let Some(before) = count_records(&**file, SEGMENT_HEADER_LEN as u64, last.position)

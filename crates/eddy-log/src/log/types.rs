@@ -116,6 +116,9 @@ pub struct RecoveryReport {
     pub bytes_verified: u64,
     /// Stray files removed (orphan indexes, temporary files, an empty segment replaced).
     pub removed: Vec<PathBuf>,
+    /// Zeros cut from the end of the active segment: its preallocated space after a crash
+    /// (see [`LogConfig::preallocate`](crate::LogConfig::preallocate)). Nothing is lost there.
+    pub zero_tail_bytes: u64,
 }
 
 /// Called by the writer around acknowledgements, so an upper layer can act in log order on

@@ -331,6 +331,15 @@ impl LogInner {
             parts.push(header);
             parts.push(&record.payload);
         }
+        let chunk = self.config.preallocate;
+        if chunk > 0 && group.bytes <= chunk / 16 {
+            // Never past the segment's end, where it rolls (at least the group itself).
+            let room = self.config.segment_size.saturating_sub(start);
+            if let Err(e) = writer.active.file.preallocate(group.bytes, chunk.min(room)) {
+                // Only the saving is lost: the append below grows the file.
+                tracing::debug!(dir = %self.dir.display(), error = %e, "preallocating the active segment failed");
+            }
+        }
         if let Err(e) = writer.active.file.append(&parts) {
             drop(parts);
             let no_space = is_no_space(&e);
@@ -512,8 +521,16 @@ impl LogInner {
 
     /// Seals the active segment and starts a new one at the next sequence number.
     fn roll(&self, writer: &mut Writer) -> Result<(), WriteFailure> {
-        // Invariant 3: the old segment is durable before its successor exists.
+        // Invariant 3: the old segment is durable before its successor exists, and ends
+        // where its records end (no preallocated zeros after them).
         self.sync_active(writer)?;
+        if let Err(e) = writer.active.file.trim_preallocated() {
+            return Err(if is_no_space(&e) {
+                WriteFailure::NoSpace(Arc::new(e))
+            } else {
+                WriteFailure::Fatal(Arc::new(e))
+            });
+        }
         self.write_pending_index(writer);
         let base = writer.next_seq;
         let (file, index_file) = match create_segment(&*self.backend, &self.dir, base) {

@@ -3,7 +3,7 @@
 
 use eddy_log::{
     Cipher, Durability, LogConfig, VerifyOnOpen, DEFAULT_CACHE_BYTES, DEFAULT_INDEX_INTERVAL,
-    DEFAULT_MAX_GROUP_BYTES,
+    DEFAULT_MAX_GROUP_BYTES, DEFAULT_PREALLOCATE,
 };
 
 use crate::metadata::TopicConfig;
@@ -77,6 +77,7 @@ impl StreamStoreConfig {
                 repair: self.repair,
                 max_group_bytes: self.max_group_bytes,
                 group_window: std::time::Duration::ZERO,
+                preallocate: DEFAULT_PREALLOCATE,
             },
         }
     }
@@ -91,6 +92,7 @@ impl StreamStoreConfig {
             repair: self.repair,
             max_group_bytes: self.max_group_bytes,
             group_window: std::time::Duration::ZERO,
+            preallocate: DEFAULT_PREALLOCATE,
         }
     }
 }
