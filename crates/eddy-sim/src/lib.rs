@@ -56,6 +56,7 @@ pub mod rng;
 pub mod server;
 mod sim;
 pub mod store;
+pub mod stream_metadata;
 pub mod streams;
 pub mod workload;
 

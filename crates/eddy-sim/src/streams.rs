@@ -24,8 +24,11 @@
 //!
 //! * **Metadata**: the metadata group (`GroupId(0)`) runs the server's [`MetadataMachine`]
 //!   (snapshots every few entries, so its log is compacted and lagging members install
-//!   snapshots). Clients create streams, topics and consumer groups and store consumer
-//!   offsets (standalone and group, plain and forward-only) on a few streams; the final check replays the agreed log with the answers
+//!   snapshots). Clients race to create streams, topics and consumer groups and to store
+//!   consumer offsets (standalone and group, plain and forward-only) on a few streams, and run
+//!   lifecycles on fresh ids: streams and topics created, offsets stored, then deleted with
+//!   everything under them; users and their tokens created and deleted
+//!   ([`stream_metadata`](crate::stream_metadata)). The final check replays the agreed log with the answers
 //!   the members gave at each index through a model of those operations and compares it with
 //!   every member's state. (The metadata's partitions are not the partition groups here:
 //!   those are fixed for the run.)
@@ -53,15 +56,14 @@ use eddy_server::stream::Stampable;
 use eddy_stream_store::metadata::{decode_op, encode_op};
 use eddy_stream_store::replicated::{ApplyOutcome, PartitionEntry};
 use eddy_stream_store::replicated_metadata::{MetadataApplied, MetadataView};
-use eddy_stream_store::{
-    ConsumerKey, MetadataOp, MetadataState, PartitionAddr, RetentionPolicy, TopicConfig,
-};
+use eddy_stream_store::{MetadataState, PartitionAddr, RetentionPolicy};
 
 use crate::config::Millis;
 use crate::logdir::Disk;
 use crate::recorded::{agree, answers_agree, AppliedLog, Recorder, Recording, Records};
 use crate::rng::SimRng;
 use crate::store::{DiskFault, StoreFactory};
+use crate::stream_metadata::{MetadataOps, Model};
 use crate::workload::{OpId, Workload};
 
 /// First byte of every message payload the workload sends; the operation id (u64 LE) and the
@@ -71,8 +73,6 @@ const TAG: u8 = 0x5E;
 const MAX_MESSAGES: u64 = 3;
 /// Percent of operations that go to the metadata group.
 const METADATA_PERCENT: u64 = 15;
-/// Streams the metadata operations touch (ids `1..=METADATA_STREAMS`).
-const METADATA_STREAMS: u64 = 3;
 /// The metadata machine writes a snapshot (and may drop its log) every this many entries.
 const METADATA_SNAPSHOT_EVERY: u64 = 32;
 
@@ -446,120 +446,14 @@ fn check_metadata(dirs: &[(NodeId, &StreamDir)]) -> Result<String, String> {
     Ok(format!(
         "metadata agrees: {} streams, {} consumer groups, {} offsets{}",
         state.streams.len(),
-        model.groups.len(),
-        model.offsets.len(),
+        model.counts().0,
+        model.counts().1,
         if unanswered == 0 {
             String::new()
         } else {
             format!(" ({unanswered} entries with no answer on record: model not checked)")
         }
     ))
-}
-
-/// What the applied metadata operations of the workload make.
-#[derive(Debug, Default)]
-struct Model {
-    streams: BTreeMap<u32, String>,
-    topics: BTreeMap<(u32, u32), String>,
-    groups: BTreeMap<(u32, u32, u32), String>,
-    offsets: BTreeMap<(PartitionAddr, ConsumerKey), u64>,
-}
-
-impl Model {
-    fn apply(&mut self, op: &MetadataOp) {
-        match op {
-            MetadataOp::CreateStream { id, name, .. } => {
-                self.streams.insert(*id, name.clone());
-            }
-            MetadataOp::CreateTopic {
-                stream_id,
-                id,
-                name,
-                ..
-            } => {
-                self.topics.insert((*stream_id, *id), name.clone());
-            }
-            MetadataOp::CreateConsumerGroup {
-                stream_id,
-                topic_id,
-                id,
-                name,
-                ..
-            } => {
-                self.groups
-                    .insert((*stream_id, *topic_id, *id), name.clone());
-            }
-            MetadataOp::StoreConsumerOffset {
-                addr,
-                consumer,
-                offset,
-                forward_only,
-            } => {
-                let slot = self.offsets.entry((*addr, *consumer)).or_insert(*offset);
-                if !*forward_only || *offset > *slot {
-                    *slot = *offset;
-                }
-            }
-            _ => {}
-        }
-    }
-
-    fn matches(&self, state: &MetadataState) -> Result<(), String> {
-        let streams: BTreeMap<u32, String> = state
-            .streams
-            .iter()
-            .map(|(id, s)| (*id, s.name.clone()))
-            .collect();
-        if streams != self.streams {
-            return Err(format!(
-                "streams {streams:?}, the log makes {:?}",
-                self.streams
-            ));
-        }
-        let topics: BTreeMap<(u32, u32), String> = state
-            .streams
-            .iter()
-            .flat_map(|(sid, s)| {
-                s.topics
-                    .iter()
-                    .map(|(tid, t)| ((*sid, *tid), t.name.clone()))
-            })
-            .collect();
-        if topics != self.topics {
-            return Err(format!(
-                "topics {topics:?}, the log makes {:?}",
-                self.topics
-            ));
-        }
-        let groups: BTreeMap<(u32, u32, u32), String> = state
-            .streams
-            .iter()
-            .flat_map(|(sid, s)| {
-                s.topics.iter().flat_map(move |(tid, t)| {
-                    t.groups
-                        .iter()
-                        .map(move |(gid, g)| ((*sid, *tid, *gid), g.name.clone()))
-                })
-            })
-            .collect();
-        if groups != self.groups {
-            return Err(format!(
-                "consumer groups {groups:?}, the log makes {:?}",
-                self.groups
-            ));
-        }
-        let offsets: BTreeMap<(PartitionAddr, ConsumerKey), u64> = state
-            .partitions()
-            .flat_map(|(addr, p, _)| p.offsets.iter().map(move |(c, o)| ((addr, *c), *o)))
-            .collect();
-        if offsets != self.offsets {
-            return Err(format!(
-                "consumer offsets {offsets:?}, the log makes {:?}",
-                self.offsets
-            ));
-        }
-        Ok(())
-    }
 }
 
 /// Every visible message of a partition, by offset.
@@ -706,12 +600,17 @@ fn message_op(payload: &[u8]) -> Option<(OpId, u8)> {
 pub struct StreamWorkload {
     partitions: u64,
     ledger: Arc<Mutex<Ledger>>,
+    metadata: MetadataOps,
 }
 
 impl StreamWorkload {
     /// Sends to `partitions` partitions; `ledger` is shared with the [`StreamFactory`].
     pub fn new(partitions: u64, ledger: Arc<Mutex<Ledger>>) -> Self {
-        StreamWorkload { partitions, ledger }
+        StreamWorkload {
+            partitions,
+            ledger,
+            metadata: MetadataOps::default(),
+        }
     }
 }
 
@@ -735,7 +634,7 @@ impl Workload for StreamWorkload {
     fn payload(&mut self, group: GroupId, id: OpId, rng: &mut SimRng) -> Bytes {
         if group == METADATA_GROUP {
             guard(&self.ledger).proposed.insert(id, (group, 0));
-            let op = metadata_op(id, rng);
+            let op = self.metadata.next(id, rng);
             return Bytes::from(encode_op(&op).expect("the workload's operations encode"));
         }
         let count = rng.range(1, MAX_MESSAGES);
@@ -768,13 +667,7 @@ impl Workload for StreamWorkload {
 
     fn op_id(&self, group: GroupId, payload: &[u8]) -> Option<OpId> {
         if group == METADATA_GROUP {
-            return match decode_op(payload).ok()? {
-                MetadataOp::CreateStream { created_at, .. }
-                | MetadataOp::CreateTopic { created_at, .. }
-                | MetadataOp::CreateConsumerGroup { created_at, .. } => Some(created_at),
-                MetadataOp::StoreConsumerOffset { offset, .. } => Some(offset & 0xFFFF_FFFF),
-                _ => None,
-            };
+            return self.metadata.op_id(&decode_op(payload).ok()?);
         }
         let entry = PartitionEntry::decode(&Bytes::copy_from_slice(payload)).ok()?;
         let PartitionEntry::Append { batch, .. } = entry else {
@@ -783,56 +676,6 @@ impl Workload for StreamWorkload {
         let record = StoredBatch::parse(batch).ok()?.record();
         let first = record.messages().next()?;
         message_op(&first.payload).map(|(op, _)| op)
-    }
-}
-
-/// A metadata operation carrying `id` (as a creation time, or in the low 32 bits of the
-/// offset stored): a consumer group created on one of two ids, or a
-/// stream or a topic created on one of a few ids (taken ids are refused), or a consumer
-/// offset stored, plainly or forward-only (refused while its topic does not exist).
-fn metadata_op(id: OpId, rng: &mut SimRng) -> MetadataOp {
-    let stream_id = u32::try_from(rng.range(1, METADATA_STREAMS)).expect("a few");
-    let member = u32::try_from(rng.range(1, 2)).expect("1 or 2");
-    match rng.below(12) {
-        0..=2 => MetadataOp::CreateStream {
-            id: stream_id,
-            name: format!("s{stream_id}-{id}"),
-            created_at: id,
-            options: Vec::new(),
-        },
-        3..=4 => MetadataOp::CreateTopic {
-            stream_id,
-            id: 1,
-            name: format!("t{id}"),
-            created_at: id,
-            partitions: 1,
-            config: TopicConfig::default(),
-            explicit_options: Vec::new(),
-            derived_options: Vec::new(),
-        },
-        5 => MetadataOp::CreateConsumerGroup {
-            stream_id,
-            topic_id: 1,
-            id: member,
-            name: format!("g{id}"),
-            created_at: id,
-        },
-        _ => MetadataOp::StoreConsumerOffset {
-            addr: PartitionAddr {
-                stream_id,
-                topic_id: 1,
-                partition_id: 0,
-            },
-            // A standalone consumer, or a consumer group (refused while it does not exist).
-            consumer: if rng.chance(0.7) {
-                ConsumerKey::Consumer(member)
-            } else {
-                ConsumerKey::Group(member)
-            },
-            // Random high bits, so forward-only stores are refused now and then.
-            offset: (rng.below(1000) << 32) | (id & 0xFFFF_FFFF),
-            forward_only: rng.chance(0.5),
-        },
     }
 }
 
@@ -899,57 +742,6 @@ mod tests {
         assert!(check_partition(&ledger, g, &back, 0)
             .unwrap_err()
             .contains("went back"));
-    }
-
-    #[test]
-    fn the_metadata_model_follows_forward_only_stores_and_tells_a_differing_state() {
-        let addr = PartitionAddr {
-            stream_id: 1,
-            topic_id: 1,
-            partition_id: 0,
-        };
-        let store = |offset, forward_only| MetadataOp::StoreConsumerOffset {
-            addr,
-            consumer: ConsumerKey::Consumer(1),
-            offset,
-            forward_only,
-        };
-        let mut state = MetadataState::default();
-        let mut model = Model::default();
-        let ops = [
-            metadata_op(1, &mut SimRng::new(1)),
-            MetadataOp::CreateStream {
-                id: 1,
-                name: "s".into(),
-                created_at: 2,
-                options: Vec::new(),
-            },
-            MetadataOp::CreateTopic {
-                stream_id: 1,
-                id: 1,
-                name: "t".into(),
-                created_at: 3,
-                partitions: 1,
-                config: TopicConfig::default(),
-                explicit_options: Vec::new(),
-                derived_options: Vec::new(),
-            },
-            store(10, false),
-            store(5, true),
-            store(7, false),
-        ];
-        for op in &ops {
-            if state.apply(op).is_ok() {
-                model.apply(op);
-            }
-        }
-        assert_eq!(model.offsets[&(addr, ConsumerKey::Consumer(1))], 7);
-        model.matches(&state).unwrap();
-        model.offsets.insert((addr, ConsumerKey::Consumer(1)), 10);
-        assert!(model
-            .matches(&state)
-            .unwrap_err()
-            .contains("consumer offsets"));
     }
 
     #[test]
