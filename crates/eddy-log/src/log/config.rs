@@ -84,7 +84,9 @@ pub struct LogConfig {
     /// Measured on ext4 (virtio disk, 2 cores) with 1 MiB: one writer on the log or the event
     /// store alone writes 1.3-1.6x more records per second at 0.7x the CPU; but the event
     /// server with its load generator on the same cores answered one connection at 0.80x and
-    /// ten at 0.67x the writes per second, and 1,000 at 1.12x. Off until that is understood.
+    /// ten at 0.67x the writes per second, and 1,000 at 1.12x (with the server and the load
+    /// generator pinned to a core each: 0.79x, 0.85x and 1.05x; two logs written alternately
+    /// by one writer still gain 1.3x). Off until that is understood.
     pub preallocate: u64,
 }
 
