@@ -64,6 +64,12 @@ pub struct EventStoreConfig {
     /// (`Background`, a cluster member's: its group's Raft log already holds every entry it
     /// applies durably, and a restart applies again whatever the shard log had not synced).
     pub durability: Durability,
+    /// Run the index's flusher and merger threads (the default). Without them, nothing
+    /// writes the index in the background: the owner runs the queued flushes and merges
+    /// itself with [`EventStore::run_index_work`](crate::EventStore::run_index_work), on its
+    /// own thread and at its own points (a deterministic simulation), and writers never wait
+    /// for a flush.
+    pub index_threads: bool,
 }
 
 impl EventStoreConfig {
@@ -98,6 +104,7 @@ impl Default for EventStoreConfig {
             fsync_delay: Duration::ZERO,
             cipher: None,
             durability: Durability::Fsync,
+            index_threads: true,
         }
     }
 }

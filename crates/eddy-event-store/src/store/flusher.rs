@@ -77,6 +77,11 @@ impl Flusher {
         }
     }
 
+    /// The next queued shard, without waiting (a store without index threads).
+    pub(super) fn take_queued(&self) -> Option<u32> {
+        lock(&self.queue).shards.pop_front()
+    }
+
     /// Works on `shard` again after `delay`.
     fn retry_after(&self, shard: u32, delay: Duration) {
         let mut q = lock(&self.queue);

@@ -245,21 +245,19 @@ impl EventStore {
         }
         let indexes: Vec<Arc<Index>> = shards.iter().map(|s| Arc::clone(&s.index)).collect();
         let merger = Arc::new(Flusher::default());
-        for index in &indexes {
-            index.set_served(true);
-        }
         let mut threads = Vec::new();
-        {
-            let (flusher, merger, indexes) =
+        if config.index_threads {
+            for index in &indexes {
+                index.set_served(true);
+            }
+            let (flusher, flush_merger, flush_indexes) =
                 (Arc::clone(&flusher), Arc::clone(&merger), indexes.clone());
             threads.push(
                 std::thread::Builder::new()
                     .name("eddy-events-flush".into())
-                    .spawn(move || run_flusher(&flusher, &merger, &indexes))
+                    .spawn(move || run_flusher(&flusher, &flush_merger, &flush_indexes))
                     .map_err(|e| EventStoreError::io(IoOp::Open, root.join("index"), e))?,
             );
-        }
-        {
             let merger = Arc::clone(&merger);
             threads.push(
                 std::thread::Builder::new()
@@ -578,6 +576,41 @@ impl EventStore {
             }
         }
         first_error.map_or(Ok(()), Err)
+    }
+
+    /// Runs the index work queued since the last call (each shard's frozen memtables
+    /// written as runs, then its runs merged) on this thread, and returns the shards it
+    /// flushed. For a store opened without index threads
+    /// ([`EventStoreConfig::index_threads`] false), whose owner decides when the index is
+    /// written; with the threads, they take the work and this finds none. A failed flush is
+    /// kept queued for the next call; while it fails, the shard refuses mutations once its
+    /// memtables are full, as with the threads.
+    pub fn run_index_work(&self) -> usize {
+        let mut flushed = 0;
+        let mut failed = Vec::new();
+        while let Some(shard) = self.flusher.take_queued() {
+            let Some(s) = self.shards.get(shard as usize) else {
+                continue;
+            };
+            match s.index.flush_pending() {
+                Ok(()) => {
+                    s.index.set_flush_failure(None);
+                    flushed += 1;
+                    if let Err(e) = s.index.merge_runs() {
+                        tracing::error!(shard, error = %e, "merging event index runs failed");
+                    }
+                }
+                Err(e) => {
+                    tracing::debug!(shard, error = %e, "flushing the event index failed; it is retried at the next call");
+                    s.index.set_flush_failure(Some(Arc::new(e)));
+                    failed.push(shard);
+                }
+            }
+        }
+        for shard in failed {
+            self.flusher.flush_needed(shard);
+        }
+        flushed
     }
 
     fn stop_flusher(&self) {

@@ -1409,3 +1409,43 @@ fn an_index_checkpoint_never_outruns_a_shard_log_that_syncs_in_the_background() 
     assert!(recovery.rebuilt.is_empty(), "{recovery:?}");
     assert!(store.stats().indexes[0].checkpoint >= checkpoint);
 }
+
+#[test]
+fn without_index_threads_the_owner_writes_the_index_and_a_crash_keeps_every_write() {
+    let disk = MemBackend::new();
+    let config = EventStoreConfig {
+        memtable_bytes: 512, // freezes on almost every commit
+        index_threads: false,
+        ..cfg()
+    };
+    let index_files = || {
+        disk.file_paths()
+            .iter()
+            .filter(|p| p.starts_with("events/index-000"))
+            .count()
+    };
+    let store = open(&disk, config.clone());
+    let before = index_files();
+    for i in 1..=100u64 {
+        write(&store, 1, vec![part(K, vec![ev(i, 1, &format!("v{i}"))])]).unwrap();
+    }
+    // Nothing wrote the index meanwhile: no thread does, and writers did not wait for one.
+    assert_eq!(index_files(), before);
+    assert!(store.run_index_work() > 0);
+    assert!(index_files() > before);
+    assert_eq!(store.run_index_work(), 0, "nothing queued any more");
+    for i in 101..=120u64 {
+        write(&store, 1, vec![part(K, vec![ev(i, 1, &format!("v{i}"))])]).unwrap();
+    }
+    disk.crash();
+    drop(store);
+    let store = open(&disk, config);
+    let page = store.read(&K, &ReadQuery::from_version(1)).unwrap();
+    let got: Vec<String> = page
+        .batches
+        .iter()
+        .map(|b| String::from_utf8(b.events[0].value.to_vec()).unwrap())
+        .collect();
+    let want: Vec<String> = (1..=120).map(|i| format!("v{i}")).collect();
+    assert_eq!(got, want);
+}
