@@ -75,10 +75,11 @@ struct Served {
 type History = BTreeMap<AggregateKey, Served>;
 
 /// An operation the workload proposed.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq)]
 enum Proposed {
-    /// A write of one event, with its OCC guard.
-    Write(AggregateKey, Option<u64>),
+    /// A write of one event to each of its aggregates (one, or two written atomically), each
+    /// with its OCC guard.
+    Write(Vec<(AggregateKey, Option<u64>)>),
     /// A trim to a new floor.
     Trim(AggregateKey),
     /// A delete that allows a recreate continuing the versions.
@@ -86,9 +87,11 @@ enum Proposed {
 }
 
 impl Proposed {
-    fn key(self) -> AggregateKey {
+    /// The aggregates it changes, in request order.
+    fn keys(&self) -> Vec<AggregateKey> {
         match self {
-            Proposed::Write(k, _) | Proposed::Trim(k) | Proposed::Delete(k) => k,
+            Proposed::Write(parts) => parts.iter().map(|(k, _)| *k).collect(),
+            Proposed::Trim(k) | Proposed::Delete(k) => vec![*k],
         }
     }
 }
@@ -96,10 +99,11 @@ impl Proposed {
 /// What a node answered for the entry it applied at an index.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Answer {
-    /// Written: the aggregate's version after it.
-    Written(u64),
-    /// Refused as a retry of a write already committed at this version.
-    Duplicate(u64),
+    /// Written: each aggregate's version after it, in request order.
+    Written(Vec<u64>),
+    /// Refused as a retry of a write already committed: one of its aggregates, at this
+    /// version.
+    Duplicate(AggregateKey, u64),
     /// Refused: the aggregate was not at the expected version.
     Conflict,
     /// A trim applied.
@@ -228,13 +232,15 @@ fn judge(outcome: EventApplied, recorder: &Recorder<Answer>) -> Option<Answer> {
         .wait_timeout(Duration::from_secs(10))
         .unwrap_or_else(|_| panic!("an event apply did not complete inline"));
     Some(match result {
-        Ok(Applied::Write(w)) => Answer::Written(w.versions[0]),
+        Ok(Applied::Write(w)) => Answer::Written(w.versions),
         Ok(Applied::Trim(_)) => Answer::Trimmed,
         Ok(Applied::Delete(_)) => Answer::Deleted,
         Ok(Applied::Schema) => Answer::Refused("a schema registration".into()),
         Err(EventStoreError::Refused(Refusal::Duplicate {
-            committed_version, ..
-        })) => Answer::Duplicate(committed_version),
+            key,
+            committed_version,
+            ..
+        })) => Answer::Duplicate(key, committed_version),
         Err(EventStoreError::Refused(Refusal::VersionConflict { .. })) => Answer::Conflict,
         Err(EventStoreError::Refused(r)) => Answer::Refused(r.to_string()),
         Err(e) => {
@@ -319,10 +325,14 @@ impl StoreFactory for EventFactory {
             format!("op {op}: acknowledged at {group} index {index} with no answer recorded there")
         })?;
         let mut ledger = guard(&self.ledger);
-        let key = ledger.proposed.get(&op).map(|p| p.key());
-        if let (Some(key), Answer::Written(v) | Answer::Duplicate(v)) = (key, &answer) {
+        let keys = ledger
+            .proposed
+            .get(&op)
+            .map(Proposed::keys)
+            .unwrap_or_default();
+        for (key, version) in told_versions(&keys, &answer) {
             let known = ledger.known.entry(key).or_default();
-            *known = (*known).max(*v);
+            *known = (*known).max(version);
         }
         // A stopped shard or a failed write is an error the client retries (idempotently).
         let settled = !matches!(answer, Answer::Failed(_));
@@ -394,9 +404,18 @@ fn read_all(store: &EventStore, keys: &BTreeSet<AggregateKey>) -> Result<History
     Ok(out)
 }
 
+/// The (aggregate, version) pairs an answer told a client, given the operation's aggregates.
+fn told_versions(keys: &[AggregateKey], answer: &Answer) -> Vec<(AggregateKey, u64)> {
+    match answer {
+        Answer::Written(versions) => keys.iter().copied().zip(versions.iter().copied()).collect(),
+        Answer::Duplicate(key, version) => vec![(*key, *version)],
+        _ => Vec::new(),
+    }
+}
+
 /// The event-store guarantees over one member's (agreed) history.
 fn check_history(ledger: &Ledger, held: &History) -> Result<String, String> {
-    let mut at: BTreeMap<OpId, (AggregateKey, u64)> = BTreeMap::new();
+    let mut at: BTreeMap<(OpId, AggregateKey), u64> = BTreeMap::new();
     for (key, served) in held {
         for (due, &(version, op)) in (served.floor.max(1)..).zip(&served.events) {
             if version != due {
@@ -406,7 +425,10 @@ fn check_history(ledger: &Ledger, held: &History) -> Result<String, String> {
                 ));
             }
             let expected = match ledger.proposed.get(&op) {
-                Some(Proposed::Write(k, expected)) if k == key => *expected,
+                Some(Proposed::Write(parts)) => match parts.iter().find(|(k, _)| k == key) {
+                    Some((_, expected)) => *expected,
+                    None => return Err(format!("op {op} ({parts:?}) is stored under {key:?}")),
+                },
                 Some(other) => return Err(format!("op {op} ({other:?}) is stored under {key:?}")),
                 None => return Err(format!("op {op} is stored but was never proposed")),
             };
@@ -418,48 +440,75 @@ fn check_history(ledger: &Ledger, held: &History) -> Result<String, String> {
                     ));
                 }
             }
-            if let Some(earlier) = at.insert(op, (*key, version)) {
+            if let Some(earlier) = at.insert((op, *key), version) {
                 return Err(format!(
-                    "op {op} is stored twice (versions {} and {version}): idempotency failed",
-                    earlier.1
+                    "op {op} is stored twice (versions {earlier} and {version}): idempotency failed"
                 ));
             }
         }
     }
+    // Atomicity: a write to several aggregates (never trimmed or deleted) is in all or none.
+    let mut atomic = 0;
+    for (op, proposed) in &ledger.proposed {
+        let Proposed::Write(parts) = proposed else {
+            continue;
+        };
+        if parts.len() < 2 {
+            continue;
+        }
+        let stored: Vec<bool> = parts
+            .iter()
+            .map(|(k, _)| at.contains_key(&(*op, *k)))
+            .collect();
+        if stored.iter().any(|s| *s) {
+            if !stored.iter().all(|s| *s) {
+                return Err(format!(
+                    "op {op} wrote {parts:?} atomically, but only {stored:?} of it is stored"
+                ));
+            }
+            atomic += 1;
+        }
+    }
     let mut counts: BTreeMap<&'static str, u64> = BTreeMap::new();
+    counts.insert("stored multi-aggregate writes", atomic);
     for (op, answers) in &ledger.told {
+        let keys = ledger
+            .proposed
+            .get(op)
+            .map(Proposed::keys)
+            .unwrap_or_default();
         for answer in answers {
-            let (kind, version) = match answer {
-                Answer::Written(v) => ("written", *v),
-                Answer::Duplicate(v) => ("duplicates", *v),
-                Answer::Conflict => ("conflicts", 0),
-                Answer::Trimmed => ("trims", 0),
-                Answer::Deleted => ("deletes", 0),
-                Answer::Refused(_) => ("refused", 0),
-                Answer::Failed(_) => ("failed", 0),
+            let kind = match answer {
+                Answer::Written(_) => "written",
+                Answer::Duplicate(..) => "duplicates",
+                Answer::Conflict => "conflicts",
+                Answer::Trimmed => "trims",
+                Answer::Deleted => "deletes",
+                Answer::Refused(_) => "refused",
+                Answer::Failed(_) => "failed",
             };
             *counts.entry(kind).or_default() += 1;
-            if version == 0 {
-                continue;
-            }
-            let key = ledger.proposed.get(op).map(|p| p.key());
-            let served = key.and_then(|k| held.get(&k));
-            if served.is_some_and(|s| s.deleted || version < s.floor) {
-                // Trimmed or deleted since: no longer readable.
-                *counts.entry("since trimmed or deleted").or_default() += 1;
-                continue;
-            }
-            match at.get(op) {
-                Some(&(_, stored)) if stored == version => {}
-                Some(&(_, stored)) => {
-                    return Err(format!(
-                        "op {op}: told version {version} ({answer:?}), stored at {stored}"
-                    ))
+            for (key, version) in told_versions(&keys, answer) {
+                let served = held.get(&key);
+                if served.is_some_and(|s| s.deleted || version < s.floor) {
+                    // Trimmed or deleted since: no longer readable.
+                    *counts.entry("since trimmed or deleted").or_default() += 1;
+                    continue;
                 }
-                None => {
-                    return Err(format!(
-                        "op {op}: told {answer:?} but no member stores it (acknowledged write lost)"
-                    ))
+                match at.get(&(*op, key)) {
+                    Some(&stored) if stored == version => {}
+                    Some(&stored) => {
+                        return Err(format!(
+                            "op {op}: told version {version} of {key:?} ({answer:?}), stored at \
+                             {stored}"
+                        ))
+                    }
+                    None => {
+                        return Err(format!(
+                            "op {op}: told {answer:?} but no member stores it in {key:?} \
+                             (acknowledged write lost)"
+                        ))
+                    }
                 }
             }
         }
@@ -579,11 +628,23 @@ impl Workload for EventWorkload {
                 (Proposed::Delete(key), prepared.expect("one aggregate"))
             }
             _ => {
-                let expected = rng.chance(0.5).then_some(known);
-                let request = write_request(key, id, expected, rng);
+                let mut parts = vec![(key, rng.chance(0.5).then_some(known))];
+                // One write in five to a never-trimmed aggregate also writes a second one of
+                // its shard, atomically.
+                let others: Vec<AggregateKey> = self.keys[shard]
+                    .iter()
+                    .copied()
+                    .filter(|k| *k != key && !k.aggregate_id.is_multiple_of(2))
+                    .collect();
+                if !key.aggregate_id.is_multiple_of(2) && !others.is_empty() && rng.chance(0.2) {
+                    let other = others[rng.index(others.len())];
+                    let known = ledger.known.get(&other).copied().unwrap_or(0);
+                    parts.push((other, rng.chance(0.5).then_some(known)));
+                }
+                let request = write_request(&parts, id, rng);
                 let prepared = self.template.prepare_write(request);
                 (
-                    Proposed::Write(key, expected),
+                    Proposed::Write(parts),
                     prepared.expect("the workload's writes are valid"),
                 )
             }
@@ -607,33 +668,38 @@ impl Workload for EventWorkload {
 /// Operation `id`'s write of one event to `key`: its own writer (client id `id + 1`,
 /// `client_seq` 1, idempotency enforced), allowed to create the aggregate.
 fn write_request(
-    key: AggregateKey,
+    parts: &[(AggregateKey, Option<u64>)],
     id: OpId,
-    expected: Option<u64>,
     rng: &mut SimRng,
 ) -> WriteRequest {
-    let pad = rng.below(64);
-    let mut value = BytesMut::with_capacity(9 + usize::try_from(pad).expect("small"));
-    value.put_u8(TAG);
-    value.put_u64_le(id);
-    for _ in 0..pad {
-        value.put_u8(rng.below(256) as u8);
-    }
+    let writes = parts
+        .iter()
+        .map(|&(key, expected)| {
+            let pad = rng.below(64);
+            let mut value = BytesMut::with_capacity(9 + usize::try_from(pad).expect("small"));
+            value.put_u8(TAG);
+            value.put_u64_le(id);
+            for _ in 0..pad {
+                value.put_u8(rng.below(256) as u8);
+            }
+            AggregateWrite {
+                key,
+                events: vec![NewEvent {
+                    client_seq: 1,
+                    event_type_major: 1,
+                    value: value.freeze(),
+                    ..NewEvent::default()
+                }],
+                allow_create: true,
+                expected_version: expected,
+                enforce_client_idempotency: true,
+            }
+        })
+        .collect();
     WriteRequest {
         client_id: u128::from(id) + 1,
         user_id: None,
-        writes: vec![AggregateWrite {
-            key,
-            events: vec![NewEvent {
-                client_seq: 1,
-                event_type_major: 1,
-                value: value.freeze(),
-                ..NewEvent::default()
-            }],
-            allow_create: true,
-            expected_version: expected,
-            enforce_client_idempotency: true,
-        }],
+        writes,
         now: id,
     }
 }
@@ -687,14 +753,18 @@ mod tests {
         let mut ledger = Ledger::default();
         ledger.keys.insert(key);
         for op in 1..=3 {
-            ledger.proposed.insert(op, Proposed::Write(key, None));
+            ledger
+                .proposed
+                .insert(op, Proposed::Write(vec![(key, None)]));
         }
-        ledger.proposed.insert(4, Proposed::Write(key, Some(0)));
+        ledger
+            .proposed
+            .insert(4, Proposed::Write(vec![(key, Some(0))]));
         ledger.proposed.insert(5, Proposed::Trim(key));
-        ledger.told.insert(1, vec![Answer::Written(1)]);
+        ledger.told.insert(1, vec![Answer::Written(vec![1])]);
         ledger
             .told
-            .insert(2, vec![Answer::Written(2), Answer::Duplicate(2)]);
+            .insert(2, vec![Answer::Written(vec![2]), Answer::Duplicate(key, 2)]);
         let check = |view: Served| check_history(&ledger, &BTreeMap::from([(key, view)]));
         assert!(check(served(1, &[(1, 1), (2, 2)])).is_ok());
         // Trimmed: the told version below the floor is no longer readable.
@@ -717,5 +787,31 @@ mod tests {
         assert!(foreign.unwrap_err().contains("never proposed"));
         let not_a_write = check(served(1, &[(1, 1), (2, 2), (3, 5)]));
         assert!(not_a_write.unwrap_err().contains("Trim"));
+    }
+
+    #[test]
+    fn the_history_check_catches_half_a_multi_aggregate_write() {
+        let (a, b) = (AggregateKey::new(1, 1, 1), AggregateKey::new(1, 1, 3));
+        let mut ledger = Ledger::default();
+        ledger.keys.extend([a, b]);
+        ledger
+            .proposed
+            .insert(1, Proposed::Write(vec![(a, None), (b, Some(0))]));
+        ledger.proposed.insert(2, Proposed::Write(vec![(b, None)]));
+        let check =
+            |sa: Served, sb: Served| check_history(&ledger, &BTreeMap::from([(a, sa), (b, sb)]));
+        assert!(check(served(1, &[(1, 1)]), served(1, &[(1, 1), (2, 2)])).is_ok());
+        assert!(check(served(1, &[]), served(1, &[(1, 2)])).is_ok());
+        let half = check(served(1, &[(1, 1)]), served(1, &[(1, 2)]));
+        assert!(half.unwrap_err().contains("atomically"));
+        // The second part's OCC guard (version 0) holds only at version 1.
+        let occ = check(served(1, &[(1, 1)]), served(1, &[(1, 2), (2, 1)]));
+        assert!(occ.unwrap_err().contains("OCC"));
+        ledger.told.insert(1, vec![Answer::Written(vec![1, 1])]);
+        let lost = check_history(
+            &ledger,
+            &BTreeMap::from([(a, served(1, &[])), (b, served(1, &[(1, 2)]))]),
+        );
+        assert!(lost.unwrap_err().contains("lost"));
     }
 }
