@@ -132,3 +132,16 @@ fn regression_seed_135_one_member_rebuilds_at_a_time() {
         "{report:?}"
     );
 }
+
+/// Found by seed 871 (3 nodes, heavy, events): a restarted member replaced its uncommitted
+/// Raft-log tail while its disk failed every fdatasync. The cut's file truncation went
+/// through, its sync failed and fail-stopped the log, but the log's view kept the old length,
+/// so the engine's next read of a committed entry below the cut ran past the file's end and
+/// the engine panicked. The view now follows the file as soon as it is cut.
+#[test]
+fn regression_seed_871_a_cut_whose_sync_failed_leaves_the_entries_below_it_readable() {
+    let cfg = SimConfig::new(871, 3, FaultConfig::heavy(3));
+    let report = eddy_sim::run_on(&cfg, StoreKind::Events, false).unwrap();
+    assert!(report.faults.get(FaultKind::IoError) > 0, "{report:?}");
+    assert!(report.faults.get(FaultKind::GroupFailed) > 0, "{report:?}");
+}
