@@ -20,7 +20,10 @@
 //!   aggregate reads the same on every member, versions run 1..=n without a gap, no operation
 //!   is stored twice or was never proposed, every write a client was told succeeded (or was a
 //!   duplicate of version v) is stored at exactly that version, and every stored write with an
-//!   expected version `e` sits at version `e + 1` (OCC decided in log order).
+//!   expected version `e` sits at version `e + 1` (OCC decided in log order). A write to two
+//!   aggregates is stored in both or in neither. Schemas (registered on shard 0 by clients
+//!   racing for a few keys) are the same on every member, each the text of an operation that
+//!   proposed it, and every registration a client was told was stored is the one stored.
 //!
 //! Event groups are never compacted (as in the server), so [`StoreFactory::compact`] does
 //! nothing; a member that lost its directory replays its groups from the first entry. The
@@ -40,7 +43,8 @@ use eddy_consensus::{GroupId, GroupStore, NodeId, Replicated, StoreError};
 use eddy_event_store::replicated::{Applied, Command};
 use eddy_event_store::{
     AggregateDelete, AggregateKey, AggregateWrite, DeleteRequest, EventStore, EventStoreConfig,
-    EventStoreError, NewEvent, ReadQuery, Refusal, TrimRequest, WriteRequest,
+    EventStoreError, NewEvent, ReadQuery, Refusal, SchemaKey, SchemaRegistration, TrimRequest,
+    WriteRequest,
 };
 use eddy_log::{Cache, CommitPool, Durability, LogConfig, MemBackend};
 use eddy_server::cluster::events::{event_group_id, EventApplied, EventShardMachine, EVENTS_DIR};
@@ -84,6 +88,8 @@ enum Proposed {
     Trim(AggregateKey),
     /// A delete that allows a recreate continuing the versions.
     Delete(AggregateKey),
+    /// A schema registration (shard 0) with this text.
+    Schema(SchemaKey, String),
 }
 
 impl Proposed {
@@ -92,6 +98,7 @@ impl Proposed {
         match self {
             Proposed::Write(parts) => parts.iter().map(|(k, _)| *k).collect(),
             Proposed::Trim(k) | Proposed::Delete(k) => vec![*k],
+            Proposed::Schema(..) => Vec::new(),
         }
     }
 }
@@ -110,6 +117,8 @@ pub enum Answer {
     Trimmed,
     /// A delete applied.
     Deleted,
+    /// A schema registration stored.
+    SchemaStored,
     /// Any other refusal (final: every member refuses alike).
     Refused(String),
     /// This member failed to store it or stopped applying the shard: an error the client
@@ -235,7 +244,7 @@ fn judge(outcome: EventApplied, recorder: &Recorder<Answer>) -> Option<Answer> {
         Ok(Applied::Write(w)) => Answer::Written(w.versions),
         Ok(Applied::Trim(_)) => Answer::Trimmed,
         Ok(Applied::Delete(_)) => Answer::Deleted,
-        Ok(Applied::Schema) => Answer::Refused("a schema registration".into()),
+        Ok(Applied::Schema) => Answer::SchemaStored,
         Err(EventStoreError::Refused(Refusal::Duplicate {
             key,
             committed_version,
@@ -356,12 +365,26 @@ impl StoreFactory for EventFactory {
             views.push((*node, held));
         }
         let held = agree(views).map_err(|e| format!("event stores differ at {e}"))?;
+        let mut schema_views = Vec::with_capacity(dirs.len());
+        for (node, dir) in dirs {
+            let store = dir.store.as_ref().expect("checked above");
+            let mut schemas = BTreeMap::new();
+            for key in schema_keys() {
+                let stored = store
+                    .schema(&key)
+                    .map_err(|e| format!("node {node}: schema {key:?}: {e}"))?;
+                schemas.insert(key, stored.map(|s| s.schema));
+            }
+            schema_views.push((*node, schemas));
+        }
+        let schemas = agree(schema_views).map_err(|e| format!("schemas differ at {e}"))?;
         let records: Vec<(NodeId, &Records<Answer>)> =
             dirs.iter().map(|(n, d)| (*n, &d.records)).collect();
         let compared = answers_agree(&records, |a| !matches!(a, Answer::Failed(_)))?;
         Ok(format!(
-            "{}; {compared} answers the same on several members; {} index flushes",
+            "{}; {}; {compared} answers the same on several members; {} index flushes",
             check_history(&ledger, &held)?,
+            check_schemas(&ledger, &schemas)?,
             self.index_flushes
         ))
     }
@@ -484,6 +507,7 @@ fn check_history(ledger: &Ledger, held: &History) -> Result<String, String> {
                 Answer::Conflict => "conflicts",
                 Answer::Trimmed => "trims",
                 Answer::Deleted => "deletes",
+                Answer::SchemaStored => "schemas stored",
                 Answer::Refused(_) => "refused",
                 Answer::Failed(_) => "failed",
             };
@@ -517,6 +541,68 @@ fn check_history(ledger: &Ledger, held: &History) -> Result<String, String> {
         "event stores agree: {} events readable; answers: {counts:?}",
         at.len()
     ))
+}
+
+/// The schema keys the workload registers: an aggregate type no workload write has, so the
+/// schemas never govern the writes (which the proposer validates, not the apply).
+fn schema_keys() -> [SchemaKey; 3] {
+    [1, 2, 3].map(|major| SchemaKey {
+        org_id: 1,
+        aggregate_type_id: 7,
+        event_type_major: major,
+        event_type_minor: 0,
+    })
+}
+
+/// The JSON Schema text operation `op` registers (its id inside, to tell the winner).
+fn schema_text(op: OpId) -> String {
+    format!(r#"{{"type":"object","description":"op {op}"}}"#)
+}
+
+/// Schema registrations over the schemas every member agrees on: each key registered at
+/// most once, by an operation that proposed that text for it; an operation told its
+/// registration was stored is the one stored, and one told the key exists sees it stored.
+fn check_schemas(
+    ledger: &Ledger,
+    stored: &BTreeMap<SchemaKey, Option<String>>,
+) -> Result<String, String> {
+    let mut registered = 0;
+    for (key, text) in stored {
+        let Some(text) = text else { continue };
+        registered += 1;
+        let op = ledger.proposed.iter().find_map(|(op, p)| match p {
+            Proposed::Schema(k, t) if k == key && t == text => Some(*op),
+            _ => None,
+        });
+        if op.is_none() {
+            return Err(format!(
+                "schema {key:?} holds {text:?}, never proposed for it"
+            ));
+        }
+    }
+    for (op, answers) in &ledger.told {
+        let Some(Proposed::Schema(key, text)) = ledger.proposed.get(op) else {
+            continue;
+        };
+        let held = stored.get(key).cloned().flatten();
+        for answer in answers {
+            match answer {
+                Answer::SchemaStored if held.as_ref() != Some(text) => {
+                    return Err(format!(
+                        "op {op}: told its schema {key:?} was stored, but {held:?} is \
+                         (acknowledged registration lost)"
+                    ));
+                }
+                Answer::Refused(why) if held.is_none() => {
+                    return Err(format!(
+                        "op {op}: registration of {key:?} refused ({why}), yet none is stored"
+                    ));
+                }
+                _ => {}
+            }
+        }
+    }
+    Ok(format!("{registered} schemas registered"))
 }
 
 fn op_of_value(value: &[u8]) -> Option<OpId> {
@@ -588,7 +674,7 @@ impl Workload for EventWorkload {
 
     /// A write (half with an OCC guess); on half the aggregates also a trim to half the known
     /// version (5 in 100) or a delete that a later write recreates, continuing the versions
-    /// (2 in 100).
+    /// (2 in 100); on shard 0, 3 in 100 register a schema under one of a few keys, racing.
     fn payload(&mut self, group: GroupId, id: OpId, rng: &mut SimRng) -> Bytes {
         let shard = EventFactory::shard_of(group) as usize;
         let key = self.keys[shard][rng.index(self.keys[shard].len())];
@@ -601,7 +687,30 @@ impl Workload for EventWorkload {
         } else {
             99
         };
+        let kind = if shard == 0 && rng.chance(0.03) {
+            100
+        } else {
+            kind
+        };
         let (proposed, (on, command)) = match kind {
+            100 => {
+                let keys = schema_keys();
+                let schema_key = keys[rng.index(keys.len())];
+                let schema = schema_text(id);
+                let registration = SchemaRegistration {
+                    key: schema_key,
+                    schema_type: 0,
+                    schema: schema.clone(),
+                    client_id,
+                    user_id: None,
+                    now: id,
+                };
+                let prepared = self.template.prepare_schema(registration);
+                (
+                    Proposed::Schema(schema_key, schema),
+                    prepared.expect("the workload's schemas compile"),
+                )
+            }
             0..=4 => {
                 let request = TrimRequest {
                     key,
@@ -659,7 +768,7 @@ impl Workload for EventWorkload {
             Command::Write { client_id, .. } => client_id,
             Command::Trim(t) => t.client_id,
             Command::Delete(d) => d.client_id,
-            Command::RegisterSchema(_) => return None,
+            Command::RegisterSchema(s) => s.client_id,
         };
         u64::try_from(client_id - 1).ok()
     }
@@ -722,7 +831,7 @@ mod tests {
         let (_, mut w) = pair(2);
         let mut rng = SimRng::new(3);
         let mut kinds = BTreeSet::new();
-        for id in 0..200 {
+        for id in 0..1000 {
             let group = w.choose_group(&mut rng);
             let p = w.payload(group, id, &mut rng);
             assert_eq!(w.op_id(group, &p), Some(id));
@@ -730,12 +839,16 @@ mod tests {
                 Command::Write { parts, .. } => ("write", parts[0].0.key),
                 Command::Trim(t) => ("trim", t.key),
                 Command::Delete(d) => ("delete", d.deletes[0].key),
-                Command::RegisterSchema(_) => panic!("no schemas"),
+                Command::RegisterSchema(_) => {
+                    assert_eq!(group, event_group_id(0), "schemas live on shard 0");
+                    kinds.insert("schema");
+                    continue;
+                }
             };
             kinds.insert(kind);
             assert_eq!(event_group_id(w.template.shard_of(&key)), group);
         }
-        assert_eq!(kinds.len(), 3, "{kinds:?}");
+        assert_eq!(kinds.len(), 4, "{kinds:?}");
         assert_eq!(w.op_id(event_group_id(0), b""), None);
     }
 
@@ -787,6 +900,30 @@ mod tests {
         assert!(foreign.unwrap_err().contains("never proposed"));
         let not_a_write = check(served(1, &[(1, 1), (2, 2), (3, 5)]));
         assert!(not_a_write.unwrap_err().contains("Trim"));
+    }
+
+    #[test]
+    fn the_schema_check_catches_a_lost_registration_and_a_foreign_text() {
+        let [key, other, _] = schema_keys();
+        let mut ledger = Ledger::default();
+        ledger
+            .proposed
+            .insert(1, Proposed::Schema(key, schema_text(1)));
+        ledger
+            .proposed
+            .insert(2, Proposed::Schema(key, schema_text(2)));
+        ledger.told.insert(1, vec![Answer::SchemaStored]);
+        ledger
+            .told
+            .insert(2, vec![Answer::Refused("already registered".into())]);
+        let stored = |text: Option<String>| BTreeMap::from([(key, text), (other, None)]);
+        assert!(check_schemas(&ledger, &stored(Some(schema_text(1)))).is_ok());
+        let lost = check_schemas(&ledger, &stored(Some(schema_text(2))));
+        assert!(lost.unwrap_err().contains("lost"));
+        let none = check_schemas(&ledger, &stored(None));
+        assert!(none.is_err());
+        let foreign = check_schemas(&ledger, &stored(Some(schema_text(3))));
+        assert!(foreign.unwrap_err().contains("never proposed"));
     }
 
     #[test]
