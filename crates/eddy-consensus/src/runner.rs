@@ -133,7 +133,12 @@ impl<O: Send + 'static> Runner<O> {
         let thread_view = view.clone();
         let thread = std::thread::Builder::new()
             .name(name.to_owned())
-            .spawn(move || run(node, &rx, tick, transport, events, &thread_view))?;
+            .spawn(move || {
+                guarded(
+                    || run(node, &rx, tick, transport, events, &thread_view),
+                    fail_stop,
+                );
+            })?;
         Ok(Runner {
             tx,
             view,
@@ -213,6 +218,31 @@ impl<O: Send + 'static> Runner<O> {
             let _ = handle.join();
         }
     }
+}
+
+/// Runs the node thread's body; a panic in it (the engine's `fatal!`: its invariants broken,
+/// or a storage read failing where it cannot go on) goes to `on_panic` with its message.
+fn guarded(body: impl FnOnce(), on_panic: impl FnOnce(&str)) {
+    if let Err(panic) = std::panic::catch_unwind(std::panic::AssertUnwindSafe(body)) {
+        let message = panic
+            .downcast_ref::<&str>()
+            .map(|s| (*s).to_owned())
+            .or_else(|| panic.downcast_ref::<String>().cloned())
+            .unwrap_or_else(|| "a panic without a message".to_owned());
+        on_panic(&message);
+    }
+}
+
+/// What a panicked node thread does. The member could no longer take part in any group, yet
+/// its published view would stay frozen and its handlers keep answering as if it could, so
+/// the process stops at once and its supervisor restarts it from its durable state, as after
+/// a crash (every ack it gave is durable on a majority; its own store recovers on open).
+fn fail_stop(message: &str) {
+    tracing::error!(
+        panic = message,
+        "the consensus thread panicked: stopping the process so it restarts from its durable state"
+    );
+    std::process::abort();
 }
 
 fn run<O: Send + 'static>(
@@ -308,5 +338,33 @@ fn run<O: Send + 'static>(
     let ids: Vec<GroupId> = node.group_ids().collect();
     for id in ids {
         node.remove_group(id);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::guarded;
+
+    #[test]
+    fn a_panic_on_the_node_thread_reaches_the_fail_stop_with_its_message() {
+        let mut seen = None;
+        guarded(
+            || panic!("last committed entry at 48 is missing"),
+            |m| seen = Some(m.to_owned()),
+        );
+        assert_eq!(
+            seen.as_deref(),
+            Some("last committed entry at 48 is missing")
+        );
+        let index = 48;
+        let mut seen = None;
+        guarded(
+            || panic!("entry {index} is missing"),
+            |m| seen = Some(m.to_owned()),
+        );
+        assert_eq!(seen.as_deref(), Some("entry 48 is missing"));
+        let mut called = false;
+        guarded(|| {}, |_| called = true);
+        assert!(!called, "a body that returns is not a failure");
     }
 }
