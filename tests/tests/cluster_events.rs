@@ -1,6 +1,7 @@
 //! The event protocol on a three-node cluster of real `eddy serve` processes, driven by the
 //! published Celeriant client: a pool seeded with a follower is redirected to the leader
-//! (`WRITE_NOT_LEADER` with its address), followers serve committed reads, the leader gets
+//! (`WRITE_NOT_LEADER` with its address; a raw V3 client gets the same for writes, trims,
+//! deletes and schema registrations, each with its code), followers serve committed reads, the leader gets
 //! SIGKILL while 100 OCC writers with idempotency keys write, a new leader takes the writes,
 //! and afterwards every acknowledged event is present exactly once on every member, versions
 //! contiguous; the killed member restarts and catches up, and a member whose data directory
@@ -21,10 +22,11 @@ use celeriant_client_tokio::{
 use celeriant_msg::process_client_requests::ClientRequest;
 use celeriant_msg::request::read_filters::ReadFilters;
 use celeriant_msg::request::requests::{
-    AggregateDetailsRequest, DeleteRequest, ReadRequest, SingleAggregateDelete,
-    SingleAggregateWrite, TrimStartRequest, WatchRequest, WriteRequest,
+    AggregateDetailsRequest, DeleteRequest, ReadRequest, RegisterSchemaRequest,
+    SingleAggregateDelete, SingleAggregateWrite, TrimStartRequest, WatchRequest, WriteRequest,
 };
 use celeriant_wal::aggregate_key::AggregateKey;
+use celeriant_wal::schema_key::SchemaKey;
 use cluster_support::{start_cluster, within, Node};
 use eddy_tests::http_get;
 use event_support::{error_of, Raw};
@@ -312,6 +314,54 @@ async fn scenario() {
         error_of(&resp),
         (2011, format!("{{\"leader_address\":\"{}\"}}", addrs[lead]))
     );
+    // So do a trim, a delete and a schema registration, each with its own code.
+    let redirected = format!("{{\"leader_address\":\"{}\"}}", addrs[lead]);
+    let others = [
+        (
+            ClientRequest::TrimStart(TrimStartRequest {
+                correlation_id: Some(4),
+                aggregate_key: key(probe),
+                keep_from_aggregate_version: 1,
+                client_id: 1,
+                user_id: None,
+            }),
+            3005,
+        ),
+        (
+            ClientRequest::Delete(DeleteRequest {
+                correlation_id: Some(5),
+                client_id: 1,
+                user_id: None,
+                deletes: HashMap::from([(
+                    key(probe),
+                    SingleAggregateDelete {
+                        allow_recreate: true,
+                        allow_sequence_continuation: true,
+                        expected_version: None,
+                    },
+                )]),
+            }),
+            4006,
+        ),
+        (
+            ClientRequest::RegisterSchema(RegisterSchemaRequest {
+                correlation_id: Some(6),
+                client_id: 1,
+                user_id: None,
+                schema_key: SchemaKey::new(1, 2, 7, 0),
+                schema_type: 0,
+                schema: r#"{"type":"object"}"#.to_owned(),
+            }),
+            2027,
+        ),
+    ];
+    for (request, code) in others {
+        raw.send_request(&request, 3).await;
+        let (_, resp) = tokio::time::timeout(REQUEST_LIMIT, raw.recv_response(None))
+            .await
+            .expect("the follower answers");
+        assert_eq!(error_of(&resp), (code, redirected.clone()), "{request:?}");
+    }
     // Followers serve what is committed.
     for i in (0..3).filter(|&i| i != lead) {
         assert_eq!(events_on(&addrs[i], &key(probe), 1).await, vec![(1, 1)]);
