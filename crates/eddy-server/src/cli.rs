@@ -727,8 +727,8 @@ mod tests {
 
     #[test]
     fn flags_beat_file_and_file_beats_defaults() {
-        let dir = tempfile_dir();
-        let file = dir.join("eddy.toml");
+        let dir = tempfile::tempdir().unwrap();
+        let file = dir.path().join("eddy.toml");
         std::fs::write(
             &file,
             "stream_port = 9100\nclient_port = 9200\nlog_level = \"debug\"\n",
@@ -745,8 +745,8 @@ mod tests {
 
     #[test]
     fn bad_file_value_is_a_config_error() {
-        let dir = tempfile_dir();
-        let file = dir.join("bad.toml");
+        let dir = tempfile::tempdir().unwrap();
+        let file = dir.path().join("bad.toml");
         std::fs::write(&file, "stream_port = \"eighty\"\n").unwrap();
         let (a, m) = parse(&["eddy", "serve", "--config", file.to_str().unwrap()]);
         let e = resolve(&a, &m).unwrap_err();
@@ -755,18 +755,5 @@ mod tests {
         std::fs::write(&file, "wal_compression_level = 40\n").unwrap();
         let e = resolve(&a, &m).unwrap_err();
         assert!(e.message.contains("wal_compression_level"), "{}", e.message);
-    }
-
-    fn tempfile_dir() -> PathBuf {
-        let dir = std::env::temp_dir().join(format!(
-            "eddy-cli-test-{}-{}",
-            std::process::id(),
-            std::time::SystemTime::now()
-                .duration_since(std::time::UNIX_EPOCH)
-                .unwrap()
-                .as_nanos()
-        ));
-        std::fs::create_dir_all(&dir).unwrap();
-        dir
     }
 }
