@@ -5,7 +5,8 @@
 //! SIGKILL while 100 OCC writers with idempotency keys write, a new leader takes the writes,
 //! and afterwards every acknowledged event is present exactly once on every member, versions
 //! contiguous; the killed member restarts and catches up, and a member whose data directory
-//! was lost is rebuilt from its peers.
+//! was lost is rebuilt from its peers. The shard groups' logs are compacted every 64 entries,
+//! so the rebuilt member gets snapshots and copies the shards' records from the leader.
 
 mod cluster_support;
 mod event_support;
@@ -27,7 +28,7 @@ use celeriant_msg::request::requests::{
 };
 use celeriant_wal::aggregate_key::AggregateKey;
 use celeriant_wal::schema_key::SchemaKey;
-use cluster_support::{start_cluster, within, Node};
+use cluster_support::{start_cluster_with, within, Node};
 use eddy_tests::http_get;
 use event_support::{error_of, Raw};
 
@@ -225,7 +226,11 @@ async fn event_writes_survive_the_leaders_sigkill_on_three_nodes() {
 }
 
 async fn scenario() {
-    let mut nodes: Vec<Option<Node>> = start_cluster(3).into_iter().map(Some).collect();
+    let mut nodes: Vec<Option<Node>> =
+        start_cluster_with(3, &["--raft-event-compact-entries", "64"])
+            .into_iter()
+            .map(Some)
+            .collect();
     let addrs: Vec<String> = nodes
         .iter()
         .map(|n| client_addr(n.as_ref().unwrap()))
@@ -490,8 +495,9 @@ async fn scenario() {
         details_on(addr, &key(2), |_, deleted| deleted).await;
     }
 
-    // A member whose data directory is lost is rebuilt from its peers: the shard groups'
-    // logs are replayed to it from their first entry (the trim and the delete included).
+    // A member whose data directory is lost is rebuilt from its peers: the shard groups' logs
+    // were compacted long ago, so it gets snapshots and copies the shards' records (the trim
+    // and the delete included) from the leader before installing them.
     let now_leading = leader(&nodes);
     let wiped = (0..3).find(|&i| i != now_leading).unwrap();
     {
@@ -509,4 +515,16 @@ async fn scenario() {
     }
     details_on(&addrs[wiped], &key(1), |min, _| min == 11).await;
     details_on(&addrs[wiped], &key(2), |_, deleted| deleted).await;
+    let copied = nodes[wiped]
+        .as_ref()
+        .unwrap()
+        .eddy
+        .log()
+        .wait_for(Duration::from_secs(10), |l| {
+            l.contains("event shard records copied; installing the snapshot")
+        });
+    assert!(
+        copied.is_some(),
+        "the wiped member was rebuilt without a snapshot copy: were the logs compacted?"
+    );
 }

@@ -10,7 +10,12 @@
 //! hello  = version u16 (1) | node_id u64 | cluster u64 | props u16 | props × (key, value)
 //!          where a string is len u16 + UTF-8 bytes
 //! raft   = count u32 | count × (group u64 | len u32 | engine message, protobuf)
+//! fetch  = node_id u64 | cluster u64 | request (the application's bytes)
+//! answer = the application's bytes
 //! ```
+//! A connection opens with a hello (replication: engine messages follow, one way) or with a
+//! fetch (an out-of-band request, answered on the same connection by one answer per fetch:
+//! an event shard's records copied for a snapshot).
 //! All integers little-endian.
 
 use bytes::{Buf, BufMut, Bytes, BytesMut};
@@ -29,6 +34,8 @@ pub const MAX_HELLO: usize = 64 * 1024;
 pub const HELLO_VERSION: u16 = 1;
 const KIND_HELLO: u8 = 1;
 const KIND_RAFT: u8 = 2;
+const KIND_FETCH: u8 = 3;
+const KIND_ANSWER: u8 = 4;
 
 /// A decoded frame.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -37,6 +44,17 @@ pub enum Frame {
     Hello(Hello),
     /// Engine messages, each for one group (still encoded: [`crate::Node::receive`] decodes).
     Raft(Vec<(GroupId, Bytes)>),
+    /// An out-of-band request of a peer (it says who it is: no hello precedes it).
+    Fetch {
+        /// The sender's `--node-id`.
+        node_id: NodeId,
+        /// The sender's cluster fingerprint (see [`Hello::cluster`]).
+        cluster: u64,
+        /// The request, in the application's encoding.
+        request: Bytes,
+    },
+    /// The answer to a fetch, in the application's encoding.
+    Answer(Bytes),
 }
 
 /// Who a node is and where its clients connect.
@@ -95,6 +113,30 @@ pub enum WireError {
     Version(u16),
 }
 
+/// The snapshot an encoded engine message carries (its index, term and bytes), if it is one:
+/// what a member must prepare for before its node sees the message (an event shard's records
+/// are copied out of band first). Cheap for every other message: the type is the first field
+/// of the encoding, and only a snapshot is decoded whole.
+pub fn snapshot_in(message: &Bytes) -> Option<crate::types::Snapshot> {
+    // Field 1 (msg_type, varint) comes first whenever it is not 0; MsgSnapshot is 7.
+    let snapshot_type = raft::eraftpb::MessageType::MsgSnapshot as u8;
+    if message.len() < 2 || message[0] != 0x08 || message[1] != snapshot_type {
+        return None;
+    }
+    let decoded = crate::node::decode_message(message).ok()?;
+    if decoded.get_msg_type() != raft::eraftpb::MessageType::MsgSnapshot {
+        return None;
+    }
+    let snap = decoded.get_snapshot();
+    Some(crate::types::Snapshot {
+        meta: crate::types::SnapshotMeta {
+            index: snap.get_metadata().index,
+            term: snap.get_metadata().term,
+        },
+        data: snap.data.clone(),
+    })
+}
+
 /// Encodes a greeting frame.
 pub fn encode_hello(hello: &Hello) -> Bytes {
     framed(KIND_HELLO, 256, |body| {
@@ -108,6 +150,20 @@ pub fn encode_hello(hello: &Hello) -> Bytes {
             put_str(body, v);
         }
     })
+}
+
+/// Encodes an out-of-band request (at most [`MAX_HELLO`] bytes of `request`).
+pub fn encode_fetch(node_id: NodeId, cluster: u64, request: &[u8]) -> Bytes {
+    framed(KIND_FETCH, 16 + request.len(), |body| {
+        body.put_u64_le(node_id);
+        body.put_u64_le(cluster);
+        body.put_slice(request);
+    })
+}
+
+/// Encodes the answer to a fetch (at most [`MAX_BODY`] bytes).
+pub fn encode_answer(answer: &[u8]) -> Bytes {
+    framed(KIND_ANSWER, answer.len(), |body| body.put_slice(answer))
 }
 
 /// Encodes a batch of already-encoded engine messages.
@@ -168,8 +224,8 @@ pub fn decode(buf: &mut BytesMut) -> Result<Option<Frame>, WireError> {
     }
     let len = u32::from_le_bytes(buf[8..12].try_into().expect("4 bytes")) as usize;
     let max = match kind {
-        KIND_HELLO => MAX_HELLO,
-        KIND_RAFT => MAX_BODY,
+        KIND_HELLO | KIND_FETCH => MAX_HELLO,
+        KIND_RAFT | KIND_ANSWER => MAX_BODY,
         other => return Err(WireError::UnknownKind(other)),
     };
     if len > max {
@@ -188,6 +244,20 @@ pub fn decode(buf: &mut BytesMut) -> Result<Option<Frame>, WireError> {
     }
     match kind {
         KIND_HELLO => decode_hello(body).map(|h| Some(Frame::Hello(h))),
+        KIND_FETCH => {
+            let mut body = body;
+            if body.remaining() < 16 {
+                return Err(WireError::Malformed { what: "fetch" });
+            }
+            let node_id = body.get_u64_le();
+            let cluster = body.get_u64_le();
+            Ok(Some(Frame::Fetch {
+                node_id,
+                cluster,
+                request: body,
+            }))
+        }
+        KIND_ANSWER => Ok(Some(Frame::Answer(body))),
         _ => decode_raft(&body).map(|m| Some(Frame::Raft(m))),
     }
 }
@@ -292,6 +362,51 @@ mod tests {
         let mut buf = BytesMut::from(&encode_hello(&hello)[..]);
         assert_eq!(decode(&mut buf), Ok(Some(Frame::Hello(hello))));
         assert!(buf.is_empty());
+    }
+
+    #[test]
+    fn fetches_and_answers_round_trip() {
+        let mut buf = BytesMut::from(&encode_fetch(2, 0xfeed, b"give me shard 3")[..]);
+        buf.extend_from_slice(&encode_answer(b"records"));
+        assert_eq!(
+            decode(&mut buf),
+            Ok(Some(Frame::Fetch {
+                node_id: 2,
+                cluster: 0xfeed,
+                request: Bytes::from_static(b"give me shard 3"),
+            }))
+        );
+        assert_eq!(
+            decode(&mut buf),
+            Ok(Some(Frame::Answer(Bytes::from_static(b"records"))))
+        );
+        assert!(buf.is_empty());
+        // A fetch too short to say who sent it is refused.
+        let mut short = BytesMut::from(&framed(KIND_FETCH, 8, |b| b.put_u64_le(2))[..]);
+        assert_eq!(
+            decode(&mut short),
+            Err(WireError::Malformed { what: "fetch" })
+        );
+    }
+
+    #[test]
+    fn only_a_snapshot_message_is_seen_as_one() {
+        use protobuf::Message as _;
+        use raft::eraftpb::{Message, MessageType};
+        let mut m = Message::default();
+        m.set_msg_type(MessageType::MsgSnapshot);
+        m.to = 2;
+        m.mut_snapshot().mut_metadata().index = 40;
+        m.mut_snapshot().mut_metadata().term = 3;
+        m.mut_snapshot().data = Bytes::from_static(b"where the shard stood");
+        let bytes = Bytes::from(m.write_to_bytes().unwrap());
+        let snap = snapshot_in(&bytes).unwrap();
+        assert_eq!((snap.meta.index, snap.meta.term), (40, 3));
+        assert_eq!(&snap.data[..], b"where the shard stood");
+        m.set_msg_type(MessageType::MsgAppend);
+        let append = Bytes::from(m.write_to_bytes().unwrap());
+        assert!(snapshot_in(&append).is_none());
+        assert!(snapshot_in(&Bytes::from_static(&[0x08, 7, 0xff])).is_none());
     }
 
     #[test]

@@ -171,6 +171,13 @@ pub enum Refusal {
         /// The smallest client sequence of the refused part.
         attempted_client_seq: u64,
     },
+    /// A replicated entry the shard already holds a record of (or a later one, copied from a
+    /// peer's snapshot): applying it again would store it twice, so it writes nothing.
+    #[error("replicated entry {index} is already in the shard")]
+    AlreadyApplied {
+        /// The entry's index.
+        index: u64,
+    },
     /// A read below the floor (1000).
     #[error("version {requested} is below the floor {minimum_available}")]
     Trimmed {

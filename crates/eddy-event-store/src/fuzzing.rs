@@ -258,6 +258,77 @@ pub fn fuzz_event_command(data: &[u8]) {
     }
 }
 
+/// The decoders of a shard snapshot's transfer on arbitrary bytes (a snapshot's bytes, a
+/// request for records and its answer, all from a peer): no panic; what decodes re-encodes to
+/// the same bytes. The first byte picks the decoder.
+pub fn fuzz_snapshot_transfer(data: &[u8]) {
+    use crate::replicated::{answer_records_request, decode_records_answer, ShardSnapshot};
+    let Some((&which, rest)) = data.split_first() else {
+        return;
+    };
+    match which % 3 {
+        0 => {
+            if let Some(snapshot) = ShardSnapshot::decode(rest) {
+                assert_eq!(&snapshot.encode()[..], rest, "canonical");
+            }
+        }
+        1 => {
+            if let Ok(records) = decode_records_answer(Bytes::copy_from_slice(rest)) {
+                assert!(records.iter().map(|r| 24 + r.payload.len()).sum::<usize>() < rest.len());
+            }
+        }
+        _ => {
+            // A request for records of a fresh store: refused, or an empty answer.
+            let config = crate::store::EventStoreConfig {
+                num_shards: 2,
+                pool_threads: 1,
+                ..crate::store::EventStoreConfig::default()
+            };
+            let backend: Arc<dyn StorageBackend> = Arc::new(MemBackend::new());
+            let (store, _) =
+                crate::store::EventStore::open(backend, config).expect("a fresh store opens");
+            let answer = answer_records_request(&store, rest, 1 << 20);
+            if let Ok(records) = decode_records_answer(answer) {
+                assert!(records.is_empty());
+            }
+        }
+    }
+}
+
+/// Seed inputs for `fuzz/corpus/replication_snapshot/`: a snapshot, an answer with records,
+/// a request.
+pub fn snapshot_transfer_seeds() -> Vec<(String, Vec<u8>)> {
+    use crate::replicated::{encode_records_request, ShardPosition, ShardSnapshot};
+    let snapshot = ShardSnapshot {
+        shard: 3,
+        position: ShardPosition {
+            next_seq: 77,
+            tip: [9; 32],
+        },
+    };
+    let mut answer = vec![1u8, 0];
+    for (seq, payload) in [(5u64, &b"first record"[..]), (6, b"second")] {
+        answer.extend_from_slice(&seq.to_le_bytes());
+        answer.extend_from_slice(&1_700_000u64.to_le_bytes());
+        answer.extend_from_slice(&1u32.to_le_bytes());
+        answer.extend_from_slice(&u32::try_from(payload.len()).unwrap().to_le_bytes());
+        answer.extend_from_slice(payload);
+    }
+    let with = |which: u8, bytes: &[u8]| {
+        let mut v = vec![which];
+        v.extend_from_slice(bytes);
+        v
+    };
+    vec![
+        ("snapshot".into(), with(0, &snapshot.encode())),
+        ("answer".into(), answer),
+        (
+            "request".into(),
+            with(2, &encode_records_request(1, 1, 100)),
+        ),
+    ]
+}
+
 /// Seed inputs for `fuzz/corpus/storage_events_command/`: one command of each kind.
 pub fn event_command_seeds() -> Vec<(String, Vec<u8>)> {
     use crate::record::{Compression, EncodedEvents};
@@ -367,6 +438,16 @@ mod tests {
             "storage_events_command",
             &event_command_seeds(),
             fuzz_event_command,
+        );
+    }
+
+    #[test]
+    fn replay_snapshot_transfer_corpus() {
+        eddy_log::fuzzing::replay_corpus(
+            &corpus(),
+            "replication_snapshot",
+            &snapshot_transfer_seeds(),
+            fuzz_snapshot_transfer,
         );
     }
 

@@ -29,7 +29,7 @@
 //! * schema: `org_id u128 · aggregate_type_id u128 · event_type_major u64 ·
 //!   event_type_minor u64 · schema_type u8 · length u32 · UTF-8 text`.
 
-use bytes::{BufMut, Bytes, BytesMut};
+use bytes::{Buf, BufMut, Bytes, BytesMut};
 use eddy_log::{Completion, Corruption, IoOp};
 
 use crate::error::{EventStoreError, Refusal, Result};
@@ -452,22 +452,257 @@ impl EventStore {
     /// restarted member applies its group's entries after it.
     ///
     /// # Errors
-    /// No such shard, or the last record cannot be read.
+    /// No such shard.
     pub fn replicated_through(&self, shard: u32) -> Result<u64> {
-        let s = self.shard(u64::from(shard))?;
-        let bounds = s.log.bounds();
-        if bounds.next <= bounds.first {
-            return Ok(0);
-        }
-        let last = bounds.next - 1;
-        let records = s.log.read(last, 1, u64::MAX)?;
-        let Some(r) = records.into_iter().find(|r| r.meta.seq == last) else {
-            return Ok(0);
-        };
-        let rec = record::decode_record(r.meta.tag, &r.payload)
-            .map_err(|k| EventStoreError::corrupt(s.log.dir().to_path_buf(), last, k))?;
-        Ok(rec.raft_index.unwrap_or(0))
+        Ok(self.shard(u64::from(shard))?.raft_through())
     }
+
+    /// Where `shard`'s log stands now: every record queued so far is below
+    /// [`ShardPosition::next_seq`]. Taken by a group's leader for a snapshot: on its
+    /// consensus thread, after applying entry `i`, the records below it are the shard's state
+    /// at `i`.
+    ///
+    /// # Errors
+    /// No such shard.
+    pub fn shard_position(&self, shard: u32) -> Result<ShardPosition> {
+        let (next_seq, tip) = self.shard(u64::from(shard))?.position();
+        Ok(ShardPosition { next_seq, tip })
+    }
+
+    /// `shard`'s records from sequence number `from` (the first one the log holds when it
+    /// starts later), below `until`, at most about `max_bytes` of payload (always at least
+    /// one record when there is one): what a member copying a snapshot of the shard fetches,
+    /// chunk by chunk. Only published records are returned.
+    ///
+    /// # Errors
+    /// No such shard, or the log cannot be read.
+    pub fn export_records(
+        &self,
+        shard: u32,
+        from: u64,
+        until: u64,
+        max_bytes: u64,
+    ) -> Result<Vec<ShardRecord>> {
+        let s = self.shard(u64::from(shard))?;
+        let from = from.max(s.log.bounds().first);
+        if from >= until {
+            return Ok(Vec::new());
+        }
+        let records = s.log.read(from, until - from, max_bytes)?;
+        Ok(records
+            .into_iter()
+            .filter(|r| r.meta.seq >= from && r.meta.seq < until)
+            .map(|r| ShardRecord {
+                seq: r.meta.seq,
+                timestamp: r.meta.timestamp,
+                tag: r.meta.tag,
+                payload: r.payload,
+            })
+            .collect())
+    }
+
+    /// Appends records another member of `shard`'s group exported (in sequence order),
+    /// skipping those this shard already holds; each must be the log's next record and
+    /// continue the shard's hash chain (so this shard held the same records as that member
+    /// before them). Resolves once every one is written and visible; durable after
+    /// [`sync_shard`](Self::sync_shard). Entries at or below the last copied record's index are
+    /// not applied again ([`Refusal::AlreadyApplied`]).
+    ///
+    /// # Errors
+    /// No such shard, a record out of order, off the chain or damaged, or the log failed.
+    pub fn import_records(
+        &self,
+        shard: u32,
+        records: Vec<ShardRecord>,
+    ) -> Result<Completion<(), EventStoreError>> {
+        let s = self.shard(u64::from(shard))?;
+        let mut last = None;
+        for r in records {
+            if r.seq < s.log.next_seq_to_assign() {
+                continue;
+            }
+            last = Some(s.import(r.seq, r.timestamp, r.tag, r.payload)?);
+        }
+        Ok(match last {
+            Some(ack) => ack.map(|r| r.map(|_| ()).map_err(Into::into)),
+            None => Completion::ready(Ok(())),
+        })
+    }
+
+    /// Makes every record of `shard` queued so far durable (an fdatasync of its log, whatever
+    /// its durability setting).
+    pub fn sync_shard(&self, shard: u32) -> Completion<(), EventStoreError> {
+        match self.shard(u64::from(shard)) {
+            Ok(s) => s.log.flush().map(|r| r.map_err(Into::into)),
+            Err(e) => Completion::ready(Err(e)),
+        }
+    }
+}
+
+/// Where a shard's log stands (see [`EventStore::shard_position`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct ShardPosition {
+    /// The sequence number the next record gets.
+    pub next_seq: u64,
+    /// The hash chain's tip after the record before it.
+    pub tip: [u8; 32],
+}
+
+/// One record of a shard's log, as a member copying a snapshot receives it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ShardRecord {
+    /// Its sequence number.
+    pub seq: u64,
+    /// The timestamp its log assigned.
+    pub timestamp: u64,
+    /// The record's kind (the log record's tag).
+    pub tag: u32,
+    /// The record's bytes, exactly as the shard's log holds them (unencrypted).
+    pub payload: Bytes,
+}
+
+/// What an event shard's snapshot carries: not the shard's data (that can be any size), but
+/// where its log stood when the snapshot's entry was applied. The member installing it first
+/// copies the records it lacks from the sender (the server's `copy_shard`).
+///
+/// Layout: `magic "eSNP" · version u8 (1) · shard u32 · next_seq u64 · tip [32]`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct ShardSnapshot {
+    /// The shard.
+    pub shard: u32,
+    /// Its log's position after the snapshot's entry.
+    pub position: ShardPosition,
+}
+
+const SNAPSHOT_MAGIC: [u8; 4] = *b"eSNP";
+const SNAPSHOT_LEN: usize = 4 + 1 + 4 + 8 + 32;
+
+impl ShardSnapshot {
+    /// The snapshot's bytes.
+    pub fn encode(&self) -> Bytes {
+        let mut b = BytesMut::with_capacity(SNAPSHOT_LEN);
+        b.put_slice(&SNAPSHOT_MAGIC);
+        b.put_u8(1);
+        b.put_u32_le(self.shard);
+        b.put_u64_le(self.position.next_seq);
+        b.put_slice(&self.position.tip);
+        b.freeze()
+    }
+
+    /// Decodes [`encode`](Self::encode)'s bytes.
+    pub fn decode(mut bytes: &[u8]) -> Option<ShardSnapshot> {
+        if bytes.len() != SNAPSHOT_LEN || bytes[..4] != SNAPSHOT_MAGIC || bytes[4] != 1 {
+            return None;
+        }
+        bytes.advance(5);
+        let shard = bytes.get_u32_le();
+        let next_seq = bytes.get_u64_le();
+        let tip = bytes[..32].try_into().ok()?;
+        Some(ShardSnapshot {
+            shard,
+            position: ShardPosition { next_seq, tip },
+        })
+    }
+}
+
+/// The out-of-band request for a shard's records (`kind u8 (1) · shard u32 · from u64 ·
+/// until u64`), sent by a member copying a snapshot to the snapshot's sender.
+pub fn encode_records_request(shard: u32, from: u64, until: u64) -> Bytes {
+    let mut b = BytesMut::with_capacity(21);
+    b.put_u8(1);
+    b.put_u32_le(shard);
+    b.put_u64_le(from);
+    b.put_u64_le(until);
+    b.freeze()
+}
+
+/// Answers a peer's request for a shard's records from `store` (at most about `max_bytes`
+/// of them): `status u8 (0)` then per record `seq u64 · timestamp u64 ·
+/// tag u32 · len u32 · payload`, or `status u8 (1)` and a UTF-8 reason.
+pub fn answer_records_request(store: &EventStore, mut request: &[u8], max_bytes: u64) -> Bytes {
+    let refuse = |reason: &str| {
+        let mut b = BytesMut::with_capacity(1 + reason.len());
+        b.put_u8(1);
+        b.put_slice(reason.as_bytes());
+        b.freeze()
+    };
+    if request.len() != 21 || request[0] != 1 {
+        return refuse("not a request for a shard's records");
+    }
+    request.advance(1);
+    let shard = request.get_u32_le();
+    let from = request.get_u64_le();
+    let until = request.get_u64_le();
+    match store.export_records(shard, from, until, max_bytes) {
+        Ok(records) => {
+            let len = records.iter().map(|r| 24 + r.payload.len()).sum::<usize>();
+            let mut b = BytesMut::with_capacity(1 + len);
+            b.put_u8(0);
+            for r in records {
+                b.put_u64_le(r.seq);
+                b.put_u64_le(r.timestamp);
+                b.put_u32_le(r.tag);
+                b.put_u32_le(u32::try_from(r.payload.len()).expect("a record is under 4 GiB"));
+                b.put_slice(&r.payload);
+            }
+            b.freeze()
+        }
+        Err(e) => refuse(&e.to_string()),
+    }
+}
+
+/// Decodes [`answer_records_request`]'s answer.
+///
+/// # Errors
+/// The peer refused (its reason), or the bytes are malformed.
+pub fn decode_records_answer(mut answer: Bytes) -> Result<Vec<ShardRecord>, String> {
+    match answer.first() {
+        Some(0) => {}
+        Some(1) => {
+            return Err(format!(
+                "the peer refused: {}",
+                String::from_utf8_lossy(&answer[1..])
+            ))
+        }
+        _ => return Err("malformed answer".into()),
+    }
+    answer.advance(1);
+    let mut records = Vec::new();
+    while !answer.is_empty() {
+        if answer.len() < 24 {
+            return Err("truncated record in an answer".into());
+        }
+        let seq = answer.get_u64_le();
+        let timestamp = answer.get_u64_le();
+        let tag = answer.get_u32_le();
+        let len = answer.get_u32_le() as usize;
+        if answer.len() < len {
+            return Err("truncated record in an answer".into());
+        }
+        records.push(ShardRecord {
+            seq,
+            timestamp,
+            tag,
+            payload: answer.split_to(len),
+        });
+    }
+    Ok(records)
+}
+
+/// The replicated index of the last record of `shard`'s log (0: none), read from the log.
+pub(crate) fn last_raft_index(shard: &crate::shard::Shard) -> Result<u64> {
+    let bounds = shard.log.bounds();
+    if bounds.next <= bounds.first {
+        return Ok(0);
+    }
+    let last = bounds.next - 1;
+    let records = shard.log.read(last, 1, u64::MAX)?;
+    let Some(r) = records.into_iter().find(|r| r.meta.seq == last) else {
+        return Ok(0);
+    };
+    let rec = record::decode_record(r.meta.tag, &r.payload)
+        .map_err(|k| EventStoreError::corrupt(shard.log.dir().to_path_buf(), last, k))?;
+    Ok(rec.raft_index.unwrap_or(0))
 }
 
 #[cfg(test)]

@@ -274,6 +274,10 @@ pub struct ServeArgs {
     /// The consensus clock in milliseconds: heartbeats every 2 ticks, elections after 10-20 silent ticks.
     #[arg(long, env = "EDDY_RAFT_TICK_MS", default_value_t = cfg::DEFAULT_RAFT_TICK_MS)]
     pub raft_tick_ms: u64,
+    /// Event shard groups: compact the Raft log every this many applied entries; a member that
+    /// needs what was compacted copies the shard's records from a peer.
+    #[arg(long, env = "EDDY_RAFT_EVENT_COMPACT_ENTRIES", default_value_t = crate::cluster::events::DEFAULT_EVENT_COMPACT_ENTRIES)]
+    pub raft_event_compact_entries: u64,
     /// After a member joins a consumer group, a partition whose owner has polled and not yet
     /// committed stays with it until it commits, or at most this many milliseconds (0: moves at once).
     #[arg(long, env = "EDDY_STREAM_GROUP_REBALANCING_TIMEOUT_MS", default_value_t = cfg::DEFAULT_STREAM_GROUP_REBALANCING_TIMEOUT_MS)]

@@ -339,6 +339,10 @@ pub struct ServerConfig {
     pub advertise_host: Option<String>,
     /// The consensus clock: heartbeats every 2 ticks, elections after 10 to 20 silent ticks.
     pub raft_tick_ms: u64,
+    /// Event-store shard groups: their Raft log is compacted every this many applied
+    /// entries (the shard's own log synced first); a member that needs entries compacted away
+    /// copies the shard's records from a peer.
+    pub raft_event_compact_entries: u64,
     /// After a member joins a consumer group, a partition whose owner has polled and not yet
     /// committed moves once the owner commits, or at the latest after this many milliseconds
     /// (0: at once).
@@ -421,6 +425,7 @@ impl Default for ServerConfig {
             peers: Vec::new(),
             advertise_host: None,
             raft_tick_ms: DEFAULT_RAFT_TICK_MS,
+            raft_event_compact_entries: crate::cluster::events::DEFAULT_EVENT_COMPACT_ENTRIES,
             stream_group_rebalancing_timeout_ms: DEFAULT_STREAM_GROUP_REBALANCING_TIMEOUT_MS,
             token_purge_interval_secs: DEFAULT_TOKEN_PURGE_INTERVAL_SECS,
             stream_login_timeout_ms: DEFAULT_STREAM_LOGIN_TIMEOUT_MS,
@@ -522,6 +527,10 @@ impl std::fmt::Debug for ServerConfig {
             .field("peers", &self.peers)
             .field("advertise_host", &self.advertise_host)
             .field("raft_tick_ms", &self.raft_tick_ms)
+            .field(
+                "raft_event_compact_entries",
+                &self.raft_event_compact_entries,
+            )
             .field(
                 "stream_group_rebalancing_timeout_ms",
                 &self.stream_group_rebalancing_timeout_ms,
@@ -731,6 +740,12 @@ impl ServerConfig {
         let invalid = |key, reason: String| Err(ConfigError::Invalid { key, reason });
         if self.node_id == 0 {
             return invalid("node_id", "node ids start at 1".into());
+        }
+        if self.raft_event_compact_entries < 16 {
+            return invalid(
+                "raft_event_compact_entries",
+                format!("{} is below 16", self.raft_event_compact_entries),
+            );
         }
         if !(1..=MAX_RAFT_TICK_MS).contains(&self.raft_tick_ms) {
             return invalid(

@@ -281,11 +281,14 @@ impl Checker {
                     .zip(reference)
                     .position(|(a, b)| a != b)
                     .unwrap_or(state.len().min(reference.len()));
+                let index_at = |s: &Vec<(u64, Bytes)>| s.get(at).map(|(i, _)| *i);
                 return Err(format!(
                     "{group}: final states of nodes {first_node} and {node} differ at position \
-                     {at} (lengths {} and {})",
+                     {at} (lengths {} and {}; indexes there {:?} and {:?})",
                     reference.len(),
-                    state.len()
+                    state.len(),
+                    index_at(reference),
+                    index_at(state)
                 ));
             }
         }

@@ -25,9 +25,11 @@
 //!   racing for a few keys) are the same on every member, each the text of an operation that
 //!   proposed it, and every registration a client was told was stored is the one stored.
 //!
-//! Event groups are never compacted (as in the server), so [`StoreFactory::compact`] does
-//! nothing; a member that lost its directory replays its groups from the first entry. The
-//! store runs without its index threads: its memtables are small, and the frozen ones are
+//! Event groups compact their own logs, as in the server, every [`COMPACT_EVERY`] entries
+//! (after syncing the shard log), so [`StoreFactory::compact`] does nothing here; a member that
+//! needs entries compacted away gets a snapshot, and before its node sees it the records it
+//! lacks are copied from the sender's store ([`StoreFactory::copy_snapshot`], the server's
+//! [`copy_shard`]), under the same crashes and disk faults. The store runs without its index threads: its memtables are small, and the frozen ones are
 //! written as index runs (and the runs merged) at each of the node's syncs, on the
 //! simulator's thread, so the index's flushes, checkpoints and merges meet crashes, torn
 //! writes and disk faults too, and a seed replays.
@@ -47,13 +49,20 @@ use eddy_event_store::{
     WriteRequest,
 };
 use eddy_log::{Cache, CommitPool, Durability, LogConfig, MemBackend};
-use eddy_server::cluster::events::{event_group_id, EventApplied, EventShardMachine, EVENTS_DIR};
+use eddy_server::cluster::events::{
+    copy_shard, event_group_id, EventApplied, EventCompaction, EventShardMachine, ShardSnapshot,
+    COPY_CHUNK_BYTES, EVENTS_DIR,
+};
 
 use crate::logdir::Disk;
-use crate::recorded::{agree, answers_agree, Recorder, Recording, Records};
+use crate::recorded::{agree, answers_agree, AppliedLog, Recorder, Recording, Records};
 use crate::rng::SimRng;
 use crate::store::{DiskFault, StoreFactory};
 use crate::workload::{OpId, Workload};
+
+/// Applied entries between two compactions of an event group's log: small, so members that
+/// fall behind or lose their directory need snapshots.
+pub const COMPACT_EVERY: u64 = 48;
 
 /// Aggregates per shard: few, so concurrent writers meet and OCC conflicts happen.
 const KEYS_PER_SHARD: usize = 4;
@@ -150,6 +159,8 @@ pub struct EventFactory {
     ledger: Arc<Mutex<Ledger>>,
     /// Shard indexes written out at the nodes' syncs, for the final report.
     index_flushes: u64,
+    /// Every entry any member applied: what a snapshot stands for in a member's record.
+    applied: AppliedLog,
 }
 
 /// One node's data directory: its disk, its event store while it runs, and what its machines
@@ -179,6 +190,7 @@ impl EventFactory {
             shards,
             ledger,
             index_flushes: 0,
+            applied: AppliedLog::default(),
         }
     }
 
@@ -251,6 +263,8 @@ fn judge(outcome: EventApplied, recorder: &Recorder<Answer>) -> Option<Answer> {
             ..
         })) => Answer::Duplicate(key, committed_version),
         Err(EventStoreError::Refused(Refusal::VersionConflict { .. })) => Answer::Conflict,
+        // Already in the shard (copied with a snapshot): this member answers nothing for it.
+        Err(EventStoreError::Refused(Refusal::AlreadyApplied { .. })) => return None,
         Err(EventStoreError::Refused(r)) => Answer::Refused(r.to_string()),
         Err(e) => {
             recorder.stall();
@@ -264,7 +278,10 @@ impl StoreFactory for EventFactory {
     type Dir = EventDir;
 
     fn create(&mut self, _node: NodeId) -> EventDir {
-        EventDir::default()
+        EventDir {
+            records: Records::sharing(Arc::clone(&self.applied)),
+            ..EventDir::default()
+        }
     }
 
     fn open(
@@ -287,7 +304,11 @@ impl StoreFactory for EventFactory {
             &self.pool,
             Arc::clone(&self.cache),
         )?;
-        let inner = EventShardMachine::open(Arc::clone(store), shard, &log)?;
+        let compaction = EventCompaction {
+            every: COMPACT_EVERY,
+            keep: COMPACT_EVERY / 4,
+        };
+        let inner = EventShardMachine::open(Arc::clone(store), shard, &log, compaction)?;
         let machine = Recording::new(inner, dir.records.recorder(group), judge);
         let replicated = Replicated::open(log, machine)?;
         let log = replicated.raft_log().log().clone();
@@ -315,8 +336,26 @@ impl StoreFactory for EventFactory {
     }
 
     fn compact(&mut self, _dir: &mut EventDir, _group: GroupId, _through: u64) -> bool {
-        // Event groups are never compacted (see the module docs).
+        // Event groups compact themselves (see the module docs).
         false
+    }
+
+    fn copy_snapshot(
+        &mut self,
+        from: &EventDir,
+        to: &mut EventDir,
+        _group: GroupId,
+        data: &Bytes,
+    ) -> Result<(), String> {
+        let snapshot = ShardSnapshot::decode(data).ok_or("not an event shard snapshot")?;
+        let (Some(sender), Some(receiver)) = (&from.store, &to.store) else {
+            return Err("a store is closed".into());
+        };
+        copy_shard(receiver, &snapshot, |lo, hi| {
+            sender
+                .export_records(snapshot.shard, lo, hi, COPY_CHUNK_BYTES / 64)
+                .map_err(|e| e.to_string())
+        })
     }
 
     fn state(&self, dir: &EventDir, group: GroupId) -> Vec<(u64, Bytes)> {

@@ -85,6 +85,22 @@ impl StoreFactory for ServerFactory {
         self.events.set_fault(&mut dir.events, fault);
     }
 
+    fn copy_snapshot(
+        &mut self,
+        from: &ServerDir,
+        to: &mut ServerDir,
+        group: GroupId,
+        data: &Bytes,
+    ) -> Result<(), String> {
+        if is_event(group) {
+            self.events
+                .copy_snapshot(&from.events, &mut to.events, group, data)
+        } else {
+            self.streams
+                .copy_snapshot(&from.streams, &mut to.streams, group, data)
+        }
+    }
+
     fn compact(&mut self, dir: &mut ServerDir, group: GroupId, through: u64) -> bool {
         by_group!(self, dir, group, |f, d| f.compact(d, group, through))
     }

@@ -699,10 +699,43 @@ impl<F: StoreFactory, W: Workload> Sim<F, W> {
         if n.life != f.to_life {
             return Ok(());
         }
-        let Some(node) = n.node.as_mut() else {
+        if n.node.is_none() {
+            return Ok(());
+        }
+        let mut batch = f.batch;
+        // What the server does before its node sees a snapshot (an event shard's records
+        // are copied from the sender): a failed copy drops the message.
+        let (from, to) = (Self::slot(f.from), Self::slot(f.to));
+        let mut dropped = Vec::new();
+        batch.retain(|(group, message)| {
+            let Some(snapshot) = eddy_consensus::wire::snapshot_in(message) else {
+                return true;
+            };
+            let (sender, receiver) = if from < to {
+                let (l, r) = self.nodes.split_at_mut(to);
+                (&l[from], &mut r[0])
+            } else {
+                let (l, r) = self.nodes.split_at_mut(from);
+                (&r[0], &mut l[to])
+            };
+            match self
+                .factory
+                .copy_snapshot(&sender.dir, &mut receiver.dir, *group, &snapshot.data)
+            {
+                Ok(()) => true,
+                Err(e) => {
+                    dropped.push(format!("{group} snapshot at {}: {e}", snapshot.meta.index));
+                    false
+                }
+            }
+        });
+        for d in dropped {
+            self.note(|| format!("node {}: copy for {d} failed, dropped", f.to));
+        }
+        let Some(node) = self.nodes[to].node.as_mut() else {
             return Ok(());
         };
-        node.receive(f.from, f.batch);
+        node.receive(f.from, batch);
         self.step(f.to)
     }
 

@@ -105,6 +105,20 @@ pub trait StoreFactory {
     /// (false: not counted as a fault).
     fn compact(&mut self, dir: &mut Self::Dir, group: GroupId, through: u64) -> bool;
 
+    /// A snapshot of `group` (its bytes `data`) sent from the node of `from` is about to reach
+    /// the node of `to`: what the server does before its node sees it (an event shard's
+    /// records are copied from the sender, out of band). An error drops the message, as the
+    /// server drops a snapshot it could not copy. By default nothing is needed.
+    fn copy_snapshot(
+        &mut self,
+        _from: &Self::Dir,
+        _to: &mut Self::Dir,
+        _group: GroupId,
+        _data: &Bytes,
+    ) -> Result<(), String> {
+        Ok(())
+    }
+
     /// The group's state machine as last opened on this directory: the payloads applied, each
     /// with its index, in index order (what the checker reads at the end of a run).
     fn state(&self, dir: &Self::Dir, group: GroupId) -> Vec<(u64, Bytes)>;

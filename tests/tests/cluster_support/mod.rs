@@ -16,6 +16,11 @@ pub struct Node {
 
 /// Starts `size` members that know each other.
 pub fn start_cluster(size: u8) -> Vec<Node> {
+    start_cluster_with(size, &[])
+}
+
+/// Starts `size` members that know each other, each with `extra` flags too.
+pub fn start_cluster_with(size: u8, extra: &[&str]) -> Vec<Node> {
     // Distinct hosts, so each node's ports can be the same numbers; the ports are still
     // chosen free on every host to avoid clashes with other tests, and outside the ephemeral
     // range, so a killed node's ports cannot be taken by a connection before it restarts.
@@ -40,6 +45,7 @@ pub fn start_cluster(size: u8) -> Vec<Node> {
                 "--node-id".to_owned(),
                 (i + 1).to_string(),
             ];
+            args.extend(extra.iter().map(|a| (*a).to_owned()));
             for j in (0..size).filter(|&j| j != i) {
                 args.push("--peer".to_owned());
                 args.push(format!("{}={}:{}", j + 1, host(j), ports[usize::from(j)].3));

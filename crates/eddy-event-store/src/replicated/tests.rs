@@ -288,3 +288,93 @@ fn a_misrouted_command_is_refused() {
     assert!(store.apply(1, 1, command).wait().is_err());
     assert_eq!(store.replicated_through(1).unwrap(), 0);
 }
+
+/// A member that missed entries copies the shard's records from a peer (a snapshot): it then
+/// holds the same records, state and chain, skips the entries they cover, and applies the next
+/// one exactly as the peer does. A record that does not continue its chain is refused.
+#[test]
+fn a_member_copies_a_shards_records_from_a_peer() {
+    let disks = [MemBackend::new(), MemBackend::new()];
+    let open = |d: &MemBackend| EventStore::open(Arc::new(d.clone()), cfg()).unwrap().0;
+    let (leader, behind) = (open(&disks[0]), open(&disks[1]));
+    // Both apply entries 1 and 2; only the leader the next 40 (writes, a refusal, a trim).
+    let entries: Vec<(u32, Command)> = (0..42u64)
+        .map(|i| match i {
+            0 => leader.prepare_write(write_req(K, 1, Some(0), 1)).unwrap(),
+            20 => leader
+                .prepare_write(write_req(K, 100, Some(0), 20))
+                .unwrap(), // conflict
+            30 => leader.prepare_trim(TrimRequest {
+                key: K,
+                keep_from_version: 5,
+                client_id: 3,
+                user_id: None,
+                now: 30,
+            }),
+            _ => leader
+                .prepare_write(write_req(K, i + 1, None, i + 1))
+                .unwrap(),
+        })
+        .collect();
+    for (i, (shard, command)) in entries.iter().enumerate() {
+        let index = i as u64 + 1;
+        let _ = leader.apply(*shard, index, command.clone()).wait();
+        if index <= 2 {
+            behind.apply(*shard, index, command.clone()).wait().unwrap();
+        }
+    }
+    // The snapshot: the leader's position after entry 42.
+    let position = leader.shard_position(0).unwrap();
+    let mut from = behind.shard_position(0).unwrap().next_seq;
+    while from < position.next_seq {
+        let chunk = leader
+            .export_records(0, from, position.next_seq, 512)
+            .unwrap();
+        assert!(!chunk.is_empty());
+        from = chunk.last().unwrap().seq + 1;
+        behind.import_records(0, chunk).unwrap().wait().unwrap();
+    }
+    behind.sync_shard(0).wait().unwrap();
+    assert_eq!(behind.shard_position(0).unwrap(), position);
+    assert_eq!(behind.replicated_through(0).unwrap(), 42);
+    let all = ReadQuery {
+        from_version: 5,
+        ..ReadQuery::default()
+    };
+    assert_eq!(
+        format!("{:?}", behind.read(&K, &all).unwrap()),
+        format!("{:?}", leader.read(&K, &all).unwrap())
+    );
+    // Entries the copy covers write nothing again, whatever they are.
+    for (i, (shard, command)) in entries.iter().enumerate().skip(2) {
+        match behind.apply(*shard, i as u64 + 1, command.clone()).wait() {
+            Err(EventStoreError::Refused(Refusal::AlreadyApplied { .. })) => {}
+            other => panic!("entry {} applied twice: {other:?}", i + 1),
+        }
+    }
+    assert_eq!(behind.shard_position(0).unwrap(), position);
+    // The next entry gets the same answer on both.
+    let (shard, next) = leader
+        .prepare_write(write_req(K, 43, Some(40), 43))
+        .unwrap();
+    let a = leader.apply(shard, 43, next.clone()).wait().unwrap();
+    let b = behind.apply(shard, 43, next).wait().unwrap();
+    assert_eq!(format!("{a:?}"), format!("{b:?}"));
+    // A restart keeps it all.
+    drop(behind);
+    let reopened = open(&disks[1]);
+    assert_eq!(reopened.replicated_through(0).unwrap(), 43);
+    assert_eq!(
+        reopened.verify_chain(0).unwrap(),
+        leader.verify_chain(0).unwrap()
+    );
+
+    // A shard whose records differ from the peer's cannot take the peer's next records.
+    let other = MemBackend::new();
+    let diverged = open(&other);
+    let (shard, mine) = diverged.prepare_write(write_req(K, 9, None, 9)).unwrap();
+    diverged.apply(shard, 1, mine).wait().unwrap();
+    let theirs = leader.export_records(0, 2, 3, u64::MAX).unwrap();
+    assert_eq!(theirs.len(), 1);
+    assert!(diverged.import_records(0, theirs).is_err());
+}

@@ -25,6 +25,7 @@ mod read;
 mod validate;
 
 use std::fmt;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 
 use bytes::Bytes;
@@ -34,8 +35,8 @@ use eddy_log::{lock, Completion, Corruption, Log, RecordMeta};
 use crate::error::{EventStoreError, Refusal, Result};
 use crate::index::Index;
 use crate::record::{
-    chain_tip, encode_record, DeletePart, EncodedEvents, EventCodec, EventRecord, RecordBody,
-    WritePart, RECORD_HEADER_LEN, REPLICATED_INDEX_LEN, WRITE_PART_HEADER_LEN,
+    chain_tip, decode_record, encode_record, DeletePart, EncodedEvents, EventCodec, EventRecord,
+    RecordBody, WritePart, RECORD_HEADER_LEN, REPLICATED_INDEX_LEN, WRITE_PART_HEADER_LEN,
 };
 use crate::state::{
     agg_key_bytes, decode_schema, derive_update, key_schema, mark_key_bytes, AggState, Mark,
@@ -59,6 +60,10 @@ pub(crate) struct Shard {
     pub(crate) watchers: Arc<Watchers>,
     admission: Mutex<()>,
     pending: Arc<Mutex<Pending>>,
+    /// The replicated entry index of the last record queued (0: none): an entry at or below
+    /// it is already in the log (applied here, or copied from a peer's snapshot) and is
+    /// never written again.
+    raft_through: AtomicU64,
 }
 
 impl fmt::Debug for Shard {
@@ -134,7 +139,34 @@ impl Shard {
             watchers,
             admission: Mutex::new(()),
             pending,
+            raft_through: AtomicU64::new(0),
         }
+    }
+
+    /// Sets the replicated index of the last record (after recovery read it).
+    pub(crate) fn set_raft_through(&self, index: u64) {
+        self.raft_through.store(index, Ordering::Release);
+    }
+
+    /// An entry at or below the last record's index is already in this shard (applied here,
+    /// or copied with a peer's snapshot): checked first, under the admission lock, so it
+    /// writes nothing and is not validated against a state that already includes it.
+    fn already_applied(&self, raft_index: Option<u64>) -> Option<EventStoreError> {
+        let index = raft_index?;
+        (index <= self.raft_through()).then(|| Refusal::AlreadyApplied { index }.into())
+    }
+
+    /// The replicated index of the last record queued (0: none).
+    pub(crate) fn raft_through(&self) -> u64 {
+        self.raft_through.load(Ordering::Acquire)
+    }
+
+    /// The log's next sequence number and the chain tip before it, taken together under the
+    /// shard's admission lock: every record queued so far is below it.
+    pub(crate) fn position(&self) -> (u64, [u8; 32]) {
+        let _admission = lock(&self.admission);
+        let next = self.log.next_seq_to_assign();
+        (next, lock(&self.pending).tip)
     }
 
     /// Sets the chain tip after recovery replayed the log.
@@ -276,7 +308,12 @@ impl Shard {
         });
         drop(p);
         match reservation.append(payload) {
-            Ok(ack) => Some(Ok(ack)),
+            Ok(ack) => {
+                if let Some(index) = header.raft_index {
+                    self.raft_through.store(index, Ordering::Release);
+                }
+                Some(Ok(ack))
+            }
             Err(e) => {
                 // The log refused the record (it queued nothing): take it back.
                 let mut p = lock(&self.pending);
@@ -314,6 +351,9 @@ impl Shard {
             .into()));
         }
         let _admission = lock(&self.admission);
+        if let Some(refused) = self.already_applied(raft_index) {
+            return Completion::ready(Err(refused));
+        }
         loop {
             let generation = lock(&self.pending).generation;
             let mut priors = Vec::with_capacity(parts.len());
@@ -394,6 +434,9 @@ impl Shard {
         raft_index: Option<u64>,
     ) -> Completion<TrimOutcome, EventStoreError> {
         let _admission = lock(&self.admission);
+        if let Some(refused) = self.already_applied(raft_index) {
+            return Completion::ready(Err(refused));
+        }
         loop {
             let generation = lock(&self.pending).generation;
             let state = match self.ahead_agg(&req.key) {
@@ -468,6 +511,9 @@ impl Shard {
         raft_index: Option<u64>,
     ) -> Completion<DeleteOutcome, EventStoreError> {
         let _admission = lock(&self.admission);
+        if let Some(refused) = self.already_applied(raft_index) {
+            return Completion::ready(Err(refused));
+        }
         loop {
             let generation = lock(&self.pending).generation;
             let mut priors = Vec::with_capacity(deletes.len());
@@ -538,6 +584,9 @@ impl Shard {
         raft_index: Option<u64>,
     ) -> Completion<(), EventStoreError> {
         let _admission = lock(&self.admission);
+        if let Some(refused) = self.already_applied(raft_index) {
+            return Completion::ready(Err(refused));
+        }
         let exists = Refusal::SchemaExists {
             event_type_major: reg.key.event_type_major,
             event_type_minor: reg.key.event_type_minor,
@@ -568,6 +617,61 @@ impl Shard {
                 None => {}
                 Some(Ok(ack)) => return ack.map(|meta| meta.map(|_| ()).map_err(Into::into)),
                 Some(Err(e)) => return Completion::ready(Err(e)),
+            }
+        }
+    }
+
+    /// Appends a record another member of the shard's group wrote at `seq` (a snapshot's
+    /// transfer), byte for byte: it must be the log's next record and continue this shard's
+    /// hash chain, which proves the shard holds the same records as that member before it.
+    /// Its state changes are derived exactly as for a record written here.
+    pub(crate) fn import(
+        &self,
+        seq: u64,
+        timestamp: u64,
+        tag: u32,
+        payload: Bytes,
+    ) -> Result<Completion<RecordMeta>> {
+        let _admission = lock(&self.admission);
+        let record = decode_record(tag, &payload).map_err(corrupt_in(&self.log, seq))?;
+        if record.prev_tip != lock(&self.pending).tip {
+            return Err(corrupt_in(&self.log, seq)(Corruption::BadHeaderField(
+                "hash chain link of a copied record",
+            )));
+        }
+        let update = derive_update(
+            seq,
+            timestamp,
+            &record,
+            |k| Ok(self.ahead_agg(k)?.0),
+            |k, c| Ok(self.ahead_mark(k, c)?.0),
+            corrupt_in(&self.log, seq),
+        )?;
+        let tip_after = record.tip_after(seq, &payload);
+        {
+            let mut p = lock(&self.pending);
+            p.add(&update);
+            p.tip = tip_after;
+            p.records.push_back(PendingRecord {
+                seq,
+                update,
+                tip_after,
+            });
+        }
+        match self.log.append_assigned(seq, timestamp, 1, tag, payload) {
+            Ok(ack) => {
+                if let Some(index) = record.raft_index {
+                    self.raft_through.store(index, Ordering::Release);
+                }
+                Ok(ack)
+            }
+            Err(e) => {
+                let mut p = lock(&self.pending);
+                if let Some(r) = p.records.pop_back() {
+                    p.release(&r.update);
+                    p.tip = p.records.back().map_or(p.committed_tip, |r| r.tip_after);
+                }
+                Err(e.into())
             }
         }
     }

@@ -240,6 +240,7 @@ impl EventStore {
             );
             let (replayed, tip) = replay(&shard, from)?;
             shard.set_tip(tip);
+            shard.set_raft_through(crate::replicated::last_raft_index(&shard)?);
             recovery.replayed.push(replayed);
             shards.push(shard);
         }

@@ -12,9 +12,19 @@
 //! shard log completes writes before its fdatasync (`Durability::Background`, see
 //! `event::store_config`): an entry is applied only once this member's group log holds it
 //! durably, so a restart applies again whatever the shard log had not synced, each entry
-//! still once. The groups' logs are
-//! not compacted: a member that lost its data directory is rebuilt by replaying them from the
-//! first entry (see docs/OPERATIONS.md).
+//! still once.
+//!
+//! **Compaction and snapshots.** Every [`EventCompaction::every`] applied entries a shard's
+//! machine has its shard log synced and then lets the group's log go through that point (minus
+//! [`EventCompaction::keep`] entries, so a follower a little behind still catches up from the
+//! log). A member that needs entries the log dropped gets a snapshot whose bytes are only a
+//! [`ShardSnapshot`] (the shard, the sequence number its log had reached and the chain tip):
+//! before the engine sees it, the receiving member copies the shard's records it lacks from
+//! the snapshot's sender, chunk by chunk, out of band ([`copy_shard`]; the server over the
+//! replication port, the simulator from the sender's store), and makes them durable; installing
+//! then only checks that the shard reached that point. A copied record must continue the
+//! shard's hash chain, so the member held the same records as the sender before it; entries
+//! the copied records cover are never applied again (`Refusal::AlreadyApplied`).
 //!
 //! Requests: the member that takes a change checks it (routing, schemas, limits), encodes it
 //! and, when it leads the shard's group, proposes it; otherwise the client is sent to the
@@ -30,7 +40,10 @@ use eddy_consensus::{
     GroupId, LogEntry, NodeId, ProposeError, Replicated, Role, Runner, Snapshot, SnapshotMeta,
     StoreError,
 };
-use eddy_event_store::replicated::{Applied, Command};
+pub use eddy_event_store::replicated::{
+    decode_records_answer, encode_records_request, ShardSnapshot,
+};
+use eddy_event_store::replicated::{Applied, Command, ShardRecord};
 use eddy_event_store::{EventStore, EventStoreError};
 use eddy_log::Completion;
 
@@ -45,6 +58,75 @@ pub const EVENTS_DIR: &str = "raft/events";
 /// The group of event-store shard `shard`.
 pub fn event_group_id(shard: u32) -> GroupId {
     GroupId(EVENT_GROUP_BASE + u64::from(shard))
+}
+
+/// When an event shard's group log is compacted.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct EventCompaction {
+    /// Applied entries between two compactions (the shard log is synced before each).
+    pub every: u64,
+    /// Entries kept below the compaction point, for followers a little behind.
+    pub keep: u64,
+}
+
+impl EventCompaction {
+    /// Compaction every `every` entries, keeping a quarter of them.
+    pub fn every(every: u64) -> Self {
+        EventCompaction {
+            every: every.max(1),
+            keep: every / 4,
+        }
+    }
+}
+
+/// Default [`EventCompaction::every`]: the group log of a shard holds about this many entries
+/// (tens of MiB of commands) beyond what its shard log already keeps.
+pub const DEFAULT_EVENT_COMPACT_ENTRIES: u64 = 100_000;
+
+/// Records fetched per chunk while copying a shard (about this many payload bytes).
+pub const COPY_CHUNK_BYTES: u64 = 4 << 20;
+
+/// Answers a peer's request for a shard's records (at most [`COPY_CHUNK_BYTES`] of them).
+pub fn answer_records_request(store: &EventStore, request: &[u8]) -> bytes::Bytes {
+    eddy_event_store::replicated::answer_records_request(store, request, COPY_CHUNK_BYTES)
+}
+
+/// Copies into `store` the records of `snapshot`'s shard it lacks, up to the snapshot's
+/// position, chunk by chunk from `fetch(from_seq, until_seq)` (the sender's
+/// [`EventStore::export_records`], at least one record per call), then makes them durable.
+/// Done before the engine installs the snapshot, off its thread in the server.
+///
+/// # Errors
+/// A fetch failed or returned nothing, or the records do not continue this shard (see
+/// [`EventStore::import_records`]), or the store failed.
+pub fn copy_shard(
+    store: &EventStore,
+    snapshot: &ShardSnapshot,
+    mut fetch: impl FnMut(u64, u64) -> Result<Vec<ShardRecord>, String>,
+) -> Result<(), String> {
+    let shard = snapshot.shard;
+    let until = snapshot.position.next_seq;
+    loop {
+        let next = store
+            .shard_position(shard)
+            .map_err(|e| e.to_string())?
+            .next_seq;
+        if next >= until {
+            break;
+        }
+        let chunk = fetch(next, until)?;
+        if chunk.is_empty() {
+            return Err(format!(
+                "the sender has no record of shard {shard} from {next} on"
+            ));
+        }
+        store
+            .import_records(shard, chunk)
+            .map_err(|e| e.to_string())?
+            .wait()
+            .map_err(|e| e.to_string())?;
+    }
+    store.sync_shard(shard).wait().map_err(|e| e.to_string())
 }
 
 /// What applying an event shard's entry yields for its proposer.
@@ -87,6 +169,11 @@ pub struct EventShardMachine {
     store: Arc<EventStore>,
     applied: SnapshotMeta,
     stopped: Arc<AtomicBool>,
+    compaction: EventCompaction,
+    /// Where the last compaction was asked for (an applied index).
+    compacted_at: u64,
+    /// A sync of the shard log asked for at an applied index, not yet done.
+    syncing: Option<(u64, Completion<(), EventStoreError>)>,
 }
 
 impl std::fmt::Debug for EventShardMachine {
@@ -109,24 +196,44 @@ impl EventShardMachine {
     /// # Errors
     /// The shard's log holds an entry the group's log does not (the group's directory was
     /// lost while the event store's was kept), or cannot be read.
-    pub fn open(store: Arc<EventStore>, shard: u32, log: &RaftLog) -> Result<Self, StoreError> {
+    pub fn open(
+        store: Arc<EventStore>,
+        shard: u32,
+        log: &RaftLog,
+        compaction: EventCompaction,
+    ) -> Result<Self, StoreError> {
         let index = store.replicated_through(shard).map_err(storage)?;
-        let applied = if index == 0 {
-            SnapshotMeta::default()
-        } else {
-            let term = log.term(index).map_err(|e| {
-                storage(format!(
-                    "event shard {shard} holds entry {index} but its group's log does not ({e}); \
-                     remove this member's data directory to have it rebuilt from its peers"
-                ))
-            })?;
+        let boundary = log.snapshot_meta();
+        let applied = if index <= boundary.index {
+            // Entries after the last record, up to the boundary, were refused: the state is
+            // the same at the boundary.
+            boundary
+        } else if let Ok(term) = log.term(index) {
             SnapshotMeta { index, term }
+        } else {
+            // The shard holds records the group's log does not: copied from a peer's snapshot
+            // that a crash kept from being installed. Resume from the last entry known
+            // committed that the log holds at or below them; the entries the records cover are
+            // not applied again.
+            let commit = log.hard_state().commit.min(index);
+            let resumed = match log.term(commit) {
+                Ok(term) if commit > boundary.index => SnapshotMeta {
+                    index: commit,
+                    term,
+                },
+                _ => boundary,
+            };
+            tracing::warn!(shard, records_through = index, resumed = resumed.index, "event shard holds records its group's log does not (an interrupted snapshot copy): resuming below them");
+            resumed
         };
         Ok(EventShardMachine {
             shard,
             store,
             applied,
             stopped: Arc::new(AtomicBool::new(false)),
+            compaction,
+            compacted_at: applied.index,
+            syncing: None,
         })
     }
 }
@@ -183,12 +290,72 @@ impl StateMachine for EventShardMachine {
     }
 
     fn snapshot(&self) -> Result<Snapshot, StoreError> {
-        // The group's log is never compacted, so no member needs one.
-        Err(StoreError::SnapshotTemporarilyUnavailable)
+        if self.stopped.load(Ordering::Acquire) {
+            return Err(StoreError::SnapshotTemporarilyUnavailable);
+        }
+        // On the consensus thread, after the applied entry: every record it queued is below
+        // this position.
+        let position = self.store.shard_position(self.shard).map_err(storage)?;
+        Ok(Snapshot {
+            meta: self.applied,
+            data: ShardSnapshot {
+                shard: self.shard,
+                position,
+            }
+            .encode(),
+        })
     }
 
-    fn install_snapshot(&mut self, _snapshot: &Snapshot) -> Result<(), StoreError> {
-        Err(storage("event shard groups are not rebuilt from snapshots"))
+    fn install_snapshot(&mut self, snapshot: &Snapshot) -> Result<(), StoreError> {
+        let invalid = |reason| StoreError::InvalidSnapshot {
+            index: snapshot.meta.index,
+            reason,
+        };
+        let wanted = ShardSnapshot::decode(&snapshot.data)
+            .ok_or_else(|| invalid("not an event shard snapshot"))?;
+        if wanted.shard != self.shard {
+            return Err(invalid("a snapshot of another shard"));
+        }
+        // The records were copied (and synced) before the engine got the snapshot.
+        let position = self.store.shard_position(self.shard).map_err(storage)?;
+        if position != wanted.position {
+            return Err(storage(format!(
+                "event shard {}: installing the snapshot at entry {} needs the shard's log at \
+                 record {}, but it is at {} (its records were not copied)",
+                self.shard, snapshot.meta.index, wanted.position.next_seq, position.next_seq
+            )));
+        }
+        self.applied = snapshot.meta;
+        self.compacted_at = snapshot.meta.index;
+        self.syncing = None;
+        Ok(())
+    }
+
+    /// Every [`EventCompaction::every`] entries: the shard log is synced (without waiting on
+    /// this thread), and once it is, the group's log may go through that point less
+    /// [`EventCompaction::keep`]. A restart resumes after the last record the shard log
+    /// holds, so the log must keep every entry after the last synced record.
+    fn compactable_through(&mut self, _now_us: u64) -> Option<u64> {
+        if let Some((at, done)) = &mut self.syncing {
+            let at = *at;
+            let result = done.try_take()?;
+            self.syncing = None;
+            return match result {
+                Ok(()) => Some(at.saturating_sub(self.compaction.keep)),
+                Err(e) => {
+                    tracing::warn!(shard = self.shard, error = %e, "event shard sync before compaction failed");
+                    None
+                }
+            };
+        }
+        if self.stopped.load(Ordering::Acquire)
+            || self.applied.index < self.compacted_at + self.compaction.every
+        {
+            return None;
+        }
+        self.compacted_at = self.applied.index;
+        self.syncing = Some((self.applied.index, self.store.sync_shard(self.shard)));
+        None
     }
 
     /// A stopped shard fails its group on this member: leadership moves to a member whose
@@ -214,6 +381,7 @@ pub fn open_shard_group(
     storage: &GroupStorage,
     store: &Arc<EventStore>,
     shard: u32,
+    compaction: EventCompaction,
 ) -> Result<Replicated<AsCluster<EventShardMachine>>, StoreError> {
     let log = RaftLog::open_sealed(
         Arc::clone(&storage.backend),
@@ -223,7 +391,7 @@ pub fn open_shard_group(
         Arc::clone(&storage.cache),
         storage.cipher.clone(),
     )?;
-    let machine = EventShardMachine::open(Arc::clone(store), shard, &log)?;
+    let machine = EventShardMachine::open(Arc::clone(store), shard, &log, compaction)?;
     Replicated::open(log, AsCluster(machine))
 }
 

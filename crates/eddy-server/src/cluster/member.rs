@@ -16,14 +16,18 @@ use eddy_log::{Cache, CommitPool, FsBackend, LogConfig, StorageBackend};
 use tokio::net::TcpListener;
 use tokio_util::sync::CancellationToken;
 
-use super::events::{event_group_id, open_shard_group, ClusterEvents};
+use super::events::{
+    answer_records_request, copy_shard, decode_records_answer, encode_records_request,
+    event_group_id, open_shard_group, ClusterEvents, EventCompaction, ShardSnapshot,
+    EVENT_GROUP_BASE,
+};
 use super::groups::{
     align_to_metadata_leader, AsCluster, ClusterOutcome, GroupStorage, PartitionGroups,
     METADATA_GROUP,
 };
 use super::metadata::MetadataMachine;
 use super::streams::ClusterStreams;
-use super::transport::{fingerprint, props, Inbox, Transport};
+use super::transport::{fingerprint, props, Fetcher, Inbox, Transport};
 use crate::config::{ConfigError, ServerConfig};
 
 /// Metadata entries between two snapshots of the metadata state.
@@ -41,6 +45,12 @@ struct RunnerInbox {
     runner: OnceLock<Runner<ClusterOutcome>>,
     /// The member's `raft/` directory (where [`REBUILDING_FILE`] goes).
     raft_dir: std::path::PathBuf,
+    /// The event store (its shards' records are copied for snapshots, and served to peers).
+    events: Arc<eddy_event_store::EventStore>,
+    /// Requests to peers (an event shard's records).
+    fetcher: Fetcher,
+    /// Event groups whose snapshot is being copied (a resent snapshot waits for that copy).
+    copying: Arc<std::sync::Mutex<std::collections::HashSet<GroupId>>>,
 }
 
 impl RunnerInbox {
@@ -49,11 +59,91 @@ impl RunnerInbox {
     }
 }
 
+impl RunnerInbox {
+    /// Copies the records an event shard's snapshot needs from its sender, on a thread of
+    /// its own, then hands the snapshot to the node (which only checks that the shard reached
+    /// the snapshot's point). A failed copy drops the snapshot: the leader sends another.
+    fn copy_then_deliver(&self, from: NodeId, group: GroupId, message: Bytes, data: &Bytes) {
+        let Some(runner) = self.runner.get().cloned() else {
+            return;
+        };
+        let Some(snapshot) = ShardSnapshot::decode(data) else {
+            tracing::warn!(%group, "an event shard snapshot that does not decode; dropped");
+            return;
+        };
+        if !self
+            .copying
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .insert(group)
+        {
+            return;
+        }
+        let (events, fetcher, copying) = (
+            Arc::clone(&self.events),
+            self.fetcher.clone(),
+            Arc::clone(&self.copying),
+        );
+        let spawned = std::thread::Builder::new()
+            .name("eddy-snapshot-copy".into())
+            .spawn(move || {
+                let shard = snapshot.shard;
+                tracing::info!(shard, peer = from, through = snapshot.position.next_seq, "copying an event shard's records from a peer for its snapshot");
+                let copied = fetcher
+                    .connect(from)
+                    .map_err(|e| e.to_string())
+                    .and_then(|mut conn| {
+                        copy_shard(&events, &snapshot, |lo, hi| {
+                            let answer = conn
+                                .request(&encode_records_request(shard, lo, hi))
+                                .map_err(|e| e.to_string())?;
+                            decode_records_answer(answer)
+                        })
+                    });
+                copying
+                    .lock()
+                    .unwrap_or_else(std::sync::PoisonError::into_inner)
+                    .remove(&group);
+                match copied {
+                    Ok(()) => {
+                        tracing::info!(shard, peer = from, "event shard records copied; installing the snapshot");
+                        runner.receive(from, vec![(group, message)]);
+                    }
+                    Err(e) => {
+                        tracing::warn!(shard, peer = from, error = %e, "copying an event shard's records failed; the leader will send its snapshot again");
+                    }
+                }
+            });
+        if let Err(e) = spawned {
+            tracing::error!(error = %e, "cannot start a snapshot copy");
+            self.copying
+                .lock()
+                .unwrap_or_else(std::sync::PoisonError::into_inner)
+                .remove(&group);
+        }
+    }
+}
+
 impl Inbox for RunnerInbox {
-    fn receive(&self, from: NodeId, messages: Vec<(GroupId, Bytes)>) {
+    fn receive(&self, from: NodeId, mut messages: Vec<(GroupId, Bytes)>) {
+        messages.retain(|(group, message)| {
+            if group.0 < EVENT_GROUP_BASE {
+                return true;
+            }
+            match eddy_consensus::wire::snapshot_in(message) {
+                Some(snapshot) => {
+                    self.copy_then_deliver(from, *group, message.clone(), &snapshot.data);
+                    false
+                }
+                None => true,
+            }
+        });
         if let Some(r) = self.runner.get() {
             r.receive(from, messages);
         }
+    }
+    fn answer(&self, _from: NodeId, request: &Bytes) -> Bytes {
+        answer_records_request(&self.events, request)
     }
     fn unreachable(&self, peer: NodeId) {
         if let Some(r) = self.runner.get() {
@@ -218,7 +308,13 @@ pub async fn start(
     for shard in 0..events.num_shards() {
         event_groups.push((
             event_group_id(shard),
-            open_shard_group(&group_storage, events, shard).map_err(storage_error)?,
+            open_shard_group(
+                &group_storage,
+                events,
+                shard,
+                EventCompaction::every(config.raft_event_compact_entries),
+            )
+            .map_err(storage_error)?,
         ));
     }
     let stopped_shards: Vec<_> = event_groups
@@ -261,6 +357,9 @@ pub async fn start(
     let inbox = Arc::new(RunnerInbox {
         runner: OnceLock::new(),
         raft_dir: raft_dir.clone(),
+        events: Arc::clone(events),
+        fetcher: transport.fetcher(),
+        copying: Arc::default(),
     });
     let stop = CancellationToken::new();
     let outbox = transport.start_outbound(&inbox, &stop);

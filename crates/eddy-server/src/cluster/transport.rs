@@ -147,6 +147,82 @@ pub trait Inbox: Send + Sync + 'static {
     }
     /// A peer knew another incarnation of this node: this node lost its state.
     fn lost_own_state(&self) {}
+    /// Answers a peer's out-of-band request (an event shard's records, for a snapshot copy);
+    /// called on a blocking thread. By default every request gets an empty answer.
+    fn answer(&self, from: NodeId, request: &Bytes) -> Bytes {
+        let _ = (from, request);
+        Bytes::new()
+    }
+}
+
+/// Deadline for one out-of-band request's answer, and for dialling for it.
+pub const FETCH_TIMEOUT: Duration = Duration::from_secs(30);
+
+/// The client side of out-of-band requests to peers: blocking, one connection per use (a
+/// snapshot copy runs on a thread of its own).
+#[derive(Debug, Clone)]
+pub struct Fetcher {
+    node_id: NodeId,
+    cluster: u64,
+    peers: Arc<BTreeMap<NodeId, SocketAddr>>,
+}
+
+/// A connection to a peer for out-of-band requests.
+#[derive(Debug)]
+pub struct FetchConnection {
+    socket: std::net::TcpStream,
+    buf: BytesMut,
+    node_id: NodeId,
+    cluster: u64,
+}
+
+impl Fetcher {
+    /// Connects to `peer`'s replication port.
+    ///
+    /// # Errors
+    /// Not a peer, or it cannot be reached.
+    pub fn connect(&self, peer: NodeId) -> std::io::Result<FetchConnection> {
+        let addr = self
+            .peers
+            .get(&peer)
+            .ok_or_else(|| std::io::Error::other(format!("node {peer} is not a peer")))?;
+        let socket = std::net::TcpStream::connect_timeout(addr, HELLO_TIMEOUT)?;
+        socket.set_nodelay(true)?;
+        socket.set_read_timeout(Some(FETCH_TIMEOUT))?;
+        socket.set_write_timeout(Some(FETCH_TIMEOUT))?;
+        Ok(FetchConnection {
+            socket,
+            buf: BytesMut::with_capacity(64 * 1024),
+            node_id: self.node_id,
+            cluster: self.cluster,
+        })
+    }
+}
+
+impl FetchConnection {
+    /// Sends one request and waits for its answer.
+    ///
+    /// # Errors
+    /// The connection failed, timed out or carried something else than an answer.
+    pub fn request(&mut self, request: &[u8]) -> std::io::Result<Bytes> {
+        use std::io::{Read, Write};
+        self.socket
+            .write_all(&wire::encode_fetch(self.node_id, self.cluster, request))?;
+        loop {
+            match wire::decode(&mut self.buf).map_err(std::io::Error::other)? {
+                Some(Frame::Answer(answer)) => return Ok(answer),
+                Some(_) => return Err(std::io::Error::other("the peer did not answer")),
+                None => {}
+            }
+            let start = self.buf.len();
+            self.buf.resize(start + 64 * 1024, 0);
+            let n = self.socket.read(&mut self.buf[start..])?;
+            self.buf.truncate(start + n);
+            if n == 0 {
+                return Err(std::io::ErrorKind::UnexpectedEof.into());
+            }
+        }
+    }
 }
 
 /// The sending half: one queue per peer, fed from the consensus thread.
@@ -237,6 +313,54 @@ impl Transport {
         }
     }
 
+    /// The client of out-of-band requests to this node's peers.
+    pub fn fetcher(&self) -> Fetcher {
+        Fetcher {
+            node_id: self.me.node_id,
+            cluster: self.me.cluster,
+            peers: Arc::clone(&self.peers),
+        }
+    }
+
+    /// Answers the out-of-band requests of one connection that opened with a fetch.
+    async fn serve_fetches<I: Inbox>(
+        &self,
+        mut socket: TcpStream,
+        mut buf: BytesMut,
+        from: NodeId,
+        mut request: Bytes,
+        inbox: Arc<I>,
+        stop: CancellationToken,
+    ) {
+        loop {
+            let answering = Arc::clone(&inbox);
+            let Ok(answer) =
+                tokio::task::spawn_blocking(move || answering.answer(from, &request)).await
+            else {
+                return;
+            };
+            if socket
+                .write_all(&wire::encode_answer(&answer))
+                .await
+                .is_err()
+            {
+                return;
+            }
+            let next = tokio::select! {
+                () = stop.cancelled() => return,
+                frame = tokio::time::timeout(FETCH_TIMEOUT, read_frame(&mut socket, &mut buf)) => frame,
+            };
+            match next {
+                Ok(Ok(Some(Frame::Fetch {
+                    node_id,
+                    request: r,
+                    ..
+                }))) if node_id == from => request = r,
+                _ => return,
+            }
+        }
+    }
+
     /// What the members said about themselves.
     pub fn directory(&self) -> &Directory {
         &self.directory
@@ -274,7 +398,23 @@ impl Transport {
         let hello =
             match tokio::time::timeout(HELLO_TIMEOUT, read_frame(&mut socket, &mut buf)).await {
                 Ok(Ok(Some(Frame::Hello(h)))) => h,
-                Ok(Ok(Some(Frame::Raft(_)))) => {
+                Ok(Ok(Some(Frame::Fetch {
+                    node_id,
+                    cluster,
+                    request,
+                }))) => {
+                    if cluster != self.me.cluster || !self.peers.contains_key(&node_id) {
+                        tracing::warn!(
+                            peer = node_id,
+                            "refusing a request from a node that is not a member"
+                        );
+                        return;
+                    }
+                    self.serve_fetches(socket, buf, node_id, request, inbox, stop)
+                        .await;
+                    return;
+                }
+                Ok(Ok(Some(Frame::Raft(_) | Frame::Answer(_)))) => {
                     tracing::warn!("replication peer sent messages before its greeting; closing");
                     return;
                 }
@@ -312,6 +452,13 @@ impl Transport {
                     inbox.receive(from, messages);
                 }
                 Ok(Some(Frame::Hello(h))) => self.directory.learn(&h),
+                Ok(Some(Frame::Fetch { .. } | Frame::Answer(_))) => {
+                    tracing::warn!(
+                        peer = from,
+                        "a request on a replication connection; closing"
+                    );
+                    return;
+                }
                 Ok(None) => return,
                 Err(e) => {
                     tracing::warn!(peer = from, error = %e, "replication frame refused; closing");

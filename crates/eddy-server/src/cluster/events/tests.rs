@@ -15,7 +15,7 @@ use eddy_event_store::{
 };
 use eddy_log::{Cache, CommitPool, FsBackend, LogConfig, StorageBackend};
 
-use super::{event_group_id, open_shard_group, EventApplied};
+use super::{event_group_id, open_shard_group, EventApplied, EventCompaction};
 use crate::cluster::groups::{ClusterOutcome, GroupStorage};
 use crate::cluster::testkit::{eventually, TICK};
 
@@ -54,7 +54,7 @@ fn open(id: NodeId, root: &std::path::Path, net: &Net, pool: &CommitPool) -> Mem
         log: LogConfig::default(),
         cipher: None,
     };
-    let group = open_shard_group(&storage, &store, 0).unwrap();
+    let group = open_shard_group(&storage, &store, 0, EventCompaction::every(100_000)).unwrap();
     let out = net.clone();
     let runner = Runner::spawn(
         &format!("raft-{id}"),
