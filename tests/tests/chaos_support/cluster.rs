@@ -15,6 +15,9 @@ pub const STREAM_PORT: u16 = 8090;
 pub const CLIENT_PORT: u16 = 8091;
 pub const HTTP_PORT: u16 = 8080;
 pub const REPLICATION_PORT: u16 = 10001;
+/// Entries between two compactions of an event shard's Raft log in a chaos cluster: small,
+/// so a wiped or long-down node copies shards from a peer for its snapshots within a run.
+pub const EVENT_COMPACT_ENTRIES: u64 = 500;
 
 /// The processes; killed on drop.
 #[derive(Debug)]
@@ -95,7 +98,11 @@ impl Cluster {
             .args(["--client-port", &CLIENT_PORT.to_string()])
             .args(["--http-port", &HTTP_PORT.to_string()])
             .args(["--replication-port", &REPLICATION_PORT.to_string()])
-            .args(["--node-id", &i.to_string()]);
+            .args(["--node-id", &i.to_string()])
+            .args([
+                "--raft-event-compact-entries",
+                &EVENT_COMPACT_ENTRIES.to_string(),
+            ]);
         for peer in &self.peers[slot] {
             cmd.args(["--peer", peer]);
         }

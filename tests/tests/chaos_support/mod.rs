@@ -60,6 +60,8 @@ pub struct Report {
     pub faults: BTreeMap<&'static str, u32>,
     pub verdict: checker::Verdict,
     pub progress_after_heal: Option<Duration>,
+    /// Event shard snapshots the nodes copied from a peer (their logs say so).
+    pub snapshot_copies: usize,
     pub run_dir: PathBuf,
 }
 
@@ -372,11 +374,13 @@ pub async fn run(options: &Options) -> Result<Report, String> {
     drop(cluster);
     drop(proxy);
     drop(net);
+    let snapshot_copies = count_in_logs(&run_dir, "event shard records copied");
     let report = Report {
         duration: start.elapsed(),
         faults,
         verdict,
         progress_after_heal,
+        snapshot_copies,
         run_dir,
     };
     print_report(options, &report);
@@ -384,6 +388,19 @@ pub async fn run(options: &Options) -> Result<Report, String> {
         let _ = std::fs::remove_dir_all(&report.run_dir);
     }
     Ok(report)
+}
+
+/// Lines containing `needle` in the nodes' logs of a run.
+fn count_in_logs(run_dir: &std::path::Path, needle: &str) -> usize {
+    let Ok(entries) = std::fs::read_dir(run_dir) else {
+        return 0;
+    };
+    entries
+        .flatten()
+        .filter(|e| e.path().extension().is_some_and(|x| x == "log"))
+        .filter_map(|e| std::fs::read_to_string(e.path()).ok())
+        .map(|text| text.lines().filter(|l| l.contains(needle)).count())
+        .sum()
 }
 
 fn print_report(options: &Options, report: &Report) {
@@ -408,6 +425,10 @@ fn print_report(options: &Options, report: &Report) {
     eprintln!(
         "chaos: events acknowledged {}, unknown outcome {}, events stored {}",
         v.events_acked, v.events_unknown, v.events_stored
+    );
+    eprintln!(
+        "chaos: event shard snapshots copied from a peer {}",
+        report.snapshot_copies
     );
     if let Some(p) = report.progress_after_heal {
         eprintln!(
