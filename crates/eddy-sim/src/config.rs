@@ -107,6 +107,10 @@ pub struct FaultConfig {
     /// A node discards the applied prefix of its logs (retention), so lagging members need
     /// snapshots.
     pub compact: f64,
+    /// A snapshot whose data was copied out of band (an event shard's records) is lost before
+    /// the node's engine sees it: the node holds records its group's log does not cover, and
+    /// must neither apply their entries again nor lose them across a restart.
+    pub snapshot_lost: f64,
 }
 
 impl Default for FaultConfig {
@@ -135,6 +139,7 @@ impl Default for FaultConfig {
             disk_fault: 0.0,
             disk_fault_mean_ms: 0,
             compact: 0.0,
+            snapshot_lost: 0.0,
         }
     }
 }
@@ -161,6 +166,7 @@ impl FaultConfig {
             disk_fault: 0.01,
             disk_fault_mean_ms: 1_000,
             compact: 0.05,
+            snapshot_lost: 0.1,
             ..FaultConfig::default()
         }
     }
@@ -186,6 +192,7 @@ impl FaultConfig {
             disk_fault: 0.03,
             disk_fault_mean_ms: 2_000,
             compact: 0.1,
+            snapshot_lost: 0.3,
             ..FaultConfig::default()
         }
     }

@@ -62,7 +62,7 @@ use crate::workload::{OpId, Workload};
 
 /// Applied entries between two compactions of an event group's log: small, so members that
 /// fall behind or lose their directory need snapshots.
-pub const COMPACT_EVERY: u64 = 48;
+pub const COMPACT_EVERY: u64 = 16;
 
 /// Aggregates per shard: few, so concurrent writers meet and OCC conflicts happen.
 const KEYS_PER_SHARD: usize = 4;
@@ -346,7 +346,7 @@ impl StoreFactory for EventFactory {
         to: &mut EventDir,
         _group: GroupId,
         data: &Bytes,
-    ) -> Result<(), String> {
+    ) -> Result<bool, String> {
         let snapshot = ShardSnapshot::decode(data).ok_or("not an event shard snapshot")?;
         let (Some(sender), Some(receiver)) = (&from.store, &to.store) else {
             return Err("a store is closed".into());
@@ -355,7 +355,8 @@ impl StoreFactory for EventFactory {
             sender
                 .export_records(snapshot.shard, lo, hi, COPY_CHUNK_BYTES / 64)
                 .map_err(|e| e.to_string())
-        })
+        })?;
+        Ok(true)
     }
 
     fn state(&self, dir: &EventDir, group: GroupId) -> Vec<(u64, Bytes)> {

@@ -49,11 +49,14 @@ pub enum FaultKind {
     SlowFsync,
     /// A node discarded the applied prefix of its logs.
     Compaction,
+    /// A snapshot whose data a node had copied from the sender never reached its engine (a
+    /// crash or a dropped connection between copy and delivery in the server).
+    SnapshotLostAfterCopy,
 }
 
 impl FaultKind {
     /// Every kind, in report order.
-    pub const ALL: [FaultKind; 21] = [
+    pub const ALL: [FaultKind; 22] = [
         FaultKind::PartitionSymmetric,
         FaultKind::PartitionOneWay,
         FaultKind::Isolate,
@@ -75,6 +78,7 @@ impl FaultKind {
         FaultKind::Reboot,
         FaultKind::SlowFsync,
         FaultKind::Compaction,
+        FaultKind::SnapshotLostAfterCopy,
     ];
 
     /// Its name in reports.
@@ -101,6 +105,7 @@ impl FaultKind {
             FaultKind::Reboot => "reboot-after-failure",
             FaultKind::SlowFsync => "slow-fsync",
             FaultKind::Compaction => "compaction",
+            FaultKind::SnapshotLostAfterCopy => "snapshot-lost-after-copy",
         }
     }
 

@@ -91,7 +91,7 @@ impl StoreFactory for ServerFactory {
         to: &mut ServerDir,
         group: GroupId,
         data: &Bytes,
-    ) -> Result<(), String> {
+    ) -> Result<bool, String> {
         if is_event(group) {
             self.events
                 .copy_snapshot(&from.events, &mut to.events, group, data)

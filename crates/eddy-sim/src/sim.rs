@@ -707,6 +707,8 @@ impl<F: StoreFactory, W: Workload> Sim<F, W> {
         // are copied from the sender): a failed copy drops the message.
         let (from, to) = (Self::slot(f.from), Self::slot(f.to));
         let mut dropped = Vec::new();
+        let mut lost = 0;
+        let lose = self.faults.snapshot_lost;
         batch.retain(|(group, message)| {
             let Some(snapshot) = eddy_consensus::wire::snapshot_in(message) else {
                 return true;
@@ -722,7 +724,11 @@ impl<F: StoreFactory, W: Workload> Sim<F, W> {
                 .factory
                 .copy_snapshot(&sender.dir, &mut receiver.dir, *group, &snapshot.data)
             {
-                Ok(()) => true,
+                Ok(true) if self.rng.chance(lose) => {
+                    lost += 1;
+                    false
+                }
+                Ok(_) => true,
                 Err(e) => {
                     dropped.push(format!("{group} snapshot at {}: {e}", snapshot.meta.index));
                     false
@@ -731,6 +737,10 @@ impl<F: StoreFactory, W: Workload> Sim<F, W> {
         });
         for d in dropped {
             self.note(|| format!("node {}: copy for {d} failed, dropped", f.to));
+        }
+        for _ in 0..lost {
+            self.fault(FaultKind::SnapshotLostAfterCopy);
+            self.note(|| format!("node {}: a snapshot copied, then lost", f.to));
         }
         let Some(node) = self.nodes[to].node.as_mut() else {
             return Ok(());

@@ -107,16 +107,17 @@ pub trait StoreFactory {
 
     /// A snapshot of `group` (its bytes `data`) sent from the node of `from` is about to reach
     /// the node of `to`: what the server does before its node sees it (an event shard's
-    /// records are copied from the sender, out of band). An error drops the message, as the
-    /// server drops a snapshot it could not copy. By default nothing is needed.
+    /// records are copied from the sender, out of band): `Ok(true)` when something was copied.
+    /// An error drops the message, as the server drops a snapshot it could not copy. By
+    /// default nothing is needed.
     fn copy_snapshot(
         &mut self,
         _from: &Self::Dir,
         _to: &mut Self::Dir,
         _group: GroupId,
         _data: &Bytes,
-    ) -> Result<(), String> {
-        Ok(())
+    ) -> Result<bool, String> {
+        Ok(false)
     }
 
     /// The group's state machine as last opened on this directory: the payloads applied, each
