@@ -527,4 +527,14 @@ async fn scenario() {
         copied.is_some(),
         "the wiped member was rebuilt without a snapshot copy: were the logs compacted?"
     );
+    let (_, metrics) = http_get(nodes[wiped].as_ref().unwrap().eddy.addrs().http, "/metrics")
+        .expect("metrics of the rebuilt member");
+    let counter = |name: &str| -> u64 {
+        metrics
+            .lines()
+            .find_map(|l| l.strip_prefix(name)?.trim().parse().ok())
+            .unwrap_or_else(|| panic!("{name} missing from /metrics"))
+    };
+    assert!(counter("eddy_cluster_event_snapshot_copies_total ") >= 1);
+    assert!(counter("eddy_cluster_event_snapshot_records_copied_total ") > 0);
 }

@@ -93,8 +93,9 @@ pub fn answer_records_request(store: &EventStore, request: &[u8]) -> bytes::Byte
 
 /// Copies into `store` the records of `snapshot`'s shard it lacks, up to the snapshot's
 /// position, chunk by chunk from `fetch(from_seq, until_seq)` (the sender's
-/// [`EventStore::export_records`], at least one record per call), then makes them durable.
-/// Done before the engine installs the snapshot, off its thread in the server.
+/// [`EventStore::export_records`], at least one record per call), then makes them durable;
+/// returns what it imported. Done before the engine installs the snapshot, off its thread in
+/// the server.
 ///
 /// # Errors
 /// A fetch failed or returned nothing, or the records do not continue this shard (see
@@ -103,9 +104,10 @@ pub fn copy_shard(
     store: &EventStore,
     snapshot: &ShardSnapshot,
     mut fetch: impl FnMut(u64, u64) -> Result<Vec<ShardRecord>, String>,
-) -> Result<(), String> {
+) -> Result<CopyStats, String> {
     let shard = snapshot.shard;
     let until = snapshot.position.next_seq;
+    let mut stats = CopyStats::default();
     loop {
         let next = store
             .shard_position(shard)
@@ -120,13 +122,27 @@ pub fn copy_shard(
                 "the sender has no record of shard {shard} from {next} on"
             ));
         }
+        for r in chunk.iter().filter(|r| r.seq >= next) {
+            stats.records += 1;
+            stats.bytes += r.payload.len() as u64;
+        }
         store
             .import_records(shard, chunk)
             .map_err(|e| e.to_string())?
             .wait()
             .map_err(|e| e.to_string())?;
     }
-    store.sync_shard(shard).wait().map_err(|e| e.to_string())
+    store.sync_shard(shard).wait().map_err(|e| e.to_string())?;
+    Ok(stats)
+}
+
+/// What one [`copy_shard`] brought over.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct CopyStats {
+    /// Records imported.
+    pub records: u64,
+    /// Their payload bytes.
+    pub bytes: u64,
 }
 
 /// What applying an event shard's entry yields for its proposer.

@@ -5,6 +5,7 @@
 use std::collections::BTreeMap;
 use std::net::SocketAddr;
 use std::path::Path;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, OnceLock};
 use std::time::Duration;
 
@@ -51,6 +52,17 @@ struct RunnerInbox {
     fetcher: Fetcher,
     /// Event groups whose snapshot is being copied (a resent snapshot waits for that copy).
     copying: Arc<std::sync::Mutex<std::collections::HashSet<GroupId>>>,
+    /// Snapshot copies done and failed, records and bytes copied (for `/metrics`).
+    copies: Arc<SnapshotCopies>,
+}
+
+/// Counters of event shard snapshot copies on this member.
+#[derive(Debug, Default)]
+struct SnapshotCopies {
+    done: AtomicU64,
+    failed: AtomicU64,
+    records: AtomicU64,
+    bytes: AtomicU64,
 }
 
 impl RunnerInbox {
@@ -79,10 +91,11 @@ impl RunnerInbox {
         {
             return;
         }
-        let (events, fetcher, copying) = (
+        let (events, fetcher, copying, counters) = (
             Arc::clone(&self.events),
             self.fetcher.clone(),
             Arc::clone(&self.copying),
+            Arc::clone(&self.copies),
         );
         let spawned = std::thread::Builder::new()
             .name("eddy-snapshot-copy".into())
@@ -105,11 +118,15 @@ impl RunnerInbox {
                     .unwrap_or_else(std::sync::PoisonError::into_inner)
                     .remove(&group);
                 match copied {
-                    Ok(()) => {
-                        tracing::info!(shard, peer = from, "event shard records copied; installing the snapshot");
+                    Ok(stats) => {
+                        counters.done.fetch_add(1, Ordering::Relaxed);
+                        counters.records.fetch_add(stats.records, Ordering::Relaxed);
+                        counters.bytes.fetch_add(stats.bytes, Ordering::Relaxed);
+                        tracing::info!(shard, peer = from, records = stats.records, bytes = stats.bytes, "event shard records copied; installing the snapshot");
                         runner.receive(from, vec![(group, message)]);
                     }
                     Err(e) => {
+                        counters.failed.fetch_add(1, Ordering::Relaxed);
                         tracing::warn!(shard, peer = from, error = %e, "copying an event shard's records failed; the leader will send its snapshot again");
                     }
                 }
@@ -360,6 +377,7 @@ pub async fn start(
         events: Arc::clone(events),
         fetcher: transport.fetcher(),
         copying: Arc::default(),
+        copies: Arc::default(),
     });
     let stop = CancellationToken::new();
     let outbox = transport.start_outbound(&inbox, &stop);
@@ -610,6 +628,19 @@ impl Member {
             out,
             "# HELP eddy_cluster_elections_total Times this member became leader of the metadata group.\n# TYPE eddy_cluster_elections_total counter\neddy_cluster_elections_total {elections}"
         );
+        let copies = &self.inbox.copies;
+        for (name, help, value) in [
+            ("eddy_cluster_event_snapshot_copies_total", "Event shard snapshots this member installed after copying the shard's records from a peer.", &copies.done),
+            ("eddy_cluster_event_snapshot_copy_failures_total", "Event shard snapshot copies that failed here (the leader sends another snapshot).", &copies.failed),
+            ("eddy_cluster_event_snapshot_records_copied_total", "Event shard records copied from peers for snapshots.", &copies.records),
+            ("eddy_cluster_event_snapshot_bytes_copied_total", "Payload bytes of the event shard records copied from peers for snapshots.", &copies.bytes),
+        ] {
+            let _ = writeln!(
+                out,
+                "# HELP {name} {help}\n# TYPE {name} counter\n{name} {}",
+                value.load(Ordering::Relaxed)
+            );
+        }
     }
 
     /// Stops the transport and the Raft thread.
