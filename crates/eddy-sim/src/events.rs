@@ -50,8 +50,8 @@ use eddy_event_store::{
 };
 use eddy_log::{Cache, CommitPool, Durability, LogConfig, MemBackend};
 use eddy_server::cluster::events::{
-    copy_shard, event_group_id, EventApplied, EventCompaction, EventShardMachine, ShardSnapshot,
-    COPY_CHUNK_BYTES, EVENTS_DIR,
+    copy_shard, event_group_id, CopyError, EventApplied, EventCompaction, EventShardMachine,
+    ShardSnapshot, COPY_CHUNK_BYTES, EVENTS_DIR,
 };
 
 use crate::logdir::Disk;
@@ -170,6 +170,8 @@ pub struct EventDir {
     disk: Disk,
     store: Option<Arc<EventStore>>,
     records: Records<Answer>,
+    /// Each open shard machine's stop flag (a copy its store could not take stops it).
+    stops: BTreeMap<GroupId, Arc<std::sync::atomic::AtomicBool>>,
 }
 
 impl EventFactory {
@@ -308,7 +310,14 @@ impl StoreFactory for EventFactory {
             every: COMPACT_EVERY,
             keep: COMPACT_EVERY / 4,
         };
-        let inner = EventShardMachine::open(Arc::clone(store), shard, &log, compaction)?;
+        let inner = EventShardMachine::open(
+            Arc::clone(store),
+            shard,
+            &log,
+            Arc::new(dir.disk.backend.clone()),
+            compaction,
+        )?;
+        dir.stops.insert(group, inner.stopped_flag());
         let machine = Recording::new(inner, dir.records.recorder(group), judge);
         let replicated = Replicated::open(log, machine)?;
         let log = replicated.raft_log().log().clone();
@@ -344,19 +353,29 @@ impl StoreFactory for EventFactory {
         &mut self,
         from: &EventDir,
         to: &mut EventDir,
-        _group: GroupId,
+        group: GroupId,
         data: &Bytes,
     ) -> Result<bool, String> {
         let snapshot = ShardSnapshot::decode(data).ok_or("not an event shard snapshot")?;
         let (Some(sender), Some(receiver)) = (&from.store, &to.store) else {
             return Err("a store is closed".into());
         };
-        copy_shard(receiver, &snapshot, |lo, hi| {
+        match copy_shard(receiver, &snapshot, |lo, hi| {
             sender
                 .export_records(snapshot.shard, lo, hi, COPY_CHUNK_BYTES / 64)
                 .map_err(|e| e.to_string())
-        })
-        .map(|_| true)
+        }) {
+            Ok(_) => Ok(true),
+            Err(e @ CopyError::Fetch(_)) => Err(e.to_string()),
+            Err(e @ CopyError::Local(_)) => {
+                // As the server: the shard stops on this member until it restarts.
+                if let Some(flag) = to.stops.get(&group) {
+                    flag.store(true, std::sync::atomic::Ordering::Release);
+                }
+                to.records.stall();
+                Err(e.to_string())
+            }
+        }
     }
 
     fn state(&self, dir: &EventDir, group: GroupId) -> Vec<(u64, Bytes)> {

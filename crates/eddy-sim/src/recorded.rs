@@ -89,6 +89,11 @@ impl<A: Clone> Records<A> {
         self.stalled.load(Ordering::Acquire)
     }
 
+    /// A machine of this node stopped (its store could not take what it was given).
+    pub(crate) fn stall(&self) {
+        self.stalled.store(true, Ordering::Release);
+    }
+
     /// The node restarted: its machines apply again.
     pub(crate) fn restarted(&self) {
         self.stalled.store(false, Ordering::Release);

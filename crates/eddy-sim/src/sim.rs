@@ -602,10 +602,12 @@ impl<F: StoreFactory, W: Workload> Sim<F, W> {
         }
         for &group in &self.groups.clone() {
             let n = &mut self.nodes[slot];
-            let store = self
-                .factory
-                .open(&mut n.dir, group)
-                .map_err(|e| format!("node {id}: {group} does not reopen: {e}"))?;
+            let store = self.factory.open(&mut n.dir, group).map_err(|e| {
+                let cause = std::error::Error::source(&e)
+                    .map(|s| format!(" ({s})"))
+                    .unwrap_or_default();
+                format!("node {id}: {group} does not reopen: {e}{cause}")
+            })?;
             let applied = store.applied_index();
             let probe = n.probes[&group].wrap(store);
             self.checker.opened(id, group, applied);

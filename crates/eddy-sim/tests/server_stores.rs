@@ -175,3 +175,52 @@ fn regression_seed_871_a_cut_whose_sync_failed_leaves_the_entries_below_it_reada
         |r| r.faults.get(FaultKind::IoError) > 0 && r.faults.get(FaultKind::GroupFailed) > 0,
     );
 }
+
+/// Found by seeds 2114 and 2460 (3 nodes, heavy, data loss, events): a member installed an
+/// event shard's snapshot, its Raft log was emptied for it, and the disk filled before the
+/// new boundary was recorded. At restart the log started after a boundary it did not record
+/// and the shard's records could not say which entry they stood for, so the group did not
+/// reopen. The machine now records each installed snapshot durably (`shard.installed`)
+/// before the log is reset, and open finishes the installation.
+#[test]
+fn regression_seed_2114_an_interrupted_snapshot_installation_is_finished_at_open() {
+    scenario(
+        2114,
+        |seed| SimConfig::new(seed, 3, FaultConfig::heavy(3).with_data_loss()),
+        StoreKind::Events,
+        |r| r.snapshots > 0 && r.faults.get(FaultKind::DiskFull) > 0,
+    );
+}
+
+/// Found by seed 2071 (3 nodes, heavy, data loss, events): a rebuilt member's shard log
+/// fail-stopped on an I/O error while it copied a snapshot's records; every later copy
+/// failed on it and nothing else failed, so it never caught up and was never restarted. A
+/// copy the member's own store cannot take now stops the shard there (its group fails, as
+/// after a failed apply) until a restart.
+#[test]
+fn regression_seed_2071_a_copy_the_store_cannot_take_stops_the_shard() {
+    scenario(
+        2071,
+        |seed| SimConfig::new(seed, 3, FaultConfig::heavy(3).with_data_loss()),
+        StoreKind::Events,
+        |r| r.snapshots > 0 && r.faults.get(FaultKind::IoError) > 0,
+    );
+}
+
+/// Found by seed 3305 (3 nodes, heavy, data loss, both protocols): records copied for a
+/// snapshot that was then lost reached past what the member's log held as committed; after
+/// a crash the shard resumed at its last record with the term of the entry its own log held
+/// there, skipping entries it had never applied. A shard now resumes at the last entry it
+/// knows committed (entries up to its last record are skipped as already applied).
+#[test]
+fn regression_seed_3305_copied_records_never_vouch_for_an_uncommitted_entry() {
+    scenario(
+        3305,
+        |seed| SimConfig::new(seed, 3, FaultConfig::heavy(3).with_data_loss()),
+        StoreKind::Server,
+        |r| {
+            r.faults.get(FaultKind::SnapshotLostAfterCopy) > 0
+                && r.faults.get(FaultKind::CrashUnsynced) > 0
+        },
+    );
+}

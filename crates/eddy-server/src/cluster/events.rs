@@ -45,7 +45,7 @@ pub use eddy_event_store::replicated::{
 };
 use eddy_event_store::replicated::{Applied, Command, ShardRecord};
 use eddy_event_store::{EventStore, EventStoreError};
-use eddy_log::Completion;
+use eddy_log::{write_atomic, Completion, OpenMode, StorageBackend};
 
 use super::groups::{AsCluster, ClusterOutcome, GroupStorage, METADATA_GROUP};
 use super::transport::{props, Directory};
@@ -98,42 +98,60 @@ pub fn answer_records_request(store: &EventStore, request: &[u8]) -> bytes::Byte
 /// the server.
 ///
 /// # Errors
-/// A fetch failed or returned nothing, or the records do not continue this shard (see
-/// [`EventStore::import_records`]), or the store failed.
+/// [`CopyError::Fetch`]: a fetch failed or returned nothing; [`CopyError::Local`]: the
+/// records do not continue this shard (see [`EventStore::import_records`]), or its store
+/// failed.
 pub fn copy_shard(
     store: &EventStore,
     snapshot: &ShardSnapshot,
     mut fetch: impl FnMut(u64, u64) -> Result<Vec<ShardRecord>, String>,
-) -> Result<CopyStats, String> {
+) -> Result<CopyStats, CopyError> {
     let shard = snapshot.shard;
     let until = snapshot.position.next_seq;
     let mut stats = CopyStats::default();
     loop {
         let next = store
             .shard_position(shard)
-            .map_err(|e| e.to_string())?
+            .map_err(|e| CopyError::Local(e.to_string()))?
             .next_seq;
         if next >= until {
             break;
         }
-        let chunk = fetch(next, until)?;
+        let chunk = fetch(next, until).map_err(CopyError::Fetch)?;
         if chunk.is_empty() {
-            return Err(format!(
+            return Err(CopyError::Fetch(format!(
                 "the sender has no record of shard {shard} from {next} on"
-            ));
+            )));
         }
         for r in chunk.iter().filter(|r| r.seq >= next) {
             stats.records += 1;
             stats.bytes += r.payload.len() as u64;
         }
+        let local = |e: EventStoreError| CopyError::Local(e.to_string());
         store
             .import_records(shard, chunk)
-            .map_err(|e| e.to_string())?
+            .map_err(local)?
             .wait()
-            .map_err(|e| e.to_string())?;
+            .map_err(local)?;
     }
-    store.sync_shard(shard).wait().map_err(|e| e.to_string())?;
+    store
+        .sync_shard(shard)
+        .wait()
+        .map_err(|e| CopyError::Local(e.to_string()))?;
     Ok(stats)
+}
+
+/// Why a [`copy_shard`] failed.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum CopyError {
+    /// The records could not be fetched (the sender is gone, the connection broke, it no
+    /// longer has them): the leader sends another snapshot, the copy is tried again.
+    #[error("fetching the shard's records failed: {0}")]
+    Fetch(String),
+    /// This member's shard could not take them (its log failed, or its records are not the
+    /// sender's): the shard stops on this member, as after a failed apply, until a restart.
+    #[error("this member's shard could not take the copied records: {0}")]
+    Local(String),
 }
 
 /// What one [`copy_shard`] brought over.
@@ -183,6 +201,9 @@ impl From<EventApplied> for ClusterOutcome {
 pub struct EventShardMachine {
     shard: u32,
     store: Arc<EventStore>,
+    /// Where [`INSTALLED_FILE`] goes: the group's directory on its backend.
+    backend: Arc<dyn StorageBackend>,
+    dir: PathBuf,
     applied: SnapshotMeta,
     stopped: Arc<AtomicBool>,
     compaction: EventCompaction,
@@ -205,9 +226,72 @@ fn storage(e: impl std::fmt::Display) -> StoreError {
     StoreError::Storage(e.to_string().into())
 }
 
+/// In an event shard group's directory: the last snapshot this member installed (`magic
+/// "eSHI" · version u8 (1) · index u64 · term u64 · CRC-32C u32` of the bytes before it),
+/// written durably before the group's log is reset to start after it. Installing resets the
+/// log (emptied, then the boundary recorded): a crash in between leaves a log that starts
+/// after a boundary it does not record, and the shard's records cannot say which entry they
+/// stand for (entries after the last record may have been refused). This file can.
+pub const INSTALLED_FILE: &str = "shard.installed";
+const INSTALLED_LEN: usize = 4 + 1 + 8 + 8 + 4;
+
+fn encode_installed(meta: SnapshotMeta) -> [u8; INSTALLED_LEN] {
+    let mut b = [0u8; INSTALLED_LEN];
+    b[..4].copy_from_slice(b"eSHI");
+    b[4] = 1;
+    b[5..13].copy_from_slice(&meta.index.to_le_bytes());
+    b[13..21].copy_from_slice(&meta.term.to_le_bytes());
+    let crc = crc32c::crc32c(&b[..21]);
+    b[21..].copy_from_slice(&crc.to_le_bytes());
+    b
+}
+
+fn decode_installed(b: &[u8]) -> Option<SnapshotMeta> {
+    if b.len() != INSTALLED_LEN || &b[..4] != b"eSHI" || b[4] != 1 {
+        return None;
+    }
+    let crc = u32::from_le_bytes(b[21..].try_into().ok()?);
+    if crc32c::crc32c(&b[..21]) != crc {
+        return None;
+    }
+    Some(SnapshotMeta {
+        index: u64::from_le_bytes(b[5..13].try_into().ok()?),
+        term: u64::from_le_bytes(b[13..21].try_into().ok()?),
+    })
+}
+
+/// The snapshot recorded in `dir`'s [`INSTALLED_FILE`], if any.
+fn read_installed(
+    backend: &dyn StorageBackend,
+    dir: &std::path::Path,
+) -> Result<Option<SnapshotMeta>, StoreError> {
+    let path = dir.join(INSTALLED_FILE);
+    let file = match backend.open(&path, OpenMode::Existing) {
+        Ok(f) => f,
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(None),
+        Err(e) => return Err(storage(format!("{}: {e}", path.display()))),
+    };
+    let mut buf = [0u8; INSTALLED_LEN];
+    let len = file
+        .len()
+        .map_err(|e| storage(format!("{}: {e}", path.display())))?;
+    if len != INSTALLED_LEN as u64 {
+        return Err(storage(format!(
+            "{}: damaged (written atomically)",
+            path.display()
+        )));
+    }
+    file.read_at(0, &mut buf)
+        .map_err(|e| storage(format!("{}: {e}", path.display())))?;
+    decode_installed(&buf)
+        .map(Some)
+        .ok_or_else(|| storage(format!("{}: damaged (checksum)", path.display())))
+}
+
 impl EventShardMachine {
     /// The machine of `shard`, resuming after the last entry the shard's log holds (whose term
-    /// `log` tells).
+    /// `log` tells), or at the last snapshot it installed ([`INSTALLED_FILE`], in `log`'s
+    /// directory on `backend`) when that is later.
     ///
     /// # Errors
     /// The shard's log holds an entry the group's log does not (the group's directory was
@@ -216,35 +300,47 @@ impl EventShardMachine {
         store: Arc<EventStore>,
         shard: u32,
         log: &RaftLog,
+        backend: Arc<dyn StorageBackend>,
         compaction: EventCompaction,
     ) -> Result<Self, StoreError> {
         let index = store.replicated_through(shard).map_err(storage)?;
+        let dir = log.dir().to_path_buf();
+        let installed = read_installed(&*backend, &dir)?;
         let boundary = log.snapshot_meta();
-        let applied = if index <= boundary.index {
-            // Entries after the last record, up to the boundary, were refused: the state is
-            // the same at the boundary.
-            boundary
-        } else if let Ok(term) = log.term(index) {
-            SnapshotMeta { index, term }
-        } else {
-            // The shard holds records the group's log does not: copied from a peer's snapshot
-            // that a crash kept from being installed. Resume from the last entry known
-            // committed that the log holds at or below them; the entries the records cover are
-            // not applied again.
-            let commit = log.hard_state().commit.min(index);
-            let resumed = match log.term(commit) {
-                Ok(term) if commit > boundary.index => SnapshotMeta {
-                    index: commit,
-                    term,
-                },
-                _ => boundary,
-            };
-            tracing::warn!(shard, records_through = index, resumed = resumed.index, "event shard holds records its group's log does not (an interrupted snapshot copy): resuming below them");
-            resumed
+        // Resume at the last entry this member knows committed that the shard's records
+        // cover (or at the boundary). Entries up to the last record are refused as already
+        // applied, so resuming below it only costs their skipping, while an entry of the
+        // log at the last record's index is not trusted beyond the known commit: records
+        // copied from a peer for a snapshot that was then lost can reach past what this
+        // member's log holds as committed (its entries there may be another term's).
+        let known = index.min(log.hard_state().commit);
+        let mut applied = match log.term(known) {
+            Ok(term) if known > boundary.index => SnapshotMeta { index: known, term },
+            _ => boundary,
         };
+        if let Some(meta) = installed.filter(|m| m.index > applied.index.max(boundary.index)) {
+            // A snapshot installed (its records copied and synced first) whose log reset a
+            // crash interrupted: the group finishes it at open.
+            tracing::warn!(
+                shard,
+                index = meta.index,
+                "finishing an event shard snapshot installation a crash interrupted"
+            );
+            applied = meta;
+        }
+        if applied.index < index {
+            tracing::debug!(
+                shard,
+                records_through = index,
+                resumed = applied.index,
+                "event shard resumes below its last record; the entries between are skipped"
+            );
+        }
         Ok(EventShardMachine {
             shard,
             store,
+            backend,
+            dir,
             applied,
             stopped: Arc::new(AtomicBool::new(false)),
             compaction,
@@ -341,6 +437,14 @@ impl StateMachine for EventShardMachine {
                 self.shard, snapshot.meta.index, wanted.position.next_seq, position.next_seq
             )));
         }
+        // Durable before the log is reset (see INSTALLED_FILE).
+        write_atomic(
+            &*self.backend,
+            &self.dir,
+            INSTALLED_FILE,
+            &encode_installed(snapshot.meta),
+        )
+        .map_err(storage)?;
         self.applied = snapshot.meta;
         self.compacted_at = snapshot.meta.index;
         self.syncing = None;
@@ -407,7 +511,13 @@ pub fn open_shard_group(
         Arc::clone(&storage.cache),
         storage.cipher.clone(),
     )?;
-    let machine = EventShardMachine::open(Arc::clone(store), shard, &log, compaction)?;
+    let machine = EventShardMachine::open(
+        Arc::clone(store),
+        shard,
+        &log,
+        Arc::clone(&storage.backend),
+        compaction,
+    )?;
     Replicated::open(log, AsCluster(machine))
 }
 

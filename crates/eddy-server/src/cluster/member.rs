@@ -19,7 +19,7 @@ use tokio_util::sync::CancellationToken;
 
 use super::events::{
     answer_records_request, copy_shard, decode_records_answer, encode_records_request,
-    event_group_id, open_shard_group, ClusterEvents, EventCompaction, ShardSnapshot,
+    event_group_id, open_shard_group, ClusterEvents, CopyError, EventCompaction, ShardSnapshot,
     EVENT_GROUP_BASE,
 };
 use super::groups::{
@@ -54,6 +54,8 @@ struct RunnerInbox {
     copying: Arc<std::sync::Mutex<std::collections::HashSet<GroupId>>>,
     /// Snapshot copies done and failed, records and bytes copied (for `/metrics`).
     copies: Arc<SnapshotCopies>,
+    /// Each event shard's stop flag: a copy its store could not take stops the shard here.
+    stopped_shards: Vec<Arc<std::sync::atomic::AtomicBool>>,
 }
 
 /// Counters of event shard snapshot copies on this member.
@@ -97,6 +99,10 @@ impl RunnerInbox {
             Arc::clone(&self.copying),
             Arc::clone(&self.copies),
         );
+        let stopped = self
+            .stopped_shards
+            .get(snapshot.shard as usize)
+            .map(Arc::clone);
         let spawned = std::thread::Builder::new()
             .name("eddy-snapshot-copy".into())
             .spawn(move || {
@@ -104,7 +110,7 @@ impl RunnerInbox {
                 tracing::info!(shard, peer = from, through = snapshot.position.next_seq, "copying an event shard's records from a peer for its snapshot");
                 let copied = fetcher
                     .connect(from)
-                    .map_err(|e| e.to_string())
+                    .map_err(|e| CopyError::Fetch(e.to_string()))
                     .and_then(|mut conn| {
                         copy_shard(&events, &snapshot, |lo, hi| {
                             let answer = conn
@@ -124,6 +130,13 @@ impl RunnerInbox {
                         counters.bytes.fetch_add(stats.bytes, Ordering::Relaxed);
                         tracing::info!(shard, peer = from, records = stats.records, bytes = stats.bytes, "event shard records copied; installing the snapshot");
                         runner.receive(from, vec![(group, message)]);
+                    }
+                    Err(CopyError::Local(e)) => {
+                        counters.failed.fetch_add(1, Ordering::Relaxed);
+                        tracing::error!(shard, peer = from, error = %e, "this member's event shard could not take records copied for a snapshot; it stops applying the shard until it restarts");
+                        if let Some(flag) = &stopped {
+                            flag.store(true, Ordering::Release);
+                        }
                     }
                     Err(e) => {
                         counters.failed.fetch_add(1, Ordering::Relaxed);
@@ -378,6 +391,7 @@ pub async fn start(
         fetcher: transport.fetcher(),
         copying: Arc::default(),
         copies: Arc::default(),
+        stopped_shards: stopped_shards.clone(),
     });
     let stop = CancellationToken::new();
     let outbox = transport.start_outbound(&inbox, &stop);
