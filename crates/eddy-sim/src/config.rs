@@ -111,6 +111,9 @@ pub struct FaultConfig {
     /// the node's engine sees it: the node holds records its group's log does not cover, and
     /// must neither apply their entries again nor lose them across a restart.
     pub snapshot_lost: f64,
+    /// An operator's `DELETE_SEGMENTS` of one segment, on a group a node leads (stores that
+    /// have segments: the partitions), as the server's leader proposes it.
+    pub delete_segments: f64,
 }
 
 impl Default for FaultConfig {
@@ -140,6 +143,7 @@ impl Default for FaultConfig {
             disk_fault_mean_ms: 0,
             compact: 0.0,
             snapshot_lost: 0.0,
+            delete_segments: 0.0,
         }
     }
 }
@@ -167,6 +171,7 @@ impl FaultConfig {
             disk_fault_mean_ms: 1_000,
             compact: 0.05,
             snapshot_lost: 0.1,
+            delete_segments: 0.03,
             ..FaultConfig::default()
         }
     }
@@ -193,6 +198,7 @@ impl FaultConfig {
             disk_fault_mean_ms: 2_000,
             compact: 0.1,
             snapshot_lost: 0.3,
+            delete_segments: 0.08,
             ..FaultConfig::default()
         }
     }

@@ -7,9 +7,9 @@
 //!    network, crashes nodes (mid-fsync included, tearing unsynced writes), stalls clocks,
 //!    fills disks and fails fsyncs, and compacts logs (and, with
 //!    [`FaultConfig::with_data_loss`], wipes data directories when that is survivable); the
-//!    network loses, duplicates, delays and reorders batches, and a snapshot whose data a
+//!    network loses, duplicates, delays and reorders batches, a snapshot whose data a
 //!    node copied out of band (an event shard's records) may be lost before its engine sees
-//!    it.
+//!    it, and operators delete partitions' oldest segments (`DELETE_SEGMENTS`).
 //! 2. **Calm** (`calm_ms`): faults stop, the network heals, every node runs; each group must
 //!    acknowledge a new proposal within `liveness_ms`.
 //! 3. **Drain**: clients finish, every member catches up, and the final states are checked.

@@ -52,11 +52,13 @@ pub enum FaultKind {
     /// A snapshot whose data a node had copied from the sender never reached its engine (a
     /// crash or a dropped connection between copy and delivery in the server).
     SnapshotLostAfterCopy,
+    /// An operator's `DELETE_SEGMENTS` proposed on a partition's leader.
+    DeleteSegments,
 }
 
 impl FaultKind {
     /// Every kind, in report order.
-    pub const ALL: [FaultKind; 22] = [
+    pub const ALL: [FaultKind; 23] = [
         FaultKind::PartitionSymmetric,
         FaultKind::PartitionOneWay,
         FaultKind::Isolate,
@@ -79,6 +81,7 @@ impl FaultKind {
         FaultKind::SlowFsync,
         FaultKind::Compaction,
         FaultKind::SnapshotLostAfterCopy,
+        FaultKind::DeleteSegments,
     ];
 
     /// Its name in reports.
@@ -106,6 +109,7 @@ impl FaultKind {
             FaultKind::SlowFsync => "slow-fsync",
             FaultKind::Compaction => "compaction",
             FaultKind::SnapshotLostAfterCopy => "snapshot-lost-after-copy",
+            FaultKind::DeleteSegments => "delete-segments",
         }
     }
 

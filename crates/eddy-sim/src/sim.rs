@@ -1283,9 +1283,44 @@ impl<F: StoreFactory, W: Workload> Sim<F, W> {
             let id = live[self.rng.index(live.len())];
             self.compact(id);
         }
+        if !live.is_empty() && self.rng.chance(f.delete_segments) {
+            let id = live[self.rng.index(live.len())];
+            self.delete_segments(id);
+        }
         if self.now + f.step_ms < self.cfg.fault_ms {
             self.schedule(f.step_ms.max(1), Event::Nemesis);
         }
+    }
+
+    /// An operator's `DELETE_SEGMENTS` on one of the groups `id` leads, proposed there as the
+    /// server's leader proposes it (what it answers is not awaited: the final check compares
+    /// what every member still serves).
+    fn delete_segments(&mut self, id: NodeId) {
+        let slot = Self::slot(id);
+        let Some(node) = self.nodes[slot].node.as_ref() else {
+            return;
+        };
+        let led: Vec<GroupId> = self
+            .groups
+            .iter()
+            .copied()
+            .filter(|g| {
+                node.role(*g) == Some(eddy_consensus::Role::Leader)
+                    && node.status(*g).is_some_and(|s| !s.failed)
+            })
+            .collect();
+        if led.is_empty() {
+            return;
+        }
+        let group = led[self.rng.index(led.len())];
+        let n = &mut self.nodes[slot];
+        let Some(entry) = self.factory.delete_segments(&mut n.dir, group) else {
+            return;
+        };
+        let node = n.node.as_mut().expect("up");
+        node.propose(group, entry, Box::new(|_| {}));
+        self.fault(FaultKind::DeleteSegments);
+        self.note(|| format!("node {id}: DELETE_SEGMENTS of {group}"));
     }
 
     /// Retention on one node: each group drops a random part of its applied prefix.

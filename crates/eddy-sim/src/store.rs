@@ -120,6 +120,13 @@ pub trait StoreFactory {
         Ok(false)
     }
 
+    /// An operator's `DELETE_SEGMENTS` of one segment of `group`, which the node of `dir`
+    /// leads: the entry the server's leader would propose, if the group has segments and a
+    /// sealed one. By default the store has none.
+    fn delete_segments(&mut self, _dir: &mut Self::Dir, _group: GroupId) -> Option<Bytes> {
+        None
+    }
+
     /// The group's state machine as last opened on this directory: the payloads applied, each
     /// with its index, in index order (what the checker reads at the end of a run).
     fn state(&self, dir: &Self::Dir, group: GroupId) -> Vec<(u64, Bytes)>;

@@ -33,6 +33,10 @@
 //!   every member's state. (The metadata's partitions are not the partition groups here:
 //!   those are fixed for the run.)
 //!
+//! * **`DELETE_SEGMENTS`**: the nemesis has a partition's leader propose a `Forget` through
+//!   the end of its oldest sealed segment, as the server's leader does; on partitions without
+//!   a retention cap (odd-numbered groups) every member must then serve from the same offset.
+//!
 //! * **Retention**: the nemesis's compaction gives a member's even-numbered partition groups a
 //!   size cap (two segments), as a topic's `max_topic_size` does; that member's upkeep then records the cut,
 //!   stops serving what lies below it and drops those sealed segments and that part of the
@@ -320,6 +324,12 @@ impl StoreFactory for StreamFactory {
         Ok(stamped.entry)
     }
 
+    fn delete_segments(&mut self, dir: &mut StreamDir, group: GroupId) -> Option<Bytes> {
+        // As `ClusterStreams::delete_segments` on the partition's leader.
+        let through_index = dir.groups.get(&group)?.partition().oldest_segments_end(1)?;
+        PartitionEntry::Forget { through_index }.encode().ok()
+    }
+
     fn settled(&mut self, dir: &mut StreamDir, group: GroupId, attempt: AttemptId) {
         if let Some(queue) = dir.pending.get_mut(&group) {
             queue.retain(|(a, _)| *a != attempt);
@@ -373,6 +383,20 @@ impl StoreFactory for StreamFactory {
                 check_partition(&ledger, group, &held, floor)
                     .map_err(|e| format!("node {node}: {e}"))?;
                 views.push((*node, floor, held));
+            }
+            // Odd-numbered partitions have no retention cap: only DELETE_SEGMENTS moves their
+            // floor, and it names an index, so every member serves from the same offset.
+            if !group.0.is_multiple_of(2) {
+                if let (Some(first), Some(other)) = (
+                    views.first(),
+                    views.iter().find(|(_, floor, _)| *floor != views[0].1),
+                ) {
+                    return Err(format!(
+                        "{group}: node {} serves from offset {}, node {} from {} (no retention \
+                         here: only DELETE_SEGMENTS moves the floor, alike everywhere)",
+                        first.0, first.1, other.0, other.1
+                    ));
+                }
             }
             // What every member still serves must be the same.
             let common = views.iter().map(|(_, floor, _)| *floor).max().unwrap_or(0);

@@ -59,7 +59,14 @@ fn smoke(store: StoreKind) {
     // Streams: metadata snapshots and retention cuts; events: shard logs compacting
     // themselves. Either way lagging and rebuilt members install snapshots.
     assert!(snapshots > 0, "no snapshot installed in the smoke");
-    if store == StoreKind::Events {
+    if store != StoreKind::Events {
+        // Operators deleted segments of partitions.
+        assert!(
+            seen.get(FaultKind::DeleteSegments) > 0,
+            "no DELETE_SEGMENTS in the smoke: {seen}"
+        );
+    }
+    if store != StoreKind::Streams {
         // Some copied shard snapshots never reached the engine.
         assert!(
             seen.get(FaultKind::SnapshotLostAfterCopy) > 0,

@@ -68,8 +68,11 @@ fn smoke_campaign_over_both_sizes_and_every_profile_keeps_every_guarantee() {
         if matches!(kind, FaultKind::DataLoss | FaultKind::DataLossRefused) {
             continue; // off by default (FaultConfig::with_data_loss)
         }
-        if kind == FaultKind::SnapshotLostAfterCopy {
-            continue; // only stores that copy snapshot data out of band (events)
+        if matches!(
+            kind,
+            FaultKind::SnapshotLostAfterCopy | FaultKind::DeleteSegments
+        ) {
+            continue; // only stores that copy snapshot data (events) or have segments (streams)
         }
         assert!(
             seen.get(kind) > 0,
