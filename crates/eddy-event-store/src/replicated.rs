@@ -469,6 +469,37 @@ impl EventStore {
         Ok(ShardPosition { next_seq, tip })
     }
 
+    /// The hash chain's tip just before sequence number `next_seq` of `shard` (the tip a
+    /// [`ShardPosition`] at `next_seq` carries), when the shard has reached that point: a
+    /// member whose shard is ahead of a snapshot's position checks with it that it holds the
+    /// same records up to there. `None` when the shard has not reached `next_seq`, or no
+    /// longer holds the record before it.
+    ///
+    /// # Errors
+    /// No such shard, or the record cannot be read.
+    pub fn chain_tip_before(&self, shard: u32, next_seq: u64) -> Result<Option<[u8; 32]>> {
+        let s = self.shard(u64::from(shard))?;
+        let (now, tip) = s.position();
+        if next_seq == now {
+            return Ok(Some(tip));
+        }
+        let first = s.log.bounds().first;
+        if next_seq > now || next_seq < first {
+            return Ok(None);
+        }
+        if next_seq == first {
+            return Ok(Some(record::GENESIS_TIP));
+        }
+        let seq = next_seq - 1;
+        let records = s.log.read(seq, 1, u64::MAX)?;
+        let Some(r) = records.into_iter().find(|r| r.meta.seq == seq) else {
+            return Ok(None);
+        };
+        let rec = record::decode_record(r.meta.tag, &r.payload)
+            .map_err(|k| EventStoreError::corrupt(s.log.dir().to_path_buf(), seq, k))?;
+        Ok(Some(rec.tip_after(seq, &r.payload)))
+    }
+
     /// `shard`'s records from sequence number `from` (the first one the log holds when it
     /// starts later), below `until`, at most about `max_bytes` of payload (always at least
     /// one record when there is one): what a member copying a snapshot of the shard fetches,

@@ -231,3 +231,21 @@ fn regression_seed_3305_copied_records_never_vouch_for_an_uncommitted_entry() {
         },
     );
 }
+
+/// Found by seed 13109 (3 nodes, heavy, data loss, events): a member held records copied for
+/// a snapshot that was then lost, and a leader later sent an older snapshot (an earlier
+/// entry, an earlier position); the install refused a shard that was further on, and the
+/// group failed on that member for good. A shard ahead of a snapshot's position is accepted
+/// when its hash chain at that position is the snapshot's.
+#[test]
+fn regression_seed_13109_a_shard_ahead_of_an_older_snapshot_installs_it() {
+    scenario(
+        13109,
+        |seed| SimConfig::new(seed, 3, FaultConfig::heavy(3).with_data_loss()),
+        StoreKind::Events,
+        |r| {
+            r.faults.get(FaultKind::SnapshotLostAfterCopy) > 1
+                && r.faults.get(FaultKind::DiskFull) > 0
+        },
+    );
+}

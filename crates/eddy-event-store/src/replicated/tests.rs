@@ -337,6 +337,20 @@ fn a_member_copies_a_shards_records_from_a_peer() {
     behind.sync_shard(0).wait().unwrap();
     assert_eq!(behind.shard_position(0).unwrap(), position);
     assert_eq!(behind.replicated_through(0).unwrap(), 42);
+    // Where the chain stood before any record: the same on both, and nothing past the end.
+    assert_eq!(
+        behind.chain_tip_before(0, position.next_seq).unwrap(),
+        Some(position.tip)
+    );
+    for seq in [1, 2, 10, position.next_seq - 1] {
+        let tip = behind.chain_tip_before(0, seq).unwrap();
+        assert!(tip.is_some());
+        assert_eq!(tip, leader.chain_tip_before(0, seq).unwrap(), "seq {seq}");
+    }
+    assert_eq!(
+        behind.chain_tip_before(0, position.next_seq + 1).unwrap(),
+        None
+    );
     let all = ReadQuery {
         from_version: 5,
         ..ReadQuery::default()

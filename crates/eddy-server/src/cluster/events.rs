@@ -428,12 +428,22 @@ impl StateMachine for EventShardMachine {
         if wanted.shard != self.shard {
             return Err(invalid("a snapshot of another shard"));
         }
-        // The records were copied (and synced) before the engine got the snapshot.
+        // The records were copied (and synced) before the engine got the snapshot. The shard
+        // may be further on, holding records copied for a later snapshot that was lost: then
+        // it must hold the same records up to this one's position (the entries after it that
+        // the records cover are skipped as already applied).
         let position = self.store.shard_position(self.shard).map_err(storage)?;
-        if position != wanted.position {
+        let reached = position == wanted.position
+            || (position.next_seq > wanted.position.next_seq
+                && self
+                    .store
+                    .chain_tip_before(self.shard, wanted.position.next_seq)
+                    .map_err(storage)?
+                    == Some(wanted.position.tip));
+        if !reached {
             return Err(storage(format!(
                 "event shard {}: installing the snapshot at entry {} needs the shard's log at \
-                 record {}, but it is at {} (its records were not copied)",
+                 record {}, but it is at {} (its records were not copied, or differ)",
                 self.shard, snapshot.meta.index, wanted.position.next_seq, position.next_seq
             )));
         }
