@@ -259,14 +259,22 @@ pub fn fuzz_event_command(data: &[u8]) {
 }
 
 /// The decoders of a shard snapshot's transfer on arbitrary bytes (a snapshot's bytes, a
-/// request for records and its answer, all from a peer): no panic; what decodes re-encodes to
-/// the same bytes. The first byte picks the decoder.
+/// request for records and its answer, all from a peer; the `shard.installed` file on disk):
+/// no panic; what decodes re-encodes to the same bytes. The first byte picks the decoder.
 pub fn fuzz_snapshot_transfer(data: &[u8]) {
-    use crate::replicated::{answer_records_request, decode_records_answer, ShardSnapshot};
+    use crate::replicated::{
+        answer_records_request, decode_installed, decode_records_answer, encode_installed,
+        ShardSnapshot,
+    };
     let Some((&which, rest)) = data.split_first() else {
         return;
     };
-    match which % 3 {
+    match which % 4 {
+        3 => {
+            if let Some((index, term)) = decode_installed(rest) {
+                assert_eq!(&encode_installed(index, term)[..], rest, "canonical");
+            }
+        }
         0 => {
             if let Some(snapshot) = ShardSnapshot::decode(rest) {
                 assert_eq!(&snapshot.encode()[..], rest, "canonical");
@@ -298,7 +306,9 @@ pub fn fuzz_snapshot_transfer(data: &[u8]) {
 /// Seed inputs for `fuzz/corpus/replication_snapshot/`: a snapshot, an answer with records,
 /// a request.
 pub fn snapshot_transfer_seeds() -> Vec<(String, Vec<u8>)> {
-    use crate::replicated::{encode_records_request, ShardPosition, ShardSnapshot};
+    use crate::replicated::{
+        encode_installed, encode_records_request, ShardPosition, ShardSnapshot,
+    };
     let snapshot = ShardSnapshot {
         shard: 3,
         position: ShardPosition {
@@ -326,6 +336,7 @@ pub fn snapshot_transfer_seeds() -> Vec<(String, Vec<u8>)> {
             "request".into(),
             with(2, &encode_records_request(1, 1, 100)),
         ),
+        ("installed".into(), with(3, &encode_installed(46, 3))),
     ]
 }
 

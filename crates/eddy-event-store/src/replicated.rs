@@ -720,6 +720,38 @@ pub fn decode_records_answer(mut answer: Bytes) -> Result<Vec<ShardRecord>, Stri
     Ok(records)
 }
 
+/// Bytes of [`encode_installed`].
+pub const INSTALLED_LEN: usize = 4 + 1 + 8 + 8 + 4;
+
+/// The snapshot (entry index and term) a member installed for a shard, as its group's
+/// `shard.installed` file records it: `magic "eSHI" · version u8 (1) · index u64 · term u64 ·
+/// CRC-32C u32` of the bytes before it.
+pub fn encode_installed(index: u64, term: u64) -> [u8; INSTALLED_LEN] {
+    let mut b = [0u8; INSTALLED_LEN];
+    b[..4].copy_from_slice(b"eSHI");
+    b[4] = 1;
+    b[5..13].copy_from_slice(&index.to_le_bytes());
+    b[13..21].copy_from_slice(&term.to_le_bytes());
+    let crc = crc32c::crc32c(&b[..21]);
+    b[21..].copy_from_slice(&crc.to_le_bytes());
+    b
+}
+
+/// Decodes [`encode_installed`]'s bytes: `None` when they are not exactly such a record.
+pub fn decode_installed(b: &[u8]) -> Option<(u64, u64)> {
+    if b.len() != INSTALLED_LEN || &b[..4] != b"eSHI" || b[4] != 1 {
+        return None;
+    }
+    let crc = u32::from_le_bytes(b[21..].try_into().ok()?);
+    if crc32c::crc32c(&b[..21]) != crc {
+        return None;
+    }
+    Some((
+        u64::from_le_bytes(b[5..13].try_into().ok()?),
+        u64::from_le_bytes(b[13..21].try_into().ok()?),
+    ))
+}
+
 /// The replicated index of the last record of `shard`'s log (0: none), read from the log.
 pub(crate) fn last_raft_index(shard: &crate::shard::Shard) -> Result<u64> {
     let bounds = shard.log.bounds();

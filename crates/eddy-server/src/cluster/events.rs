@@ -226,39 +226,13 @@ fn storage(e: impl std::fmt::Display) -> StoreError {
     StoreError::Storage(e.to_string().into())
 }
 
-/// In an event shard group's directory: the last snapshot this member installed (`magic
-/// "eSHI" · version u8 (1) · index u64 · term u64 · CRC-32C u32` of the bytes before it),
-/// written durably before the group's log is reset to start after it. Installing resets the
+/// In an event shard group's directory: the last snapshot this member installed
+/// ([`encode_installed`]), written durably before the group's log is reset to start after it. Installing resets the
 /// log (emptied, then the boundary recorded): a crash in between leaves a log that starts
 /// after a boundary it does not record, and the shard's records cannot say which entry they
 /// stand for (entries after the last record may have been refused). This file can.
 pub const INSTALLED_FILE: &str = "shard.installed";
-const INSTALLED_LEN: usize = 4 + 1 + 8 + 8 + 4;
-
-fn encode_installed(meta: SnapshotMeta) -> [u8; INSTALLED_LEN] {
-    let mut b = [0u8; INSTALLED_LEN];
-    b[..4].copy_from_slice(b"eSHI");
-    b[4] = 1;
-    b[5..13].copy_from_slice(&meta.index.to_le_bytes());
-    b[13..21].copy_from_slice(&meta.term.to_le_bytes());
-    let crc = crc32c::crc32c(&b[..21]);
-    b[21..].copy_from_slice(&crc.to_le_bytes());
-    b
-}
-
-fn decode_installed(b: &[u8]) -> Option<SnapshotMeta> {
-    if b.len() != INSTALLED_LEN || &b[..4] != b"eSHI" || b[4] != 1 {
-        return None;
-    }
-    let crc = u32::from_le_bytes(b[21..].try_into().ok()?);
-    if crc32c::crc32c(&b[..21]) != crc {
-        return None;
-    }
-    Some(SnapshotMeta {
-        index: u64::from_le_bytes(b[5..13].try_into().ok()?),
-        term: u64::from_le_bytes(b[13..21].try_into().ok()?),
-    })
-}
+use eddy_event_store::replicated::{decode_installed, encode_installed, INSTALLED_LEN};
 
 /// The snapshot recorded in `dir`'s [`INSTALLED_FILE`], if any.
 fn read_installed(
@@ -284,7 +258,7 @@ fn read_installed(
     file.read_at(0, &mut buf)
         .map_err(|e| storage(format!("{}: {e}", path.display())))?;
     decode_installed(&buf)
-        .map(Some)
+        .map(|(index, term)| Some(SnapshotMeta { index, term }))
         .ok_or_else(|| storage(format!("{}: damaged (checksum)", path.display())))
 }
 
@@ -452,7 +426,7 @@ impl StateMachine for EventShardMachine {
             &*self.backend,
             &self.dir,
             INSTALLED_FILE,
-            &encode_installed(snapshot.meta),
+            &encode_installed(snapshot.meta.index, snapshot.meta.term),
         )
         .map_err(storage)?;
         self.applied = snapshot.meta;
