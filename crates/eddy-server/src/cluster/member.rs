@@ -85,12 +85,7 @@ impl RunnerInbox {
             tracing::warn!(%group, "an event shard snapshot that does not decode; dropped");
             return;
         };
-        if !self
-            .copying
-            .lock()
-            .unwrap_or_else(std::sync::PoisonError::into_inner)
-            .insert(group)
-        {
+        if !eddy_log::lock(&self.copying).insert(group) {
             return;
         }
         let (events, fetcher, copying, counters) = (
@@ -119,9 +114,7 @@ impl RunnerInbox {
                             decode_records_answer(answer)
                         })
                     });
-                copying
-                    .lock()
-                    .unwrap_or_else(std::sync::PoisonError::into_inner)
+                eddy_log::lock(&copying)
                     .remove(&group);
                 match copied {
                     Ok(stats) => {
@@ -146,10 +139,7 @@ impl RunnerInbox {
             });
         if let Err(e) = spawned {
             tracing::error!(error = %e, "cannot start a snapshot copy");
-            self.copying
-                .lock()
-                .unwrap_or_else(std::sync::PoisonError::into_inner)
-                .remove(&group);
+            eddy_log::lock(&self.copying).remove(&group);
         }
     }
 }
