@@ -2,9 +2,13 @@
 //! event-store shard groups, [`EventShardMachine`] over a real [`EventStore`], with the
 //! group logs and the store's shard logs on the node's crash-simulating [`MemBackend`].
 //!
-//! * **Requests** are what the server proposes: [`EventStore::prepare_write`] turns a
-//!   Celeriant write (one event, `allow_create`, idempotency enforced, half of them with an OCC
-//!   `expected_version`) into the shard's [`Command`]. Each operation is its own writer
+//! * **Requests** are Celeriant request frames, as the published clients send them (V2 or V3
+//!   bodies, half each): a write of one event (`allow_create`, idempotency enforced, half of
+//!   them with an OCC `expected_version`), a trim, a delete or a schema registration. The
+//!   member a client reaches takes the frame as the server's handler does: the server's frame
+//!   and body decoders, its routing, its conversion ([`Change`], stamped with that member's
+//!   own clock, which the nemesis skews and stalls) and its preparation on that member's store
+//!   into the shard's [`Command`], which is proposed. Each operation is its own writer
 //!   (client id = operation id + 1, `client_seq` 1), so a retry of an operation whose first
 //!   attempt committed must be refused as a duplicate (or as a version conflict, which the
 //!   spec checks first), never written twice. OCC guesses come from what clients were told.
@@ -13,9 +17,16 @@
 //!   before their fdatasync and sync every few records, as a cluster member's do (its Raft
 //!   log holds what it applied). A crash, a torn tail, a full disk or failing fdatasyncs hit
 //!   both, on one backend per node.
-//! * **Answers**: each apply's outcome on a node is recorded by index; when a client is told
-//!   its operation applied there, the answer it got (written at version v, duplicate of
-//!   version v, conflict, stopped) goes to the [`Ledger`].
+//! * **Answers**: each apply's outcome on a node is recorded by index, with the outcome the
+//!   server answers it with ([`store_error`]); when a client is told its operation applied
+//!   there, the member's answer goes through the server's [`respond`], its response encoder and
+//!   the client's decoder, and must say what the apply did (the version of a one-aggregate
+//!   write, the kind's success, an error for a refusal or a failure); the apply's answer
+//!   (written at version v, duplicate of version v, conflict, stopped) goes to the [`Ledger`].
+//!   A proposal the group refuses is answered as `ClusterEvents::submit` answers it
+//!   ([`cluster_error`]: the not-leader code with the leader's client address, or the
+//!   backpressure code), and the client follows the address it decodes, or treats the outcome
+//!   as unknown.
 //! * **Final check** ([`StoreFactory::check_final`]), on every member after the drain: every
 //!   aggregate reads the same on every member, versions run 1..=n without a gap, no operation
 //!   is stored twice or was never proposed, every write a client was told succeeded (or was a
@@ -40,20 +51,31 @@ use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 use std::time::Duration;
 
 use bytes::{BufMut, Bytes, BytesMut};
+use eddy_codec::event as wire;
+use eddy_codec::event::{
+    decode_request, decode_response, encode_request, encode_response, ErrorCode, EventRequest,
+    EventResponse, ServerError,
+};
 use eddy_consensus::logstore::RaftLog;
-use eddy_consensus::{GroupId, GroupStore, NodeId, Replicated, StoreError};
+use eddy_consensus::{GroupId, GroupStore, LogEntry, NodeId, ProposeError, Replicated, StoreError};
 use eddy_event_store::replicated::{Applied, Command};
 use eddy_event_store::{
-    AggregateDelete, AggregateKey, AggregateWrite, DeleteRequest, EventStore, EventStoreConfig,
-    EventStoreError, NewEvent, ReadQuery, Refusal, SchemaKey, SchemaRegistration, TrimRequest,
-    WriteRequest,
+    AggregateKey, EventStore, EventStoreConfig, EventStoreError, Placement, ReadQuery, Refusal,
+    SchemaKey,
 };
 use eddy_log::{Cache, CommitPool, Durability, LogConfig, MemBackend};
+use eddy_server::cluster::events::EventClusterError;
 use eddy_server::cluster::events::{
     copy_shard, event_group_id, CopyError, EventApplied, EventCompaction, EventShardMachine,
     ShardSnapshot, COPY_CHUNK_BYTES, EVENTS_DIR,
 };
+use eddy_server::event::change::{cluster_error, respond, store_error, Change, ChangeKind};
+use eddy_server::event::routing;
+use eddy_wire::event::{
+    decode_response_frame, Decoded, FrameLimits, ProtocolVersion, RequestFrameDecoder,
+};
 
+use crate::config::Millis;
 use crate::logdir::Disk;
 use crate::recorded::{agree, answers_agree, AppliedLog, Recorder, Recording, Records};
 use crate::rng::SimRng;
@@ -135,6 +157,82 @@ pub enum Answer {
     Failed(String),
 }
 
+/// What a member recorded for an entry it applied: the checker's [`Answer`], and the outcome
+/// the server answers its client with (the kind's response, or its error code).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Told {
+    answer: Answer,
+    kind: ChangeKind,
+    outcome: Result<Applied, ServerError>,
+}
+
+/// A request a member took and proposed: what answering it needs.
+#[derive(Debug, Clone, Copy)]
+struct Pending {
+    version: ProtocolVersion,
+    kind: ChangeKind,
+    correlation_id: Option<u128>,
+}
+
+/// The members' clocks read this many ms since the epoch at the run's start.
+const EPOCH_MS: u64 = 1_767_225_600_000;
+
+/// Largest frame a simulated client sends or reads.
+const MAX_FRAME: u64 = 1 << 20;
+
+/// The client address a member advertises (what a not-leader answer names).
+fn client_address(node: NodeId) -> String {
+    format!("127.0.0.{node}:8090")
+}
+
+/// The member a client address names.
+fn node_of_address(address: &str) -> Option<NodeId> {
+    let host = address.rsplit_once(':')?.0;
+    host.strip_prefix("127.0.0.")?.parse().ok()
+}
+
+/// A not-leader answer's leader address, found in the error text as the published client
+/// finds it (`"leader_address":"`).
+fn leader_address(message: &str) -> Option<&str> {
+    const FIELD: &str = "\"leader_address\":\"";
+    let start = message.find(FIELD)? + FIELD.len();
+    let len = message[start..].find('"')?;
+    Some(&message[start..start + len])
+}
+
+/// What the server sends for `reply` in `version`, decoded as the published client decodes it.
+fn round_trip(
+    reply: &Result<EventResponse, ServerError>,
+    version: ProtocolVersion,
+    correlation_id: Option<u128>,
+) -> Result<EventResponse, String> {
+    let response = match reply {
+        Ok(r) => r.clone(),
+        Err(e) => EventResponse::Error(e.to_response(correlation_id)),
+    };
+    let mut out = Vec::new();
+    encode_response(&response, version, &mut out, None, MAX_FRAME)
+        .map_err(|e| format!("the answer {response:?} does not encode: {e}"))?;
+    let limits = FrameLimits::new(MAX_FRAME);
+    let frame = match decode_response_frame(&out, limits) {
+        Ok(Decoded::Frame(frame)) if frame.len() == out.len() => frame,
+        other => {
+            return Err(format!(
+                "the answer's frame does not decode whole: {other:?}"
+            ))
+        }
+    };
+    let decoded = decode_response(&frame, None, limits)
+        .map_err(|e| format!("the answer {response:?} does not decode: {e}"))?;
+    if decoded.correlation_id() != correlation_id {
+        return Err(format!(
+            "the answer carries correlation id {:?}, the request {correlation_id:?}",
+            decoded.correlation_id()
+        ));
+    }
+    Ok(decoded)
+}
+
 /// What the clients were told, shared by the workload (OCC guesses) and the factory (answers,
 /// the final check).
 #[derive(Debug, Default)]
@@ -169,7 +267,11 @@ pub struct EventFactory {
 pub struct EventDir {
     disk: Disk,
     store: Option<Arc<EventStore>>,
-    records: Records<Answer>,
+    records: Records<Told>,
+    /// Requests this member took and proposed, by attempt, until answered.
+    pending: BTreeMap<(OpId, u64), Pending>,
+    /// The attempt being answered (set when it settles).
+    answering: Option<Pending>,
     /// Each open shard machine's stop flag (a copy its store could not take stops it).
     stops: BTreeMap<GroupId, Arc<std::sync::atomic::AtomicBool>>,
 }
@@ -241,21 +343,38 @@ fn open_store(
 /// An event shard's apply outcome as its client's answer (the machine's [`Judge`]).
 ///
 /// [`Judge`]: crate::recorded::Judge
-fn judge(outcome: EventApplied, recorder: &Recorder<Answer>) -> Option<Answer> {
+fn judge(
+    placement: Placement,
+    entry: &LogEntry,
+    outcome: EventApplied,
+    recorder: &Recorder<Told>,
+) -> Option<Told> {
+    let kind = || {
+        let command = Command::decode(&entry.data).expect("an event group applies commands");
+        ChangeKind::of(&command)
+    };
     let completion = match outcome {
         EventApplied::Nothing => return None,
         EventApplied::Stopped => {
             recorder.stall();
-            return Some(Answer::Failed("stopped".into()));
+            // As `ClusterEvents::submit` answers a stopped shard.
+            let kind = kind();
+            let stopped = EventClusterError::Unavailable("stopped".into());
+            return Some(Told {
+                answer: Answer::Failed("stopped".into()),
+                kind,
+                outcome: Err(cluster_error(kind, stopped, placement)),
+            });
         }
         EventApplied::Applied(c) => c,
     };
+    let kind = kind();
     // The inline pool writes and syncs inside the apply: the outcome is already there.
     let result = completion
         .wait_timeout(Duration::from_secs(10))
         .unwrap_or_else(|_| panic!("an event apply did not complete inline"));
-    Some(match result {
-        Ok(Applied::Write(w)) => Answer::Written(w.versions),
+    let answer = match &result {
+        Ok(Applied::Write(w)) => Answer::Written(w.versions.clone()),
         Ok(Applied::Trim(_)) => Answer::Trimmed,
         Ok(Applied::Delete(_)) => Answer::Deleted,
         Ok(Applied::Schema) => Answer::SchemaStored,
@@ -263,7 +382,7 @@ fn judge(outcome: EventApplied, recorder: &Recorder<Answer>) -> Option<Answer> {
             key,
             committed_version,
             ..
-        })) => Answer::Duplicate(key, committed_version),
+        })) => Answer::Duplicate(*key, *committed_version),
         Err(EventStoreError::Refused(Refusal::VersionConflict { .. })) => Answer::Conflict,
         // Already in the shard (copied with a snapshot): this member answers nothing for it.
         Err(EventStoreError::Refused(Refusal::AlreadyApplied { .. })) => return None,
@@ -272,6 +391,12 @@ fn judge(outcome: EventApplied, recorder: &Recorder<Answer>) -> Option<Answer> {
             recorder.stall();
             Answer::Failed(e.to_string())
         }
+    };
+    let outcome = result.map_err(|e| store_error(kind, &e, placement));
+    Some(Told {
+        answer,
+        kind,
+        outcome,
     })
 }
 
@@ -318,10 +443,68 @@ impl StoreFactory for EventFactory {
             compaction,
         )?;
         dir.stops.insert(group, inner.stopped_flag());
-        let machine = Recording::new(inner, dir.records.recorder(group), judge);
+        let placement = *store.placement();
+        let machine = Recording::new(
+            inner,
+            dir.records.recorder(group),
+            Box::new(move |entry, outcome, recorder| judge(placement, entry, outcome, recorder)),
+        );
         let replicated = Replicated::open(log, machine)?;
         let log = replicated.raft_log().log().clone();
         Ok(Box::new(dir.disk.hold(group, log, replicated)))
+    }
+
+    /// The member takes the client's frame as the server does: decodes it, routes it,
+    /// converts it (stamped with the member's own clock) and prepares its shard's command on
+    /// its own store (schemas, input checks).
+    fn prepare(
+        &mut self,
+        dir: &mut EventDir,
+        group: GroupId,
+        attempt: (OpId, u64),
+        payload: Bytes,
+        now: Millis,
+    ) -> Result<Bytes, String> {
+        let op = attempt.0;
+        let store = dir
+            .store
+            .as_ref()
+            .ok_or("a member took a request while down")?;
+        let limits = FrameLimits::new(MAX_FRAME);
+        let mut decoder = RequestFrameDecoder::new(limits);
+        let frame = match decoder.decode(&payload) {
+            Ok(Decoded::Frame(frame)) if frame.len() == payload.len() => frame,
+            other => {
+                return Err(format!(
+                    "op {op}: the request frame does not decode whole: {other:?}"
+                ))
+            }
+        };
+        let version = frame.header.version;
+        let request = decode_request(&frame, None, limits)
+            .map_err(|e| format!("op {op}: the request does not decode: {e}"))?;
+        routing::route(store.placement(), &request)
+            .map_err(|e| format!("op {op}: the request does not route: {e:?}"))?;
+        let change = Change::from_request(request, EPOCH_MS + now)
+            .ok_or_else(|| format!("op {op}: the request is not a change"))?;
+        let prepared = change
+            .prepare(store)
+            .map_err(|e| format!("op {op}: the member refused it before proposing: {e:?}"))?;
+        if event_group_id(prepared.shard) != group {
+            return Err(format!(
+                "op {op}: prepared for shard {}, sent to {group}",
+                prepared.shard
+            ));
+        }
+        dir.pending.insert(
+            attempt,
+            Pending {
+                version,
+                kind: prepared.kind,
+                correlation_id: prepared.correlation_id,
+            },
+        );
+        Ok(prepared.command.encode())
     }
 
     fn unsynced(&self, dir: &EventDir) -> bool {
@@ -382,16 +565,51 @@ impl StoreFactory for EventFactory {
         dir.records.state(group)
     }
 
+    fn settled(&mut self, dir: &mut EventDir, _group: GroupId, attempt: (OpId, u64)) {
+        dir.answering = dir.pending.remove(&attempt);
+    }
+
     fn acked(
         &mut self,
-        dir: &EventDir,
+        dir: &mut EventDir,
         group: GroupId,
         index: u64,
         op: OpId,
     ) -> Result<bool, String> {
-        let answer = dir.records.answer(group, index).ok_or_else(|| {
+        let told = dir.records.answer(group, index).ok_or_else(|| {
             format!("op {op}: acknowledged at {group} index {index} with no answer recorded there")
         })?;
+        let pending = dir
+            .answering
+            .take()
+            .ok_or_else(|| format!("op {op}: answered at {group} without being taken"))?;
+        // The member answers as the server does, and the client decodes that answer.
+        let reply = respond(pending.kind, pending.correlation_id, told.outcome.clone());
+        let decoded = round_trip(&reply, pending.version, pending.correlation_id)
+            .map_err(|e| format!("op {op} at {group} index {index}: {e}"))?;
+        let consistent = match (&told.answer, &decoded) {
+            // The version is told when the write had one aggregate (§ WriteResponse).
+            (Answer::Written(versions), EventResponse::Write(w)) => match versions.as_slice() {
+                [one] => w.max_aggregate_version == Some(*one),
+                _ => w.max_aggregate_version.is_none(),
+            },
+            (Answer::Trimmed, EventResponse::TrimStart(_))
+            | (Answer::Deleted, EventResponse::Delete(_))
+            | (Answer::SchemaStored, EventResponse::RegisterSchema(_))
+            | (
+                Answer::Duplicate(..) | Answer::Conflict | Answer::Refused(_) | Answer::Failed(_),
+                EventResponse::Error(_),
+            ) => true,
+            _ => false,
+        };
+        if !consistent {
+            return Err(format!(
+                "op {op} at {group} index {index}: the member applied {:?} but its client \
+                 decodes {decoded:?}",
+                told.answer
+            ));
+        }
+        let answer = told.answer;
         let mut ledger = guard(&self.ledger);
         let keys = ledger
             .proposed
@@ -406,6 +624,56 @@ impl StoreFactory for EventFactory {
         let settled = !matches!(answer, Answer::Failed(_));
         ledger.told.entry(op).or_default().push(answer);
         Ok(settled)
+    }
+
+    fn told_error(
+        &mut self,
+        dir: &mut EventDir,
+        group: GroupId,
+        error: ProposeError,
+    ) -> Result<ProposeError, String> {
+        let Some(pending) = dir.answering.take() else {
+            return Ok(error);
+        };
+        // As `ClusterEvents::submit` turns the group's refusal into the client's answer.
+        let refused = match &error {
+            ProposeError::NotLeader { leader, .. } => EventClusterError::NotLeader {
+                leader_address: leader.map(client_address),
+            },
+            ProposeError::Superseded => EventClusterError::NotLeader {
+                leader_address: None,
+            },
+            other => EventClusterError::Unavailable(other.to_string()),
+        };
+        let placement = *dir
+            .store
+            .as_ref()
+            .ok_or("a member answered while down")?
+            .placement();
+        let reply = Err(cluster_error(pending.kind, refused, placement));
+        let decoded = round_trip(&reply, pending.version, pending.correlation_id)
+            .map_err(|e| format!("{group}: {e}"))?;
+        let EventResponse::Error(e) = decoded else {
+            return Err(format!("{group}: {error} answered as {decoded:?}"));
+        };
+        // What the published client makes of it: a not-leader code is followed to the leader
+        // it names; anything else may have been committed.
+        let not_leader = [
+            ErrorCode::WriteNotLeader,
+            ErrorCode::TrimNotLeader,
+            ErrorCode::DeleteNotLeader,
+            ErrorCode::RegisterSchemaCannotAcceptWrites,
+        ]
+        .iter()
+        .any(|c| c.code() == e.error_code);
+        Ok(if not_leader {
+            ProposeError::NotLeader {
+                group,
+                leader: leader_address(&e.error_message).and_then(node_of_address),
+            }
+        } else {
+            ProposeError::Unknown
+        })
     }
 
     fn stalled(&self, dir: &EventDir) -> bool {
@@ -437,9 +705,9 @@ impl StoreFactory for EventFactory {
             schema_views.push((*node, schemas));
         }
         let schemas = agree(schema_views).map_err(|e| format!("schemas differ at {e}"))?;
-        let records: Vec<(NodeId, &Records<Answer>)> =
+        let records: Vec<(NodeId, &Records<Told>)> =
             dirs.iter().map(|(n, d)| (*n, &d.records)).collect();
-        let compared = answers_agree(&records, |a| !matches!(a, Answer::Failed(_)))?;
+        let compared = answers_agree(&records, |t| !matches!(t.answer, Answer::Failed(_)))?;
         Ok(format!(
             "{}; {}; {compared} answers the same on several members; {} index flushes",
             check_history(&ledger, &held)?,
@@ -751,49 +1019,50 @@ impl Workload for EventWorkload {
         } else {
             kind
         };
-        let (proposed, (on, command)) = match kind {
+        let correlation_id = Some(u128::from(id));
+        let (proposed, request) = match kind {
             100 => {
                 let keys = schema_keys();
                 let schema_key = keys[rng.index(keys.len())];
                 let schema = schema_text(id);
-                let registration = SchemaRegistration {
-                    key: schema_key,
+                let request = EventRequest::RegisterSchema(wire::RegisterSchemaRequest {
+                    correlation_id,
+                    client_id,
+                    user_id: None,
+                    schema_key: wire::SchemaKey {
+                        org_id: schema_key.org_id,
+                        aggregate_type_id: schema_key.aggregate_type_id,
+                        event_type_major: schema_key.event_type_major,
+                        event_type_minor: schema_key.event_type_minor,
+                    },
                     schema_type: 0,
                     schema: schema.clone(),
-                    client_id,
-                    user_id: None,
-                    now: id,
-                };
-                let prepared = self.template.prepare_schema(registration);
-                (
-                    Proposed::Schema(schema_key, schema),
-                    prepared.expect("the workload's schemas compile"),
-                )
+                });
+                (Proposed::Schema(schema_key, schema), request)
             }
             0..=4 => {
-                let request = TrimRequest {
-                    key,
-                    keep_from_version: known.div_ceil(2).max(1),
+                let request = EventRequest::TrimStart(wire::TrimStartRequest {
+                    correlation_id,
+                    aggregate_key: wire_key(key),
+                    keep_from_aggregate_version: known.div_ceil(2).max(1),
                     client_id,
                     user_id: None,
-                    now: id,
-                };
-                (Proposed::Trim(key), self.template.prepare_trim(request))
+                });
+                (Proposed::Trim(key), request)
             }
             5..=6 => {
-                let request = DeleteRequest {
+                let delete = wire::SingleAggregateDelete {
+                    allow_recreate: true,
+                    allow_sequence_continuation: true,
+                    expected_version: None,
+                };
+                let request = EventRequest::Delete(wire::DeleteRequest {
+                    correlation_id,
                     client_id,
                     user_id: None,
-                    deletes: vec![AggregateDelete {
-                        key,
-                        allow_recreate: true,
-                        allow_sequence_continuation: true,
-                        expected_version: None,
-                    }],
-                    now: id,
-                };
-                let prepared = self.template.prepare_delete(request);
-                (Proposed::Delete(key), prepared.expect("one aggregate"))
+                    deletes: BTreeMap::from([(wire_key(key), delete)]),
+                });
+                (Proposed::Delete(key), request)
             }
             _ => {
                 let mut parts = vec![(key, rng.chance(0.5).then_some(known))];
@@ -810,16 +1079,33 @@ impl Workload for EventWorkload {
                     parts.push((other, rng.chance(0.5).then_some(known)));
                 }
                 let request = write_request(&parts, id, rng);
-                let prepared = self.template.prepare_write(request);
-                (
-                    Proposed::Write(parts),
-                    prepared.expect("the workload's writes are valid"),
-                )
+                // The request carries its aggregates in key order, and so does every answer.
+                let parts = request
+                    .writes
+                    .iter()
+                    .map(|(k, w)| (store_key(k), w.expected_version))
+                    .collect();
+                (Proposed::Write(parts), EventRequest::Write(request))
             }
         };
-        assert_eq!(on as usize, shard, "the key was placed on its shard");
+        assert!(
+            proposed
+                .keys()
+                .iter()
+                .all(|k| self.template.shard_of(k) as usize == shard),
+            "the keys were placed on their shard"
+        );
         ledger.proposed.insert(id, proposed);
-        command.encode()
+        // Half the clients speak V2 (bincode, the Rust client), half V3 (MessagePack).
+        let version = if rng.chance(0.5) {
+            ProtocolVersion::V2
+        } else {
+            ProtocolVersion::V3
+        };
+        let mut frame = Vec::new();
+        encode_request(&request, version, &mut frame, None, MAX_FRAME)
+            .expect("the workload's requests encode");
+        Bytes::from(frame)
     }
 
     fn op_id(&self, _group: GroupId, payload: &[u8]) -> Option<OpId> {
@@ -833,13 +1119,24 @@ impl Workload for EventWorkload {
     }
 }
 
-/// Operation `id`'s write of one event to `key`: its own writer (client id `id + 1`,
-/// `client_seq` 1, idempotency enforced), allowed to create the aggregate.
+/// The wire form of a store key.
+fn wire_key(key: AggregateKey) -> wire::AggregateKey {
+    wire::AggregateKey::new(key.org_id, key.aggregate_type_id, key.aggregate_id)
+}
+
+/// The store form of a wire key.
+fn store_key(key: &wire::AggregateKey) -> AggregateKey {
+    AggregateKey::new(key.org_id, key.aggregate_type_id, key.aggregate_id)
+}
+
+/// Operation `id`'s write of one event to each aggregate of `parts` (with its OCC guard), as
+/// a client sends it: its own writer (client id `id + 1`, `client_seq` 1, idempotency
+/// enforced), allowed to create the aggregate.
 fn write_request(
     parts: &[(AggregateKey, Option<u64>)],
     id: OpId,
     rng: &mut SimRng,
-) -> WriteRequest {
+) -> wire::WriteRequest {
     let writes = parts
         .iter()
         .map(|&(key, expected)| {
@@ -850,25 +1147,26 @@ fn write_request(
             for _ in 0..pad {
                 value.put_u8(rng.below(256) as u8);
             }
-            AggregateWrite {
-                key,
-                events: vec![NewEvent {
-                    client_seq: 1,
-                    event_type_major: 1,
-                    value: value.freeze(),
-                    ..NewEvent::default()
-                }],
+            let event = wire::Event {
+                client_seq: 1,
+                event_type_major: 1,
+                event_value: value.freeze(),
+                ..wire::Event::default()
+            };
+            let write = wire::SingleAggregateWrite {
+                events: vec![event],
                 allow_create: true,
                 expected_version: expected,
                 enforce_client_idempotency: true,
-            }
+            };
+            (wire_key(key), write)
         })
         .collect();
-    WriteRequest {
+    wire::WriteRequest {
+        correlation_id: Some(u128::from(id)),
         client_id: u128::from(id) + 1,
         user_id: None,
         writes,
-        now: id,
     }
 }
 
@@ -886,13 +1184,22 @@ mod tests {
     use super::*;
 
     #[test]
-    fn payloads_are_the_servers_commands_and_carry_their_operation() {
-        let (_, mut w) = pair(2);
+    fn requests_are_client_frames_a_member_prepares_into_its_shard_s_commands() {
+        let (mut factory, mut w) = pair(2);
+        let mut dir = factory.create(1);
+        let _groups: Vec<_> = w
+            .groups()
+            .into_iter()
+            .map(|g| factory.open(&mut dir, g).unwrap())
+            .collect();
         let mut rng = SimRng::new(3);
         let mut kinds = BTreeSet::new();
         for id in 0..1000 {
             let group = w.choose_group(&mut rng);
-            let p = w.payload(group, id, &mut rng);
+            let frame = w.payload(group, id, &mut rng);
+            let p = factory
+                .prepare(&mut dir, group, (id, 1), frame, 1_000)
+                .unwrap();
             assert_eq!(w.op_id(group, &p), Some(id));
             let (kind, key) = match Command::decode(&p).unwrap() {
                 Command::Write { parts, .. } => ("write", parts[0].0.key),
@@ -908,7 +1215,55 @@ mod tests {
             assert_eq!(event_group_id(w.template.shard_of(&key)), group);
         }
         assert_eq!(kinds.len(), 4, "{kinds:?}");
+        assert_eq!(
+            dir.pending.len(),
+            1000,
+            "each prepared request waits for its answer"
+        );
         assert_eq!(w.op_id(event_group_id(0), b""), None);
+        // A frame that is not a whole request fails the run.
+        let frame = w.payload(event_group_id(1), 5_000, &mut rng);
+        let cut = frame.slice(..frame.len() - 1);
+        assert!(factory
+            .prepare(&mut dir, event_group_id(1), (5_000, 1), cut, 1_000)
+            .is_err());
+    }
+
+    #[test]
+    fn a_refused_proposal_reaches_the_client_as_the_server_s_code_and_address() {
+        let (mut factory, mut w) = pair(2);
+        let mut dir = factory.create(1);
+        let group = event_group_id(1);
+        let _g = factory.open(&mut dir, group).unwrap();
+        let mut rng = SimRng::new(9);
+        let mut told = |error: ProposeError, id: OpId| {
+            let frame = w.payload(group, id, &mut rng);
+            factory
+                .prepare(&mut dir, group, (id, 1), frame, 1_000)
+                .unwrap();
+            factory.settled(&mut dir, group, (id, 1));
+            factory.told_error(&mut dir, group, error).unwrap()
+        };
+        let redirect = ProposeError::NotLeader {
+            group,
+            leader: Some(3),
+        };
+        assert_eq!(told(redirect.clone(), 1), redirect);
+        let unknown_leader = ProposeError::NotLeader {
+            group,
+            leader: None,
+        };
+        assert_eq!(told(unknown_leader.clone(), 2), unknown_leader);
+        assert_eq!(told(ProposeError::Superseded, 3), unknown_leader);
+        // Backpressure: the client cannot tell a dropped proposal from one that may commit.
+        assert_eq!(told(ProposeError::Dropped, 4), ProposeError::Unknown);
+        assert_eq!(told(ProposeError::Failed(group), 5), ProposeError::Unknown);
+        assert_eq!(
+            leader_address(r#"{"leader_address":"127.0.0.2:8090"}"#),
+            Some("127.0.0.2:8090")
+        );
+        assert_eq!(node_of_address("127.0.0.2:8090"), Some(2));
+        assert_eq!(node_of_address("10.0.0.2:8090"), None);
     }
 
     fn served(floor: u64, events: &[(u64, OpId)]) -> Served {

@@ -26,8 +26,10 @@
 //! groups on the on-disk store instead ([`Replicated`](eddy_consensus::Replicated) over
 //! eddy-log directories on the crash-simulating backend; `--store log`); and
 //! [`events::pair`] runs the server's own event-store shard groups over a real event store
-//! per node, with Celeriant writes (OCC, idempotency) and a check of what clients were told
-//! against what every member stores (`--store events`); [`streams::pair`] the server's own
+//! per node, with Celeriant writes (OCC, idempotency) sent as request frames that each member
+//! takes through the server's own decoding, conversion and preparation and answers through its
+//! own codes and encoder, and a check of what clients decoded against what every member stores
+//! (`--store events`); [`streams::pair`] the server's own
 //! partition groups, with Iggy sends stamped as the server's leader stamps them and a check of
 //! every member's messages (`--store streams`); [`server::pair`] both at once, as one eddy
 //! member runs them (`--store server`).

@@ -118,7 +118,7 @@ impl<A> Recorder<A> {
 }
 
 /// A machine's outcome as the answer its client gets (`None`: no client's entry).
-pub(crate) type Judge<O, A> = fn(O, &Recorder<A>) -> Option<A>;
+pub(crate) type Judge<O, A> = Box<dyn Fn(&LogEntry, O, &Recorder<A>) -> Option<A> + Send>;
 
 /// A server state machine whose applies are recorded.
 pub(crate) struct Recording<M: StateMachine, A> {
@@ -164,7 +164,7 @@ impl<M: StateMachine, A: Send + 'static> StateMachine for Recording<M, A> {
                 .entry(entry.index)
                 .or_insert_with(|| entry.data.clone());
         }
-        if let Some(answer) = (self.judge)(outcome, &self.recorder) {
+        if let Some(answer) = (self.judge)(entry, outcome, &self.recorder) {
             guard(&self.recorder.answers).insert(entry.index, answer);
         }
         entry.index

@@ -5,7 +5,7 @@
 //! check.
 
 use bytes::Bytes;
-use eddy_consensus::{GroupId, GroupStore, NodeId, StoreError};
+use eddy_consensus::{GroupId, GroupStore, NodeId, ProposeError, StoreError};
 use eddy_server::cluster::events::event_group_id;
 
 use crate::config::Millis;
@@ -135,16 +135,21 @@ impl StoreFactory for ServerFactory {
 
     fn acked(
         &mut self,
-        dir: &ServerDir,
+        dir: &mut ServerDir,
         group: GroupId,
         index: u64,
         op: OpId,
     ) -> Result<bool, String> {
-        if is_event(group) {
-            self.events.acked(&dir.events, group, index, op)
-        } else {
-            self.streams.acked(&dir.streams, group, index, op)
-        }
+        by_group!(self, dir, group, |f, d| f.acked(d, group, index, op))
+    }
+
+    fn told_error(
+        &mut self,
+        dir: &mut ServerDir,
+        group: GroupId,
+        error: ProposeError,
+    ) -> Result<ProposeError, String> {
+        by_group!(self, dir, group, |f, d| f.told_error(d, group, error))
     }
 
     fn stalled(&self, dir: &ServerDir) -> bool {

@@ -973,7 +973,7 @@ impl<F: StoreFactory, W: Workload> Sim<F, W> {
                     self.checker
                         .acked(op, node, (index, term), carried, durable_on, self.now)
                         .map_err(|e| format!("{e}; {}", self.durability_of(r.group, index)))?;
-                    let dir = &self.nodes[Self::slot(node)].dir;
+                    let dir = &mut self.nodes[Self::slot(node)].dir;
                     if self.factory.acked(dir, r.group, index, op)? {
                         Answer::Acked { index }
                     } else {
@@ -990,7 +990,8 @@ impl<F: StoreFactory, W: Workload> Sim<F, W> {
                     if immediate || error == ProposeError::Superseded {
                         self.checker.refused(r.attempt.op);
                     }
-                    Answer::Error(error)
+                    let dir = &mut self.nodes[Self::slot(r.attempt.node)].dir;
+                    Answer::Error(self.factory.told_error(dir, r.group, error)?)
                 }
             };
             let delay = Network::client_delay(&self.faults, &mut self.rng);

@@ -11,7 +11,7 @@ use std::collections::BTreeMap;
 
 use bytes::Bytes;
 use eddy_consensus::testing::{Applied, MemDisk, MemStore};
-use eddy_consensus::{GroupId, GroupStore, NodeId, StoreError};
+use eddy_consensus::{GroupId, GroupStore, NodeId, ProposeError, StoreError};
 
 pub use eddy_consensus::testing::DiskFault;
 
@@ -158,12 +158,25 @@ pub trait StoreFactory {
     /// an error fails the run.
     fn acked(
         &mut self,
-        _dir: &Self::Dir,
+        _dir: &mut Self::Dir,
         _group: GroupId,
         _index: u64,
         _op: OpId,
     ) -> Result<bool, String> {
         Ok(true)
+    }
+
+    /// The proposal of the attempt just [`settled`](StoreFactory::settled) on the node of
+    /// `dir` was refused or lost with `error`: what its client understands of the node's
+    /// answer (a store whose server answers in its own protocol maps it through the server's
+    /// codes and the client's decoding). An error fails the run.
+    fn told_error(
+        &mut self,
+        _dir: &mut Self::Dir,
+        _group: GroupId,
+        error: ProposeError,
+    ) -> Result<ProposeError, String> {
+        Ok(error)
     }
 
     /// True when the node of `dir` stopped applying a group until it restarts (its store

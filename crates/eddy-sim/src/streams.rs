@@ -175,7 +175,14 @@ impl StreamFactory {
             Box::new(NoEffects),
         )?;
         let recorder = dir.records.recorder(METADATA_GROUP);
-        let replicated = Replicated::open(log, Recording::new(machine, recorder, judge_metadata))?;
+        let replicated = Replicated::open(
+            log,
+            Recording::new(
+                machine,
+                recorder,
+                Box::new(|_, outcome, r| judge_metadata(outcome, r)),
+            ),
+        )?;
         dir.metadata = Some(view);
         let log = replicated.raft_log().log().clone();
         Ok(Box::new(dir.disk.hold(METADATA_GROUP, log, replicated)))
@@ -250,7 +257,11 @@ impl StoreFactory for StreamFactory {
             PartitionMachine::open(addr_of(group), log.log().clone(), backend, log.dir())?;
         let policy = Arc::clone(dir.retention.entry(group).or_default());
         let machine = machine.with_retention(Box::new(move || *guard(&policy)));
-        let machine = Recording::new(machine, dir.records.recorder(group), judge);
+        let machine = Recording::new(
+            machine,
+            dir.records.recorder(group),
+            Box::new(|_, outcome, r| judge(outcome, r)),
+        );
         let replicated = Replicated::open(log, machine)?;
         dir.groups.insert(group, readable);
         let log = replicated.raft_log().log().clone();
@@ -338,7 +349,7 @@ impl StoreFactory for StreamFactory {
 
     fn acked(
         &mut self,
-        dir: &StreamDir,
+        dir: &mut StreamDir,
         group: GroupId,
         index: u64,
         op: OpId,

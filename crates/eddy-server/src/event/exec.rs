@@ -23,8 +23,8 @@ use eddy_event_store::{EventStore, EventStoreError, Placement, Refusal, RoutingR
 use eddy_log::{Completion, LogError};
 use eddy_wire::event::RequestType;
 
+use super::change::{cluster_error, respond, store_error, Change, StoreChange};
 use super::EventService;
-use crate::cluster::events::EventClusterError;
 use crate::error_chain;
 // Synchronous store work runs off the reactor (a cold index block or segment is a disk read).
 use crate::offload::blocking;
@@ -98,7 +98,7 @@ pub(super) fn routing_refusal(r: &Refusal, kind: RequestType, placement: Placeme
     }
 }
 
-fn write_error(e: &EventStoreError, placement: Placement) -> ServerError {
+pub(super) fn write_error(e: &EventStoreError, placement: Placement) -> ServerError {
     let r = match e {
         EventStoreError::Refused(r) => r,
         EventStoreError::SchemaLookup { source } => {
@@ -196,7 +196,7 @@ fn details_error(e: &EventStoreError) -> ServerError {
     }
 }
 
-fn trim_error(e: &EventStoreError) -> ServerError {
+pub(super) fn trim_error(e: &EventStoreError) -> ServerError {
     match e.refusal() {
         Some(Refusal::NotFound { .. } | Refusal::Deleted { .. }) => {
             ServerError::TrimAggregateNotExists
@@ -212,7 +212,7 @@ fn trim_error(e: &EventStoreError) -> ServerError {
     }
 }
 
-fn delete_error(e: &EventStoreError, placement: Placement) -> ServerError {
+pub(super) fn delete_error(e: &EventStoreError, placement: Placement) -> ServerError {
     match e.refusal() {
         Some(Refusal::NotFound { .. } | Refusal::Deleted { .. }) => {
             ServerError::DeleteAggregateNotExists
@@ -242,7 +242,7 @@ fn list_error(kind: RequestType, e: &EventStoreError, placement: Placement) -> S
     }
 }
 
-fn register_error(e: &EventStoreError, schema_type: u8) -> ServerError {
+pub(super) fn register_error(e: &EventStoreError, schema_type: u8) -> ServerError {
     match e.refusal() {
         Some(Refusal::SchemaTypeUnsupported { schema_type }) => {
             ServerError::RegisterSchemaUnsupportedType {
@@ -317,168 +317,46 @@ fn read_query(f: wire::ReadFilters, max_bytes: u64) -> st::ReadQuery {
     }
 }
 
-/// A write: converted, then handed to the store, which runs the whole check order (§4.3:
-/// routing, input checks, schema validation, per-aggregate checks) and answers once. A write
-/// with schema work to do is submitted from the blocking pool (the store waits for its schema
-/// threads); one whose event types are known to have no schema, as any other mutation.
-async fn write(svc: &EventService, w: wire::WriteRequest) -> Result<EventResponse, ServerError> {
-    let correlation_id = w.correlation_id;
-    let request = st::WriteRequest {
-        client_id: w.client_id,
-        user_id: w.user_id,
-        now: crate::clock::now_millis(),
-        writes: w
-            .writes
-            .into_iter()
-            .map(|(k, part)| st::AggregateWrite {
-                key: key(&k),
-                events: part
-                    .events
-                    .into_iter()
-                    .map(|e| st::NewEvent {
-                        client_seq: e.client_seq,
-                        event_id: e.event_id,
-                        event_timestamp: e.event_timestamp,
-                        event_type_major: e.event_type_major,
-                        event_type_minor: e.event_type_minor,
-                        value: e.event_value,
-                        iv: e.iv,
-                    })
-                    .collect(),
-                allow_create: part.allow_create,
-                expected_version: part.expected_version,
-                enforce_client_idempotency: part.enforce_client_idempotency,
-            })
-            .collect(),
-    };
-    let bytes = request
-        .writes
-        .iter()
-        .flat_map(|w| w.events.iter())
-        .map(|e| e.value.len() as u64)
-        .sum();
-    let schema_work = svc.store.needs_schema_work(&request);
+/// A change (write, trim, delete, schema registration): converted, then handed to the store,
+/// which runs the whole check order (§4.3: routing, input checks, schema validation,
+/// per-aggregate checks) and answers once; on a cluster member prepared here and proposed to
+/// its shard's group, whose apply answers. A change with schema work to do is prepared or
+/// submitted from the blocking pool (the store waits for its schema threads).
+async fn apply_change(svc: &EventService, change: Change) -> Result<EventResponse, ServerError> {
     let placement = *svc.store.placement();
+    let (kind, correlation_id) = (change.kind(), change.correlation_id());
+    let may_wait = change.may_wait(&svc.store);
     let outcome = if let Some(cluster) = svc.cluster() {
-        let cluster = cluster.map_err(|e| replicated_error(e, Kind::Write, placement))?;
-        let prepared = if schema_work {
+        let cluster = cluster.map_err(|e| cluster_error(kind, e, placement))?;
+        let prepared = if may_wait {
             let store = Arc::clone(&svc.store);
-            blocking(move || store.prepare_write(request)).await
+            blocking(move || change.prepare(&store)).await
         } else {
-            svc.store.prepare_write(request)
-        };
-        let (shard, command) = prepared.map_err(|e| write_error(&e, placement))?;
-        match cluster.submit(shard, &command).await {
-            Ok(st::replicated::Applied::Write(outcome)) => outcome,
-            Ok(other) => return Err(internal_mismatch(&other)),
-            Err(e) => return Err(replicated_error(e, Kind::Write, placement)),
-        }
-    } else {
-        submit(svc, bytes, schema_work, move |store| store.write(request))
+            change.prepare(&svc.store)
+        }?;
+        cluster
+            .submit(prepared.shard, &prepared.command)
             .await
-            .map_err(|e| write_error(&e, placement))?
-    };
-    Ok(EventResponse::Write(wire::WriteResponse {
-        correlation_id,
-        max_aggregate_version: outcome.max_aggregate_version(),
-    }))
-}
-
-/// A schema registration: the store checks, compiles (on its schema threads, within its
-/// deadline, so the call is made from the blocking pool), stores and caches it.
-async fn register_schema(
-    svc: &EventService,
-    r: wire::RegisterSchemaRequest,
-) -> Result<EventResponse, ServerError> {
-    let registration = st::SchemaRegistration {
-        key: st::SchemaKey {
-            org_id: r.schema_key.org_id,
-            aggregate_type_id: r.schema_key.aggregate_type_id,
-            event_type_major: r.schema_key.event_type_major,
-            event_type_minor: r.schema_key.event_type_minor,
-        },
-        schema_type: r.schema_type,
-        schema: r.schema,
-        client_id: r.client_id,
-        user_id: r.user_id,
-        now: crate::clock::now_millis(),
-    };
-    if let Some(cluster) = svc.cluster() {
-        let placement = *svc.store.placement();
-        let cluster = cluster.map_err(|e| replicated_error(e, Kind::Schema, placement))?;
-        let store = Arc::clone(&svc.store);
-        let (shard, command) = blocking(move || store.prepare_schema(registration))
-            .await
-            .map_err(|e| register_error(&e, r.schema_type))?;
-        match cluster.submit(shard, &command).await {
-            Ok(st::replicated::Applied::Schema) => {}
-            Ok(other) => return Err(internal_mismatch(&other)),
-            Err(EventClusterError::Store(e)) => return Err(register_error(&e, r.schema_type)),
-            Err(e) => return Err(replicated_error(e, Kind::Schema, placement)),
-        }
+            .map_err(|e| cluster_error(kind, e, placement))
     } else {
-        submit(svc, 0, true, move |store| {
-            store.register_schema(registration)
-        })
-        .await
-        .map_err(|e| register_error(&e, r.schema_type))?;
-    }
-    Ok(EventResponse::RegisterSchema(
-        wire::RegisterSchemaResponse {
-            correlation_id: r.correlation_id,
-        },
-    ))
-}
-
-/// Which change a replicated answer is for (each has its own codes).
-#[derive(Clone, Copy)]
-enum Kind {
-    Write,
-    Trim,
-    Delete,
-    Schema,
-}
-
-/// The answer to a change the cluster did not take: the kind's not-leader code with the
-/// leader's client address (the published client follows it), its backpressure code when no
-/// majority takes it now, or the store's refusal.
-fn replicated_error(e: EventClusterError, kind: Kind, placement: Placement) -> ServerError {
-    match (e, kind) {
-        (EventClusterError::NotLeader { leader_address }, Kind::Write) => {
-            ServerError::WriteNotLeader { leader_address }
+        let bytes = change.payload_bytes();
+        match change.request {
+            StoreChange::Write(r) => submit(svc, bytes, may_wait, move |store| store.write(r))
+                .await
+                .map(st::replicated::Applied::Write),
+            StoreChange::Trim(r) => submit(svc, 0, false, move |store| store.trim(r))
+                .await
+                .map(st::replicated::Applied::Trim),
+            StoreChange::Delete(r) => submit(svc, 0, false, move |store| store.delete(&r))
+                .await
+                .map(st::replicated::Applied::Delete),
+            StoreChange::Schema(r) => submit(svc, 0, true, move |store| store.register_schema(r))
+                .await
+                .map(|()| st::replicated::Applied::Schema),
         }
-        (EventClusterError::NotLeader { leader_address }, Kind::Trim) => {
-            ServerError::TrimNotLeader { leader_address }
-        }
-        (EventClusterError::NotLeader { leader_address }, Kind::Delete) => {
-            ServerError::DeleteNotLeader { leader_address }
-        }
-        (EventClusterError::NotLeader { leader_address }, Kind::Schema) => {
-            ServerError::RegisterSchemaCannotAcceptWrites { leader_address }
-        }
-        (EventClusterError::Unavailable(why), kind) => {
-            tracing::debug!(reason = %why, "a change was not committed");
-            match kind {
-                Kind::Write => ServerError::WriteReplicationBackpressure,
-                Kind::Trim => ServerError::TrimReplicationBackpressure,
-                Kind::Delete => ServerError::DeleteReplicationBackpressure,
-                Kind::Schema => ServerError::RegisterSchemaReplicationError { detail: why },
-            }
-        }
-        (EventClusterError::Store(e), Kind::Write) => write_error(&e, placement),
-        (EventClusterError::Store(e), Kind::Trim) => trim_error(&e),
-        (EventClusterError::Store(e), Kind::Delete) => delete_error(&e, placement),
-        (EventClusterError::Store(e), Kind::Schema) => register_error(&e, 0),
-    }
-}
-
-/// A group answered a change with another kind's outcome (a bug).
-fn internal_mismatch(applied: &st::replicated::Applied) -> ServerError {
-    tracing::error!(
-        ?applied,
-        "a replicated change answered with another kind's outcome"
-    );
-    ServerError::WriteReplicationBackpressure
+        .map_err(|e| store_error(kind, &e, placement))
+    };
+    respond(kind, correlation_id, outcome)
 }
 
 /// Submits a mutation of `bytes` payload bytes and awaits its completion. The submission runs
@@ -552,67 +430,13 @@ pub(super) async fn execute(
                 next_aggregate_version: page.next_version,
             }))
         }
-        EventRequest::Write(w) => write(svc, w).await,
-        EventRequest::TrimStart(r) => {
-            let request = st::TrimRequest {
-                key: key(&r.aggregate_key),
-                keep_from_version: r.keep_from_aggregate_version,
-                client_id: r.client_id,
-                user_id: r.user_id,
-                now: crate::clock::now_millis(),
-            };
-            if let Some(cluster) = svc.cluster() {
-                let cluster = cluster.map_err(|e| replicated_error(e, Kind::Trim, placement))?;
-                let (shard, command) = svc.store.prepare_trim(request);
-                match cluster.submit(shard, &command).await {
-                    Ok(st::replicated::Applied::Trim(_)) => {}
-                    Ok(other) => return Err(internal_mismatch(&other)),
-                    Err(e) => return Err(replicated_error(e, Kind::Trim, placement)),
-                }
-            } else {
-                submit(svc, 0, false, move |store| store.trim(request))
-                    .await
-                    .map_err(|e| trim_error(&e))?;
-            }
-            Ok(EventResponse::TrimStart(wire::TrimStartResponse {
-                correlation_id: r.correlation_id,
-            }))
-        }
-        EventRequest::Delete(r) => {
-            let request = st::DeleteRequest {
-                client_id: r.client_id,
-                user_id: r.user_id,
-                now: crate::clock::now_millis(),
-                deletes: r
-                    .deletes
-                    .iter()
-                    .map(|(k, d)| st::AggregateDelete {
-                        key: key(k),
-                        allow_recreate: d.allow_recreate,
-                        allow_sequence_continuation: d.allow_sequence_continuation,
-                        expected_version: d.expected_version,
-                    })
-                    .collect(),
-            };
-            if let Some(cluster) = svc.cluster() {
-                let cluster = cluster.map_err(|e| replicated_error(e, Kind::Delete, placement))?;
-                let (shard, command) = svc
-                    .store
-                    .prepare_delete(request)
-                    .map_err(|e| delete_error(&e, placement))?;
-                match cluster.submit(shard, &command).await {
-                    Ok(st::replicated::Applied::Delete(_)) => {}
-                    Ok(other) => return Err(internal_mismatch(&other)),
-                    Err(e) => return Err(replicated_error(e, Kind::Delete, placement)),
-                }
-            } else {
-                submit(svc, 0, false, move |store| store.delete(&request))
-                    .await
-                    .map_err(|e| delete_error(&e, placement))?;
-            }
-            Ok(EventResponse::Delete(wire::DeleteResponse {
-                correlation_id: r.correlation_id,
-            }))
+        request @ (EventRequest::Write(_)
+        | EventRequest::TrimStart(_)
+        | EventRequest::Delete(_)
+        | EventRequest::RegisterSchema(_)) => {
+            let change = Change::from_request(request, crate::clock::now_millis())
+                .expect("a change request");
+            apply_change(svc, change).await
         }
         EventRequest::ListOrgs(r) => {
             let svc2 = Arc::clone(svc);
@@ -693,7 +517,6 @@ pub(super) async fn execute(
                 },
             ))
         }
-        EventRequest::RegisterSchema(r) => register_schema(svc, r).await,
         EventRequest::Watch(_) | EventRequest::Identify(_) => {
             // Both take over the connection and are handled before execution.
             Err(ServerError::WatchRequestInvalid)

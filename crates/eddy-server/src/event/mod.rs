@@ -23,6 +23,7 @@
 //!   of at least 1024 bytes; fixed-size responses always fit 1007 bytes (error messages are
 //!   truncated by the codec).
 
+pub mod change;
 mod codecs;
 mod connection;
 mod exec;
