@@ -30,8 +30,9 @@
 //! takes through the server's own decoding, conversion and preparation and answers through its
 //! own codes and encoder, and a check of what clients decoded against what every member stores
 //! (`--store events`); [`streams::pair`] the server's own
-//! partition groups, with Iggy sends stamped as the server's leader stamps them and a check of
-//! every member's messages (`--store streams`); [`server::pair`] both at once, as one eddy
+//! partition groups, with Iggy `SEND_MESSAGES` frames decoded by each member as the server
+//! decodes them, stamped as the server's leader stamps them and answered with the server's
+//! reply frames, and a check of every member's messages (`--store streams`); [`server::pair`] both at once, as one eddy
 //! member runs them (`--store server`).
 //!
 //! ```

@@ -3,18 +3,26 @@
 //! partition's message log), on the node's crash-simulating
 //! [`MemBackend`](eddy_log::MemBackend).
 //!
-//! * **Requests** are Iggy `SendMessages` batches built by the codec ([`build_batch`]) of one
-//!   to three messages, each carrying its operation. The node that takes one admits it
-//!   ([`admit`]) and stamps it as the server's leader does ([`PartitionGroup::stamp`]: the offset
-//!   predicted after what it applied and what it proposed and has not seen answered); the
-//!   entry is then proposed. A prediction that went stale (a proposal ahead of it was lost) is
-//!   refused at apply on every member, as in the server.
+//! * **Requests** are Iggy `SEND_MESSAGES` frames as the SDK sends them (the 256-byte request
+//!   header of the partition operation, then the body naming stream 1, topic 1 and the
+//!   partition, with a batch of one to three messages built by the codec, each carrying its
+//!   operation). The node that takes one decodes it as the server's dispatch does (frame,
+//!   header, route, body), checks it names that node's partition, admits the batch
+//!   ([`admit`]) and stamps it as the server's leader does ([`PartitionGroup::stamp`]: the
+//!   offset predicted after what it applied and what it proposed and has not seen answered);
+//!   the entry is then proposed. A prediction that went stale (a proposal ahead of it was
+//!   lost) is refused at apply on every member, as in the server.
 //! * **Disks**: the group logs' durability reports wait for the simulator's sync; a crash, a
 //!   torn tail, a full disk or failing fdatasyncs hit them, and a restart re-applies the
 //!   committed entries from the log, as in the server.
 //! * **Answers**: each apply's outcome on a node is recorded by index; when a client is told
-//!   its operation applied there, the answer it got (appended at offset b, or stale) goes to
-//!   the [`Ledger`].
+//!   its operation applied there, the member answers as the server does (the server's
+//!   [`send_reply`] in a reply frame, or the status of a stale stamp), the client decodes that
+//!   frame as the SDK does, and it must say what the apply did (the base offset); the answer
+//!   (appended at offset b, or stale) goes to the [`Ledger`]. A proposal the group refuses is
+//!   answered with the server's status for it (`TransientNotAccepted`), on which the SDK looks
+//!   for the leader again (the engine's leader hint stands in for that lookup). Metadata
+//!   operations are proposed as the store's encoded operations (not as Iggy commands).
 //! * **Final check** ([`StoreFactory::check_final`]), on every member after the drain: each
 //!   partition polls the same messages at the same offsets on every member, offsets run from 0
 //!   without a gap, a batch's messages sit at consecutive offsets in order, nothing stored was
@@ -48,19 +56,28 @@
 use std::collections::{BTreeMap, VecDeque};
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 
-use bytes::{Buf, BufMut, Bytes, BytesMut};
-use eddy_codec::stream::batch::{admit, build_batch, Message, StoredBatch};
+use bytes::{BufMut, Bytes, BytesMut};
+use eddy_codec::stream::batch::{admit, Message, StoredBatch};
+use eddy_codec::stream::commands::send_messages::{SendMessages, SendMessagesReply};
+use eddy_codec::stream::{
+    reply_payload, route, CodecError, CommandCode, ErrorCode, Identifier, Partitioning, ReplyFrame,
+    Request, Route, WireDecode, WireEncode,
+};
 use eddy_consensus::logstore::RaftLog;
-use eddy_consensus::{GroupId, GroupStore, NodeId, Replicated, StoreError};
+use eddy_consensus::{GroupId, GroupStore, NodeId, ProposeError, Replicated, StoreError};
 use eddy_log::{Cache, CommitPool, Durability, LogConfig};
 use eddy_server::cluster::groups::{partition_dir, partition_group_id, METADATA_GROUP};
 use eddy_server::cluster::metadata::{MetadataMachine, NoEffects};
 use eddy_server::cluster::partition::{PartitionGroup, PartitionMachine};
+use eddy_server::cluster::streams::ClusterError;
+use eddy_server::stream::error::StreamError;
+use eddy_server::stream::send_reply;
 use eddy_server::stream::Stampable;
 use eddy_stream_store::metadata::{decode_op, encode_op};
 use eddy_stream_store::replicated::{ApplyOutcome, PartitionEntry};
 use eddy_stream_store::replicated_metadata::{MetadataApplied, MetadataView};
 use eddy_stream_store::{MetadataState, PartitionAddr, RetentionPolicy};
+use eddy_wire::stream::{decode_with_limit, Decoded, Header, Operation, RequestHeader};
 
 use crate::config::Millis;
 use crate::logdir::Disk;
@@ -129,6 +146,10 @@ pub struct StreamDir {
     metadata: Option<MetadataView>,
     groups: BTreeMap<GroupId, PartitionGroup>,
     pending: BTreeMap<GroupId, VecDeque<(AttemptId, Bytes)>>,
+    /// The request header of each send this member took and proposed, until answered.
+    headers: BTreeMap<AttemptId, RequestHeader>,
+    /// The header of the send being answered (set when it settles).
+    answering: Option<RequestHeader>,
     records: Records<Answer>,
     /// Each partition's retention policy on this member (its configuration: kept across
     /// restarts).
@@ -208,6 +229,48 @@ fn addr_of(group: GroupId) -> PartitionAddr {
     }
 }
 
+/// Largest frame a simulated client sends.
+const MAX_FRAME: u32 = 1 << 20;
+
+/// A member's decoding of a client's frame, as the server's dispatch decodes it: the request
+/// header, routed to `SEND_MESSAGES`, and its body.
+fn decode_send(frame: &Bytes) -> Result<(RequestHeader, SendMessages), String> {
+    let (header, body_len) = match decode_with_limit(frame, MAX_FRAME) {
+        Ok(Decoded::Complete(f)) if f.len() == frame.len() => match f.header {
+            Header::Request(header) => (header, f.body.len()),
+            other => return Err(format!("a client sent {other:?}")),
+        },
+        other => return Err(format!("a send's frame does not decode whole: {other:?}")),
+    };
+    let code = match route(&header) {
+        Ok(Route::Command(code)) => code,
+        other => return Err(format!("a send routes to {other:?}")),
+    };
+    let body = frame.slice(frame.len() - body_len..);
+    match Request::decode(code, &body) {
+        Ok(Request::SendMessages(request)) if code == CommandCode::SendMessages => {
+            Ok((header, request))
+        }
+        other => Err(format!("a send decodes as {other:?}")),
+    }
+}
+
+/// A reply frame as the SDK reads it: the payload, or the refusal's code.
+fn client_reply(frame: &[u8]) -> Result<Result<Bytes, u32>, String> {
+    let (reply, body) = match decode_with_limit(frame, MAX_FRAME) {
+        Ok(Decoded::Complete(f)) if f.len() == frame.len() => match f.header {
+            Header::Reply(reply) => (reply, f.body),
+            other => return Err(format!("the member answered {other:?}")),
+        },
+        other => return Err(format!("the reply does not decode whole: {other:?}")),
+    };
+    match reply_payload(&reply, body) {
+        Ok(payload) => Ok(Ok(Bytes::copy_from_slice(payload))),
+        Err(CodecError::ErrorReply { code }) => Ok(Err(code)),
+        Err(e) => Err(format!("the reply does not decode: {e}")),
+    }
+}
+
 /// A partition's apply outcome as its client's answer.
 fn judge(outcome: ApplyOutcome, _: &Recorder<Answer>) -> Option<Answer> {
     Some(match outcome {
@@ -232,6 +295,8 @@ impl StoreFactory for StreamFactory {
             metadata: None,
             groups: BTreeMap::new(),
             pending: BTreeMap::new(),
+            headers: BTreeMap::new(),
+            answering: None,
             records: Records::sharing(Arc::clone(&self.applied)),
             retention: BTreeMap::new(),
         }
@@ -311,7 +376,7 @@ impl StoreFactory for StreamFactory {
         dir: &mut StreamDir,
         group: GroupId,
         attempt: AttemptId,
-        mut payload: Bytes,
+        payload: Bytes,
         now: Millis,
     ) -> Result<Bytes, String> {
         if group == METADATA_GROUP {
@@ -321,8 +386,26 @@ impl StoreFactory for StreamFactory {
             .groups
             .get(&group)
             .ok_or_else(|| format!("{group}: not open on a running node"))?;
-        let count = payload.get_u32_le();
-        let batch = admit(payload, count).map_err(|e| format!("a send not admitted: {e}"))?;
+        let (header, request) = decode_send(&payload)?;
+        let addr = addr_of(group);
+        let routed = (
+            request.stream_id.clone(),
+            request.topic_id.clone(),
+            request.partitioning.clone(),
+        );
+        if routed
+            != (
+                Identifier::numeric(addr.stream_id),
+                Identifier::numeric(addr.topic_id),
+                Partitioning::PartitionId(addr.partition_id),
+            )
+        {
+            return Err(format!("{group}: a send for {routed:?} reached {addr:?}"));
+        }
+        // As the server's `SEND_MESSAGES`: the batch admitted, then stamped by the leader.
+        let batch = admit(request.batch, request.messages_count)
+            .map_err(|e| format!("a send not admitted: {e}"))?;
+        dir.headers.insert(attempt, header);
         let queue = dir.pending.entry(group).or_default();
         let stamped = readable
             .stamp(
@@ -345,6 +428,7 @@ impl StoreFactory for StreamFactory {
         if let Some(queue) = dir.pending.get_mut(&group) {
             queue.retain(|(a, _)| *a != attempt);
         }
+        dir.answering = dir.headers.remove(&attempt);
     }
 
     fn acked(
@@ -357,6 +441,40 @@ impl StoreFactory for StreamFactory {
         let answer = dir.records.answer(group, index).ok_or_else(|| {
             format!("op {op}: acknowledged at {group} index {index} with no answer recorded there")
         })?;
+        if let Some(header) = dir.answering.take() {
+            // The member answers the send as the server does, and the client decodes that.
+            let reply = match &answer {
+                Answer::Appended(base, _) => {
+                    let payload = send_reply(addr_of(group), *base).to_vec();
+                    ReplyFrame::success_chunks(&header, vec![Bytes::from(payload)])
+                }
+                Answer::Stale => {
+                    let stale = StreamError::Cluster(ClusterError::Stale(0));
+                    ReplyFrame::status(&header, stale.code())
+                }
+                other => return Err(format!("op {op}: a send applied as {other:?}")),
+            }
+            .map_err(|e| format!("op {op}: the reply does not frame: {e}"))?;
+            let decoded = client_reply(&reply.to_vec())
+                .map_err(|e| format!("op {op} at {group} index {index}: {e}"))?;
+            let consistent = match (&answer, &decoded) {
+                (Answer::Appended(base, _), Ok(payload)) => {
+                    SendMessagesReply::decode_bytes(payload).is_ok_and(|r| {
+                        r.confirmations.len() == 1
+                            && r.confirmations[0].base_offset == *base
+                            && r.confirmations[0].partition_id == addr_of(group).partition_id
+                    })
+                }
+                (Answer::Stale, Err(code)) => *code == ErrorCode::TransientNotAccepted.code(),
+                _ => false,
+            };
+            if !consistent {
+                return Err(format!(
+                    "op {op} at {group} index {index}: the member applied {answer:?} but its \
+                     client decodes {decoded:?}"
+                ));
+            }
+        }
         let settled = matches!(
             answer,
             Answer::Appended(..) | Answer::Applied | Answer::Refused(_)
@@ -364,6 +482,39 @@ impl StoreFactory for StreamFactory {
         guard(&self.ledger).told.entry(op).or_default().push(answer);
         // A stale stamp is the server's transient refusal: the SDK sends again.
         Ok(settled)
+    }
+
+    fn told_error(
+        &mut self,
+        dir: &mut StreamDir,
+        group: GroupId,
+        error: ProposeError,
+    ) -> Result<ProposeError, String> {
+        let Some(header) = dir.answering.take() else {
+            return Ok(error);
+        };
+        // As `ClusterStreams::append` refuses it, and the server answers that.
+        let hint = match &error {
+            ProposeError::NotLeader { leader, .. } => *leader,
+            _ => None,
+        };
+        let refused = match error {
+            ProposeError::NotLeader { .. } => ClusterError::NotLeader("partition's group"),
+            other => ClusterError::NotCommitted(other),
+        };
+        let reply = ReplyFrame::status(&header, StreamError::Cluster(refused).code())
+            .map_err(|e| format!("{group}: the refusal does not frame: {e}"))?;
+        match client_reply(&reply.to_vec()).map_err(|e| format!("{group}: {e}"))? {
+            // The SDK looks for the leader again (the engine's hint stands in for its lookup)
+            // and sends again; it cannot tell whether the send was committed.
+            Err(code) if code == ErrorCode::TransientNotAccepted.code() => {
+                Ok(ProposeError::NotLeader {
+                    group,
+                    leader: hint,
+                })
+            }
+            other => Err(format!("{group}: a refused send decodes as {other:?}")),
+        }
     }
 
     fn check_final(&self, dirs: &[(NodeId, &StreamDir)]) -> Result<String, String> {
@@ -691,12 +842,25 @@ impl Workload for StreamWorkload {
                 }
             })
             .collect();
-        let batch = build_batch(&messages).expect("a valid batch");
+        let addr = addr_of(group);
+        let request = SendMessages::new(
+            Identifier::numeric(addr.stream_id),
+            Identifier::numeric(addr.topic_id),
+            Partitioning::PartitionId(addr.partition_id),
+            &messages,
+        )
+        .expect("a valid batch");
         let count = u32::try_from(count).expect("a few");
         guard(&self.ledger).proposed.insert(id, (group, count));
-        let mut out = BytesMut::with_capacity(4 + batch.len());
-        out.put_u32_le(count);
-        out.extend_from_slice(&batch);
+        // As the SDK frames a send: the partition operation, its client, no body checksum.
+        let body = request.to_vec();
+        let mut header =
+            RequestHeader::new(Operation::SendMessages, body.len()).expect("a small frame");
+        header.client = u128::from(id) + 1;
+        header.session = 1;
+        let mut out = BytesMut::with_capacity(256 + body.len());
+        out.extend_from_slice(&header.encode());
+        out.extend_from_slice(&body);
         out.freeze()
     }
 
@@ -794,5 +958,26 @@ mod tests {
         assert_eq!(dir.pending[&group].len(), 1);
         factory.settled(&mut dir, group, (77, 1));
         assert!(dir.pending[&group].is_empty());
+        // The send was a client's frame: a refusal reaches that client as the server's code.
+        let redirect = ProposeError::NotLeader {
+            group,
+            leader: Some(2),
+        };
+        assert_eq!(
+            factory
+                .told_error(&mut dir, group, redirect.clone())
+                .unwrap(),
+            redirect
+        );
+        // A frame cut short, or for another partition, is not taken.
+        let payload = w.payload(group, 78, &mut rng);
+        let cut = payload.slice(..payload.len() - 1);
+        assert!(factory.prepare(&mut dir, group, (78, 1), cut, 10).is_err());
+        let other = partition_group_id(0);
+        let _other = factory.open(&mut dir, other).unwrap();
+        assert!(factory
+            .prepare(&mut dir, other, (78, 1), payload, 10)
+            .unwrap_err()
+            .contains("reached"));
     }
 }

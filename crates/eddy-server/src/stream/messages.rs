@@ -133,14 +133,7 @@ pub(crate) async fn send(
         let appended = cluster
             .append(addr, Stampable(admitted), crate::clock::now_micros())
             .await?;
-        return Ok(Outcome::payload(&SendMessagesReply {
-            confirmations: vec![SendConfirmation {
-                stream_id,
-                topic_id,
-                partition_id,
-                base_offset: appended.base_offset,
-            }],
-        }));
+        return Ok(Outcome::payload(&send_reply(addr, appended.base_offset)));
     }
     let (_in_flight, offload) = state.appends.enter(admitted.len() as u64);
     let ticket = if offload {
@@ -155,14 +148,19 @@ pub(crate) async fn send(
             .append(addr, Stampable(admitted), crate::clock::now_micros())?
     };
     let appended = ticket.await?;
-    Ok(Outcome::payload(&SendMessagesReply {
+    Ok(Outcome::payload(&send_reply(addr, appended.base_offset)))
+}
+
+/// The `SEND_MESSAGES` reply for a batch appended to `addr` at `base_offset`.
+pub fn send_reply(addr: PartitionAddr, base_offset: u64) -> SendMessagesReply {
+    SendMessagesReply {
         confirmations: vec![SendConfirmation {
-            stream_id,
-            topic_id,
-            partition_id,
-            base_offset: appended.base_offset,
+            stream_id: addr.stream_id,
+            topic_id: addr.topic_id,
+            partition_id: addr.partition_id,
+            base_offset,
         }],
-    }))
+    }
 }
 
 fn strategy(strategy: PollingStrategy) -> PollStrategy {

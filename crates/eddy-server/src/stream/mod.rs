@@ -58,7 +58,7 @@ use eddy_stream_store::{MetadataOp, MetadataState, Operation, StreamStore};
 pub use connection::serve_connection;
 use error::StreamError;
 use groups::Coordinator;
-pub use messages::Stampable;
+pub use messages::{send_reply, Stampable};
 
 /// Per-command metric names: every command of the table, in table order, then
 /// [`INVALID_REQUEST`] for frames that route to no command.
