@@ -114,6 +114,9 @@ pub struct FaultConfig {
     /// An operator's `DELETE_SEGMENTS` of one segment, on a group a node leads (stores that
     /// have segments: the partitions), as the server's leader proposes it.
     pub delete_segments: f64,
+    /// An operator's purge of a partition (`PURGE_TOPIC`/`PURGE_STREAM` reach each partition
+    /// as this), on a group a node leads, as the server's leader proposes it.
+    pub purge: f64,
 }
 
 impl Default for FaultConfig {
@@ -144,6 +147,7 @@ impl Default for FaultConfig {
             compact: 0.0,
             snapshot_lost: 0.0,
             delete_segments: 0.0,
+            purge: 0.0,
         }
     }
 }
@@ -172,6 +176,7 @@ impl FaultConfig {
             compact: 0.05,
             snapshot_lost: 0.1,
             delete_segments: 0.03,
+            purge: 0.02,
             ..FaultConfig::default()
         }
     }
@@ -199,6 +204,7 @@ impl FaultConfig {
             compact: 0.1,
             snapshot_lost: 0.3,
             delete_segments: 0.08,
+            purge: 0.05,
             ..FaultConfig::default()
         }
     }

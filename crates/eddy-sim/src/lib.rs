@@ -9,7 +9,8 @@
 //!    [`FaultConfig::with_data_loss`], wipes data directories when that is survivable); the
 //!    network loses, duplicates, delays and reorders batches, a snapshot whose data a
 //!    node copied out of band (an event shard's records) may be lost before its engine sees
-//!    it, and operators delete partitions' oldest segments (`DELETE_SEGMENTS`).
+//!    it, and operators delete partitions' oldest segments (`DELETE_SEGMENTS`) and purge
+//!    partitions (a new purge generation, or the one held proposed again).
 //! 2. **Calm** (`calm_ms`): faults stop, the network heals, every node runs; each group must
 //!    acknowledge a new proposal within `liveness_ms`.
 //! 3. **Drain**: clients finish, every member catches up, and the final states are checked.

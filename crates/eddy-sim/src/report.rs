@@ -54,11 +54,13 @@ pub enum FaultKind {
     SnapshotLostAfterCopy,
     /// An operator's `DELETE_SEGMENTS` proposed on a partition's leader.
     DeleteSegments,
+    /// An operator's purge proposed on a partition's leader.
+    Purge,
 }
 
 impl FaultKind {
     /// Every kind, in report order.
-    pub const ALL: [FaultKind; 23] = [
+    pub const ALL: [FaultKind; 24] = [
         FaultKind::PartitionSymmetric,
         FaultKind::PartitionOneWay,
         FaultKind::Isolate,
@@ -82,6 +84,7 @@ impl FaultKind {
         FaultKind::Compaction,
         FaultKind::SnapshotLostAfterCopy,
         FaultKind::DeleteSegments,
+        FaultKind::Purge,
     ];
 
     /// Its name in reports.
@@ -110,6 +113,7 @@ impl FaultKind {
             FaultKind::Compaction => "compaction",
             FaultKind::SnapshotLostAfterCopy => "snapshot-lost-after-copy",
             FaultKind::DeleteSegments => "delete-segments",
+            FaultKind::Purge => "purge",
         }
     }
 

@@ -105,6 +105,10 @@ impl StoreFactory for ServerFactory {
         by_group!(self, dir, group, |f, d| f.delete_segments(d, group))
     }
 
+    fn purge(&mut self, dir: &mut ServerDir, group: GroupId) -> Option<Bytes> {
+        by_group!(self, dir, group, |f, d| f.purge(d, group))
+    }
+
     fn compact(&mut self, dir: &mut ServerDir, group: GroupId, through: u64) -> bool {
         by_group!(self, dir, group, |f, d| f.compact(d, group, through))
     }

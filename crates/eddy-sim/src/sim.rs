@@ -1286,17 +1286,21 @@ impl<F: StoreFactory, W: Workload> Sim<F, W> {
         }
         if !live.is_empty() && self.rng.chance(f.delete_segments) {
             let id = live[self.rng.index(live.len())];
-            self.delete_segments(id);
+            self.operator(id, FaultKind::DeleteSegments);
+        }
+        if !live.is_empty() && self.rng.chance(f.purge) {
+            let id = live[self.rng.index(live.len())];
+            self.operator(id, FaultKind::Purge);
         }
         if self.now + f.step_ms < self.cfg.fault_ms {
             self.schedule(f.step_ms.max(1), Event::Nemesis);
         }
     }
 
-    /// An operator's `DELETE_SEGMENTS` on one of the groups `id` leads, proposed there as the
-    /// server's leader proposes it (what it answers is not awaited: the final check compares
-    /// what every member still serves).
-    fn delete_segments(&mut self, id: NodeId) {
+    /// An operator's command (`DELETE_SEGMENTS`, or a purge) on one of the groups `id` leads,
+    /// proposed there as the server's leader proposes it (what it answers is not awaited: the
+    /// final check compares what every member still serves).
+    fn operator(&mut self, id: NodeId, kind: FaultKind) {
         let slot = Self::slot(id);
         let Some(node) = self.nodes[slot].node.as_ref() else {
             return;
@@ -1315,13 +1319,18 @@ impl<F: StoreFactory, W: Workload> Sim<F, W> {
         }
         let group = led[self.rng.index(led.len())];
         let n = &mut self.nodes[slot];
-        let Some(entry) = self.factory.delete_segments(&mut n.dir, group) else {
+        let entry = if kind == FaultKind::Purge {
+            self.factory.purge(&mut n.dir, group)
+        } else {
+            self.factory.delete_segments(&mut n.dir, group)
+        };
+        let Some(entry) = entry else {
             return;
         };
         let node = n.node.as_mut().expect("up");
         node.propose(group, entry, Box::new(|_| {}));
-        self.fault(FaultKind::DeleteSegments);
-        self.note(|| format!("node {id}: DELETE_SEGMENTS of {group}"));
+        self.fault(kind);
+        self.note(|| format!("node {id}: {} of {group}", kind.name()));
     }
 
     /// Retention on one node: each group drops a random part of its applied prefix.

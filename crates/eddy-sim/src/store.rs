@@ -127,6 +127,12 @@ pub trait StoreFactory {
         None
     }
 
+    /// An operator's purge of `group` (a partition), which the node of `dir` leads: the entry
+    /// its leader proposes, or `None` when the store has nothing to purge.
+    fn purge(&mut self, _dir: &mut Self::Dir, _group: GroupId) -> Option<Bytes> {
+        None
+    }
+
     /// The group's state machine as last opened on this directory: the payloads applied, each
     /// with its index, in index order (what the checker reads at the end of a run).
     fn state(&self, dir: &Self::Dir, group: GroupId) -> Vec<(u64, Bytes)>;

@@ -45,6 +45,14 @@
 //!   the end of its oldest sealed segment, as the server's leader does; on partitions without
 //!   a retention cap (odd-numbered groups) every member must then serve from the same offset.
 //!
+//! * **Purges**: the nemesis has a partition's leader propose a `Purge` with the partition's
+//!   purge generation, as the metadata's purge reaches it in the server; every other one
+//!   proposes the generation already held again (the server's `repurge` after a lost
+//!   leader), which must apply at most once. The final check finds in the agreed log the
+//!   purges that applied (a generation above the partition's): every member must be at the
+//!   generation they leave, and a send acknowledged at an entry before the last of them is
+//!   counted as purged (offsets restart at 0 after a purge), every later one checked.
+//!
 //! * **Retention**: the nemesis's compaction gives a member's even-numbered partition groups a
 //!   size cap (two segments), as a topic's `max_topic_size` does; that member's upkeep then records the cut,
 //!   stops serving what lies below it and drops those sealed segments and that part of the
@@ -121,8 +129,8 @@ pub enum Answer {
 pub struct Ledger {
     /// Every send: its partition's group and message count.
     proposed: BTreeMap<OpId, (GroupId, u32)>,
-    /// The answers clients got, per operation.
-    told: BTreeMap<OpId, Vec<Answer>>,
+    /// The answers clients got, per operation, with the index of the entry answered.
+    told: BTreeMap<OpId, Vec<(u64, Answer)>>,
 }
 
 /// The partitions of the whole simulated cluster: the factory of every node's directory.
@@ -133,6 +141,10 @@ pub struct StreamFactory {
     group_log: LogConfig,
     ledger: Arc<Mutex<Ledger>>,
     applied: AppliedLog,
+    /// Each partition's purge generation, as the metadata would hold it.
+    purge_generations: BTreeMap<GroupId, u64>,
+    /// Purges proposed so far (every other one proposes the held generation again).
+    purges_proposed: u64,
 }
 
 /// A proposal's client attempt: (operation, attempt number).
@@ -174,6 +186,8 @@ impl StreamFactory {
             },
             ledger,
             applied: AppliedLog::default(),
+            purge_generations: BTreeMap::new(),
+            purges_proposed: 0,
         }
     }
 
@@ -424,6 +438,24 @@ impl StoreFactory for StreamFactory {
         PartitionEntry::Forget { through_index }.encode().ok()
     }
 
+    fn purge(&mut self, dir: &mut StreamDir, group: GroupId) -> Option<Bytes> {
+        // As a purge reaches a partition in the server: the metadata holds the partition's
+        // purge generation and its leader proposes it; every other call here is the
+        // server's `repurge` of the generation already held (applied, or lost with a
+        // leader), which must apply at most once.
+        dir.groups.get(&group)?;
+        self.purges_proposed += 1;
+        let generation = self.purge_generations.entry(group).or_default();
+        if self.purges_proposed % 2 == 1 || *generation == 0 {
+            *generation += 1;
+        }
+        PartitionEntry::Purge {
+            generation: *generation,
+        }
+        .encode()
+        .ok()
+    }
+
     fn settled(&mut self, dir: &mut StreamDir, group: GroupId, attempt: AttemptId) {
         if let Some(queue) = dir.pending.get_mut(&group) {
             queue.retain(|(a, _)| *a != attempt);
@@ -479,7 +511,11 @@ impl StoreFactory for StreamFactory {
             answer,
             Answer::Appended(..) | Answer::Applied | Answer::Refused(_)
         );
-        guard(&self.ledger).told.entry(op).or_default().push(answer);
+        guard(&self.ledger)
+            .told
+            .entry(op)
+            .or_default()
+            .push((index, answer));
         // A stale stamp is the server's transient refusal: the SDK sends again.
         Ok(settled)
     }
@@ -528,7 +564,11 @@ impl StoreFactory for StreamFactory {
         let mut duplicates = 0;
         let mut appended = 0;
         let mut deleted = 0;
+        let mut purged = 0;
+        let mut purges = 0;
         for group in groups {
+            let (purged_at, generation, effective) = self.purges(group)?;
+            purges += effective;
             let mut views = Vec::with_capacity(dirs.len());
             for (node, dir) in dirs {
                 let readable = dir
@@ -536,13 +576,20 @@ impl StoreFactory for StreamFactory {
                     .get(&group)
                     .ok_or_else(|| format!("node {node}: {group} not open at the end"))?;
                 let held = poll_all(readable).map_err(|e| format!("node {node}, {group}: {e}"))?;
+                let at = readable.partition().generation();
+                if at != generation {
+                    return Err(format!(
+                        "node {node}, {group}: at purge generation {at}, the agreed log's \
+                         purges make {generation}"
+                    ));
+                }
                 // Where this member's retention left it (nothing visible: its next offset).
                 let floor = held
                     .keys()
                     .next()
                     .copied()
                     .unwrap_or_else(|| readable.predict([]).next_offset);
-                check_partition(&ledger, group, &held, floor)
+                check_partition(&ledger, group, &held, floor, purged_at)
                     .map_err(|e| format!("node {node}: {e}"))?;
                 views.push((*node, floor, held));
             }
@@ -568,11 +615,12 @@ impl StoreFactory for StreamFactory {
                 .collect();
             let held =
                 agree(views).map_err(|e| format!("{group}: members differ at offset {e}"))?;
-            let counts = check_partition(&ledger, group, &held, common)?;
+            let counts = check_partition(&ledger, group, &held, common, purged_at)?;
             messages += held.len();
             duplicates += counts.duplicates;
             appended += counts.checked;
             deleted += counts.deleted;
+            purged += counts.purged;
         }
         let records: Vec<(NodeId, &Records<Answer>)> =
             dirs.iter().map(|(n, d)| (*n, &d.records)).collect();
@@ -581,14 +629,36 @@ impl StoreFactory for StreamFactory {
             .told
             .values()
             .flatten()
-            .filter(|a| **a == Answer::Stale)
+            .filter(|(_, a)| *a == Answer::Stale)
             .count();
         Ok(format!(
             "partitions agree: {messages} messages served by every member; {appended} sends \
-             answered appended ({deleted} of them deleted by retention since), {stale} stale, \
-             {duplicates} stored again after a retry; {compared} answers the same on several \
+             answered appended ({deleted} of them deleted by retention since), {purged} \
+             appended before one of {purges} purges, {stale} stale, {duplicates} stored again \
+             after a retry; {compared} answers the same on several \
              members; {metadata}"
         ))
+    }
+}
+
+impl StreamFactory {
+    /// The purges of `group`'s agreed log (every entry any member applied): the index of the
+    /// last one that applied (0: none), the generation they leave, and how many applied. A
+    /// purge applies when its generation is above the partition's; a retried one is a no-op.
+    fn purges(&self, group: GroupId) -> Result<(u64, u64, u64), String> {
+        let applied = guard(&self.applied);
+        let (mut at, mut generation, mut effective) = (0, 0, 0);
+        for (index, payload) in applied.get(&group).into_iter().flatten() {
+            let entry = PartitionEntry::decode(payload)
+                .map_err(|e| format!("{group} index {index}: {e}"))?;
+            if let PartitionEntry::Purge { generation: g } = entry {
+                if g > generation {
+                    (at, generation) = (*index, g);
+                    effective += 1;
+                }
+            }
+        }
+        Ok((at, generation, effective))
     }
 }
 
@@ -680,6 +750,8 @@ struct PartitionCounts {
     checked: u64,
     /// Appended answers below the floor: deleted by retention since.
     deleted: u64,
+    /// Appended answers to entries before the partition's last purge.
+    purged: u64,
 }
 
 /// The stream guarantees over one partition's messages served from `floor` on (what retention
@@ -689,6 +761,7 @@ fn check_partition(
     group: GroupId,
     held: &BTreeMap<u64, Polled>,
     floor: u64,
+    purged_at: u64,
 ) -> Result<PartitionCounts, String> {
     // Where each send's batches start.
     let mut starts: BTreeMap<OpId, Vec<u64>> = BTreeMap::new();
@@ -746,10 +819,15 @@ fn check_partition(
         if ledger.proposed.get(op).map(|p| p.0) != Some(group) {
             continue;
         }
-        for answer in answers {
+        for (index, answer) in answers {
             let Answer::Appended(base, count) = answer else {
                 continue;
             };
+            // Emptied by a later purge (offsets then restart at 0).
+            if *index < purged_at {
+                counts.purged += 1;
+                continue;
+            }
             if *base < floor {
                 counts.deleted += 1;
                 continue;
@@ -897,13 +975,13 @@ mod tests {
         let mut ledger = Ledger::default();
         ledger.proposed.insert(1, (g, 2));
         ledger.proposed.insert(2, (g, 1));
-        ledger.told.insert(1, vec![Answer::Appended(0, 2)]);
+        ledger.told.insert(1, vec![(3, Answer::Appended(0, 2))]);
         ledger
             .told
-            .insert(2, vec![Answer::Stale, Answer::Appended(2, 1)]);
+            .insert(2, vec![(4, Answer::Stale), (5, Answer::Appended(2, 1))]);
         let good = BTreeMap::from([(0, (1, 0, 0)), (1, (1, 1, 1)), (2, (2, 0, 2))]);
         assert_eq!(
-            check_partition(&ledger, g, &good, 0).map(|c| (c.duplicates, c.checked)),
+            check_partition(&ledger, g, &good, 0, 0).map(|c| (c.duplicates, c.checked)),
             Ok((0, 2))
         );
         let again = BTreeMap::from([
@@ -913,32 +991,46 @@ mod tests {
             (3, (2, 0, 3)),
         ]);
         assert_eq!(
-            check_partition(&ledger, g, &again, 0).map(|c| (c.duplicates, c.checked)),
+            check_partition(&ledger, g, &again, 0, 0).map(|c| (c.duplicates, c.checked)),
             Ok((1, 2))
         );
 
         let gap = BTreeMap::from([(0, (1, 0, 0)), (1, (1, 1, 1)), (3, (2, 0, 3))]);
-        assert!(check_partition(&ledger, g, &gap, 0)
+        assert!(check_partition(&ledger, g, &gap, 0, 0)
             .unwrap_err()
             .contains("gap"));
         let cut = BTreeMap::from([(0, (1, 0, 0)), (1, (2, 0, 1))]);
-        assert!(check_partition(&ledger, g, &cut, 0)
+        assert!(check_partition(&ledger, g, &cut, 0, 0)
             .unwrap_err()
             .contains("cut"));
         let lost = BTreeMap::from([(0, (1, 0, 0)), (1, (1, 1, 1))]);
-        assert!(check_partition(&ledger, g, &lost, 0)
+        assert!(check_partition(&ledger, g, &lost, 0, 0)
             .unwrap_err()
             .contains("lost"));
         let stranger = BTreeMap::from([(0, (9, 0, 0))]);
-        assert!(check_partition(&ledger, g, &stranger, 0)
+        assert!(check_partition(&ledger, g, &stranger, 0, 0)
             .unwrap_err()
             .contains("never sent"));
         // Retention cut the first send: its answer can no longer be checked.
         let cut = BTreeMap::from([(2, (2, 0, 2))]);
-        let counts = check_partition(&ledger, g, &cut, 2).unwrap();
+        // A purge at index 4 emptied the partition: the first send (acknowledged at index 3)
+        // is gone, offsets restarted at 0 and the second send sits there now.
+        let after_purge = BTreeMap::from([(0, (2, 0, 9))]);
+        let mut purged = Ledger {
+            proposed: ledger.proposed.clone(),
+            ..Ledger::default()
+        };
+        purged.told.insert(1, vec![(3, Answer::Appended(0, 2))]);
+        purged.told.insert(2, vec![(5, Answer::Appended(0, 1))]);
+        let counts = check_partition(&purged, g, &after_purge, 0, 4).unwrap();
+        assert_eq!((counts.checked, counts.purged), (1, 1));
+        assert!(check_partition(&purged, g, &after_purge, 0, 0)
+            .unwrap_err()
+            .contains("lost or moved"));
+        let counts = check_partition(&ledger, g, &cut, 2, 0).unwrap();
         assert_eq!((counts.checked, counts.deleted), (1, 1));
         let back = BTreeMap::from([(0, (1, 0, 5)), (1, (1, 1, 5)), (2, (2, 0, 4))]);
-        assert!(check_partition(&ledger, g, &back, 0)
+        assert!(check_partition(&ledger, g, &back, 0, 0)
             .unwrap_err()
             .contains("went back"));
     }

@@ -29,9 +29,9 @@ fn smoke(store: StoreKind) {
     let mut snapshots = 0;
     for (nodes, profile, seeds, data_loss) in [
         (3, "light", 1..=4, false),
-        (3, "heavy", 1..=6, false),
+        (3, "heavy", 1..=12, false),
         (5, "heavy", 1..=3, false),
-        (3, "light", 1..=8, true),
+        (3, "heavy", 1..=6, true),
     ] {
         let spec = Spec {
             start: *seeds.start(),
@@ -64,6 +64,11 @@ fn smoke(store: StoreKind) {
         assert!(
             seen.get(FaultKind::DeleteSegments) > 0,
             "no DELETE_SEGMENTS in the smoke: {seen}"
+        );
+        // And purged partitions (new generations and repurges).
+        assert!(
+            seen.get(FaultKind::Purge) > 0,
+            "no purge in the smoke: {seen}"
         );
     }
     if store != StoreKind::Streams {

@@ -70,9 +70,10 @@ fn smoke_campaign_over_both_sizes_and_every_profile_keeps_every_guarantee() {
         }
         if matches!(
             kind,
-            FaultKind::SnapshotLostAfterCopy | FaultKind::DeleteSegments
+            FaultKind::SnapshotLostAfterCopy | FaultKind::DeleteSegments | FaultKind::Purge
         ) {
-            continue; // only stores that copy snapshot data (events) or have segments (streams)
+            // Only stores that copy snapshot data (events) or have partitions (streams).
+            continue;
         }
         assert!(
             seen.get(kind) > 0,
