@@ -36,6 +36,10 @@
 //!   racing for a few keys) are the same on every member, each the text of an operation that
 //!   proposed it, and every registration a client was told was stored is the one stored.
 //!
+//! * **Reads**: while the faults go on, clients read random aggregates on random members; the
+//!   operation served at a version must be the one every other read got there, and the one
+//!   every member finally holds there unless a trim or a delete removed it since.
+//!
 //! Event groups compact their own logs, as in the server, every [`COMPACT_EVERY`] entries
 //! (after syncing the shard log), so [`StoreFactory::compact`] does nothing here; a member that
 //! needs entries compacted away gets a snapshot, and before its node sees it the records it
@@ -259,6 +263,8 @@ pub struct EventFactory {
     index_flushes: u64,
     /// Every entry any member applied: what a snapshot stands for in a member's record.
     applied: AppliedLog,
+    /// What clients' reads were served during the run: (aggregate, version) -> operation.
+    observed: BTreeMap<(AggregateKey, u64), OpId>,
 }
 
 /// One node's data directory: its disk, its event store while it runs, and what its machines
@@ -295,6 +301,7 @@ impl EventFactory {
             ledger,
             index_flushes: 0,
             applied: AppliedLog::default(),
+            observed: BTreeMap::new(),
         }
     }
 
@@ -626,6 +633,44 @@ impl StoreFactory for EventFactory {
         Ok(settled)
     }
 
+    /// A client reads one aggregate of the shard on this member, as the server's `Read`
+    /// does (what the member applied: committed changes only).
+    fn observe(
+        &mut self,
+        dir: &mut EventDir,
+        group: GroupId,
+        rng: &mut SimRng,
+    ) -> Result<(), String> {
+        let Some(store) = dir.store.as_ref() else {
+            return Ok(());
+        };
+        let shard = Self::shard_of(group);
+        let keys: Vec<AggregateKey> = guard(&self.ledger)
+            .keys
+            .iter()
+            .filter(|k| store.placement().shard_of(k) == shard)
+            .copied()
+            .collect();
+        if keys.is_empty() {
+            return Ok(());
+        }
+        let key = keys[rng.index(keys.len())];
+        // A failing read is the client's error, not a wrong answer.
+        let Ok(history) = read_all(store, &BTreeSet::from([key])) else {
+            return Ok(());
+        };
+        for &(version, op) in &history[&key].events {
+            let seen = self.observed.entry((key, version)).or_insert(op);
+            if *seen != op {
+                return Err(format!(
+                    "aggregate {} version {version} served op {op}, another read op {seen}",
+                    key.aggregate_id
+                ));
+            }
+        }
+        Ok(())
+    }
+
     fn told_error(
         &mut self,
         dir: &mut EventDir,
@@ -708,8 +753,32 @@ impl StoreFactory for EventFactory {
         let records: Vec<(NodeId, &Records<Told>)> =
             dirs.iter().map(|(n, d)| (*n, &d.records)).collect();
         let compared = answers_agree(&records, |t| !matches!(t.answer, Answer::Failed(_)))?;
+        // Every read during the run served what every member finally holds there (or what a
+        // trim or a delete removed since).
+        let mut reads_checked = 0;
+        for (&(key, version), &op) in &self.observed {
+            let Some(served) = held.get(&key) else {
+                return Err(format!(
+                    "aggregate {} was read but is not held",
+                    key.aggregate_id
+                ));
+            };
+            if served.deleted || version < served.floor {
+                continue;
+            }
+            let finally = served.events.iter().find(|(v, _)| *v == version);
+            if finally.map(|(_, o)| *o) != Some(op) {
+                return Err(format!(
+                    "aggregate {} version {version}: a read was served op {op}, every member \
+                     finally holds {finally:?} (a read of a change that was not committed)",
+                    key.aggregate_id
+                ));
+            }
+            reads_checked += 1;
+        }
         Ok(format!(
-            "{}; {}; {compared} answers the same on several members; {} index flushes",
+            "{}; {}; {compared} answers the same on several members; {reads_checked} events \
+             served to reads during the run found again; {} index flushes",
             check_history(&ledger, &held)?,
             check_schemas(&ledger, &schemas)?,
             self.index_flushes

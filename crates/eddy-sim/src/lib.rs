@@ -11,6 +11,9 @@
 //!    node copied out of band (an event shard's records) may be lost before its engine sees
 //!    it, and operators delete partitions' oldest segments (`DELETE_SEGMENTS`) and purge
 //!    partitions (a new purge generation, or the one held proposed again).
+//!    Clients also read while the faults go on (polls, aggregate reads on random members):
+//!    what a read is served must agree with every other read and with the final state (no
+//!    member serves what was not committed).
 //! 2. **Calm** (`calm_ms`): faults stop, the network heals, every node runs; each group must
 //!    acknowledge a new proposal within `liveness_ms`.
 //! 3. **Drain**: clients finish, every member catches up, and the final states are checked.

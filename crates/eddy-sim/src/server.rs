@@ -105,6 +105,15 @@ impl StoreFactory for ServerFactory {
         by_group!(self, dir, group, |f, d| f.delete_segments(d, group))
     }
 
+    fn observe(
+        &mut self,
+        dir: &mut ServerDir,
+        group: GroupId,
+        rng: &mut SimRng,
+    ) -> Result<(), String> {
+        by_group!(self, dir, group, |f, d| f.observe(d, group, rng))
+    }
+
     fn purge(&mut self, dir: &mut ServerDir, group: GroupId) -> Option<Bytes> {
         by_group!(self, dir, group, |f, d| f.purge(d, group))
     }

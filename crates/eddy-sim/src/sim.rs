@@ -23,6 +23,8 @@ use crate::rng::SimRng;
 use crate::store::{DiskFault, StoreFactory};
 use crate::workload::{OpId, Workload};
 
+/// Client reads (polls, aggregate reads) at each nemesis step.
+const READS_PER_STEP: usize = 3;
 /// How long after the workload stops every member must have caught up.
 const DRAIN_LIMIT_MS: Millis = 120_000;
 /// How often the end of a run checks whether the cluster caught up.
@@ -535,7 +537,7 @@ impl<F: StoreFactory, W: Workload> Sim<F, W> {
             }
             Event::Nemesis => {
                 self.nemesis();
-                Ok(())
+                self.client_read()
             }
             Event::Heal { epoch } => {
                 if self.net.epoch() == epoch && self.phase == Phase::Faulty {
@@ -1295,6 +1297,28 @@ impl<F: StoreFactory, W: Workload> Sim<F, W> {
         if self.now + f.step_ms < self.cfg.fault_ms {
             self.schedule(f.step_ms.max(1), Event::Nemesis);
         }
+    }
+
+    /// Clients read random groups on random running nodes while the faults go on
+    /// ([`READS_PER_STEP`] each nemesis step): what each is served must agree with every other
+    /// read and with the final state.
+    fn client_read(&mut self) -> Step {
+        if self.phase != Phase::Faulty {
+            return Ok(());
+        }
+        let live = self.live_nodes();
+        if live.is_empty() {
+            return Ok(());
+        }
+        for _ in 0..READS_PER_STEP {
+            let id = live[self.rng.index(live.len())];
+            let group = self.groups[self.rng.index(self.groups.len())];
+            let dir = &mut self.nodes[Self::slot(id)].dir;
+            self.factory
+                .observe(dir, group, &mut self.rng)
+                .map_err(|e| format!("node {id} read {group}: {e}"))?;
+        }
+        Ok(())
     }
 
     /// An operator's command (`DELETE_SEGMENTS`, or a purge) on one of the groups `id` leads,

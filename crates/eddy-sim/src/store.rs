@@ -127,6 +127,19 @@ pub trait StoreFactory {
         None
     }
 
+    /// A client reads `group` on the node of `dir` (a poll, an aggregate's events), during
+    /// the faults: the store remembers what it was served, which must never contradict what
+    /// another read was served nor the final state ([`StoreFactory::check_final`]). An error
+    /// (two reads served differently) fails the run.
+    fn observe(
+        &mut self,
+        _dir: &mut Self::Dir,
+        _group: GroupId,
+        _rng: &mut SimRng,
+    ) -> Result<(), String> {
+        Ok(())
+    }
+
     /// An operator's purge of `group` (a partition), which the node of `dir` leads: the entry
     /// its leader proposes, or `None` when the store has nothing to purge.
     fn purge(&mut self, _dir: &mut Self::Dir, _group: GroupId) -> Option<Bytes> {

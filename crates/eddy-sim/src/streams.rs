@@ -45,6 +45,11 @@
 //!   the end of its oldest sealed segment, as the server's leader does; on partitions without
 //!   a retention cap (odd-numbered groups) every member must then serve from the same offset.
 //!
+//! * **Polls**: while the faults go on, clients poll random partitions on random members
+//!   from random offsets (what the member applied, as the server's poll reads it); a message
+//!   served at an offset must be the one every other poll got there in the same purge
+//!   generation, and the one every member finally holds there if it is still served.
+//!
 //! * **Purges**: the nemesis has a partition's leader propose a `Purge` with the partition's
 //!   purge generation, as the metadata's purge reaches it in the server; every other one
 //!   proposes the generation already held again (the server's `repurge` after a lost
@@ -145,6 +150,9 @@ pub struct StreamFactory {
     purge_generations: BTreeMap<GroupId, u64>,
     /// Purges proposed so far (every other one proposes the held generation again).
     purges_proposed: u64,
+    /// What clients' polls were served during the run: (partition, purge generation,
+    /// offset) -> (operation, place in its batch).
+    observed: BTreeMap<(GroupId, u64, u64), (OpId, u8)>,
 }
 
 /// A proposal's client attempt: (operation, attempt number).
@@ -188,6 +196,7 @@ impl StreamFactory {
             applied: AppliedLog::default(),
             purge_generations: BTreeMap::new(),
             purges_proposed: 0,
+            observed: BTreeMap::new(),
         }
     }
 
@@ -438,6 +447,46 @@ impl StoreFactory for StreamFactory {
         PartitionEntry::Forget { through_index }.encode().ok()
     }
 
+    /// A client polls the partition on this member from a random offset, as the server's
+    /// poll reads it (what the member applied: committed data only).
+    fn observe(
+        &mut self,
+        dir: &mut StreamDir,
+        group: GroupId,
+        rng: &mut SimRng,
+    ) -> Result<(), String> {
+        let Some(readable) = dir.groups.get(&group) else {
+            return Ok(());
+        };
+        let partition = readable.partition();
+        let generation = partition.generation();
+        let from = rng.below(readable.predict([]).next_offset + 1);
+        // A failing read is the client's error, not a wrong answer.
+        let Ok(batches) = partition.read(from, 64, 16 << 10) else {
+            return Ok(());
+        };
+        for batch in batches {
+            let parsed = StoredBatch::parse(batch.bytes).map_err(|e| e.to_string())?;
+            parsed.verify().map_err(|e| e.to_string())?;
+            for message in parsed.record().messages() {
+                let served = message_op(&message.payload)
+                    .ok_or_else(|| format!("offset {}: a foreign message", message.offset))?;
+                let seen = self
+                    .observed
+                    .entry((group, generation, message.offset))
+                    .or_insert(served);
+                if *seen != served {
+                    return Err(format!(
+                        "offset {} (purge generation {generation}) served {served:?}, another \
+                         poll {seen:?}",
+                        message.offset
+                    ));
+                }
+            }
+        }
+        Ok(())
+    }
+
     fn purge(&mut self, dir: &mut StreamDir, group: GroupId) -> Option<Bytes> {
         // As a purge reaches a partition in the server: the metadata holds the partition's
         // purge generation and its leader proposes it; every other call here is the
@@ -566,6 +615,7 @@ impl StoreFactory for StreamFactory {
         let mut deleted = 0;
         let mut purged = 0;
         let mut purges = 0;
+        let mut polls_checked = 0;
         for group in groups {
             let (purged_at, generation, effective) = self.purges(group)?;
             purges += effective;
@@ -616,6 +666,20 @@ impl StoreFactory for StreamFactory {
             let held =
                 agree(views).map_err(|e| format!("{group}: members differ at offset {e}"))?;
             let counts = check_partition(&ledger, group, &held, common, purged_at)?;
+            // Every poll during the run served what the partition finally holds there.
+            for ((_, _, offset), served) in self
+                .observed
+                .range((group, generation, common)..=(group, generation, u64::MAX))
+            {
+                if held.get(offset).map(|h| (h.0, h.1)) != Some(*served) {
+                    return Err(format!(
+                        "{group}: a poll was served {served:?} at offset {offset}, where every \
+                         member finally holds {:?} (a read of data that was not committed)",
+                        held.get(offset)
+                    ));
+                }
+                polls_checked += 1;
+            }
             messages += held.len();
             duplicates += counts.duplicates;
             appended += counts.checked;
@@ -635,7 +699,8 @@ impl StoreFactory for StreamFactory {
             "partitions agree: {messages} messages served by every member; {appended} sends \
              answered appended ({deleted} of them deleted by retention since), {purged} \
              appended before one of {purges} purges, {stale} stale, {duplicates} stored again \
-             after a retry; {compared} answers the same on several \
+             after a retry; {polls_checked} messages served to polls during the run found \
+             again; {compared} answers the same on several \
              members; {metadata}"
         ))
     }
