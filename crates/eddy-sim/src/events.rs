@@ -68,11 +68,11 @@ use eddy_event_store::{
     SchemaKey,
 };
 use eddy_log::{Cache, CommitPool, Durability, LogConfig, MemBackend};
-use eddy_server::cluster::events::EventClusterError;
 use eddy_server::cluster::events::{
     copy_shard, event_group_id, CopyError, EventApplied, EventCompaction, EventShardMachine,
     ShardSnapshot, COPY_CHUNK_BYTES, EVENTS_DIR,
 };
+use eddy_server::cluster::events::{refused, stopped};
 use eddy_server::event::change::{cluster_error, respond, store_error, Change, ChangeKind};
 use eddy_server::event::routing;
 use eddy_wire::event::{
@@ -352,6 +352,7 @@ fn open_store(
 /// [`Judge`]: crate::recorded::Judge
 fn judge(
     placement: Placement,
+    shard: u32,
     entry: &LogEntry,
     outcome: EventApplied,
     recorder: &Recorder<Told>,
@@ -366,11 +367,10 @@ fn judge(
             recorder.stall();
             // As `ClusterEvents::submit` answers a stopped shard.
             let kind = kind();
-            let stopped = EventClusterError::Unavailable("stopped".into());
             return Some(Told {
                 answer: Answer::Failed("stopped".into()),
                 kind,
-                outcome: Err(cluster_error(kind, stopped, placement)),
+                outcome: Err(cluster_error(kind, stopped(shard), placement)),
             });
         }
         EventApplied::Applied(c) => c,
@@ -454,7 +454,9 @@ impl StoreFactory for EventFactory {
         let machine = Recording::new(
             inner,
             dir.records.recorder(group),
-            Box::new(move |entry, outcome, recorder| judge(placement, entry, outcome, recorder)),
+            Box::new(move |entry, outcome, recorder| {
+                judge(placement, shard, entry, outcome, recorder)
+            }),
         );
         let replicated = Replicated::open(log, machine)?;
         let log = replicated.raft_log().log().clone();
@@ -680,16 +682,13 @@ impl StoreFactory for EventFactory {
         let Some(pending) = dir.answering.take() else {
             return Ok(error);
         };
-        // As `ClusterEvents::submit` turns the group's refusal into the client's answer.
-        let refused = match &error {
-            ProposeError::NotLeader { leader, .. } => EventClusterError::NotLeader {
-                leader_address: leader.map(client_address),
-            },
-            ProposeError::Superseded => EventClusterError::NotLeader {
-                leader_address: None,
-            },
-            other => EventClusterError::Unavailable(other.to_string()),
+        // As `ClusterEvents::submit` turns the group's refusal into the client's answer (the
+        // leader this member knows of: the engine's hint).
+        let hint = match &error {
+            ProposeError::NotLeader { leader, .. } => *leader,
+            _ => None,
         };
+        let refused = refused(&error, || hint.map(client_address));
         let placement = *dir
             .store
             .as_ref()

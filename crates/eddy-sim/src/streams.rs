@@ -66,7 +66,7 @@
 //!   compares what all of them still serve, and acknowledged sends below a member's cut are
 //!   counted as deleted by retention.
 
-use std::collections::{BTreeMap, VecDeque};
+use std::collections::BTreeMap;
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 
 use bytes::{BufMut, Bytes, BytesMut};
@@ -81,7 +81,7 @@ use eddy_consensus::{GroupId, GroupStore, NodeId, ProposeError, Replicated, Stor
 use eddy_log::{Cache, CommitPool, Durability, LogConfig};
 use eddy_server::cluster::groups::{partition_dir, partition_group_id, METADATA_GROUP};
 use eddy_server::cluster::metadata::{MetadataMachine, NoEffects};
-use eddy_server::cluster::partition::{PartitionGroup, PartitionMachine};
+use eddy_server::cluster::partition::{PartitionGroup, PartitionMachine, Proposals};
 use eddy_server::cluster::streams::ClusterError;
 use eddy_server::stream::error::StreamError;
 use eddy_server::stream::send_reply;
@@ -165,7 +165,7 @@ pub struct StreamDir {
     disk: Disk,
     metadata: Option<MetadataView>,
     groups: BTreeMap<GroupId, PartitionGroup>,
-    pending: BTreeMap<GroupId, VecDeque<(AttemptId, Bytes)>>,
+    pending: Proposals<GroupId, AttemptId>,
     /// The request header of each send this member took and proposed, until answered.
     headers: BTreeMap<AttemptId, RequestHeader>,
     /// The header of the send being answered (set when it settles).
@@ -317,7 +317,7 @@ impl StoreFactory for StreamFactory {
             disk: Disk::default(),
             metadata: None,
             groups: BTreeMap::new(),
-            pending: BTreeMap::new(),
+            pending: Proposals::default(),
             headers: BTreeMap::new(),
             answering: None,
             records: Records::sharing(Arc::clone(&self.applied)),
@@ -429,15 +429,11 @@ impl StoreFactory for StreamFactory {
         let batch = admit(request.batch, request.messages_count)
             .map_err(|e| format!("a send not admitted: {e}"))?;
         dir.headers.insert(attempt, header);
-        let queue = dir.pending.entry(group).or_default();
-        let stamped = readable
-            .stamp(
-                Stampable(batch),
-                queue.iter().map(|(_, entry)| entry),
-                now * 1000,
-            )
+        // As `ClusterStreams::append` stamps it: after this member's unanswered proposals.
+        let stamped = dir
+            .pending
+            .stamp(group, attempt, readable, Stampable(batch), now * 1000)
             .map_err(|e| format!("a send not stamped: {e}"))?;
-        queue.push_back((attempt, stamped.entry.clone()));
         Ok(stamped.entry)
     }
 
@@ -506,9 +502,7 @@ impl StoreFactory for StreamFactory {
     }
 
     fn settled(&mut self, dir: &mut StreamDir, group: GroupId, attempt: AttemptId) {
-        if let Some(queue) = dir.pending.get_mut(&group) {
-            queue.retain(|(a, _)| *a != attempt);
-        }
+        dir.pending.answered(group, &attempt);
         dir.answering = dir.headers.remove(&attempt);
     }
 
@@ -1112,9 +1106,9 @@ mod tests {
             .prepare(&mut dir, group, (77, 1), payload, 10)
             .unwrap();
         assert_eq!(w.op_id(group, &entry), Some(77));
-        assert_eq!(dir.pending[&group].len(), 1);
+        assert_eq!(dir.pending.waiting(group), 1);
         factory.settled(&mut dir, group, (77, 1));
-        assert!(dir.pending[&group].is_empty());
+        assert_eq!(dir.pending.waiting(group), 0);
         // The send was a client's frame: a refusal reaches that client as the server's code.
         let redirect = ProposeError::NotLeader {
             group,

@@ -615,17 +615,12 @@ impl ClusterEvents {
         );
         let outcome = match rx.await {
             Ok(Ok(outcome)) => outcome,
-            Ok(Err(ProposeError::NotLeader { .. } | ProposeError::Superseded)) => {
-                return Err(self.not_leader(group))
-            }
-            Ok(Err(e)) => return Err(EventClusterError::Unavailable(e.to_string())),
+            Ok(Err(e)) => return Err(refused(&e, || self.leader_address(group))),
             Err(_) => return Err(EventClusterError::Unavailable("the node stopped".into())),
         };
         match outcome {
             ClusterOutcome::Event(EventApplied::Applied(done)) => Ok(done.await?),
-            ClusterOutcome::Event(EventApplied::Stopped) => Err(EventClusterError::Unavailable(
-                format!("this member stopped applying event shard {shard} after a storage failure"),
-            )),
+            ClusterOutcome::Event(EventApplied::Stopped) => Err(stopped(shard)),
             other => Err(EventClusterError::Unavailable(format!(
                 "event shard {shard}'s group answered {other:?}"
             ))),
@@ -633,16 +628,44 @@ impl ClusterEvents {
     }
 
     fn not_leader(&self, group: GroupId) -> EventClusterError {
+        EventClusterError::NotLeader {
+            leader_address: self.leader_address(group),
+        }
+    }
+
+    /// The client address of `group`'s leader as this member knows it (or of the metadata
+    /// leader, on which shard leadership converges), unless that is this member.
+    fn leader_address(&self, group: GroupId) -> Option<String> {
         let leader = self
             .role(group)
             .and_then(|(_, l)| l)
             .or_else(|| self.role(METADATA_GROUP).and_then(|(_, l)| l));
-        EventClusterError::NotLeader {
-            leader_address: leader
-                .filter(|l| *l != self.me)
-                .and_then(|l| self.client_address(l)),
-        }
+        leader
+            .filter(|l| *l != self.me)
+            .and_then(|l| self.client_address(l))
     }
+}
+
+/// What a change whose proposal its group refused with `e` is answered: not the leader (with
+/// `leader_address`, the leader's client address) when leadership moved or the entry was
+/// superseded, otherwise unavailable (its outcome is unknown: it may still commit).
+pub fn refused(
+    e: &ProposeError,
+    leader_address: impl FnOnce() -> Option<String>,
+) -> EventClusterError {
+    match e {
+        ProposeError::NotLeader { .. } | ProposeError::Superseded => EventClusterError::NotLeader {
+            leader_address: leader_address(),
+        },
+        e => EventClusterError::Unavailable(e.to_string()),
+    }
+}
+
+/// What a change applied on a member whose shard stopped (its store failed) is answered.
+pub fn stopped(shard: u32) -> EventClusterError {
+    EventClusterError::Unavailable(format!(
+        "this member stopped applying event shard {shard} after a storage failure"
+    ))
 }
 
 #[cfg(test)]

@@ -10,6 +10,7 @@
 //! and applied here. Every member applies the same entries in the same order, so a refused
 //! stale prediction is refused everywhere and offsets agree on every node.
 
+use std::collections::{BTreeMap, VecDeque};
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, PoisonError, RwLock};
 
@@ -135,6 +136,65 @@ pub struct StampedEntry {
     pub base_offset: u64,
     /// The stamped batch's length.
     pub len: u32,
+}
+
+/// The appends a leader proposed and has not seen answered, per partition (`K`), oldest
+/// first, each under its proposal's id (`I`): a new append is stamped after them
+/// ([`PartitionGroup::stamp`]), so predictions reach the Raft log in order. The server keeps
+/// one per member under a lock ([`ClusterStreams`](super::streams::ClusterStreams)); the
+/// simulator one per simulated member.
+#[derive(Debug)]
+pub struct Proposals<K, I> {
+    queues: BTreeMap<K, VecDeque<(I, Bytes)>>,
+}
+
+impl<K, I> Default for Proposals<K, I> {
+    fn default() -> Self {
+        Proposals {
+            queues: BTreeMap::new(),
+        }
+    }
+}
+
+impl<K: Ord + Copy, I: PartialEq> Proposals<K, I> {
+    /// Stamps `batch` for `group` (partition `key`) after the proposals of `key` not yet
+    /// answered, and records it as proposal `id`.
+    ///
+    /// # Errors
+    /// The entry cannot be encoded.
+    pub fn stamp<B: StampableBatch>(
+        &mut self,
+        key: K,
+        id: I,
+        group: &PartitionGroup,
+        batch: B,
+        now_us: u64,
+    ) -> Result<StampedEntry, EntryError> {
+        let queue = self.queues.entry(key).or_default();
+        let stamped = group.stamp(batch, queue.iter().map(|(_, entry)| entry), now_us)?;
+        queue.push_back((id, stamped.entry.clone()));
+        Ok(stamped)
+    }
+
+    /// Proposal `id` of `key` was answered (applied, refused or lost).
+    pub fn answered(&mut self, key: K, id: &I) {
+        if let Some(queue) = self.queues.get_mut(&key) {
+            queue.retain(|(i, _)| i != id);
+            if queue.is_empty() {
+                self.queues.remove(&key);
+            }
+        }
+    }
+
+    /// Proposals of `key` not yet answered.
+    pub fn waiting(&self, key: K) -> usize {
+        self.queues.get(&key).map_or(0, VecDeque::len)
+    }
+
+    /// Forgets every proposal (the member stopped).
+    pub fn clear(&mut self) {
+        self.queues.clear();
+    }
 }
 
 /// Where a partition group's retention policy comes from (its topic's options, read when

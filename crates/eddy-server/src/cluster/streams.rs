@@ -16,7 +16,6 @@
 //! * Reads (metadata, polls, figures) are served by any member from what it has applied:
 //!   committed data, possibly behind the leader's.
 
-use std::collections::{BTreeMap, VecDeque};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, PoisonError};
 
@@ -31,7 +30,7 @@ use eddy_stream_store::{
 };
 
 use super::groups::{partition_group_id, ClusterOutcome, PartitionGroups, METADATA_GROUP};
-use super::partition::{PartitionGroup, StampedEntry};
+use super::partition::{PartitionGroup, Proposals, StampedEntry};
 
 /// Why a cluster operation did not happen.
 #[derive(Debug, thiserror::Error)]
@@ -75,8 +74,8 @@ impl ClusterError {
 /// Longest a send on the metadata leader waits for its partition's leadership to arrive.
 pub const LEADERSHIP_WAIT: std::time::Duration = std::time::Duration::from_secs(5);
 
-/// Proposed, not yet applied appends of one partition (oldest first): their ids and entries.
-type Pending = BTreeMap<PartitionAddr, VecDeque<(u64, Bytes)>>;
+/// Proposed, not yet answered appends per partition, by proposal id.
+type Pending = Proposals<PartitionAddr, u64>;
 
 /// A member's replicated stream store (cheap to clone).
 #[derive(Clone)]
@@ -255,16 +254,14 @@ impl ClusterStreams {
         let (gid, group) = self.led_partition(addr).await?;
         let (rx, base_offset, len) = {
             let mut pending = self.pending.lock().unwrap_or_else(PoisonError::into_inner);
-            let queue = pending.entry(addr).or_default();
+            let id = self.next_id.fetch_add(1, Ordering::Relaxed);
             let StampedEntry {
                 entry,
                 base_offset,
                 len,
-            } = group
-                .stamp(batch, queue.iter().map(|(_, entry)| entry), now_us)
+            } = pending
+                .stamp(addr, id, &group, batch, now_us)
                 .map_err(|e| ClusterError::Encode(e.to_string()))?;
-            let id = self.next_id.fetch_add(1, Ordering::Relaxed);
-            queue.push_back((id, entry.clone()));
             let (tx, rx) = tokio::sync::oneshot::channel();
             let all = Arc::clone(&self.pending);
             // Proposed under the lock: the node receives proposals in prediction order.
@@ -272,14 +269,9 @@ impl ClusterStreams {
                 gid,
                 entry,
                 Box::new(move |r| {
-                    let mut pending = all.lock().unwrap_or_else(PoisonError::into_inner);
-                    if let Some(queue) = pending.get_mut(&addr) {
-                        queue.retain(|(i, _)| *i != id);
-                        if queue.is_empty() {
-                            pending.remove(&addr);
-                        }
-                    }
-                    drop(pending);
+                    all.lock()
+                        .unwrap_or_else(PoisonError::into_inner)
+                        .answered(addr, &id);
                     let _ = tx.send(r);
                 }),
             );

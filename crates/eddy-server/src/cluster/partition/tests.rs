@@ -301,3 +301,40 @@ fn an_installed_snapshot_is_where_a_restart_resumes() {
     assert!(other.install_snapshot(&bogus).is_err());
     assert_eq!(other.applied().index, 0);
 }
+
+#[test]
+fn proposals_stamp_each_append_after_those_not_yet_answered() {
+    use eddy_codec::stream::{admit, build_batch, Message};
+
+    let tmp = tempfile::tempdir().unwrap();
+    let pool = CommitPool::new(1).unwrap();
+    let (_log, _machine, group) = machine_in(tmp.path(), "proposals", &pool);
+    let batch = |count: u32| {
+        let messages: Vec<Message> = (0..count)
+            .map(|i| Message {
+                id: u128::from(i) + 1,
+                origin_timestamp: 0,
+                payload: Bytes::from_static(b"m"),
+                user_headers: Bytes::new(),
+            })
+            .collect();
+        crate::stream::Stampable(admit(build_batch(&messages).unwrap(), count).unwrap())
+    };
+    let mut proposals = super::Proposals::<PartitionAddr, u64>::default();
+    let first = proposals.stamp(ADDR, 1, &group, batch(3), 100).unwrap();
+    let second = proposals.stamp(ADDR, 2, &group, batch(2), 100).unwrap();
+    assert_eq!((first.base_offset, second.base_offset), (0, 3));
+    assert_eq!(proposals.waiting(ADDR), 2);
+    // The first was lost with a leadership change: the second, stamped after it, will be
+    // refused as stale, so the next stamp takes the first's place.
+    proposals.answered(ADDR, &1);
+    let third = proposals.stamp(ADDR, 3, &group, batch(1), 100).unwrap();
+    assert_eq!(third.base_offset, 0);
+    proposals.answered(ADDR, &2);
+    proposals.answered(ADDR, &3);
+    assert_eq!(proposals.waiting(ADDR), 0);
+    let after = proposals.stamp(ADDR, 4, &group, batch(1), 100).unwrap();
+    assert_eq!(after.base_offset, 0, "nothing applied, nothing waiting");
+    proposals.clear();
+    assert_eq!(proposals.waiting(ADDR), 0);
+}
