@@ -46,6 +46,14 @@ impl Answer {
     }
 }
 
+/// The leader a refusal names (a not-leader refusal's hint), if any.
+pub fn leader_hint(error: &ProposeError) -> Option<NodeId> {
+    match error {
+        ProposeError::NotLeader { leader, .. } => *leader,
+        _ => None,
+    }
+}
+
 /// What the client does next with its current operation.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Next {

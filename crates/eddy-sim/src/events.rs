@@ -79,6 +79,7 @@ use eddy_wire::event::{
     decode_response_frame, Decoded, FrameLimits, ProtocolVersion, RequestFrameDecoder,
 };
 
+use crate::client::leader_hint;
 use crate::config::Millis;
 use crate::logdir::Disk;
 use crate::recorded::{agree, answers_agree, AppliedLog, Recorder, Recording, Records};
@@ -684,10 +685,7 @@ impl StoreFactory for EventFactory {
         };
         // As `ClusterEvents::submit` turns the group's refusal into the client's answer (the
         // leader this member knows of: the engine's hint).
-        let hint = match &error {
-            ProposeError::NotLeader { leader, .. } => *leader,
-            _ => None,
-        };
+        let hint = leader_hint(&error);
         let refused = refused(&error, || hint.map(client_address));
         let placement = *dir
             .store

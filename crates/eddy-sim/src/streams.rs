@@ -92,6 +92,7 @@ use eddy_stream_store::replicated_metadata::{MetadataApplied, MetadataView};
 use eddy_stream_store::{MetadataState, PartitionAddr, RetentionPolicy};
 use eddy_wire::stream::{decode_with_limit, Decoded, Header, Operation, RequestHeader};
 
+use crate::client::leader_hint;
 use crate::config::Millis;
 use crate::logdir::Disk;
 use crate::recorded::{agree, answers_agree, AppliedLog, Recorder, Recording, Records};
@@ -367,7 +368,10 @@ impl StoreFactory for StreamFactory {
     fn crash(&mut self, dir: &mut StreamDir, tear: bool, rng: &mut SimRng) -> u64 {
         dir.metadata = None;
         dir.groups.clear();
+        // Requests in flight die with the process.
         dir.pending.clear();
+        dir.headers.clear();
+        dir.answering = None;
         dir.disk.crash(tear, rng)
     }
 
@@ -573,10 +577,7 @@ impl StoreFactory for StreamFactory {
             return Ok(error);
         };
         // As `ClusterStreams::append` refuses it, and the server answers that.
-        let hint = match &error {
-            ProposeError::NotLeader { leader, .. } => *leader,
-            _ => None,
-        };
+        let hint = leader_hint(&error);
         let refused = match error {
             ProposeError::NotLeader { .. } => ClusterError::NotLeader("partition's group"),
             other => ClusterError::NotCommitted(other),
