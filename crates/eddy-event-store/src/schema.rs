@@ -30,7 +30,7 @@
 mod avro;
 mod work;
 
-use std::collections::HashMap;
+use crate::FastMap as HashMap;
 use std::sync::{Arc, RwLock};
 use std::time::Duration;
 
@@ -247,7 +247,7 @@ impl Schemas {
     /// An empty cache; registrations above `max_bytes` are refused.
     pub(crate) fn new(max_bytes: usize) -> Self {
         Self {
-            cache: RwLock::new(HashMap::new()),
+            cache: RwLock::new(HashMap::default()),
             max_bytes,
             work: SchemaWork::new(MAX_CONCURRENT_VALIDATIONS, VALIDATION_DEADLINE),
         }

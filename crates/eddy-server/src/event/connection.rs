@@ -1,6 +1,7 @@
 //! One event-protocol connection: framing, the first-frame rules, routing, the
 //! connection-level checks, dispatch and responses.
 
+use std::pin::Pin;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -11,6 +12,7 @@ use eddy_codec::event::{
 };
 use eddy_wire::event::{Compression, Decoded, ProtocolVersion, RequestFrameDecoder, RequestType};
 use tokio::io::{AsyncReadExt as _, AsyncWriteExt as _};
+use tokio_util::sync::WaitForCancellationFutureOwned;
 
 use super::identify::{self, Identity};
 use super::routing::{self, Route};
@@ -81,6 +83,20 @@ pub(super) struct Connection {
     identity: Identity,
     /// The client completed Identify, so it holds the dictionary.
     has_dict: bool,
+    /// The server's drain signal, registered once for the connection's life (a fresh
+    /// `cancelled()` per read added and removed a waiter on every request).
+    drain: Pin<Box<WaitForCancellationFutureOwned>>,
+    /// The read deadline's timer, armed once and moved only when it fires before the deadline
+    /// of the request being read (a timer per read was inserted into and removed from the
+    /// runtime's timer wheel on every request).
+    idle: Pin<Box<tokio::time::Sleep>>,
+}
+
+/// What a read of the request loop ended with.
+enum ReadEvent {
+    Drain,
+    Idle,
+    Read(std::io::Result<usize>),
 }
 
 /// Initial read buffer: one fixed frame plus room for a small pipelined one.
@@ -93,6 +109,8 @@ impl Connection {
     pub(super) fn new(io: Conn, ctx: ConnectionContext) -> Self {
         let shared = Arc::clone(&ctx.shared);
         let decoder = RequestFrameDecoder::new(shared.events.request_limits);
+        let drain = Box::pin(ctx.drain.clone().cancelled_owned());
+        let idle = Box::pin(tokio::time::sleep(shared.events.timeout));
         Self {
             io,
             ctx,
@@ -102,6 +120,8 @@ impl Connection {
             out: Vec::with_capacity(INITIAL_BUFFER),
             identity: Identity::default(),
             has_dict: false,
+            drain,
+            idle,
         }
     }
 
@@ -418,20 +438,26 @@ impl Connection {
             };
             // The header (when present) passed the size caps, so `needed` is bounded by them.
             self.buf.reserve(needed);
-            let read = tokio::select! {
-                () = self.ctx.drain.cancelled() => return Err(ConnectionEnd::Draining),
-                read = tokio::time::timeout_at(deadline, self.io.read_buf(&mut self.buf)) => read,
+            let event = tokio::select! {
+                () = self.drain.as_mut() => ReadEvent::Drain,
+                () = self.idle.as_mut() => ReadEvent::Idle,
+                read = self.io.read_buf(&mut self.buf) => ReadEvent::Read(read),
             };
-            match read {
-                Err(_) => return Err(ConnectionEnd::Timeout),
-                Ok(Err(e)) => return Err(ConnectionEnd::Io(e)),
-                Ok(Ok(0)) if self.buf.is_empty() => return Err(ConnectionEnd::Closed),
-                Ok(Ok(0)) => {
+            match event {
+                ReadEvent::Drain => return Err(ConnectionEnd::Draining),
+                ReadEvent::Idle if tokio::time::Instant::now() >= deadline => {
+                    return Err(ConnectionEnd::Timeout);
+                }
+                // Armed for an earlier request's deadline: move it to this one's.
+                ReadEvent::Idle => self.idle.as_mut().reset(deadline),
+                ReadEvent::Read(Err(e)) => return Err(ConnectionEnd::Io(e)),
+                ReadEvent::Read(Ok(0)) if self.buf.is_empty() => return Err(ConnectionEnd::Closed),
+                ReadEvent::Read(Ok(0)) => {
                     return Err(ConnectionEnd::Truncated {
                         buffered: self.buf.len(),
                     })
                 }
-                Ok(Ok(_)) => {}
+                ReadEvent::Read(Ok(_)) => {}
             }
         }
     }
