@@ -4,7 +4,8 @@
 //! Each of N connections is pinned to its own aggregate and sends one ~20-byte event per
 //! request, waiting for the durable acknowledgement before the next. `occ` guards every write
 //! with `expected_version`. Measured after a warm-up: acknowledged writes/s, latency, writes
-//! per fdatasync (the server's `/metrics`) and server CPU per write (`/proc/PID/stat`).
+//! per fdatasync (the server's `/metrics`) and server CPU per write (`/proc/PID/stat`), also
+//! split by thread group (`/proc/PID/task`).
 //!
 //! The network floor (`--floor`) is a child process (`eddy bench floor-server`) with eddy's
 //! runtime shape that reads each request with eddy's frame decoder and codec and answers it
@@ -23,7 +24,9 @@ use eddy_client::{ConnectOptions, EventClient, WriteOptions};
 use eddy_codec::event::{AggregateKey, Event};
 use hdrhistogram::Histogram;
 
-use super::result::{cpu_seconds, f, histogram, Counters, Recorder, Run};
+use super::result::{
+    cpu_seconds, f, histogram, thread_cpu_per_op, thread_cpu_seconds, Counters, Recorder, Run,
+};
 use super::streams::micros;
 use crate::error::CtlError;
 use crate::http;
@@ -242,14 +245,16 @@ pub async fn run_point(
     tokio::time::sleep_until(measure_from.into()).await;
     let counters0 = commit_counters(target.http).await;
     let cpu0 = target.pid.and_then(cpu_seconds);
+    let threads0 = target.pid.and_then(thread_cpu_seconds);
     let own0 = cpu_seconds(std::process::id());
     recorder.start();
-    let (counters1, cpu1, own1) = recorder
+    let (counters1, cpu1, threads1, own1) = recorder
         .sample_until(async {
             tokio::time::sleep_until(until.into()).await;
             (
                 commit_counters(target.http).await,
                 target.pid.and_then(cpu_seconds),
+                target.pid.and_then(thread_cpu_seconds),
                 cpu_seconds(std::process::id()),
             )
         })
@@ -284,6 +289,11 @@ pub async fn run_point(
         seconds: f(shape.seconds),
         timeline,
         server_cpu_us_per_op: per_write(cpu0, cpu1),
+        server_threads_cpu_us_per_op: thread_cpu_per_op(
+            threads0.as_ref(),
+            threads1.as_ref(),
+            writes,
+        ),
         client_cpu_us_per_op: per_write(own0, own1),
         writes_per_fsync: counters0
             .zip(counters1)

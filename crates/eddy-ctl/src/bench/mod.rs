@@ -446,6 +446,25 @@ fn print_summary(
                 );
             }
             print_table(out, Format::Table, &table).map_err(CtlError::Output)?;
+            for run in result
+                .runs
+                .iter()
+                .filter(|r| !r.server_threads_cpu_us_per_op.is_empty())
+            {
+                let split: Vec<String> = run
+                    .server_threads_cpu_us_per_op
+                    .iter()
+                    .map(|(group, us)| format!("{group} {us:.2}"))
+                    .collect();
+                writeln!(
+                    out,
+                    "{} {}: server CPU us/op by thread: {}",
+                    run.system,
+                    run.name,
+                    split.join(", ")
+                )
+                .map_err(CtlError::Output)?;
+            }
             for n in &result.notes {
                 writeln!(out, "{n}").map_err(CtlError::Output)?;
             }

@@ -107,6 +107,12 @@ pub struct Run {
     pub timeline: Vec<Sample>,
     /// Server CPU (user + system) per operation, when the server's pid is known.
     pub server_cpu_us_per_op: Option<f64>,
+    /// The same split by thread group (a thread's name without its trailing `-N`: the async
+    /// workers, the commit pool, the index flusher...). Threads that ended during the run
+    /// (idle blocking-pool threads) are missing from it. A component's share moves less with
+    /// the machine's drift than the total does.
+    #[serde(default, skip_serializing_if = "std::collections::BTreeMap::is_empty")]
+    pub server_threads_cpu_us_per_op: std::collections::BTreeMap<String, f64>,
     /// This process's CPU per operation.
     pub client_cpu_us_per_op: Option<f64>,
     /// Event store commits per fdatasync, from the server's `/metrics`.
@@ -283,7 +289,68 @@ impl Recorder {
 /// CPU seconds (user + system) of process `pid`, from `/proc/<pid>/stat`; `None` when it
 /// cannot be read (another OS, a process that is gone).
 pub fn cpu_seconds(pid: u32) -> Option<f64> {
-    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+    stat_seconds(&format!("/proc/{pid}/stat"))
+}
+
+/// The group a thread name belongs to: the name without a trailing `-<digits>`
+/// (`eddy-storage-3` and `eddy-storage-12` are both `eddy-storage`).
+pub fn thread_group(name: &str) -> &str {
+    match name.rsplit_once('-') {
+        Some((group, n))
+            if !group.is_empty() && !n.is_empty() && n.bytes().all(|b| b.is_ascii_digit()) =>
+        {
+            group
+        }
+        _ => name,
+    }
+}
+
+/// CPU seconds of process `pid`'s live threads, summed per [`thread_group`]; `None` when
+/// `/proc/<pid>/task` cannot be read.
+pub fn thread_cpu_seconds(pid: u32) -> Option<std::collections::BTreeMap<String, f64>> {
+    let mut groups = std::collections::BTreeMap::new();
+    for task in std::fs::read_dir(format!("/proc/{pid}/task")).ok()? {
+        let Ok(task) = task else { continue };
+        let dir = task.path();
+        // A thread may end between the listing and the reads: skip it.
+        let Ok(name) = std::fs::read_to_string(dir.join("comm")) else {
+            continue;
+        };
+        let Some(secs) = stat_seconds(&dir.join("stat").to_string_lossy()) else {
+            continue;
+        };
+        *groups
+            .entry(thread_group(name.trim_end()).to_owned())
+            .or_insert(0.0) += secs;
+    }
+    Some(groups)
+}
+
+/// Per thread group, the CPU between two [`thread_cpu_seconds`] readings in µs per operation
+/// (groups with none left out).
+pub fn thread_cpu_per_op(
+    before: Option<&std::collections::BTreeMap<String, f64>>,
+    after: Option<&std::collections::BTreeMap<String, f64>>,
+    operations: u64,
+) -> std::collections::BTreeMap<String, f64> {
+    let (Some(before), Some(after)) = (before, after) else {
+        return std::collections::BTreeMap::new();
+    };
+    if operations == 0 {
+        return std::collections::BTreeMap::new();
+    }
+    after
+        .iter()
+        .filter_map(|(group, b)| {
+            let used = b - before.get(group).copied().unwrap_or(0.0);
+            (used > 0.0).then(|| (group.clone(), used * 1e6 / f(operations)))
+        })
+        .collect()
+}
+
+/// User + system seconds from a `stat` file of `/proc` (a process's or a thread's).
+fn stat_seconds(path: &str) -> Option<f64> {
+    let stat = std::fs::read_to_string(path).ok()?;
     // Fields after the command name (which may hold spaces) start at the state, field 3.
     let rest = &stat[stat.rfind(')')? + 2..];
     let fields: Vec<&str> = rest.split_whitespace().collect();
@@ -296,6 +363,57 @@ pub fn cpu_seconds(pid: u32) -> Option<f64> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn thread_names_group_without_their_number() {
+        assert_eq!(thread_group("eddy-storage-3"), "eddy-storage");
+        assert_eq!(thread_group("eddy-storage-12"), "eddy-storage");
+        assert_eq!(thread_group("eddy"), "eddy");
+        assert_eq!(thread_group("tokio-rt-worker"), "tokio-rt-worker");
+        assert_eq!(thread_group("eddy-events-flu"), "eddy-events-flu");
+        assert_eq!(thread_group("-3"), "-3");
+        assert_eq!(thread_group("x-"), "x-");
+    }
+
+    #[test]
+    fn this_process_threads_are_read_and_split_per_operation() {
+        let spin = |d: std::time::Duration| {
+            let t = std::time::Instant::now();
+            let mut x = 0u64;
+            while t.elapsed() < d {
+                x = std::hint::black_box(x.wrapping_add(1));
+            }
+        };
+        let pid = std::process::id();
+        let before = thread_cpu_seconds(pid).expect("/proc is readable");
+        // Two threads of one group, alive while the second reading is taken.
+        let (tx, rx) = std::sync::mpsc::channel::<()>();
+        let rx = std::sync::Arc::new(std::sync::Mutex::new(rx));
+        let threads: Vec<_> = (0..2)
+            .map(|i| {
+                let rx = std::sync::Arc::clone(&rx);
+                std::thread::Builder::new()
+                    .name(format!("benchspin-{i}"))
+                    .spawn(move || {
+                        spin(std::time::Duration::from_millis(150));
+                        let _ = rx.lock().unwrap().recv();
+                    })
+                    .unwrap()
+            })
+            .collect();
+        std::thread::sleep(std::time::Duration::from_millis(400));
+        let after = thread_cpu_seconds(pid).expect("/proc is readable");
+        drop(tx);
+        for t in threads {
+            t.join().unwrap();
+        }
+        let per_op = thread_cpu_per_op(Some(&before), Some(&after), 1000);
+        let spun = per_op.get("benchspin").copied().unwrap_or(0.0);
+        // 2 x 150 ms over 1,000 operations is 300 µs per operation (ticks are 10 ms).
+        assert!((150.0..=400.0).contains(&spun), "{per_op:?}");
+        assert!(thread_cpu_per_op(None, Some(&after), 1000).is_empty());
+        assert!(thread_cpu_per_op(Some(&before), Some(&after), 0).is_empty());
+    }
 
     #[test]
     fn latency_figures_are_ordered() {

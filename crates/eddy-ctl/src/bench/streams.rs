@@ -21,7 +21,7 @@ use eddy_codec::stream::commands::send_messages::SendMessages;
 use eddy_codec::stream::{Consumer, Identifier, Message, Partitioning, PollingStrategy};
 use hdrhistogram::Histogram;
 
-use super::result::{cpu_seconds, f, histogram, Run};
+use super::result::{cpu_seconds, f, histogram, thread_cpu_per_op, thread_cpu_seconds, Run};
 use super::{Suite, Target};
 use crate::conn::{login, Credentials};
 use crate::error::CtlError;
@@ -349,6 +349,7 @@ async fn phase(
         clients.push(client(&target.stream_addr, &target.connect, &target.credentials).await?);
     }
     let server_cpu = target.pid.and_then(cpu_seconds);
+    let server_threads = target.pid.and_then(thread_cpu_seconds);
     let own_cpu = cpu_seconds(std::process::id());
     recorder.start();
     let mut tasks = Vec::with_capacity(shape.producers);
@@ -417,6 +418,11 @@ async fn phase(
     run.server_cpu_us_per_op = server_cpu
         .zip(target.pid.and_then(cpu_seconds))
         .map(|(a, b)| (b - a) * 1e6 / ops);
+    run.server_threads_cpu_us_per_op = thread_cpu_per_op(
+        server_threads.as_ref(),
+        target.pid.and_then(thread_cpu_seconds).as_ref(),
+        run.operations,
+    );
     run.client_cpu_us_per_op = own_cpu
         .zip(cpu_seconds(std::process::id()))
         .map(|(a, b)| (b - a) * 1e6 / ops);
