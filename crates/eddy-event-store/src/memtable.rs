@@ -113,18 +113,22 @@ struct Arena {
 
 impl Drop for Arena {
     fn drop(&mut self) {
-        let mut spare = SPARE
-            .lock()
-            .unwrap_or_else(std::sync::PoisonError::into_inner);
-        for mut chunk in self.chunks.drain(..) {
-            if spare.len() >= SPARE_CHUNKS {
-                break;
-            }
-            if chunk.capacity() == CHUNK_BYTES {
+        let mut reusable: Vec<Vec<u8>> = std::mem::take(&mut self.chunks)
+            .into_iter()
+            .filter(|c| c.capacity() == CHUNK_BYTES)
+            .collect();
+        {
+            let mut spare = SPARE
+                .lock()
+                .unwrap_or_else(std::sync::PoisonError::into_inner);
+            let room = SPARE_CHUNKS.saturating_sub(spare.len());
+            for mut chunk in reusable.drain(..room.min(reusable.len())) {
                 chunk.clear();
                 spare.push(chunk);
             }
         }
+        // What the pool has no room for is freed here, outside its lock.
+        drop(reusable);
     }
 }
 

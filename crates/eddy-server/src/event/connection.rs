@@ -75,7 +75,6 @@ pub(super) enum Reply {
 /// Per-connection state.
 pub(super) struct Connection {
     io: Conn,
-    ctx: ConnectionContext,
     shared: Arc<Shared>,
     decoder: RequestFrameDecoder,
     buf: BytesMut,
@@ -107,13 +106,12 @@ const MAX_RETAINED_BUFFER: usize = 256 * 1024;
 
 impl Connection {
     pub(super) fn new(io: Conn, ctx: ConnectionContext) -> Self {
-        let shared = Arc::clone(&ctx.shared);
+        let shared = ctx.shared;
         let decoder = RequestFrameDecoder::new(shared.events.request_limits);
-        let drain = Box::pin(ctx.drain.clone().cancelled_owned());
+        let drain = Box::pin(ctx.drain.cancelled_owned());
         let idle = Box::pin(tokio::time::sleep(shared.events.timeout));
         Self {
             io,
-            ctx,
             shared,
             decoder,
             buf: BytesMut::with_capacity(INITIAL_BUFFER),
@@ -292,7 +290,7 @@ impl Connection {
                 _ => last_frame + watch::HEARTBEAT,
             };
             tokio::select! {
-                () = self.ctx.drain.cancelled() => return Err(ConnectionEnd::Draining),
+                () = self.drain.as_mut() => return Err(ConnectionEnd::Draining),
                 read = self.io.read(&mut byte) => {
                     // Data, FIN or an error: the subscriber is gone, and so is the connection
                     // (a watch never returns to the request loop).
