@@ -7,7 +7,9 @@
 //! on disk) and once without. Every connection logs in before the clock starts. Durable
 //! production is also reported as a ratio of the raw `write + fdatasync` bandwidth of the same
 //! filesystem, measured in the same run before and after the durable producers (N threads, one
-//! file each, one batch-sized write then one fdatasync per step, the same volume).
+//! file each, one batch-sized write then one fdatasync per step, the same volume). The baseline's
+//! writer threads also report their own CPU per step, so the server's CPU per durable batch
+//! has a same-command comparator: what the kernel alone charges for the same bytes.
 
 use std::fs::OpenOptions;
 use std::io::Write as _;
@@ -88,6 +90,9 @@ impl StreamShape {
     }
 }
 
+/// One raw writer's latencies and CPU seconds.
+type WriterResult = (Histogram<u64>, Option<f64>);
+
 /// The raw baseline: `threads` writers, one file each under `dir`, `steps` x (one `chunk`-byte
 /// write + one fdatasync), each step timed. Returns the run.
 pub fn raw_write_fdatasync(
@@ -98,7 +103,7 @@ pub fn raw_write_fdatasync(
     name: &str,
 ) -> Result<Run, CtlError> {
     let started = Instant::now();
-    let histograms: Vec<Result<Histogram<u64>, std::io::Error>> = std::thread::scope(|scope| {
+    let results: Vec<std::io::Result<WriterResult>> = std::thread::scope(|scope| {
         let handles: Vec<_> = (0..threads)
             .map(|t| {
                 let path = dir.join(format!("raw-{t}.bin"));
@@ -110,15 +115,19 @@ pub fn raw_write_fdatasync(
                         .write(true)
                         .open(&path)?;
                     let block = vec![0x5Au8; chunk];
+                    let cpu_before = own_thread_cpu_seconds();
                     for _ in 0..steps {
                         let at = Instant::now();
                         file.write_all(&block)?;
                         file.sync_data()?;
                         h.saturating_record(micros(at));
                     }
+                    let cpu = own_thread_cpu_seconds()
+                        .zip(cpu_before)
+                        .map(|(after, before)| after - before);
                     drop(file);
                     std::fs::remove_file(&path)?;
-                    Ok(h)
+                    Ok((h, cpu))
                 })
             })
             .collect();
@@ -131,14 +140,16 @@ pub fn raw_write_fdatasync(
             .collect()
     });
     let mut all = histogram();
-    for h in histograms {
-        let h = h.map_err(|source| CtlError::Io {
+    let mut cpu = Some(0.0);
+    for result in results {
+        let (h, seconds) = result.map_err(|source| CtlError::Io {
             what: "write the raw baseline in",
             path: dir.to_path_buf(),
             source,
         })?;
         all.add(&h)
             .map_err(|e| CtlError::Failed(format!("merging histograms: {e:?}")))?;
+        cpu = cpu.zip(seconds).map(|(sum, s)| sum + s);
     }
     let steps_total = (threads * steps) as u64;
     Ok(Run {
@@ -148,9 +159,22 @@ pub fn raw_write_fdatasync(
         messages: steps_total,
         bytes: steps_total * chunk as u64,
         seconds: started.elapsed().as_secs_f64(),
+        // The same durable work without a server: the writer threads' own CPU (user + system)
+        // per step, beside eddy's server CPU per batch in the same column.
+        server_cpu_us_per_op: cpu
+            .filter(|_| steps_total > 0)
+            .map(|s| s * 1e6 / f(steps_total)),
         ..Run::default()
     }
     .finish(&all))
+}
+
+/// CPU seconds (user + system) the calling thread has used, from
+/// `/proc/thread-self/schedstat` (nanoseconds on the CPU); `None` where it cannot be read.
+fn own_thread_cpu_seconds() -> Option<f64> {
+    let text = std::fs::read_to_string("/proc/thread-self/schedstat").ok()?;
+    let ns: u64 = text.split_ascii_whitespace().next()?.parse().ok()?;
+    Some(f(ns) / 1e9)
 }
 
 /// Elapsed microseconds since `at`.
@@ -470,6 +494,23 @@ pub async fn suite(shape: &StreamShape, target: &Target) -> Result<Suite, CtlErr
                     on_disk / mean
                 ));
             }
+            if let (Some(eddy), Some(b), Some(a)) = (
+                produced.server_cpu_us_per_op,
+                before.server_cpu_us_per_op,
+                after.server_cpu_us_per_op,
+            ) {
+                let raw = f64::midpoint(b, a);
+                if raw > 0.0 {
+                    suite.notes.push(format!(
+                        "{}: durable producer server CPU per batch / raw write+fdatasync CPU per \
+                         step (mean of before and after) = {:.2} ({:.3} / {:.3} us per message)",
+                        target.system,
+                        eddy / raw,
+                        eddy / f(shape.messages as u64),
+                        raw / f(shape.messages as u64)
+                    ));
+                }
+            }
             suite.runs.push(before);
             suite.runs.push(produced);
             suite.runs.push(after);
@@ -496,6 +537,8 @@ mod tests {
         assert_eq!(run.bytes, 6 * 4096);
         assert_eq!(run.latency_us.count, 6);
         assert!(run.mb_per_sec > 0.0);
+        // Linux: the writers' own CPU is measured.
+        assert!(run.server_cpu_us_per_op.is_some_and(|us| us > 0.0));
         assert_eq!(
             std::fs::read_dir(dir.path()).unwrap().count(),
             0,

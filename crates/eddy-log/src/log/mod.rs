@@ -82,6 +82,7 @@ mod admission;
 mod config;
 mod open;
 mod read;
+mod read_buffers;
 mod recovery;
 mod retention;
 mod rewrite;

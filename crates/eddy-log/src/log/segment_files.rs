@@ -7,7 +7,7 @@ use std::io;
 use std::path::Path;
 use std::sync::Arc;
 
-use bytes::{Bytes, BytesMut};
+use bytes::Bytes;
 
 use crate::atomic::write_atomic;
 use crate::error::{IoOp, LogError, Result};
@@ -21,12 +21,11 @@ use crate::format::{
 /// Read size used by recovery scans, torn-tail searches and rewrites.
 pub(super) const SCAN_CHUNK: u64 = 1024 * 1024;
 
-/// Reads `[pos, pos + len)` of a file into a fresh buffer.
+/// Reads `[pos, pos + len)` of a file into a buffer of its own (a reused one for large reads:
+/// [`read_buffers`](super::read_buffers)).
 pub(super) fn read_exact(file: &dyn StorageFile, pos: u64, len: u64) -> io::Result<Bytes> {
     let len = usize::try_from(len).map_err(|_| io::Error::from(io::ErrorKind::InvalidInput))?;
-    let mut buf = BytesMut::zeroed(len);
-    file.read_at(pos, &mut buf)?;
-    Ok(buf.freeze())
+    super::read_buffers::read_into(len, |buf| file.read_at(pos, buf))
 }
 
 /// A loaded index: its valid entries (record kind) and its seal entry, if any.
