@@ -867,11 +867,19 @@ async fn sigterm_drains_open_watches_and_idle_connections() {
     drop((watcher, idle));
 }
 
-/// With the group-commit window (`--fsync-delay-us`), writes from many connections share
-/// fdatasyncs, every acknowledged write survives a SIGKILL, and versions continue after it.
+/// With the group-commit window (`--fsync-delay-us`, here applied whether or not the CPUs
+/// are saturated), writes from many connections share fdatasyncs, every acknowledged write
+/// survives a SIGKILL, and versions continue after it.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn group_commit_window_shares_fdatasyncs_and_loses_no_ack() {
-    let mut eddy = start(&["--num-shards", "2", "--fsync-delay-us", "2000"]);
+    let mut eddy = start(&[
+        "--num-shards",
+        "2",
+        "--fsync-delay-us",
+        "2000",
+        "--fsync-delay-when",
+        "always",
+    ]);
     let mut tasks = Vec::new();
     for w in 0..32u128 {
         let mut conn = client(&eddy).await;

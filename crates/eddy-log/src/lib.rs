@@ -187,8 +187,9 @@ pub use file::{
 pub use log::{
     Assigned, CommitHook, Durability, Log, LogBounds, LogConfig, LogStats, OpenOptions, RecordMeta,
     RecoveryReport, Repair, Reservation, SegmentRewrite, SegmentSummary, StoredRecord,
-    VerifyOnOpen, WeakLog, DEFAULT_INDEX_INTERVAL, DEFAULT_MAX_GROUP_BYTES, DEFAULT_PREALLOCATE,
-    DEFAULT_SEGMENT_SIZE, MAX_GROUP_WINDOW, MAX_QUEUED_BYTES, MAX_SEGMENT_SIZE, MIN_SEGMENT_SIZE,
+    VerifyOnOpen, WeakLog, WindowGate, DEFAULT_INDEX_INTERVAL, DEFAULT_MAX_GROUP_BYTES,
+    DEFAULT_PREALLOCATE, DEFAULT_SEGMENT_SIZE, MAX_GROUP_WINDOW, MAX_QUEUED_BYTES,
+    MAX_SEGMENT_SIZE, MIN_SEGMENT_SIZE,
 };
 pub use pool::{CommitPool, CommitStats, CommitStatsSnapshot};
 pub use sync::{lock, read_lock, write_lock};

@@ -244,11 +244,16 @@ pub struct ServeArgs {
     #[arg(long, env = "EDDY_SHARD_LOG_SEGMENT_BYTES", default_value_t = cfg::DEFAULT_SHARD_LOG_SEGMENT_BYTES)]
     pub shard_log_segment_bytes: u64,
     /// Event-store group-commit window in microseconds (Celeriant's --fsync-delay-us): writes
-    /// arriving while an event shard's fdatasync is in flight wait this long after it, so one
-    /// fdatasync covers more of them; an idle shard writes at once. 0 (the default) disables
-    /// the window; it saves CPU when the server is CPU-bound and costs ack latency.
+    /// arriving while an event shard's fdatasync is in flight wait up to this long after it
+    /// (less once the writers it acknowledged are back), so one fdatasync covers more of them;
+    /// an idle shard writes at once. 0 disables the window.
     #[arg(long, env = "EDDY_FSYNC_DELAY_US", default_value_t = cfg::DEFAULT_FSYNC_DELAY_US)]
     pub fsync_delay_us: u64,
+    /// When the group-commit window applies: busy (only while the machine's CPUs are
+    /// saturated, where it saves CPU per write; writers paced by the disk never wait) or
+    /// always.
+    #[arg(long, env = "EDDY_FSYNC_DELAY_WHEN", default_value = "busy", value_parser = ["busy", "always"])]
+    pub fsync_delay_when: String,
     /// Largest stream-protocol frame in bytes, header included; a larger one closes its
     /// connection unread.
     #[arg(long, env = "EDDY_STREAM_MAX_FRAME_SIZE", default_value_t = cfg::DEFAULT_STREAM_MAX_FRAME_SIZE)]

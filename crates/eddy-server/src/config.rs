@@ -55,11 +55,10 @@ pub const DEFAULT_COMPACTION_MIN_RECLAIMABLE_RATIO: f64 =
     eddy_event_store::DEFAULT_COMPACTION_MIN_RECLAIMABLE_RATIO;
 /// Default size at which an event shard's log rolls to a new segment.
 pub const DEFAULT_SHARD_LOG_SEGMENT_BYTES: u64 = 256 * 1024 * 1024;
-/// Default event-store group-commit window in microseconds (`--fsync-delay-us`): none. The
-/// window saves CPU per write when the server is CPU-bound (thousands of connections) but adds
-/// ack latency, which costs throughput when it is latency-bound (a hundred connections);
-/// see docs/OPERATIONS.md.
-pub const DEFAULT_FSYNC_DELAY_US: u64 = 0;
+/// Default event-store group-commit window in microseconds (`--fsync-delay-us`), waited out
+/// by default only while the machine's CPUs are saturated ([`FsyncDelayWhen::Busy`]): there
+/// it saves CPU per write, elsewhere it would cost throughput; see docs/OPERATIONS.md.
+pub const DEFAULT_FSYNC_DELAY_US: u64 = 1000;
 /// Largest accepted `fsync_delay_us`.
 pub const MAX_FSYNC_DELAY_US: u64 = 1_000_000;
 /// Smallest accepted `shard_log_segment_bytes`.
@@ -169,6 +168,18 @@ pub enum TlsMode {
     Disabled,
     /// TLS 1.3 only; plaintext connections are refused.
     Strict,
+}
+
+/// When the event shard logs wait out the group-commit window (`--fsync-delay-when`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, Default)]
+#[serde(rename_all = "lowercase")]
+pub enum FsyncDelayWhen {
+    /// Only while the machine's CPUs are saturated (`crate::cpu`): writers paced by the CPU
+    /// share fdatasyncs, writers paced by the disk never wait.
+    #[default]
+    Busy,
+    /// Always (Celeriant's behaviour).
+    Always,
 }
 
 /// Client certificate policy when TLS is on.
@@ -325,6 +336,8 @@ pub struct ServerConfig {
     /// is taken, so one fdatasync covers more of them (an idle shard writes at once). 0 takes
     /// every group as soon as the writer is free.
     pub fsync_delay_us: u64,
+    /// When the window applies: only while the CPUs are saturated (`busy`), or `always`.
+    pub fsync_delay_when: FsyncDelayWhen,
     /// Cap on a stream-protocol frame, header included: a larger frame closes its connection
     /// before its body is read.
     pub stream_max_frame_size: u32,
@@ -419,6 +432,7 @@ impl Default for ServerConfig {
             compaction_min_reclaimable_ratio: DEFAULT_COMPACTION_MIN_RECLAIMABLE_RATIO,
             shard_log_segment_bytes: DEFAULT_SHARD_LOG_SEGMENT_BYTES,
             fsync_delay_us: DEFAULT_FSYNC_DELAY_US,
+            fsync_delay_when: FsyncDelayWhen::Busy,
             stream_max_frame_size: DEFAULT_STREAM_MAX_FRAME_SIZE,
             stream_heartbeat_interval_ms: DEFAULT_STREAM_HEARTBEAT_INTERVAL_MS,
             node_id: 1,
@@ -518,6 +532,7 @@ impl std::fmt::Debug for ServerConfig {
             )
             .field("shard_log_segment_bytes", &self.shard_log_segment_bytes)
             .field("fsync_delay_us", &self.fsync_delay_us)
+            .field("fsync_delay_when", &self.fsync_delay_when)
             .field("stream_max_frame_size", &self.stream_max_frame_size)
             .field(
                 "stream_heartbeat_interval_ms",

@@ -11,6 +11,7 @@ pub mod clock;
 pub mod cluster;
 pub mod compaction;
 pub mod config;
+pub mod cpu;
 pub mod data_dir;
 pub mod event;
 pub mod fds;
@@ -663,6 +664,14 @@ impl Server {
                 stream::purge_expired_tokens(&shared.stream, every, stop).await;
             })
         };
+        let saturation_task = (config.fsync_delay_us > 0
+            && config.fsync_delay_when == config::FsyncDelayWhen::Busy)
+            .then(|| {
+                tokio::spawn(cpu::sample(
+                    cpu::saturation_gate(),
+                    maintenance_stop.clone(),
+                ))
+            });
         let compaction_task = tokio::spawn(compaction::run(
             Arc::clone(shared.events.store()),
             eddy_event_store::CompactionPolicy {
@@ -703,6 +712,9 @@ impl Server {
         maintenance_stop.cancel();
         let _ = maintenance_task.await;
         let _ = token_purge_task.await;
+        if let Some(task) = saturation_task {
+            let _ = task.await;
+        }
         // A compaction pass in progress stops at its next segment boundary; the store is closed
         // after it.
         let _ = compaction_task.await;

@@ -1,9 +1,12 @@
 //! The event store's configuration, limits, and what it reports (recovery, counters).
 
+use std::sync::Arc;
 use std::time::Duration;
 
 use bytes::Bytes;
-use eddy_log::{Cipher, CommitStatsSnapshot, Durability, LogStats, RecoveryReport, VerifyOnOpen};
+use eddy_log::{
+    Cipher, CommitStatsSnapshot, Durability, LogStats, RecoveryReport, VerifyOnOpen, WindowGate,
+};
 
 use crate::index::IndexStats;
 use crate::placement::RoutingRule;
@@ -56,6 +59,10 @@ pub struct EventStoreConfig {
     /// [`LogConfig::group_window`](eddy_log::LogConfig::group_window)). With a window the commit pool gets at least one thread
     /// per shard, so a shard waiting out its window never delays another.
     pub fsync_delay: Duration,
+    /// While this gate is closed the shard logs take every group at once, window or not
+    /// ([`OpenOptions::window_gate`](eddy_log::OpenOptions::window_gate)); `None`: the
+    /// window always applies.
+    pub fsync_delay_gate: Option<Arc<WindowGate>>,
     /// Encrypt the shard logs' records at rest with this key (events, trims, deletes and
     /// schema registrations alike; the per-shard index holds no event body and is not).
     pub cipher: Option<Cipher>,
@@ -102,6 +109,7 @@ impl Default for EventStoreConfig {
             max_subscribers_per_shard: watch::DEFAULT_MAX_SUBSCRIBERS,
             max_schema_bytes: crate::record::MAX_SCHEMA_BYTES,
             fsync_delay: Duration::ZERO,
+            fsync_delay_gate: None,
             cipher: None,
             durability: Durability::Fsync,
             index_threads: true,

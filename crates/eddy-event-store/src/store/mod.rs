@@ -207,6 +207,7 @@ impl EventStore {
                     hook: Some(hook),
                     stats: Some(Arc::clone(&stats)),
                     cipher: config.cipher.clone(),
+                    window_gate: config.fsync_delay_gate.clone(),
                     ..OpenOptions::default()
                 },
             )?;

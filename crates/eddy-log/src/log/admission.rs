@@ -109,9 +109,14 @@ impl Reservation<'_> {
         }));
         let schedule = !adm.scheduled;
         adm.scheduled = true;
+        // The append that completes the group the writer waits for wakes it (once).
+        let gathered = adm.hold.is_some_and(|h| adm.queue.len() == h.target);
         drop(adm);
         if schedule {
             log.schedule();
+        }
+        if gathered {
+            log.inner.held.notify_one();
         }
         Ok(completion)
     }
@@ -273,9 +278,14 @@ impl Log {
         adm.queue.push_back(item);
         let schedule = !adm.scheduled;
         adm.scheduled = true;
+        // A flush, purge or truncation has a caller waiting for it: no window.
+        let held = adm.hold.take().is_some();
         drop(adm);
         if schedule {
             self.schedule();
+        }
+        if held {
+            self.inner.held.notify_one();
         }
     }
 
@@ -335,6 +345,7 @@ impl Log {
     pub fn close(&self) -> Result<()> {
         let flushed = self.flush().wait();
         lock(&self.inner.admission).closed = true;
+        self.inner.held.notify_all();
         // A closed log's active segment ends at its last record, as a sealed one does.
         if let Err(e) = lock(&self.inner.writer).active.file.trim_preallocated() {
             tracing::warn!(dir = %self.inner.dir.display(), error = %e, "cannot cut the active segment's preallocated space; the next open cuts it");

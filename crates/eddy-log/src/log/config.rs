@@ -71,7 +71,11 @@ pub struct LogConfig {
     /// group was being written and synced, the next group waits until this long after that
     /// sync before it is taken, so one fdatasync covers more appends. A log that was idle
     /// writes its first append at once, and a full group (`max_group_bytes`) never waits.
-    /// Zero (the default) takes every group as soon as the writer is free.
+    /// The wait ends early once as many appends are queued as were queued behind the last
+    /// group plus the ones it acknowledged (its writers are back). Zero (the default) takes
+    /// every group as soon as the writer is free. Only a log that syncs every group
+    /// ([`Durability::Fsync`]) waits: without a sync per group there is nothing to share; and
+    /// with a [`WindowGate`](crate::WindowGate) ([`OpenOptions::window_gate`](crate::OpenOptions::window_gate)) only while it is open.
     pub group_window: std::time::Duration,
     /// The active segment is extended with this many bytes of zeros at a time, written ahead
     /// of the records, so a group commit's `fdatasync` writes data only (an append that grows

@@ -102,7 +102,7 @@ pub use rewrite::SegmentRewrite;
 pub use state::{Log, WeakLog};
 pub use types::{
     CommitHook, LogBounds, LogStats, OpenOptions, RecordMeta, RecoveryReport, Repair,
-    SegmentSummary, StoredRecord,
+    SegmentSummary, StoredRecord, WindowGate,
 };
 
 #[cfg(test)]

@@ -256,9 +256,10 @@ impl Log {
                 failed: None,
                 closed: false,
                 room_waiters: 0,
+                hold: None,
             }),
             room: Condvar::new(),
-            hold_until: Mutex::new(None),
+            held: Condvar::new(),
             swap: RwLock::new(()),
             rewriting: Mutex::new(()),
             layout: Mutex::new(()),
@@ -269,6 +270,7 @@ impl Log {
                 unsynced_records: 0,
                 unsynced_bytes: 0,
                 failed: None,
+                hold_target: 0,
             }),
             view: Mutex::new(View {
                 segments,
@@ -279,6 +281,7 @@ impl Log {
             truncations: AtomicU64::new(0),
             store_stats: options.stats,
             cipher: options.cipher,
+            window_gate: options.window_gate,
         });
         Ok((Log { inner }, report))
     }

@@ -61,6 +61,18 @@ pub(super) struct Admission {
     /// Appenders blocked on `room` (a turn notifies only when there are some: a condvar
     /// notify is a syscall even with nobody waiting).
     pub(super) room_waiters: usize,
+    /// Set by a turn that ended with appends queued behind it (see
+    /// [`LogConfig::group_window`]): the next group waits for it.
+    pub(super) hold: Option<Hold>,
+}
+
+/// How long the next group waits to gather appends behind a busy writer: until `until`, or
+/// until `target` items are queued, whichever comes first (an appender that brings the queue
+/// to `target` wakes the writer; so do a control item and the log's close).
+#[derive(Debug, Clone, Copy)]
+pub(super) struct Hold {
+    pub(super) until: std::time::Instant,
+    pub(super) target: usize,
 }
 
 pub(super) struct ActiveSegment {
@@ -103,6 +115,10 @@ pub(super) struct Writer {
     pub(super) unsynced_records: u64,
     pub(super) unsynced_bytes: u64,
     pub(super) failed: Option<Arc<io::Error>>,
+    /// With a group-commit window: the appends queued when this turn's last group was
+    /// acknowledged, plus that group's (its writers, once back): the next hold's target;
+    /// 0 when the turn acknowledged nothing.
+    pub(super) hold_target: usize,
 }
 
 #[derive(Debug, Clone)]
@@ -178,9 +194,8 @@ pub(crate) struct LogInner {
     pub(super) hook: Option<Arc<dyn CommitHook>>,
     pub(super) admission: Mutex<Admission>,
     pub(super) room: Condvar,
-    /// Set by a turn that ended with appends queued behind it (see
-    /// [`LogConfig::group_window`]): the next group is not taken before this instant.
-    pub(super) hold_until: Mutex<Option<std::time::Instant>>,
+    /// Wakes a writer waiting out its group-commit window ([`Admission::hold`]).
+    pub(super) held: Condvar,
     /// Orders segment file swaps ([`Log::rewrite_sealed`], write side) against everything
     /// that maps a segment's name to its file or removes segment files (loading a sealed
     /// segment into the cache, retention, purge: read side). Never taken by appends. Lock
@@ -202,6 +217,8 @@ pub(crate) struct LogInner {
     pub(super) store_stats: Option<Arc<CommitStats>>,
     /// Seals payloads on append and opens them on read ([`OpenOptions::cipher`](super::types::OpenOptions::cipher)).
     pub(super) cipher: Option<crate::cipher::Cipher>,
+    /// [`OpenOptions::window_gate`](super::types::OpenOptions::window_gate).
+    pub(super) window_gate: Option<Arc<super::types::WindowGate>>,
 }
 
 pub(super) use crate::error::is_no_space;

@@ -272,7 +272,7 @@ fn group_window_gathers_appends_behind_a_busy_writer_and_never_holds_an_idle_log
     let started = std::time::Instant::now();
     append_n(&log, 1, 100);
     assert!(started.elapsed() < Duration::from_millis(500));
-    assert!(lock(&log.inner.hold_until).is_none());
+    assert!(lock(&log.inner.admission).hold.is_none());
     // Eight writers with one append outstanding each: behind every group the next one waits
     // out the window and takes whatever queued meanwhile.
     let threads: Vec<_> = (0..8)
@@ -296,13 +296,105 @@ fn group_window_gathers_appends_behind_a_busy_writer_and_never_holds_an_idle_log
         stats.fsyncs
     );
     assert!(
-        lock(&log.inner.hold_until).is_none(),
+        lock(&log.inner.admission).hold.is_none(),
         "the last turn found the queue empty"
     );
     check_records(&read_all(&log), 0, 81, 100);
     drop(log);
     let (log, _) = h.open().unwrap();
     check_records(&read_all(&log), 0, 81, 100);
+}
+
+#[test]
+fn a_group_window_ends_once_the_acknowledged_writers_are_back() {
+    // A one-second window: were each hold waited out to its end, the turns of eight
+    // writers' 80 appends would take ten seconds or more. A hold ends as soon as the
+    // writers its group acknowledged have queued again.
+    let h = Harness::new(LogConfig {
+        group_window: Duration::from_secs(1),
+        ..LogConfig::default()
+    });
+    let (log, _) = h.open().unwrap();
+    append_n(&log, 1, 100);
+    let started = std::time::Instant::now();
+    let threads: Vec<_> = (0..8)
+        .map(|_| {
+            let log = log.clone();
+            std::thread::spawn(move || append_n(&log, 10, 100))
+        })
+        .collect();
+    for t in threads {
+        assert_eq!(t.join().unwrap().len(), 10);
+    }
+    assert!(
+        started.elapsed() < Duration::from_secs(5),
+        "holds were waited out: {:?}",
+        started.elapsed()
+    );
+    let stats = log.stats();
+    assert_eq!(stats.records, 81);
+    assert!(stats.fsyncs <= 60, "{} fsyncs for 81 appends", stats.fsyncs);
+    check_records(&read_all(&log), 0, 81, 100);
+}
+
+/// Whether any turn held a group (seen by a thread polling the admission state) while
+/// `writers` threads each appended `n` records and waited for each.
+fn ever_held(log: &Log, writers: usize, n: u64) -> bool {
+    let done = Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let watcher = {
+        let (log, done) = (log.clone(), Arc::clone(&done));
+        std::thread::spawn(move || {
+            let mut held = false;
+            while !done.load(Ordering::Acquire) {
+                held |= lock(&log.inner.admission).hold.is_some();
+                std::thread::yield_now();
+            }
+            held
+        })
+    };
+    let threads: Vec<_> = (0..writers)
+        .map(|_| {
+            let log = log.clone();
+            std::thread::spawn(move || append_n(&log, n, 100))
+        })
+        .collect();
+    for t in threads {
+        assert_eq!(t.join().unwrap().len() as u64, n);
+    }
+    done.store(true, Ordering::Release);
+    watcher.join().unwrap()
+}
+
+#[test]
+fn a_closed_window_gate_takes_every_group_at_once() {
+    let gate = Arc::new(WindowGate::new(false));
+    let h = Harness::new(LogConfig {
+        group_window: Duration::from_secs(1),
+        ..LogConfig::default()
+    });
+    let (log, _) = h
+        .open_with(OpenOptions {
+            window_gate: Some(Arc::clone(&gate)),
+            ..OpenOptions::default()
+        })
+        .unwrap();
+    assert!(!ever_held(&log, 8, 10), "a closed gate never holds a group");
+    check_records(&read_all(&log), 0, 80, 100);
+}
+
+#[test]
+fn a_log_that_does_not_sync_every_group_never_holds() {
+    let h = Harness::new(LogConfig {
+        group_window: Duration::from_secs(1),
+        durability: Durability::Background {
+            max_unsynced_records: 1000,
+            max_unsynced_bytes: 1 << 20,
+        },
+        ..LogConfig::default()
+    });
+    let (log, _) = h.open().unwrap();
+    assert!(!ever_held(&log, 8, 10));
+    check_records(&read_all(&log), 0, 80, 100);
 }
 
 #[test]

@@ -4,6 +4,7 @@
 use std::fmt;
 use std::io;
 use std::path::PathBuf;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 
 use bytes::Bytes;
@@ -172,4 +173,45 @@ pub struct OpenOptions {
     pub stats: Option<Arc<CommitStats>>,
     /// Encrypt record payloads at rest with this key (see [`crate::cipher`]).
     pub cipher: Option<Cipher>,
+    /// Switches the group-commit window ([`LogConfig::group_window`](crate::LogConfig::group_window))
+    /// on and off while the log runs; `None`: a configured window always applies.
+    pub window_gate: Option<Arc<WindowGate>>,
 }
+
+/// Whether logs wait out their group-commit window now, switched by their owner while they
+/// run and shared by any number of logs. A window costs every acknowledgement behind a busy
+/// writer up to its length and saves fdatasyncs (CPU, device round trips); it pays while the
+/// machine has no idle CPU, where a sync sooner only makes the next group smaller, and costs
+/// throughput while the writers wait on the disk, where the syncs themselves are the pace.
+#[derive(Debug, Default)]
+pub struct WindowGate {
+    open: AtomicBool,
+}
+
+impl WindowGate {
+    /// A gate, open or closed.
+    pub fn new(open: bool) -> Self {
+        WindowGate {
+            open: AtomicBool::new(open),
+        }
+    }
+
+    /// Opens (`true`) or closes the gate; the next turn of each log sees it.
+    pub fn set(&self, open: bool) {
+        self.open.store(open, Ordering::Relaxed);
+    }
+
+    /// Whether windows apply now.
+    pub fn is_open(&self) -> bool {
+        self.open.load(Ordering::Relaxed)
+    }
+}
+
+/// Gates compare by identity (an event store's configuration holds one).
+impl PartialEq for WindowGate {
+    fn eq(&self, other: &Self) -> bool {
+        std::ptr::eq(self, other)
+    }
+}
+
+impl Eq for WindowGate {}

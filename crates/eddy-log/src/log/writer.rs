@@ -19,7 +19,7 @@ use crate::sync::{lock, read_lock};
 use super::config::Durability;
 use super::segment_files::{create_segment, remove_segment_files};
 use super::state::{
-    is_no_space, ActiveSegment, Item, LogInner, PendingRecord, SegmentState, Writer,
+    is_no_space, ActiveSegment, Hold, Item, LogInner, PendingRecord, SegmentState, Writer,
 };
 use super::truncate::TruncateFailure;
 use super::types::RecordMeta;
@@ -96,6 +96,7 @@ impl Job for LogInner {
             self.room.notify_all();
         }
 
+        writer.hold_target = 0;
         let mut group = Group::new();
         // Set once a write failed in this turn: every later item of the turn is refused with it.
         let mut refused: Option<Refusal> = writer.failed.clone().map(Refusal::Failed);
@@ -154,15 +155,26 @@ impl Job for LogInner {
                 }
             }
         }
+        let hold_target = writer.hold_target;
         drop(writer);
         let mut adm = lock(&self.admission);
         if adm.queue.is_empty() {
             adm.scheduled = false;
             false
         } else {
-            if !self.config.group_window.is_zero() {
-                *lock(&self.hold_until) =
-                    Some(std::time::Instant::now() + self.config.group_window);
+            // Appends queued while this turn wrote and synced: the next group waits for the
+            // writers this turn acknowledged to come back, or the window, whichever is first.
+            // Only a log that syncs every group gains from it, and only while its gate is open.
+            let windowed = hold_target > 0
+                && !self.config.group_window.is_zero()
+                && matches!(self.config.durability, Durability::Fsync)
+                && self.window_gate.as_ref().is_none_or(|g| g.is_open())
+                && adm.queue.iter().all(|i| matches!(i, Item::Append(_)));
+            if windowed {
+                adm.hold = Some(Hold {
+                    until: std::time::Instant::now() + self.config.group_window,
+                    target: hold_target,
+                });
             }
             true
         }
@@ -170,27 +182,27 @@ impl Job for LogInner {
 }
 
 impl LogInner {
-    /// Waits out the group-commit window set by the previous turn, unless a full group is
-    /// already queued or the log is closing or failed. (A plain sleep: the window is short,
-    /// and waking the writer early would cost every append a notify.)
+    /// Waits out the group-commit window set by the previous turn ([`Admission::hold`]):
+    /// until its deadline, or until as many appends are queued as the hold's target (the
+    /// appenders the previous group acknowledged are back), or a full group is queued, or a
+    /// control item arrived, or the log is closing or failed.
     fn hold_for_group(&self) {
         if self.config.group_window.is_zero() {
             return;
         }
-        let Some(until) = lock(&self.hold_until).take() else {
-            return;
-        };
-        {
-            let adm = lock(&self.admission);
-            if adm.queued_bytes >= self.config.max_group_bytes || adm.closed || adm.failed.is_some()
-            {
-                return;
+        let mut adm = lock(&self.admission);
+        while let Some(hold) = adm.hold {
+            let gathered = adm.queue.len() >= hold.target
+                || adm.queued_bytes >= self.config.max_group_bytes
+                || adm.closed
+                || adm.failed.is_some();
+            let now = std::time::Instant::now();
+            if gathered || now >= hold.until {
+                break;
             }
+            adm = crate::sync::wait_timeout(&self.held, adm, hold.until - now);
         }
-        let now = std::time::Instant::now();
-        if until > now {
-            std::thread::sleep(until - now);
-        }
+        adm.hold = None;
     }
 }
 
@@ -439,6 +451,11 @@ impl LogInner {
         }
         if let Some(hook) = &self.hook {
             hook.after_publish(end_seq);
+        }
+        if !self.config.group_window.is_zero() {
+            // Writers queued now are not among the ones acknowledged next: once as many are
+            // queued as now plus this group, this group's writers are back.
+            writer.hold_target = lock(&self.admission).queue.len() + group.records.len();
         }
         for record in group.records {
             let meta = RecordMeta {

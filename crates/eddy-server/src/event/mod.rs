@@ -43,7 +43,7 @@ use eddy_log::{
 };
 use eddy_wire::event::{Dictionary, DictionaryError, FrameLimits, RequestType};
 
-use crate::config::ServerConfig;
+use crate::config::{FsyncDelayWhen, ServerConfig};
 use crate::listener::{Conn, ConnectionContext};
 pub use codecs::CodecPool;
 
@@ -209,6 +209,10 @@ pub fn store_config(config: &ServerConfig, num_shards: u32, dictionary: &[u8]) -
         max_subscribers_per_shard: config.max_watch_subscribers as usize,
         segment_size: config.shard_log_segment_bytes,
         fsync_delay: Duration::from_micros(config.fsync_delay_us),
+        fsync_delay_gate: match config.fsync_delay_when {
+            FsyncDelayWhen::Busy => Some(crate::cpu::saturation_gate()),
+            FsyncDelayWhen::Always => None,
+        },
         max_schema_bytes: config.max_schema_size_bytes as usize,
         cipher: config.cipher(),
         ..EventStoreConfig::default()

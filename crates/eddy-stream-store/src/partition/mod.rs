@@ -227,6 +227,7 @@ impl Partition {
                 hook,
                 stats,
                 cipher,
+                window_gate: None,
             },
         )?;
         Ok((

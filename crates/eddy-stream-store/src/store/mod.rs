@@ -165,6 +165,7 @@ impl StreamStore {
                 stats: Some(Arc::clone(&stats)),
                 // Names, settings and hashes: no message is ever in the metadata log.
                 cipher: None,
+                window_gate: None,
             },
         )?;
         recovery.metadata = report;
