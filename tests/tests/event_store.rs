@@ -1380,3 +1380,76 @@ async fn an_encryption_key_keeps_event_bodies_out_of_the_data_directory() {
     let page = conn.read(read(&key, 1)).await.unwrap();
     assert_eq!(read_bodies(&page).len(), 20);
 }
+
+/// The shard log files (`*.log`) under `dir`, with their lengths.
+fn shard_log_files(dir: &std::path::Path) -> Vec<(std::path::PathBuf, u64)> {
+    let mut found = Vec::new();
+    let mut dirs = vec![dir.to_path_buf()];
+    while let Some(d) = dirs.pop() {
+        for entry in std::fs::read_dir(&d).unwrap() {
+            let path = entry.unwrap().path();
+            if path.is_dir() {
+                dirs.push(path);
+            } else if path.extension().is_some_and(|e| e == "log") {
+                let len = std::fs::metadata(&path).unwrap().len();
+                found.push((path, len));
+            }
+        }
+    }
+    found
+}
+
+/// A single node writes zeros ahead of its shard log's records (so an fdatasync commits no new
+/// file size); a SIGKILL leaves them behind and loses no acknowledged write, the restarted
+/// server continues the versions after them, and a clean stop cuts the file to its records.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn shard_logs_are_preallocated_and_cut_to_their_records_on_stop() {
+    let mut eddy = start(&["--num-shards", "1"]);
+    let key = AggregateKey::new(8, 9, 10);
+    let mut conn = client(&eddy).await;
+    for v in 0..20u64 {
+        let r = conn
+            .write_events_with(
+                key.clone(),
+                vec![event(1, &json!({"v": v}), v + 1)],
+                7,
+                occ(Some(v)),
+            )
+            .await
+            .unwrap();
+        assert_eq!(r.max_aggregate_version, Some(v + 1));
+    }
+    let events_dir = eddy.data_dir().join("events");
+    let running = shard_log_files(&events_dir);
+    assert!(
+        running.iter().any(|(_, len)| *len >= 1 << 20),
+        "the active segment is preallocated: {running:?}"
+    );
+    drop(conn);
+    eddy.crash_restart();
+    let mut conn = client(&eddy).await;
+    let d = conn.aggregate_details(details(&key)).await.unwrap();
+    assert_eq!(d.max_aggregate_version, 20);
+    let r = conn
+        .write_events_with(
+            key.clone(),
+            vec![event(1, &json!({"after": 1}), 21)],
+            7,
+            occ(Some(20)),
+        )
+        .await
+        .unwrap();
+    assert_eq!(r.max_aggregate_version, Some(21));
+    drop(conn);
+    let status = eddy.stop(Duration::from_secs(30));
+    assert!(status.success(), "{status}");
+    let stopped = shard_log_files(&events_dir);
+    assert!(
+        stopped.iter().all(|(_, len)| *len < 1 << 20),
+        "a clean stop cuts the zeros: {stopped:?}"
+    );
+    eddy.restart();
+    let mut conn = client(&eddy).await;
+    let d = conn.aggregate_details(details(&key)).await.unwrap();
+    assert_eq!(d.max_aggregate_version, 21);
+}

@@ -240,7 +240,7 @@ pub struct ServeArgs {
     pub compaction_min_reclaimable_ratio: f64,
 
     /// Size in bytes at which an event shard's log rolls to a new segment (Celeriant's
-    /// --shard-log-preallocate-bytes; eddy does not preallocate).
+    /// --shard-log-preallocate-bytes; segments are not created at full size).
     #[arg(long, env = "EDDY_SHARD_LOG_SEGMENT_BYTES", default_value_t = cfg::DEFAULT_SHARD_LOG_SEGMENT_BYTES)]
     pub shard_log_segment_bytes: u64,
     /// Event-store group-commit window in microseconds (Celeriant's --fsync-delay-us): writes

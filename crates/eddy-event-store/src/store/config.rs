@@ -63,6 +63,10 @@ pub struct EventStoreConfig {
     /// ([`OpenOptions::window_gate`](eddy_log::OpenOptions::window_gate)); `None`: the
     /// window always applies.
     pub fsync_delay_gate: Option<Arc<WindowGate>>,
+    /// Zeros written ahead of the records of each shard's active segment, this many bytes at a
+    /// time, so a group's fdatasync commits no new file size
+    /// ([`LogConfig::preallocate`](eddy_log::LogConfig::preallocate)); 0 (the default) appends.
+    pub preallocate: u64,
     /// Encrypt the shard logs' records at rest with this key (events, trims, deletes and
     /// schema registrations alike; the per-shard index holds no event body and is not).
     pub cipher: Option<Cipher>,
@@ -110,6 +114,7 @@ impl Default for EventStoreConfig {
             max_schema_bytes: crate::record::MAX_SCHEMA_BYTES,
             fsync_delay: Duration::ZERO,
             fsync_delay_gate: None,
+            preallocate: 0,
             cipher: None,
             durability: Durability::Fsync,
             index_threads: true,

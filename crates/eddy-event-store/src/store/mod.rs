@@ -182,6 +182,7 @@ impl EventStore {
             index_interval: config.index_interval,
             verify_on_open: config.verify_on_open,
             group_window: config.fsync_delay,
+            preallocate: config.preallocate,
             durability: config.durability,
             ..LogConfig::default()
         };

@@ -86,11 +86,10 @@ pub struct LogConfig {
     /// closed log's active segment are cut to their records.
     ///
     /// Measured on ext4 (virtio disk, 2 cores) with 1 MiB: one writer on the log or the event
-    /// store alone writes 1.3-1.6x more records per second at 0.7x the CPU; but the event
-    /// server with its load generator on the same cores answered one connection at 0.80x and
-    /// ten at 0.67x the writes per second, and 1,000 at 1.12x (with the server and the load
-    /// generator pinned to a core each: 0.79x, 0.85x and 1.05x; two logs written alternately
-    /// by one writer still gain 1.3x). Off until that is understood.
+    /// store alone writes 1.3-1.6x more records per second at 0.7x the CPU; the event server
+    /// (which turns it on for a single node's shard logs) answered 1 and 10 connections at
+    /// 1.21x and 1.39-1.42x the writes per second. A shorter fdatasync also makes the groups
+    /// behind it smaller where a [`LogConfig::group_window`] ends at its deadline.
     pub preallocate: u64,
 }
 
