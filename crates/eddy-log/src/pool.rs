@@ -3,10 +3,13 @@
 //! Each log is an actor: appends are queued on the log, and the first append to an idle log
 //! schedules it on the pool. A pool thread then runs one *turn* of that log (drain its queue,
 //! write every pending record, one `fdatasync`, complete every acknowledgement) and puts the log
-//! back at the end of the ready queue if more work arrived meanwhile. A log is never run by two
+//! back at the end of the ready queue if more work arrived meanwhile (or, with no other log
+//! ready, runs its next turn itself: waking an idle thread for it would only add two context
+//! switches, a log having one writer at a time). A log is never run by two
 //! threads at once, so every log has exactly one writer; different logs commit in parallel on
-//! different threads. There is no waiting window: a lone writer waits for one fdatasync, and
-//! everything that queued during that fdatasync forms the next group.
+//! different threads. A lone writer waits for one fdatasync, and everything that queued during
+//! that fdatasync forms the next group (a log with a group-commit window may wait a little
+//! longer for it, see [`LogConfig::group_window`](crate::LogConfig::group_window)).
 //!
 //! One pool serves the whole storage engine: the server creates it once and hands it to both
 //! stores, so the stream store's partitions and metadata log and the event store's shard logs
@@ -245,8 +248,11 @@ impl CommitPool {
 }
 
 fn worker(shared: &PoolShared) {
+    let mut next: Option<Arc<dyn Job>> = None;
     loop {
-        let job = {
+        let job = if let Some(job) = next.take() {
+            job
+        } else {
             let mut state = lock(shared);
             loop {
                 if let Some(job) = state.ready.pop_front() {
@@ -261,7 +267,16 @@ fn worker(shared: &PoolShared) {
             }
         };
         if job.run_turn() {
+            // More work arrived on this log. With nothing else ready, this thread runs its
+            // next turn itself: waking an idle thread for it would cost two context switches
+            // (the woken thread's and this one's wait) for no parallelism, one log having one
+            // writer at a time. Behind other ready logs it queues, and an idle thread helps.
             let mut state = lock(shared);
+            if state.ready.is_empty() || state.shutdown {
+                drop(state);
+                next = Some(job);
+                continue;
+            }
             state.ready.push_back(job);
             let idle = state.idle;
             drop(state);
@@ -316,6 +331,57 @@ mod tests {
         pool.shared().schedule(job.clone());
         drop(pool);
         assert_eq!(job.turns.load(Ordering::SeqCst), 5);
+    }
+
+    /// A job whose every turn records its thread and asks for another, `want` turns in all.
+    struct Recorder {
+        threads: Mutex<Vec<std::thread::ThreadId>>,
+        want: usize,
+    }
+
+    impl Job for Recorder {
+        fn run_turn(&self) -> bool {
+            let mut t = lock_mutex(&self.threads);
+            t.push(std::thread::current().id());
+            t.len() < self.want
+        }
+    }
+
+    #[test]
+    fn a_busy_log_with_nothing_else_ready_keeps_its_thread() {
+        let pool = CommitPool::new(4).unwrap();
+        let job = Arc::new(Recorder {
+            threads: Mutex::new(Vec::new()),
+            want: 50,
+        });
+        pool.shared().schedule(job.clone());
+        drop(pool);
+        let threads = lock_mutex(&job.threads);
+        assert_eq!(threads.len(), 50);
+        assert!(
+            threads.iter().all(|t| *t == threads[0]),
+            "a requeued turn with an empty ready queue stays on its thread"
+        );
+    }
+
+    #[test]
+    fn busy_logs_share_the_threads() {
+        let pool = CommitPool::new(2).unwrap();
+        let jobs: Vec<_> = (0..4)
+            .map(|_| {
+                Arc::new(Counter {
+                    turns: AtomicUsize::new(0),
+                    want: 200,
+                })
+            })
+            .collect();
+        for j in &jobs {
+            pool.shared().schedule(j.clone());
+        }
+        drop(pool);
+        for j in &jobs {
+            assert_eq!(j.turns.load(Ordering::SeqCst), 200);
+        }
     }
 
     #[test]
