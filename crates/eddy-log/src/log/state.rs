@@ -117,7 +117,7 @@ pub(super) struct Writer {
     pub(super) failed: Option<Arc<io::Error>>,
     /// With a group-commit window: the appends queued when this turn's last group was
     /// acknowledged, plus that group's (its writers, once back): the next hold's target;
-    /// 0 when the turn acknowledged nothing.
+    /// 0 when the turn acknowledged nothing or no window applied.
     pub(super) hold_target: usize,
 }
 

@@ -258,6 +258,20 @@ fn concurrent_appends_share_fsyncs() {
     check_records(&read_all(&log), 0, 400, 100);
 }
 
+/// `writers` threads, each appending `n` records of 100 bytes and waiting for each before the
+/// next (one append outstanding per writer), until all are done.
+fn append_concurrently(log: &Log, writers: usize, n: u64) {
+    let threads: Vec<_> = (0..writers)
+        .map(|_| {
+            let log = log.clone();
+            std::thread::spawn(move || append_n(&log, n, 100))
+        })
+        .collect();
+    for t in threads {
+        assert_eq!(t.join().unwrap().len() as u64, n);
+    }
+}
+
 #[test]
 fn group_window_gathers_appends_behind_a_busy_writer_and_never_holds_an_idle_log() {
     // The window is long against scheduling delays (the test shares two cores with other
@@ -275,15 +289,7 @@ fn group_window_gathers_appends_behind_a_busy_writer_and_never_holds_an_idle_log
     assert!(lock(&log.inner.admission).hold.is_none());
     // Eight writers with one append outstanding each: behind every group the next one waits
     // out the window and takes whatever queued meanwhile.
-    let threads: Vec<_> = (0..8)
-        .map(|_| {
-            let log = log.clone();
-            std::thread::spawn(move || append_n(&log, 10, 100))
-        })
-        .collect();
-    for t in threads {
-        assert_eq!(t.join().unwrap().len(), 10);
-    }
+    append_concurrently(&log, 8, 10);
     let stats = log.stats();
     assert_eq!(stats.records, 81);
     // Without the window every append could be its own group (81 fsyncs); with it, groups
@@ -317,15 +323,7 @@ fn a_group_window_ends_once_the_acknowledged_writers_are_back() {
     let (log, _) = h.open().unwrap();
     append_n(&log, 1, 100);
     let started = std::time::Instant::now();
-    let threads: Vec<_> = (0..8)
-        .map(|_| {
-            let log = log.clone();
-            std::thread::spawn(move || append_n(&log, 10, 100))
-        })
-        .collect();
-    for t in threads {
-        assert_eq!(t.join().unwrap().len(), 10);
-    }
+    append_concurrently(&log, 8, 10);
     assert!(
         started.elapsed() < Duration::from_secs(5),
         "holds were waited out: {:?}",
@@ -352,15 +350,7 @@ fn ever_held(log: &Log, writers: usize, n: u64) -> bool {
             held
         })
     };
-    let threads: Vec<_> = (0..writers)
-        .map(|_| {
-            let log = log.clone();
-            std::thread::spawn(move || append_n(&log, n, 100))
-        })
-        .collect();
-    for t in threads {
-        assert_eq!(t.join().unwrap().len() as u64, n);
-    }
+    append_concurrently(log, writers, n);
     done.store(true, Ordering::Release);
     watcher.join().unwrap()
 }

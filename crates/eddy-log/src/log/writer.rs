@@ -166,9 +166,7 @@ impl Job for LogInner {
             // writers this turn acknowledged to come back, or the window, whichever is first.
             // Only a log that syncs every group gains from it, and only while its gate is open.
             let windowed = hold_target > 0
-                && !self.config.group_window.is_zero()
-                && matches!(self.config.durability, Durability::Fsync)
-                && self.window_gate.as_ref().is_none_or(|g| g.is_open())
+                && self.window_applies()
                 && adm.queue.iter().all(|i| matches!(i, Item::Append(_)));
             if windowed {
                 adm.hold = Some(Hold {
@@ -182,6 +180,14 @@ impl Job for LogInner {
 }
 
 impl LogInner {
+    /// Whether the next group may wait out a group-commit window: one is configured, this log
+    /// syncs every group (otherwise there is nothing to share), and its gate is open.
+    fn window_applies(&self) -> bool {
+        !self.config.group_window.is_zero()
+            && matches!(self.config.durability, Durability::Fsync)
+            && self.window_gate.as_ref().is_none_or(|g| g.is_open())
+    }
+
     /// Waits out the group-commit window set by the previous turn ([`Admission::hold`]):
     /// until its deadline, or until as many appends are queued as the hold's target (the
     /// appenders the previous group acknowledged are back), or a full group is queued, or a
@@ -452,7 +458,7 @@ impl LogInner {
         if let Some(hook) = &self.hook {
             hook.after_publish(end_seq);
         }
-        if !self.config.group_window.is_zero() {
+        if self.window_applies() {
             // Writers queued now are not among the ones acknowledged next: once as many are
             // queued as now plus this group, this group's writers are back.
             writer.hold_target = lock(&self.admission).queue.len() + group.records.len();
