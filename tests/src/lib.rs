@@ -339,6 +339,37 @@ fn send_signal(pid: libc::pid_t, sig: i32) {
     assert_eq!(rc, 0, "kill({pid}, {sig}) failed");
 }
 
+/// Every file under `dir`, at any depth (a directory that cannot be read, or went away while
+/// the server runs, is skipped).
+pub fn files_under(dir: &Path) -> Vec<PathBuf> {
+    let mut found = Vec::new();
+    let mut dirs = vec![dir.to_path_buf()];
+    while let Some(d) = dirs.pop() {
+        for entry in std::fs::read_dir(&d).into_iter().flatten().flatten() {
+            let path = entry.path();
+            if path.is_dir() {
+                dirs.push(path);
+            } else {
+                found.push(path);
+            }
+        }
+    }
+    found
+}
+
+/// Every file under `dir` that contains `needle`.
+pub fn files_containing(dir: &Path, needle: &[u8]) -> Vec<PathBuf> {
+    files_under(dir)
+        .into_iter()
+        .filter(|path| {
+            std::fs::read(path)
+                .unwrap_or_default()
+                .windows(needle.len())
+                .any(|w| w == needle)
+        })
+        .collect()
+}
+
 /// The value of the unlabelled Prometheus sample `name` in a `/metrics` body.
 pub fn metric_value(body: &str, name: &str) -> Option<f64> {
     body.lines()

@@ -1289,27 +1289,6 @@ async fn a_fresh_incarnation_counts_only_its_own_batches() {
     }
 }
 
-/// Every file under `dir` that contains `needle`.
-fn files_containing(dir: &std::path::Path, needle: &[u8]) -> Vec<std::path::PathBuf> {
-    let mut found = Vec::new();
-    let mut dirs = vec![dir.to_path_buf()];
-    while let Some(d) = dirs.pop() {
-        for entry in std::fs::read_dir(&d).unwrap() {
-            let path = entry.unwrap().path();
-            if path.is_dir() {
-                dirs.push(path);
-            } else if std::fs::read(&path)
-                .unwrap_or_default()
-                .windows(needle.len())
-                .any(|w| w == needle)
-            {
-                found.push(path);
-            }
-        }
-    }
-    found
-}
-
 /// Issue 21: with an encryption key, event bodies never reach the data directory in the clear,
 /// reads decrypt them across a restart, and with another key they do not read.
 #[tokio::test]
@@ -1325,7 +1304,7 @@ async fn an_encryption_key_keeps_event_bodies_out_of_the_data_directory() {
     conn.write_events(key.clone(), vec![event(7, &body(0), 1)], 42)
         .await
         .unwrap();
-    assert!(!files_containing(plain.data_dir(), b"TOPSECRET-BODY").is_empty());
+    assert!(!eddy_tests::files_containing(plain.data_dir(), b"TOPSECRET-BODY").is_empty());
     drop((conn, plain));
     let mut eddy = start(&["--encryption-key", KEY, "--wal-compression-level", "1"]);
     let mut conn = client(&eddy).await;
@@ -1350,7 +1329,7 @@ async fn an_encryption_key_keeps_event_bodies_out_of_the_data_directory() {
     let page = conn.read(read(&key, 1)).await.unwrap();
     assert_eq!(read_bodies(&page).len(), 20, "a restart reads them");
     for marker in [&b"TOPSECRET"[..], KEY.as_bytes()] {
-        let found = files_containing(eddy.data_dir(), marker);
+        let found = eddy_tests::files_containing(eddy.data_dir(), marker);
         assert!(found.is_empty(), "readable in {found:?}");
     }
     assert!(!eddy.log().lines().iter().any(|l| l.contains(KEY)));
@@ -1383,20 +1362,14 @@ async fn an_encryption_key_keeps_event_bodies_out_of_the_data_directory() {
 
 /// The shard log files (`*.log`) under `dir`, with their lengths.
 fn shard_log_files(dir: &std::path::Path) -> Vec<(std::path::PathBuf, u64)> {
-    let mut found = Vec::new();
-    let mut dirs = vec![dir.to_path_buf()];
-    while let Some(d) = dirs.pop() {
-        for entry in std::fs::read_dir(&d).unwrap() {
-            let path = entry.unwrap().path();
-            if path.is_dir() {
-                dirs.push(path);
-            } else if path.extension().is_some_and(|e| e == "log") {
-                let len = std::fs::metadata(&path).unwrap().len();
-                found.push((path, len));
-            }
-        }
-    }
-    found
+    eddy_tests::files_under(dir)
+        .into_iter()
+        .filter(|p| p.extension().is_some_and(|e| e == "log"))
+        .map(|p| {
+            let len = std::fs::metadata(&p).unwrap().len();
+            (p, len)
+        })
+        .collect()
 }
 
 /// A single node writes zeros ahead of its shard log's records (so an fdatasync commits no new

@@ -15,23 +15,6 @@ use celeriant_msg::request::read_filters::ReadFilters;
 use celeriant_msg::request::requests::ReadRequest;
 use celeriant_wal::aggregate_key::AggregateKey;
 
-/// Every file under `dir`, recursively.
-fn files_under(dir: &std::path::Path) -> Vec<std::path::PathBuf> {
-    let mut out = Vec::new();
-    let mut stack = vec![dir.to_path_buf()];
-    while let Some(d) = stack.pop() {
-        for entry in std::fs::read_dir(&d).into_iter().flatten().flatten() {
-            let path = entry.path();
-            if path.is_dir() {
-                stack.push(path);
-            } else {
-                out.push(path);
-            }
-        }
-    }
-    out
-}
-
 /// A read that hits damaged storage is answered with its error code and a generic message: no
 /// storage path, no operating-system text. The server log has both, under the reference the
 /// client was given.
@@ -53,7 +36,7 @@ async fn event_storage_failures_reach_clients_without_paths_or_os_texts() {
     // A cold start, then the shard's log segments lose their bytes under the running server.
     eddy.restart();
     let events = eddy.data_dir().join("events");
-    let segments: Vec<_> = files_under(&events)
+    let segments: Vec<_> = eddy_tests::files_under(&events)
         .into_iter()
         .filter(|p| p.extension().is_some_and(|e| e == "log"))
         .collect();

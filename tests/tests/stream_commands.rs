@@ -800,27 +800,6 @@ async fn max_topic_size_deletes_the_oldest_sealed_segments() {
     }
 }
 
-/// Every file under `dir` that contains `needle`.
-fn files_containing(dir: &std::path::Path, needle: &[u8]) -> Vec<std::path::PathBuf> {
-    let mut found = Vec::new();
-    let mut dirs = vec![dir.to_path_buf()];
-    while let Some(d) = dirs.pop() {
-        for entry in std::fs::read_dir(&d).unwrap() {
-            let path = entry.unwrap().path();
-            if path.is_dir() {
-                dirs.push(path);
-            } else if std::fs::read(&path)
-                .unwrap_or_default()
-                .windows(needle.len())
-                .any(|w| w == needle)
-            {
-                found.push(path);
-            }
-        }
-    }
-    found
-}
-
 /// Sends one batch whose payloads and user headers carry `marker`; polls it back.
 async fn send_and_poll_marked(client: &IggyClient, marker: &str) -> Vec<IggyMessage> {
     let headers = std::collections::BTreeMap::from([(
@@ -870,7 +849,7 @@ async fn an_encryption_key_keeps_payloads_out_of_the_data_directory() {
     let client = root(plain.addrs().stream).await;
     stream_and_topic(&client, "s", "t", 1).await;
     send_and_poll_marked(&client, "CLEARTEXT").await;
-    assert!(!files_containing(plain.data_dir(), b"CLEARTEXT-PAYLOAD").is_empty());
+    assert!(!eddy_tests::files_containing(plain.data_dir(), b"CLEARTEXT-PAYLOAD").is_empty());
     drop(plain);
 
     let with_env = |key: &str| eddy_tests::Options {
@@ -890,7 +869,7 @@ async fn an_encryption_key_keeps_payloads_out_of_the_data_directory() {
         "TOPSECRET-HEADER"
     );
     for marker in [&b"TOPSECRET"[..], KEY.as_bytes()] {
-        let found = files_containing(eddy.data_dir(), marker);
+        let found = eddy_tests::files_containing(eddy.data_dir(), marker);
         assert!(found.is_empty(), "readable in {found:?}");
     }
     drop(client);
