@@ -3,6 +3,7 @@
 //! - `eddy status`: is the server up, its version, uptime, role, storage use.
 //! - Streams (Iggy protocol): `stream`, `topic`, `partition`, `send`, `poll`, `tail`, `user`,
 //!   `token`.
+//! - Cluster operators: `cluster certs` (the members' certificates for the replication port).
 //! - Events (Celeriant protocol): `events write|read|details|trim|delete|orgs|types|aggregates|
 //!   watch|schema`.
 //!
@@ -14,6 +15,7 @@
 //! the exit code says what kind of failure it was ([`error::EXIT_CODES_HELP`]).
 
 pub mod bench;
+pub mod cluster;
 pub mod conn;
 pub mod error;
 pub mod events;
@@ -163,6 +165,19 @@ percentiles) to --out.",
   eddy bench compare eddy-bench/events-1/result.json eddy-bench/events-2/result.json"
     ))]
     Bench(bench::BenchArgs),
+    /// Cluster operations: `certs` writes the members' replication-port certificates.
+    #[command(long_about = help(
+        "Cluster operations. `certs` writes a cluster CA (ca.pem, ca.key) and a certificate and
+key per member (node-N.pem, node-N.key) naming its node id, for the replication port's
+mutual TLS (--peer-tls-cert, --peer-tls-key, --peer-tls-ca of `eddy serve`). Keys are written
+0600; existing files are kept unless --force. With --ca-cert/--ca-key it signs with an
+existing CA: how a member's certificate is renewed, or a new member's issued. Runs locally:
+no server is contacted.",
+        "Examples:
+  eddy cluster certs --out ./certs --nodes 1,2,3 --hosts 10.0.0.1,10.0.0.2,10.0.0.3
+  eddy cluster certs --out ./certs --nodes 2 --ca-cert certs/ca.pem --ca-key certs/ca.key --force"
+    ))]
+    Cluster(cluster::ClusterArgs),
 }
 
 /// Runs a subcommand, printing its output to stdout and its error (one line) to stderr;
@@ -184,8 +199,10 @@ pub fn run(command: &Command) -> ExitCode {
 /// Runs a subcommand, writing its output to `out`. Client commands run on a small runtime of
 /// their own; `bench` sizes its runtimes itself.
 pub fn execute(command: &Command, out: &mut dyn Write) -> Result<(), CtlError> {
-    if let Command::Bench(args) = command {
-        return bench::run(args, out);
+    match command {
+        Command::Bench(args) => return bench::run(args, out),
+        Command::Cluster(args) => return cluster::run(args, out),
+        _ => {}
     }
     let runtime = tokio::runtime::Builder::new_multi_thread()
         .worker_threads(2)
@@ -205,6 +222,7 @@ pub fn execute(command: &Command, out: &mut dyn Write) -> Result<(), CtlError> {
             Command::Token(args) => streams::token(args, out).await,
             Command::Events(args) => events::run(args, out).await,
             Command::Bench(args) => bench::run(args, out),
+            Command::Cluster(args) => cluster::run(args, out),
         }
     });
     // Watch and tail tasks may still be blocked on sockets: do not wait for them.

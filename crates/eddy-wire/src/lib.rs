@@ -2,9 +2,11 @@
 //!
 //! - [`stream`]: the Apache Iggy binary protocol (256-byte headers, XXH3 checksums).
 //! - [`event`]: the Celeriant protocol (17-byte header, zstd with the cluster dictionary).
+//! - [`peer`]: how cluster members name each other in their certificates.
 //!
 //! Architecture invariant: no I/O, no async runtime; every length is checked against a named
 //! limit before anything is allocated, and no input makes a decoder panic.
 
 pub mod event;
+pub mod peer;
 pub mod stream;
