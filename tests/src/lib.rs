@@ -156,6 +156,51 @@ pub struct Eddy {
     _tmp: Option<Arc<tempfile::TempDir>>,
 }
 
+/// A cluster's replication-port certificates, written by the binary's own
+/// `eddy cluster certs` into a temporary directory that lives as long as this value.
+#[derive(Debug, Clone)]
+pub struct ClusterCerts {
+    dir: Arc<tempfile::TempDir>,
+}
+
+impl ClusterCerts {
+    /// Runs `bin cluster certs` for members `1..=members`.
+    pub fn issue(bin: impl AsRef<std::ffi::OsStr>, members: u64) -> Self {
+        let dir = Arc::new(tempfile::tempdir().expect("temp dir"));
+        let nodes: Vec<String> = (1..=members).map(|i| i.to_string()).collect();
+        let out = Command::new(bin)
+            .args(["cluster", "certs", "--out"])
+            .arg(dir.path())
+            .args(["--nodes", &nodes.join(",")])
+            .output()
+            .expect("run eddy cluster certs");
+        assert!(
+            out.status.success(),
+            "eddy cluster certs failed: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        ClusterCerts { dir }
+    }
+
+    /// The directory holding `ca.pem`, `ca.key`, `node-N.pem` and `node-N.key`.
+    pub fn dir(&self) -> &Path {
+        self.dir.path()
+    }
+
+    /// The `eddy serve` flags of member `id`.
+    pub fn flags(&self, id: u64) -> Vec<String> {
+        let path = |name: String| self.dir.path().join(name).display().to_string();
+        vec![
+            "--peer-tls-cert".to_owned(),
+            path(format!("node-{id}.pem")),
+            "--peer-tls-key".to_owned(),
+            path(format!("node-{id}.key")),
+            "--peer-tls-ca".to_owned(),
+            path("ca.pem".to_owned()),
+        ]
+    }
+}
+
 /// Starts `bin serve` with `args` and `env`, capturing stderr. Does not wait for anything.
 pub fn spawn(bin: &Path, args: &[String], env: &[(String, String)]) -> (Child, Log) {
     let mut cmd = Command::new(bin);

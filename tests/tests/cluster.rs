@@ -648,3 +648,247 @@ async fn a_member_wiped_after_retention_deleted_what_it_missed_is_rebuilt_from_a
     })
     .await;
 }
+
+/// A TLS connection to a member's replication port presenting `cert`/`key` (PEM files of
+/// some CA), trusting `ca`, expecting the member named `name`.
+async fn tls_dial(
+    addr: SocketAddr,
+    (cert, key): (&std::path::Path, &std::path::Path),
+    ca: &std::path::Path,
+    name: &str,
+) -> std::io::Result<tokio_rustls::client::TlsStream<tokio::net::TcpStream>> {
+    use rustls_pki_types::pem::PemObject as _;
+    use rustls_pki_types::{CertificateDer, PrivateKeyDer, ServerName};
+    let chain: Vec<CertificateDer<'static>> = CertificateDer::pem_file_iter(cert)
+        .unwrap()
+        .map(Result::unwrap)
+        .collect();
+    let key = PrivateKeyDer::from_pem_file(key).unwrap();
+    let mut roots = rustls::RootCertStore::empty();
+    for c in CertificateDer::pem_file_iter(ca).unwrap() {
+        roots.add(c.unwrap()).unwrap();
+    }
+    let config = rustls::ClientConfig::builder_with_provider(std::sync::Arc::new(
+        rustls::crypto::ring::default_provider(),
+    ))
+    .with_protocol_versions(&[&rustls::version::TLS13])
+    .unwrap()
+    .with_root_certificates(roots)
+    .with_client_auth_cert(chain, key)
+    .unwrap();
+    let socket = tokio::net::TcpStream::connect(addr).await?;
+    tokio_rustls::TlsConnector::from(std::sync::Arc::new(config))
+        .connect(ServerName::try_from(name.to_owned()).unwrap(), socket)
+        .await
+}
+
+/// Sends `frames` and reads until the member closes (at most 8 s): what it answered.
+async fn answer_to<S>(mut socket: S, frames: &[bytes::Bytes]) -> Vec<u8>
+where
+    S: tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin,
+{
+    use tokio::io::{AsyncReadExt as _, AsyncWriteExt as _};
+    for frame in frames {
+        if socket.write_all(frame).await.is_err() {
+            break;
+        }
+    }
+    let _ = socket.flush().await;
+    let mut answer = Vec::new();
+    let read = tokio::time::timeout(Duration::from_secs(8), async {
+        let mut chunk = [0u8; 4096];
+        loop {
+            match socket.read(&mut chunk).await {
+                Ok(0) | Err(_) => return,
+                Ok(n) => answer.extend_from_slice(&chunk[..n]),
+            }
+        }
+    })
+    .await;
+    assert!(read.is_ok(), "the member kept the connection open");
+    answer
+}
+
+/// What a member's `/metrics` says of `name` (a counter or an integer gauge).
+fn metric_of(node: &Node, name: &str) -> u64 {
+    let (_, metrics) = http_get(node.eddy.addrs().http, "/metrics").unwrap();
+    metrics
+        .lines()
+        .find_map(|l| l.strip_prefix(name)?.strip_prefix(' '))
+        .and_then(|v| v.trim().parse().ok())
+        .unwrap_or_else(|| panic!("no {name} in {metrics}"))
+}
+
+/// The attacks of issue #36, replayed against a three-member cluster with peer TLS: from a
+/// process with no certificate, with member 2's valid certificate claiming to be member 3,
+/// with a certificate of another CA, and from a second process of member 3 (its data
+/// directory and certificate copied). No frame of theirs reaches Raft, no record leaves, no
+/// member fails or stands down, and the root password and the metadata are unchanged.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn nothing_on_the_network_can_speak_for_a_member() {
+    use eddy_consensus::wire::{encode_fetch, encode_hello, encode_raft, Hello, HEADER_LEN};
+    within(
+        Duration::from_secs(300),
+        Box::pin(async {
+            let nodes = start_cluster(3);
+            let client = client_via(nodes[0].stream).await;
+            client.create_stream("kept").await.expect("create stream");
+            let terms: Vec<u64> = nodes
+                .iter()
+                .map(|n| metric_of(n, "eddy_cluster_term"))
+                .collect();
+            let (leader, _) = leader_of(&client).await;
+            for n in &nodes {
+                assert_eq!(metric_of(n, "eddy_cluster_peer_tls"), 1);
+            }
+
+            // What an attacker would send: greetings claiming members (with a made-up cluster id
+            // and an incarnation claim about the leader), a forged append to the metadata group,
+            // a fetch of event records, and a first frame announcing 80 MiB.
+            let forged_hello = |claimed: u64| {
+                encode_hello(&Hello {
+                    node_id: claimed,
+                    cluster: 0x5eed,
+                    props: vec![
+                        ("knows".into(), "1:1,2:1,3:1".into()),
+                        ("stream".into(), "203.0.113.9:8090".into()),
+                    ],
+                })
+            };
+            let append = encode_raft(&[(
+                eddy_consensus::GroupId(0),
+                bytes::Bytes::from_static(b"\x08\x03forged append"),
+            )]);
+            let fetch = |claimed: u64| encode_fetch(claimed, 0x5eed, b"\x01records of shard 0");
+            let mut huge = forged_hello(2)[..HEADER_LEN].to_vec();
+            huge[8..12].copy_from_slice(&(80u32 << 20).to_le_bytes());
+            let huge = bytes::Bytes::from(huge);
+
+            // 1. No certificate: plaintext, to every member.
+            for node in &nodes {
+                let replication = node.eddy.addrs().replication;
+                for frames in [
+                    vec![forged_hello(2), append.clone()],
+                    vec![fetch(2)],
+                    vec![huge.clone()],
+                ] {
+                    let socket = tokio::net::TcpStream::connect(replication).await.unwrap();
+                    let answer = answer_to(socket, &frames).await;
+                    assert!(
+                        answer.is_empty() || !answer.starts_with(b"eRPL"),
+                        "a plaintext peer was answered with a frame"
+                    );
+                }
+            }
+
+            // 2. Member 2's valid certificate against member 1, claiming to be member 3.
+            let certs = nodes[0].certs.dir().to_path_buf();
+            let member2 = (certs.join("node-2.pem"), certs.join("node-2.key"));
+            let ca = certs.join("ca.pem");
+            let replication1 = nodes[0].eddy.addrs().replication;
+            for frames in [vec![forged_hello(3), append.clone()], vec![fetch(3)]] {
+                let socket = tls_dial(replication1, (&member2.0, &member2.1), &ca, "node-1.eddy")
+                    .await
+                    .expect("member 2's certificate is valid");
+                let answer = answer_to(socket, &frames).await;
+                assert!(
+                    answer.is_empty(),
+                    "member 1 answered an impostor: {answer:?}"
+                );
+            }
+
+            // 3. A certificate naming member 2 from another CA.
+            let rogue = eddy_tests::ClusterCerts::issue(eddy_tests::server_bin!(), 3);
+            let rogue2 = (
+                rogue.dir().join("node-2.pem"),
+                rogue.dir().join("node-2.key"),
+            );
+            if let Ok(socket) =
+                tls_dial(replication1, (&rogue2.0, &rogue2.1), &ca, "node-1.eddy").await
+            {
+                let answer = answer_to(socket, &[forged_hello(2), append.clone()]).await;
+                assert!(answer.is_empty(), "a rogue certificate was answered");
+            }
+
+            // 4. A second process of member 3: its data directory and certificate copied, on
+            // another host. Members 1 and 2 refuse it while member 3 is live.
+            let twin_dir = tempfile::tempdir().unwrap();
+            let twin_data = twin_dir.path().join("data");
+            let copied = std::process::Command::new("cp")
+                .arg("-a")
+                .arg(nodes[2].eddy.data_dir())
+                .arg(&twin_data)
+                .status()
+                .unwrap();
+            assert!(copied.success());
+            let _ = std::fs::remove_file(twin_data.join("eddy.lock"));
+            let mut args = vec![
+                "--data-dir".to_owned(),
+                twin_data.display().to_string(),
+                "--host".to_owned(),
+                "127.0.0.4".to_owned(),
+                "--node-id".to_owned(),
+                "3".to_owned(),
+            ];
+            args.extend(nodes[0].certs.flags(3));
+            for (i, node) in nodes.iter().enumerate().take(2) {
+                args.push("--peer".to_owned());
+                args.push(format!("{}={}", i + 1, node.eddy.addrs().replication));
+            }
+            for port in [
+                "--stream-port",
+                "--client-port",
+                "--http-port",
+                "--replication-port",
+            ] {
+                args.extend([port.to_owned(), "0".to_owned()]);
+            }
+            let (mut twin, twin_log) =
+                eddy_tests::spawn(std::path::Path::new(eddy_tests::server_bin!()), &args, &[]);
+            let refused = twin_log.wait_for(Duration::from_secs(30), |l| {
+                l.contains("a peer refused this member") && l.contains("another process")
+            });
+            let _ = twin.kill();
+            let _ = twin.wait();
+            assert!(
+                refused.is_some(),
+                "the twin was not refused: {:?}",
+                twin_log.lines()
+            );
+
+            // Nothing happened: each member counted the refusals, none stood down or failed,
+            // the root password still works and the metadata holds only what clients made.
+            let refused_identity =
+                "eddy_cluster_peer_connections_refused_total{reason=\"identity\"}";
+            assert!(metric_of(&nodes[0], refused_identity) >= 2);
+            assert!(
+                metric_of(
+                    &nodes[0],
+                    "eddy_cluster_peer_connections_refused_total{reason=\"duplicate\"}"
+                ) >= 1
+            );
+            for (n, term) in nodes.iter().zip(&terms) {
+                assert_eq!(
+                    metric_of(n, "eddy_cluster_term"),
+                    *term,
+                    "a member's term moved"
+                );
+                assert_eq!(metric_of(n, "eddy_cluster_failed_groups"), 0);
+                let (status, body) = http_get(n.eddy.addrs().http, "/health").unwrap();
+                assert_eq!(status, 200, "{body}");
+            }
+            let fresh = client_via(nodes[1].stream).await;
+            assert_eq!(leader_of(&fresh).await.0, leader, "the leader changed");
+            let streams = fresh.get_streams().await.expect("streams");
+            let names: Vec<&str> = streams.iter().map(|s| s.name.as_str()).collect();
+            assert_eq!(names, ["kept"]);
+            // Member 1's directory of members still has member 2's own address.
+            let meta = fresh.get_cluster_metadata().await.unwrap();
+            assert!(
+                meta.nodes.iter().all(|n| !n.ip.contains("203.0.113.9")),
+                "{meta:?}"
+            );
+        }),
+    )
+    .await;
+}

@@ -57,6 +57,20 @@ fn listens_on_all_four_ports_and_closes_unknown_bytes_cleanly() {
         let n = c.read(&mut buf).unwrap_or(0);
         assert_eq!(n, 0, "server answered garbage on {addr}");
     }
+    // A single node's replication port does not keep a silent connection (its place under
+    // the port's cap) for longer than a member's greeting may take.
+    let mut silent = TcpStream::connect(a.replication).unwrap();
+    silent
+        .set_read_timeout(Some(Duration::from_secs(15)))
+        .unwrap();
+    let started = Instant::now();
+    let mut buf = [0u8; 16];
+    assert_eq!(silent.read(&mut buf).unwrap_or(0), 0);
+    assert!(
+        started.elapsed() < Duration::from_secs(10),
+        "closed after {:?}",
+        started.elapsed()
+    );
     assert_eq!(http_get(a.http, "/health").unwrap().0, 200);
 }
 

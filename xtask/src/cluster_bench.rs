@@ -1,7 +1,8 @@
 //! `cargo xtask cluster-bench [--events]`: durable producers (or, with `--events`, durable
-//! event writers) against one node, then against a local three-node cluster's leader, in one
-//! command, and the cluster's figures as ratios of the single node's (these machines drift
-//! 10-25 % within minutes, so only same-command ratios mean anything).
+//! event writers) against one node, then against a local three-node cluster's leader with
+//! peer TLS, then the same cluster with plaintext peers, in one command, and the cluster's
+//! figures as ratios of the single node's and TLS's as a ratio of plaintext (these machines
+//! drift 10-25 % within minutes, so only same-command ratios mean anything).
 //!
 //! Both runs are `eddy bench streams --mode durable --no-consumers` (each producer on its own
 //! stream with one partition), or `eddy bench events --plain` (pinned connections writing one
@@ -113,8 +114,13 @@ struct NodeAddrs {
     http: SocketAddr,
 }
 
-/// Starts three nodes in `dir`; returns them and their addresses.
-fn start_cluster(eddy: &Path, dir: &Path) -> Result<(Cluster, Vec<NodeAddrs>)> {
+/// Starts three nodes in `dir` (with peer TLS from `certs`, else plaintext); returns them
+/// and their addresses.
+fn start_cluster(
+    eddy: &Path,
+    dir: &Path,
+    certs: Option<&Path>,
+) -> Result<(Cluster, Vec<NodeAddrs>)> {
     let mut ports = Vec::new();
     for _ in 0..3 {
         ports.push((free_port()?, free_port()?, free_port()?, free_port()?));
@@ -142,6 +148,19 @@ fn start_cluster(eddy: &Path, dir: &Path) -> Result<(Cluster, Vec<NodeAddrs>)> {
         for j in (0..3usize).filter(|&j| j != i) {
             cmd.arg("--peer")
                 .arg(format!("{}=127.0.0.{}:{}", j + 1, j + 1, ports[j].3));
+        }
+        match certs {
+            Some(certs) => {
+                cmd.arg("--peer-tls-cert")
+                    .arg(certs.join(format!("node-{}.pem", i + 1)))
+                    .arg("--peer-tls-key")
+                    .arg(certs.join(format!("node-{}.key", i + 1)))
+                    .arg("--peer-tls-ca")
+                    .arg(certs.join("ca.pem"));
+            }
+            None => {
+                cmd.arg("--insecure-peer-plaintext");
+            }
         }
         cluster
             .children
@@ -208,8 +227,92 @@ pub fn run(eddy: &Path, scratch: &Path, args: &[String]) -> Result<()> {
     bench(&[], &single_out)?;
     let single = read_runs(&single_out)?;
 
-    eprintln!("== three-node cluster on 127.0.0.1-3 ({what} to the leader)");
-    let (cluster, addrs) = start_cluster(eddy, &scratch.join("cluster"))?;
+    let certs = scratch.join("certs");
+    let issued = Command::new(eddy)
+        .args(["cluster", "certs", "--out"])
+        .arg(&certs)
+        .args(["--nodes", "1,2,3"])
+        .stdout(Stdio::null())
+        .status()?;
+    if !issued.success() {
+        bail!("eddy cluster certs failed ({issued})");
+    }
+    let mut measured = Vec::new();
+    for (label, tls) in [("peer TLS", Some(certs.as_path())), ("plaintext peers", None)] {
+        eprintln!("== three-node cluster on 127.0.0.1-3, {label} ({what} to the leader)");
+        measured.push((label, measure_cluster(eddy, scratch, tls, &bench)?));
+    }
+    let (rate, per) = if events {
+        ("writes/s", "write")
+    } else {
+        ("msgs/s", "batch")
+    };
+    for (label, run) in &measured {
+        eprintln!("\n{label}:");
+        eprintln!(
+            "| run | single {rate} | cluster {rate} | cluster / single | single p50 / p99 µs/{per} \
+             | cluster p50 / p99 µs/{per} |"
+        );
+        eprintln!("|---|---|---|---|---|---|");
+        let mut headline = None;
+        for c in &run.runs {
+            let Some(s) = single.iter().find(|s| s.name == c.name) else {
+                continue;
+            };
+            let ratio = c.msgs_per_sec / s.msgs_per_sec.max(1.0);
+            eprintln!(
+                "| {} | {:.0} | {:.0} | {ratio:.2} | {} / {} | {} / {} |",
+                c.name, s.msgs_per_sec, c.msgs_per_sec, s.p50_us, s.p99_us, c.p50_us, c.p99_us
+            );
+            // The issue's shape: 1,000 connections for events; the producers for streams.
+            if headline.is_none() || c.name.contains("1000 connections") {
+                headline = Some((c.name.clone(), ratio));
+            }
+        }
+        let (name, ratio) = headline.context("no run in both benches")?;
+        eprintln!(
+            "cluster / single {rate} ({name}): {ratio:.2} (goal >= 0.5 with three nodes on this \
+             machine's cores)"
+        );
+        for (i, cpu) in run.cpu_per_item.iter().enumerate() {
+            eprintln!(
+                "node {} ({}): server CPU {cpu:.2} µs per {unit} (over all runs)",
+                i + 1,
+                if i == run.leader { "leader" } else { "follower" },
+            );
+        }
+    }
+    if let [(_, tls), (_, plain)] = measured.as_slice() {
+        let sum = |r: &ClusterRun| r.runs.iter().map(|f| f.msgs_per_sec).sum::<f64>();
+        let cpu = |r: &ClusterRun| r.cpu_per_item.iter().sum::<f64>();
+        eprintln!(
+            "\npeer TLS / plaintext in this command: {rate} {:.2}, cluster CPU per {unit} {:.2}",
+            sum(tls) / sum(plain).max(1.0),
+            cpu(tls) / cpu(plain).max(f64::MIN_POSITIVE)
+        );
+    }
+    eprintln!("results under {}", scratch.display());
+    Ok(())
+}
+
+/// What one cluster run measured.
+struct ClusterRun {
+    runs: Vec<Figures>,
+    /// Each node's server CPU per message or write, in µs, over all runs.
+    cpu_per_item: Vec<f64>,
+    leader: usize,
+}
+
+/// Starts a three-node cluster (peer TLS from `certs`, else plaintext), runs `bench` against
+/// its leader and reads what it measured.
+fn measure_cluster(
+    eddy: &Path,
+    scratch: &Path,
+    certs: Option<&Path>,
+    bench: &dyn Fn(&[String], &Path) -> Result<()>,
+) -> Result<ClusterRun> {
+    let name = if certs.is_some() { "tls" } else { "plain" };
+    let (cluster, addrs) = start_cluster(eddy, &scratch.join(format!("cluster-{name}")), certs)?;
     let deadline = Instant::now() + Duration::from_secs(30);
     let leader = loop {
         let found = addrs.iter().position(|a| {
@@ -230,7 +333,7 @@ pub fn run(eddy: &Path, scratch: &Path, args: &[String]) -> Result<()> {
         .iter()
         .map(|&p| cpu_seconds(p))
         .collect::<Result<_>>()?;
-    let cluster_out = scratch.join("cluster-results");
+    let out = scratch.join(format!("cluster-{name}-results"));
     bench(
         &[
             "--running".to_owned(),
@@ -243,64 +346,27 @@ pub fn run(eddy: &Path, scratch: &Path, args: &[String]) -> Result<()> {
             "--server-pid".to_owned(),
             pids[leader].to_string(),
         ],
-        &cluster_out,
+        &out,
     )?;
     let after: Vec<f64> = pids
         .iter()
         .map(|&p| cpu_seconds(p))
         .collect::<Result<_>>()?;
     drop(cluster);
-    let clustered = read_runs(&cluster_out)?;
-
+    let runs = read_runs(&out)?;
     // The servers' CPU covers every run of the bench: divide by all their messages.
-    let total: u64 = clustered.iter().map(|f| f.messages).sum();
+    let total: u64 = runs.iter().map(|f| f.messages).sum();
     #[allow(clippy::cast_precision_loss)] // message counts are far below 2^52
-    let per_msg = |cpu: f64| cpu * 1e6 / total.max(1) as f64;
-    eprintln!();
-    let (rate, per) = if events {
-        ("writes/s", "write")
-    } else {
-        ("msgs/s", "batch")
-    };
-    eprintln!(
-        "| run | single {rate} | cluster {rate} | cluster / single | single p50 / p99 µs/{per} \
-         | cluster p50 / p99 µs/{per} |"
-    );
-    eprintln!("|---|---|---|---|---|---|");
-    let mut headline = None;
-    for c in &clustered {
-        let Some(s) = single.iter().find(|s| s.name == c.name) else {
-            continue;
-        };
-        let ratio = c.msgs_per_sec / s.msgs_per_sec.max(1.0);
-        eprintln!(
-            "| {} | {:.0} | {:.0} | {ratio:.2} | {} / {} | {} / {} |",
-            c.name, s.msgs_per_sec, c.msgs_per_sec, s.p50_us, s.p99_us, c.p50_us, c.p99_us
-        );
-        // The issue's shape: 1,000 connections for events; the producers for streams.
-        if headline.is_none() || c.name.contains("1000 connections") {
-            headline = Some((c.name.clone(), ratio));
-        }
-    }
-    let (name, ratio) = headline.context("no run in both benches")?;
-    eprintln!(
-        "\ncluster / single {rate} ({name}): {ratio:.2} (goal >= 0.5 with three nodes on this \
-         machine's cores)"
-    );
-    for (i, (b, a)) in before.iter().zip(&after).enumerate() {
-        eprintln!(
-            "node {} ({}): server CPU {:.2} µs per {unit} (over all runs)",
-            i + 1,
-            if i == leader { "leader" } else { "follower" },
-            per_msg(a - b)
-        );
-    }
-    eprintln!(
-        "results: {} and {}",
-        single_out.display(),
-        cluster_out.display()
-    );
-    Ok(())
+    let cpu_per_item = before
+        .iter()
+        .zip(&after)
+        .map(|(b, a)| (a - b) * 1e6 / total.max(1) as f64)
+        .collect();
+    Ok(ClusterRun {
+        runs,
+        cpu_per_item,
+        leader,
+    })
 }
 
 /// Where the bench's scratch directory goes.

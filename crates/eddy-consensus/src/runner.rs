@@ -74,7 +74,7 @@ type Query<O> = Box<dyn FnOnce(&mut Node<O>) + Send>;
 
 enum Command<O: Send + 'static> {
     Propose(GroupId, Bytes, Callback<O>),
-    Receive(NodeId, Vec<(GroupId, Bytes)>),
+    Receive(NodeId, Vec<(GroupId, Bytes)>, Option<Box<dyn Send>>),
     AddGroup(
         GroupId,
         Box<dyn GroupStore<Outcome = O>>,
@@ -162,7 +162,19 @@ impl<O: Send + 'static> Runner<O> {
 
     /// Hands the node messages from a peer.
     pub fn receive(&self, from: NodeId, messages: Vec<(GroupId, Bytes)>) {
-        let _ = self.tx.send(Command::Receive(from, messages));
+        let _ = self.tx.send(Command::Receive(from, messages, None));
+    }
+
+    /// Hands the node messages from a peer; `hold` is dropped on the node thread once they
+    /// are handled (a transport releases its receive budget with it, so what waits for this
+    /// thread stays bounded).
+    pub fn receive_holding(
+        &self,
+        from: NodeId,
+        messages: Vec<(GroupId, Bytes)>,
+        hold: Box<dyn Send>,
+    ) {
+        let _ = self.tx.send(Command::Receive(from, messages, Some(hold)));
     }
 
     /// Adds a group; `done` runs on the node thread.
@@ -268,7 +280,10 @@ fn run<O: Send + 'static>(
         {
             match cmd {
                 Command::Propose(group, data, done) => node.propose(group, data, done),
-                Command::Receive(from, messages) => node.receive(from, messages),
+                Command::Receive(from, messages, hold) => {
+                    node.receive(from, messages);
+                    drop(hold);
+                }
                 Command::AddGroup(group, store, done) => {
                     let result = node.add_group(group, store);
                     if result.is_ok() {

@@ -209,6 +209,30 @@ fn framed(kind: u8, len: usize, write: impl FnOnce(&mut BytesMut)) -> Bytes {
 /// the frame and the bytes it used. Limits are checked from the header, before the body is
 /// awaited or anything is allocated.
 pub fn decode(buf: &mut BytesMut) -> Result<Option<Frame>, WireError> {
+    decode_with(buf, |kind| match kind {
+        KIND_HELLO | KIND_FETCH => Ok(MAX_HELLO),
+        KIND_RAFT | KIND_ANSWER => Ok(MAX_BODY),
+        other => Err(WireError::UnknownKind(other)),
+    })
+}
+
+/// Decodes the first frame of an accepted connection, as [`decode`] does, but only a hello
+/// or a fetch is accepted, and no frame over [`MAX_HELLO`]: nothing larger is buffered for a
+/// peer that has not yet said who it is.
+pub fn decode_first(buf: &mut BytesMut) -> Result<Option<Frame>, WireError> {
+    decode_with(buf, |kind| match kind {
+        KIND_HELLO | KIND_FETCH => Ok(MAX_HELLO),
+        KIND_RAFT | KIND_ANSWER => Err(WireError::Malformed {
+            what: "first frame (not a hello or a fetch)",
+        }),
+        other => Err(WireError::UnknownKind(other)),
+    })
+}
+
+fn decode_with(
+    buf: &mut BytesMut,
+    limit: impl FnOnce(u8) -> Result<usize, WireError>,
+) -> Result<Option<Frame>, WireError> {
     if buf.len() < HEADER_LEN {
         if buf.len() >= 4 && buf[..4] != MAGIC {
             return Err(WireError::BadMagic);
@@ -223,11 +247,7 @@ pub fn decode(buf: &mut BytesMut) -> Result<Option<Frame>, WireError> {
         return Err(WireError::Reserved);
     }
     let len = u32::from_le_bytes(buf[8..12].try_into().expect("4 bytes")) as usize;
-    let max = match kind {
-        KIND_HELLO | KIND_FETCH => MAX_HELLO,
-        KIND_RAFT | KIND_ANSWER => MAX_BODY,
-        other => return Err(WireError::UnknownKind(other)),
-    };
+    let max = limit(kind)?;
     if len > max {
         return Err(WireError::TooLarge { len, max });
     }
@@ -334,6 +354,7 @@ fn decode_raft(body: &Bytes) -> Result<Vec<(GroupId, Bytes)>, WireError> {
 /// Feeds arbitrary bytes to the decoder (fuzzing and corpus replay): never panics.
 #[doc(hidden)]
 pub fn fuzz_decode(data: &[u8]) {
+    let _ = decode_first(&mut BytesMut::from(data));
     let mut buf = BytesMut::from(data);
     while let Ok(Some(frame)) = decode(&mut buf) {
         if let Frame::Raft(messages) = frame {
@@ -453,6 +474,44 @@ mod tests {
         let mut huge = BytesMut::from(&whole[..HEADER_LEN]);
         huge[8..12].copy_from_slice(&u32::MAX.to_le_bytes());
         assert!(matches!(decode(&mut huge), Err(WireError::TooLarge { .. })));
+    }
+
+    #[test]
+    fn a_first_frame_is_a_small_hello_or_fetch() {
+        let hello = encode_hello(&Hello {
+            node_id: 2,
+            cluster: 9,
+            props: vec![],
+        });
+        let mut buf = BytesMut::from(&hello[..]);
+        assert!(matches!(decode_first(&mut buf), Ok(Some(Frame::Hello(_)))));
+        let fetch = encode_fetch(2, 9, b"req");
+        let mut buf = BytesMut::from(&fetch[..]);
+        assert!(matches!(
+            decode_first(&mut buf),
+            Ok(Some(Frame::Fetch { .. }))
+        ));
+        // Engine messages or an answer before any greeting: refused from the header alone,
+        // nothing reserved for their bodies.
+        for frame in [
+            encode_raft(&[(GroupId(0), Bytes::from_static(b"x"))]),
+            encode_answer(b"x"),
+        ] {
+            let mut buf = BytesMut::from(&frame[..HEADER_LEN]);
+            assert!(decode_first(&mut buf).is_err());
+            assert!(buf.capacity() < 1024);
+        }
+        // A greeting that claims to be larger than a greeting may be.
+        let mut huge = BytesMut::from(&hello[..HEADER_LEN]);
+        huge[8..12].copy_from_slice(&(80u32 << 20).to_le_bytes());
+        assert_eq!(
+            decode_first(&mut huge),
+            Err(WireError::TooLarge {
+                len: 80 << 20,
+                max: MAX_HELLO
+            })
+        );
+        assert!(huge.capacity() < 1024);
     }
 
     proptest! {

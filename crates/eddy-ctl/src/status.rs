@@ -222,6 +222,16 @@ fn build(settings: &Settings, found: &Findings, human: bool) -> Record {
     );
     let (role, peers) = role_and_peers(found);
     r = r.field("role", role).field("peers", peers);
+    if let Some(tls) = http::metric(metrics, "eddy_cluster_peer_tls", "") {
+        r = r.field(
+            "replication",
+            if tls >= 1.0 {
+                "mutual TLS"
+            } else {
+                "PLAINTEXT, unauthenticated (--insecure-peer-plaintext)"
+            },
+        );
+    }
     match &found.stats {
         Some(Ok(s)) => {
             r = r
@@ -306,6 +316,19 @@ mod tests {
         let json = build(&settings, &clustered, false).to_json();
         assert_eq!(json["role"], "follower");
         assert_eq!(json["peers"], 2.0);
+        assert!(json.get("replication").is_none(), "{json}");
+        let mut member = clustered;
+        for (metric, shown) in [
+            ("eddy_cluster_peer_tls 1\n", "mutual TLS"),
+            ("eddy_cluster_peer_tls 0\n", "PLAINTEXT"),
+        ] {
+            member.metrics = Some(metric.into());
+            let json = build(&settings, &member, false).to_json();
+            assert!(
+                json["replication"].as_str().unwrap().contains(shown),
+                "{json}"
+            );
+        }
     }
 
     #[test]

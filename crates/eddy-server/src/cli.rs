@@ -268,13 +268,39 @@ pub struct ServeArgs {
     #[arg(long, env = "EDDY_NODE_ID", default_value_t = 1)]
     pub node_id: u64,
 
-    /// Another member of the cluster, ID=HOST:REPLICATION_PORT; repeat for each (env: comma-separated). None: a single node. (This build validates peers and then refuses to start: the replicated request path is not wired in yet.)
+    /// Another member of the cluster, ID=HOST:REPLICATION_PORT; repeat for each (env: comma-separated). None: a single node.
     #[arg(long = "peer", id = "peers", env = "EDDY_PEERS", value_name = "ID=HOST:PORT", value_delimiter = ',', action = clap::ArgAction::Append)]
     pub peers: Vec<String>,
 
     /// Host clients are sent to for this node (redirects, cluster metadata) [default: --host].
     #[arg(long, env = "EDDY_ADVERTISE_HOST", value_name = "HOST")]
     pub advertise_host: Option<String>,
+
+    /// Address the replication port binds [default: --host].
+    #[arg(long, env = "EDDY_REPLICATION_HOST", value_name = "ADDR")]
+    pub replication_host: Option<std::net::IpAddr>,
+
+    /// PEM certificate this member presents to its peers (mutual TLS on the replication
+    /// port), signed by --peer-tls-ca and naming its node id; `eddy cluster certs` writes it.
+    #[arg(long, env = "EDDY_PEER_TLS_CERT", value_name = "FILE")]
+    pub peer_tls_cert: Option<PathBuf>,
+
+    /// PEM private key of --peer-tls-cert.
+    #[arg(long, env = "EDDY_PEER_TLS_KEY", value_name = "FILE")]
+    pub peer_tls_key: Option<PathBuf>,
+
+    /// PEM certificate of the cluster CA that every member's certificate must chain to.
+    #[arg(long, env = "EDDY_PEER_TLS_CA", value_name = "FILE")]
+    pub peer_tls_ca: Option<PathBuf>,
+
+    /// Replicate without TLS or peer authentication: any process that reaches the
+    /// replication port can act as a member. Only on a trusted, isolated network.
+    #[arg(long, env = "EDDY_INSECURE_PEER_PLAINTEXT", default_value_t = false, num_args = 0..=1, default_missing_value = "true")]
+    pub insecure_peer_plaintext: bool,
+
+    /// Most connections to the replication port at once (a cluster member's).
+    #[arg(long, env = "EDDY_MAX_PEER_CONNECTIONS", default_value_t = cfg::DEFAULT_MAX_PEER_CONNECTIONS)]
+    pub max_peer_connections: u32,
 
     /// The consensus clock in milliseconds: heartbeats every 2 ticks, elections after 10-20 silent ticks.
     #[arg(long, env = "EDDY_RAFT_TICK_MS", default_value_t = cfg::DEFAULT_RAFT_TICK_MS)]
@@ -663,17 +689,83 @@ mod tests {
             "1=127.0.0.1:10001",
             "--peer",
             "3=127.0.0.3:10001",
+            "--insecure-peer-plaintext",
         ]);
         let r = resolve(&args, &m).unwrap();
         assert_eq!(r.config.node_id, 2);
         assert_eq!(r.config.peers, ["1=127.0.0.1:10001", "3=127.0.0.3:10001"]);
-        let (args, m) = parse(&["eddy", "serve", "--peer", "1=x:1,3=y:1", "--node-id", "2"]);
+        let (args, m) = parse(&[
+            "eddy",
+            "serve",
+            "--peer",
+            "1=x:1,3=y:1",
+            "--node-id",
+            "2",
+            "--insecure-peer-plaintext",
+        ]);
         assert_eq!(resolve(&args, &m).unwrap().config.peers, ["1=x:1", "3=y:1"]);
         let (args, m) = parse(&["eddy", "serve", "--peer", "1=x:1"]);
         assert!(
             resolve(&args, &m).is_err(),
             "a peer with this node's own id"
         );
+    }
+
+    #[test]
+    fn a_member_without_peer_tls_refuses_to_start_and_names_the_flags() {
+        let member = ["eddy", "serve", "--node-id", "2", "--peer", "1=x:1"];
+        let (args, m) = parse(&member);
+        let refused = resolve(&args, &m).unwrap_err();
+        assert_eq!(refused.code, EXIT_CONFIG);
+        for flag in [
+            "--peer-tls-cert",
+            "--peer-tls-key",
+            "--peer-tls-ca",
+            "--insecure-peer-plaintext",
+        ] {
+            assert!(refused.message.contains(flag), "{}", refused.message);
+        }
+        // Part of the TLS flags: the missing ones are named.
+        let (args, m) = parse(&[&member[..], &["--peer-tls-cert", "c.pem"]].concat());
+        let refused = resolve(&args, &m).unwrap_err();
+        assert!(
+            refused
+                .message
+                .contains("--peer-tls-key, --peer-tls-ca missing"),
+            "{}",
+            refused.message
+        );
+        // All three, or plaintext said in so many words: it starts.
+        let tls = [
+            "--peer-tls-cert",
+            "c",
+            "--peer-tls-key",
+            "k",
+            "--peer-tls-ca",
+            "ca",
+        ];
+        let (args, m) = parse(&[&member[..], &tls].concat());
+        assert!(resolve(&args, &m).unwrap().config.peer_tls_enabled());
+        let (args, m) = parse(&[&member[..], &["--insecure-peer-plaintext"]].concat());
+        assert!(resolve(&args, &m).is_ok());
+        // Both at once is ambiguous; plaintext under strict TLS is a contradiction.
+        let (args, m) = parse(&[&member[..], &tls, &["--insecure-peer-plaintext"]].concat());
+        assert!(resolve(&args, &m).is_err());
+        let strict = [
+            "--tls-mode",
+            "strict",
+            "--tls-cert",
+            "c",
+            "--tls-key",
+            "k",
+            "--tls-client-auth",
+            "none",
+        ];
+        let (args, m) = parse(&[&member[..], &strict, &["--insecure-peer-plaintext"]].concat());
+        let refused = resolve(&args, &m).unwrap_err();
+        assert!(refused.message.contains("strict"), "{}", refused.message);
+        let (args, m) = parse(&[&member[..], &strict, &tls].concat());
+        assert!(resolve(&args, &m).is_ok());
     }
 
     #[test]
@@ -691,6 +783,10 @@ mod tests {
             encryption_key: Some("k".into()),
             num_shards: Some(2),
             advertise_host: Some("h".into()),
+            replication_host: Some(std::net::IpAddr::from([127, 0, 0, 1])),
+            peer_tls_cert: Some("c".into()),
+            peer_tls_key: Some("k".into()),
+            peer_tls_ca: Some("ca".into()),
             peers: vec!["2=h:1".into()],
             log_dir: Some("logs".into()),
             ..ServerConfig::default()

@@ -115,6 +115,11 @@ pub const MAX_RAFT_TICK_MS: u64 = 250;
 /// Most members a cluster may have.
 pub const MAX_CLUSTER_MEMBERS: usize = 15;
 
+/// Default cap on connections to a member's replication port: each peer holds one for
+/// replication and one per snapshot copy in flight, so this leaves room for the largest
+/// cluster copying many shards at once while bounding what strangers can hold open.
+pub const DEFAULT_MAX_PEER_CONNECTIONS: u32 = 128;
+
 /// One other member of the cluster, as `--peer ID=HOST:PORT` names it.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct PeerSpec {
@@ -350,6 +355,20 @@ pub struct ServerConfig {
     pub peers: Vec<String>,
     /// Host clients are sent to for this node (redirects, cluster metadata). Unset: `host`.
     pub advertise_host: Option<String>,
+    /// Address the replication port binds. Unset: `host`.
+    pub replication_host: Option<IpAddr>,
+    /// PEM certificate (chain) this member presents to its peers on the replication port:
+    /// signed by `peer_tls_ca`, naming its node id (`eddy cluster certs` writes them).
+    pub peer_tls_cert: Option<PathBuf>,
+    /// PEM private key of `peer_tls_cert`.
+    pub peer_tls_key: Option<PathBuf>,
+    /// PEM certificate of the cluster CA every member's certificate must chain to.
+    pub peer_tls_ca: Option<PathBuf>,
+    /// Replicate without TLS: any process that reaches the replication port can then act as
+    /// a member. Only for a trusted, isolated network; refused under `tls_mode = strict`.
+    pub insecure_peer_plaintext: bool,
+    /// Cap on concurrent connections to the replication port (a cluster member's).
+    pub max_peer_connections: u32,
     /// The consensus clock: heartbeats every 2 ticks, elections after 10 to 20 silent ticks.
     pub raft_tick_ms: u64,
     /// Event-store shard groups: their Raft log is compacted every this many applied
@@ -438,6 +457,12 @@ impl Default for ServerConfig {
             node_id: 1,
             peers: Vec::new(),
             advertise_host: None,
+            replication_host: None,
+            peer_tls_cert: None,
+            peer_tls_key: None,
+            peer_tls_ca: None,
+            insecure_peer_plaintext: false,
+            max_peer_connections: DEFAULT_MAX_PEER_CONNECTIONS,
             raft_tick_ms: DEFAULT_RAFT_TICK_MS,
             raft_event_compact_entries: crate::cluster::events::DEFAULT_EVENT_COMPACT_ENTRIES,
             stream_group_rebalancing_timeout_ms: DEFAULT_STREAM_GROUP_REBALANCING_TIMEOUT_MS,
@@ -541,6 +566,12 @@ impl std::fmt::Debug for ServerConfig {
             .field("node_id", &self.node_id)
             .field("peers", &self.peers)
             .field("advertise_host", &self.advertise_host)
+            .field("replication_host", &self.replication_host)
+            .field("peer_tls_cert", &self.peer_tls_cert)
+            .field("peer_tls_key", &self.peer_tls_key)
+            .field("peer_tls_ca", &self.peer_tls_ca)
+            .field("insecure_peer_plaintext", &self.insecure_peer_plaintext)
+            .field("max_peer_connections", &self.max_peer_connections)
             .field("raft_tick_ms", &self.raft_tick_ms)
             .field(
                 "raft_event_compact_entries",
@@ -703,6 +734,7 @@ impl ServerConfig {
         }
         self.validate_event()?;
         self.cluster_peers()?;
+        self.validate_peer_tls()?;
         let ports = [
             ("stream_port", self.stream_port),
             ("client_port", self.client_port),
@@ -743,6 +775,68 @@ impl ServerConfig {
             );
         }
         Ok(())
+    }
+
+    /// The replication port's rules: a cluster member authenticates its peers with mutual
+    /// TLS unless told in so many words not to, and `tls_mode = strict` allows no plaintext
+    /// port at all.
+    fn validate_peer_tls(&self) -> Result<(), ConfigError> {
+        let invalid = |key, reason: String| Err(ConfigError::Invalid { key, reason });
+        if self.max_peer_connections == 0 {
+            return invalid("max_peer_connections", "must be at least 1".into());
+        }
+        let given = [
+            ("peer_tls_cert", self.peer_tls_cert.is_some()),
+            ("peer_tls_key", self.peer_tls_key.is_some()),
+            ("peer_tls_ca", self.peer_tls_ca.is_some()),
+        ];
+        let set = given.iter().filter(|(_, on)| *on).count();
+        if set > 0 && set < given.len() {
+            let missing: Vec<_> = given
+                .iter()
+                .filter(|(_, on)| !on)
+                .map(|(k, _)| format!("--{}", k.replace('_', "-")))
+                .collect();
+            return invalid(
+                given
+                    .iter()
+                    .find(|(_, on)| !on)
+                    .map_or("peer_tls_cert", |(k, _)| k),
+                format!(
+                    "peer TLS needs its certificate, key and CA together: {} missing",
+                    missing.join(", ")
+                ),
+            );
+        }
+        if set > 0 && self.insecure_peer_plaintext {
+            return invalid(
+                "insecure_peer_plaintext",
+                "conflicts with --peer-tls-cert/--peer-tls-key/--peer-tls-ca: choose one".into(),
+            );
+        }
+        if self.insecure_peer_plaintext && self.tls_mode == TlsMode::Strict {
+            return invalid(
+                "insecure_peer_plaintext",
+                "tls_mode = strict serves no plaintext port, the replication port included: \
+                 give the members certificates (--peer-tls-cert, --peer-tls-key, --peer-tls-ca)"
+                    .into(),
+            );
+        }
+        if self.is_clustered() && set == 0 && !self.insecure_peer_plaintext {
+            return invalid(
+                "peer_tls_cert",
+                "a cluster member authenticates its peers with mutual TLS: give it \
+                 --peer-tls-cert, --peer-tls-key and --peer-tls-ca (`eddy cluster certs` writes \
+                 them), or --insecure-peer-plaintext on a trusted, isolated network"
+                    .into(),
+            );
+        }
+        Ok(())
+    }
+
+    /// Whether the replication port runs mutual TLS.
+    pub fn peer_tls_enabled(&self) -> bool {
+        self.peer_tls_cert.is_some() && self.peer_tls_key.is_some() && self.peer_tls_ca.is_some()
     }
 
     /// Whether this node is a member of a cluster (it has peers).
@@ -1068,6 +1162,7 @@ mod tests {
         let ok = ServerConfig {
             node_id: 1,
             peers: vec!["2=a:1".into(), "3=b:1".into()],
+            insecure_peer_plaintext: true,
             ..ServerConfig::default()
         };
         ok.validate().unwrap();
@@ -1094,7 +1189,7 @@ mod tests {
         };
         assert!(zero.validate().is_err());
         let c: ServerConfig =
-            toml::from_str("node_id = 2\npeers = [\"1=a:1\", \"3=b:1\"]\nadvertise_host = \"n2\"")
+            toml::from_str("node_id = 2\npeers = [\"1=a:1\", \"3=b:1\"]\nadvertise_host = \"n2\"\ninsecure_peer_plaintext = true")
                 .unwrap();
         c.validate().unwrap();
         assert_eq!(c.advertised_host(), "n2");

@@ -505,7 +505,10 @@ impl Server {
         let stream = bind("stream", stream_addr).await?;
         let client_addr = at(config.client_port);
         let client = bind("client", client_addr).await?;
-        let replication_addr = at(config.replication_port);
+        let replication_addr = SocketAddr::new(
+            config.replication_host.unwrap_or(config.host),
+            config.replication_port,
+        );
         let replication = bind("replication", replication_addr).await?;
         let addrs = BoundAddrs {
             stream: local_addr("stream", &stream, stream_addr)?,

@@ -216,6 +216,11 @@ pub async fn close_on_first_bytes(mut socket: Conn, ctx: ConnectionContext) {
     let mut buf = [0u8; 256];
     tokio::select! {
         () = ctx.drain.cancelled() => {}
+        // A silent connection holds a place under the port's cap: not for longer than a
+        // member's greeting may take.
+        () = tokio::time::sleep(crate::cluster::transport::HELLO_TIMEOUT) => {
+            tracing::debug!("nothing sent; closing");
+        }
         read = socket.read(&mut buf) => match read {
             Ok(0) => tracing::debug!("peer closed without sending"),
             Ok(n) => tracing::debug!(bytes = n, "protocol not served on this port yet; closing"),

@@ -41,6 +41,12 @@ pub enum TlsError {
         /// The file.
         path: PathBuf,
     },
+    /// A certificate file holds no certificate.
+    #[error("no certificate in {path}")]
+    NoCertificate {
+        /// The file.
+        path: PathBuf,
+    },
     /// rustls refused the certificate, key or verifier.
     #[error("invalid TLS configuration")]
     Rustls(#[from] rustls::Error),

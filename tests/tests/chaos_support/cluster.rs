@@ -29,10 +29,18 @@ pub struct Cluster {
     namespaces: Vec<String>,
     ips: Vec<std::net::Ipv4Addr>,
     peers: Vec<Vec<String>>,
+    /// The members' replication certificates (the proxy holds them too).
+    certs: eddy_tests::ClusterCerts,
 }
 
 impl Cluster {
-    pub fn new(bin: &Path, dir: &Path, net: &Net, nodes: u8) -> Self {
+    pub fn new(
+        bin: &Path,
+        dir: &Path,
+        net: &Net,
+        nodes: u8,
+        certs: eddy_tests::ClusterCerts,
+    ) -> Self {
         let peers = (1..=nodes)
             .map(|i| {
                 (1..=nodes)
@@ -49,6 +57,7 @@ impl Cluster {
             namespaces: (1..=nodes).map(|i| net.namespace(i)).collect(),
             ips: (1..=nodes).map(|i| net.node_ip(i)).collect(),
             peers,
+            certs,
         }
     }
 
@@ -106,6 +115,7 @@ impl Cluster {
         for peer in &self.peers[slot] {
             cmd.args(["--peer", peer]);
         }
+        cmd.args(self.certs.flags(u64::from(i)));
         for (k, _) in std::env::vars() {
             if k.starts_with("EDDY_") || k == "RUST_LOG" {
                 cmd.env_remove(k);

@@ -138,8 +138,9 @@ pub async fn run(options: &Options) -> Result<Report, String> {
         run_dir.display()
     );
     let net = Net::create(options.nodes)?;
-    let proxy = Proxy::start(&net, options.nodes, REPLICATION_PORT, options.seed).await?;
-    let mut cluster = Cluster::new(&options.bin, &run_dir, &net, options.nodes);
+    let certs = eddy_tests::ClusterCerts::issue(&options.bin, u64::from(options.nodes));
+    let proxy = Proxy::start(&net, options.nodes, REPLICATION_PORT, options.seed, &certs).await?;
+    let mut cluster = Cluster::new(&options.bin, &run_dir, &net, options.nodes, certs);
     for i in 1..=options.nodes {
         cluster.start(i)?;
     }

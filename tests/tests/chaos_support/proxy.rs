@@ -8,6 +8,10 @@
 //! dropped (loss, or every frame of a one-way partition), sent twice, held back (delay) and
 //! overtaken by a later one (reordering). Greetings always pass; replies (the greeting back)
 //! are copied as they are.
+//!
+//! The members authenticate each other with mutual TLS, so the proxy terminates it on both
+//! sides, holding every member's certificate (it is the test's own): to node i, which dialled
+//! node j's stand-in, it presents node j's certificate; to node j it presents node i's.
 
 use std::collections::{BTreeMap, BinaryHeap};
 use std::net::{Ipv4Addr, SocketAddr, SocketAddrV4};
@@ -43,6 +47,66 @@ pub struct LinkFault {
 
 type Faults = Arc<Mutex<BTreeMap<(u8, u8), LinkFault>>>;
 
+/// Each member's TLS identity: accepting as it, and dialling as it.
+struct Identities {
+    accept_as: BTreeMap<u8, tokio_rustls::TlsAcceptor>,
+    dial_as: BTreeMap<u8, tokio_rustls::TlsConnector>,
+}
+
+impl Identities {
+    fn load(certs: &eddy_tests::ClusterCerts, nodes: u8) -> Result<Self, String> {
+        use rustls_pki_types::pem::PemObject as _;
+        use rustls_pki_types::{CertificateDer, PrivateKeyDer};
+        let dir = certs.dir();
+        let provider = Arc::new(rustls::crypto::ring::default_provider());
+        let mut roots = rustls::RootCertStore::empty();
+        for cert in CertificateDer::pem_file_iter(dir.join("ca.pem")).map_err(|e| e.to_string())? {
+            roots
+                .add(cert.map_err(|e| e.to_string())?)
+                .map_err(|e| e.to_string())?;
+        }
+        let roots = Arc::new(roots);
+        let mut identities = Identities {
+            accept_as: BTreeMap::new(),
+            dial_as: BTreeMap::new(),
+        };
+        for n in 1..=nodes {
+            let chain: Vec<CertificateDer<'static>> =
+                CertificateDer::pem_file_iter(dir.join(format!("node-{n}.pem")))
+                    .map_err(|e| e.to_string())?
+                    .collect::<Result<_, _>>()
+                    .map_err(|e| e.to_string())?;
+            let key = PrivateKeyDer::from_pem_file(dir.join(format!("node-{n}.key")))
+                .map_err(|e| e.to_string())?;
+            let verifier = rustls::server::WebPkiClientVerifier::builder_with_provider(
+                Arc::clone(&roots),
+                Arc::clone(&provider),
+            )
+            .build()
+            .map_err(|e| e.to_string())?;
+            let server = rustls::ServerConfig::builder_with_provider(Arc::clone(&provider))
+                .with_protocol_versions(&[&rustls::version::TLS13])
+                .map_err(|e| e.to_string())?
+                .with_client_cert_verifier(verifier)
+                .with_single_cert(chain.clone(), key.clone_key())
+                .map_err(|e| e.to_string())?;
+            let client = rustls::ClientConfig::builder_with_provider(Arc::clone(&provider))
+                .with_protocol_versions(&[&rustls::version::TLS13])
+                .map_err(|e| e.to_string())?
+                .with_root_certificates(Arc::clone(&roots))
+                .with_client_auth_cert(chain, key)
+                .map_err(|e| e.to_string())?;
+            identities
+                .accept_as
+                .insert(n, tokio_rustls::TlsAcceptor::from(Arc::new(server)));
+            identities
+                .dial_as
+                .insert(n, tokio_rustls::TlsConnector::from(Arc::new(client)));
+        }
+        Ok(identities)
+    }
+}
+
 /// The running proxy; stops on drop.
 #[derive(Debug)]
 pub struct Proxy {
@@ -52,7 +116,14 @@ pub struct Proxy {
 
 impl Proxy {
     /// Listens on every node's stand-in at `port`, forwarding to the node's own address.
-    pub async fn start(net: &Net, nodes: u8, port: u16, seed: u64) -> Result<Self, String> {
+    pub async fn start(
+        net: &Net,
+        nodes: u8,
+        port: u16,
+        seed: u64,
+        certs: &eddy_tests::ClusterCerts,
+    ) -> Result<Self, String> {
+        let identities = Arc::new(Identities::load(certs, nodes)?);
         let faults: Faults = Arc::default();
         let (stop, stopped) = watch::channel(false);
         for to in 1..=nodes {
@@ -69,6 +140,7 @@ impl Proxy {
             tokio::spawn(accept_loop(
                 listener,
                 routes,
+                Arc::clone(&identities),
                 Arc::clone(&faults),
                 stopped.clone(),
                 seed ^ u64::from(to),
@@ -105,6 +177,7 @@ struct Routes {
 async fn accept_loop(
     listener: TcpListener,
     routes: Routes,
+    identities: Arc<Identities>,
     faults: Faults,
     mut stopped: watch::Receiver<bool>,
     seed: u64,
@@ -128,8 +201,22 @@ async fn accept_loop(
         let faults = Arc::clone(&faults);
         let stopped = stopped.clone();
         let conn_seed = rng.next_u64();
+        let identities = Arc::clone(&identities);
         tokio::spawn(async move {
-            let Ok(outbound) = dial(routes.stand_ins[&from], routes.target).await else {
+            let _ = inbound.set_nodelay(true);
+            let handshakes = async {
+                let inbound = identities.accept_as[&routes.to].accept(inbound).await?;
+                let outbound = dial(routes.stand_ins[&from], routes.target).await?;
+                let _ = outbound.set_nodelay(true);
+                let name =
+                    rustls_pki_types::ServerName::try_from(format!("node-{}.eddy", routes.to))
+                        .map_err(std::io::Error::other)?;
+                let outbound = identities.dial_as[&from].connect(name, outbound).await?;
+                Ok::<_, std::io::Error>((inbound, outbound))
+            };
+            let Ok(Ok((inbound, outbound))) =
+                tokio::time::timeout(Duration::from_secs(5), handshakes).await
+            else {
                 return;
             };
             let mut stopped = stopped;
@@ -150,18 +237,13 @@ async fn dial(from: Ipv4Addr, to: SocketAddrV4) -> std::io::Result<TcpStream> {
 }
 
 /// Forwards both ways until either side closes; faults apply to `from -> to` Raft frames.
-async fn relay(
-    inbound: TcpStream,
-    outbound: TcpStream,
-    from: u8,
-    to: u8,
-    faults: Faults,
-    seed: u64,
-) {
-    let _ = inbound.set_nodelay(true);
-    let _ = outbound.set_nodelay(true);
-    let (mut in_read, mut in_write) = inbound.into_split();
-    let (out_read, out_write) = outbound.into_split();
+async fn relay<I, O>(inbound: I, outbound: O, from: u8, to: u8, faults: Faults, seed: u64)
+where
+    I: tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin,
+    O: tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin,
+{
+    let (mut in_read, mut in_write) = tokio::io::split(inbound);
+    let (out_read, out_write) = tokio::io::split(outbound);
     let (tx, rx) = mpsc::unbounded_channel();
     let back = async {
         let mut out_read = out_read;
@@ -226,7 +308,7 @@ async fn read_frame(r: &mut (impl tokio::io::AsyncRead + Unpin)) -> std::io::Res
 /// Writes queued frames when their release time comes, earliest first.
 async fn release_loop(
     mut rx: mpsc::UnboundedReceiver<(Instant, u64, bytes::Bytes)>,
-    mut w: tokio::net::tcp::OwnedWriteHalf,
+    mut w: impl tokio::io::AsyncWrite + Unpin,
 ) {
     let mut heap: BinaryHeap<std::cmp::Reverse<(Instant, u64, bytes::Bytes)>> = BinaryHeap::new();
     loop {
@@ -250,6 +332,10 @@ async fn release_loop(
                     if w.write_all(&frame).await.is_err() {
                         return;
                     }
+                }
+                // Out of the TLS layer: what is released must reach the member now.
+                if w.flush().await.is_err() {
+                    return;
                 }
             }
         }

@@ -6,12 +6,14 @@ use std::future::Future;
 use std::net::SocketAddr;
 use std::time::Duration;
 
-use eddy_tests::{server_bin, stable_port, Eddy, Options};
+use eddy_tests::{server_bin, stable_port, ClusterCerts, Eddy, Options};
 
 /// One member: its process and its stream address.
 pub struct Node {
     pub eddy: Eddy,
     pub stream: SocketAddr,
+    /// The cluster's certificates (each member authenticates its peers with them).
+    pub certs: ClusterCerts,
 }
 
 /// Starts `size` members that know each other.
@@ -28,6 +30,7 @@ pub fn start_cluster_with(size: u8, extra: &[&str]) -> Vec<Node> {
         .map(|_| (stable_port(), stable_port(), stable_port(), stable_port()))
         .collect();
     let host = |i: u8| format!("127.0.0.{}", i + 1);
+    let certs = ClusterCerts::issue(server_bin!(), u64::from(size));
     (0..size)
         .map(|i| {
             let (stream, client, http, replication) = ports[usize::from(i)];
@@ -45,6 +48,7 @@ pub fn start_cluster_with(size: u8, extra: &[&str]) -> Vec<Node> {
                 "--node-id".to_owned(),
                 (i + 1).to_string(),
             ];
+            args.extend(certs.flags(u64::from(i) + 1));
             args.extend(extra.iter().map(|a| (*a).to_owned()));
             for j in (0..size).filter(|&j| j != i) {
                 args.push("--peer".to_owned());
@@ -59,7 +63,11 @@ pub fn start_cluster_with(size: u8, extra: &[&str]) -> Vec<Node> {
                 },
             );
             let stream = eddy.addrs().stream;
-            Node { eddy, stream }
+            Node {
+                eddy,
+                stream,
+                certs: certs.clone(),
+            }
         })
         .collect()
 }

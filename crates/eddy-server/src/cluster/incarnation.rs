@@ -122,7 +122,8 @@ fn format_pairs(pairs: &BTreeMap<NodeId, u64>) -> String {
         .join(",")
 }
 
-fn random_u64() -> u64 {
+/// 64 random bits (from the kernel; a time-and-pid mix where it cannot be read).
+pub(crate) fn random_u64() -> u64 {
     let mut bytes = [0u8; 8];
     if std::fs::File::open("/dev/urandom")
         .and_then(|mut f| f.read_exact(&mut bytes))
@@ -136,6 +137,34 @@ fn random_u64() -> u64 {
     #[allow(clippy::cast_possible_truncation)] // mixing bits, truncation intended
     let mixed = (now as u64) ^ (u64::from(std::process::id()) << 32);
     mixed | 1
+}
+
+/// File holding the cluster's id (16 hex digits), fixed when the member first starts.
+pub const CLUSTER_FILE: &str = "cluster.id";
+
+/// The cluster's id as this member holds it in `dir` (its `raft/` directory): read from
+/// [`CLUSTER_FILE`], or, on the member's first start, `derived` (written durably). Every
+/// greeting carries it and a peer whose id differs is refused. It is derived from what
+/// every founding member is configured with (its member ids and cluster CA), as etcd derives
+/// its cluster id from the initial members, so members agree on it without talking first;
+/// once written it never changes, whatever later happens to the configuration.
+///
+/// # Errors
+/// The file cannot be read, parsed or written.
+pub fn cluster_id(dir: &Path, derived: u64) -> std::io::Result<u64> {
+    match std::fs::read_to_string(dir.join(CLUSTER_FILE)) {
+        Ok(text) => u64::from_str_radix(text.trim(), 16).map_err(|_| {
+            std::io::Error::new(
+                std::io::ErrorKind::InvalidData,
+                format!("{CLUSTER_FILE} does not parse"),
+            )
+        }),
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
+            write_durably(dir, CLUSTER_FILE, &format!("{derived:016x}\n"))?;
+            Ok(derived)
+        }
+        Err(e) => Err(e),
+    }
 }
 
 /// Replaces `dir/name` with `text` durably (temporary file, fsync, rename, directory fsync).

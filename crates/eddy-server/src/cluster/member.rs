@@ -27,8 +27,9 @@ use super::groups::{
     METADATA_GROUP,
 };
 use super::metadata::MetadataMachine;
+use super::peer_tls::PeerTls;
 use super::streams::ClusterStreams;
-use super::transport::{fingerprint, props, Fetcher, Inbox, Transport};
+use super::transport::{fingerprint, props, Fetcher, Hold, Inbox, Transport};
 use crate::config::{ConfigError, ServerConfig};
 
 /// Metadata entries between two snapshots of the metadata state.
@@ -145,7 +146,7 @@ impl RunnerInbox {
 }
 
 impl Inbox for RunnerInbox {
-    fn receive(&self, from: NodeId, mut messages: Vec<(GroupId, Bytes)>) {
+    fn receive(&self, from: NodeId, mut messages: Vec<(GroupId, Bytes)>, hold: Hold) {
         messages.retain(|(group, message)| {
             if group.0 < EVENT_GROUP_BASE {
                 return true;
@@ -159,7 +160,7 @@ impl Inbox for RunnerInbox {
             }
         });
         if let Some(r) = self.runner.get() {
-            r.receive(from, messages);
+            r.receive_holding(from, messages, hold);
         }
     }
     fn answer(&self, _from: NodeId, request: &Bytes) -> Bytes {
@@ -264,6 +265,28 @@ async fn add_group(
         .map_err(storage_error)
 }
 
+/// The member's replication-port TLS, or `None` (with a warning) where the configuration
+/// said plaintext in so many words.
+fn load_peer_tls(config: &ServerConfig) -> Result<Option<PeerTls>, ConfigError> {
+    if let (Some(cert), Some(key), Some(ca)) = (
+        &config.peer_tls_cert,
+        &config.peer_tls_key,
+        &config.peer_tls_ca,
+    ) {
+        let tls = PeerTls::load(cert, key, ca).map_err(|e| {
+            let cause =
+                std::error::Error::source(&e).map_or_else(String::new, |c| format!(": {c}"));
+            ConfigError::Invalid {
+                key: "peer_tls_cert",
+                reason: format!("{e}{cause}"),
+            }
+        })?;
+        return Ok(Some(tls));
+    }
+    tracing::warn!("the replication port runs in plaintext (--insecure-peer-plaintext): any process that reaches it can act as a member; give the members certificates (eddy cluster certs) unless this network is trusted and isolated");
+    Ok(None)
+}
+
 /// Resolves the peers' replication addresses.
 async fn peer_addrs(config: &ServerConfig) -> Result<BTreeMap<NodeId, SocketAddr>, ConfigError> {
     let mut out = BTreeMap::new();
@@ -295,6 +318,7 @@ pub async fn start(
     advertised: Advertised,
     events: &Arc<eddy_event_store::EventStore>,
 ) -> Result<Member, ConfigError> {
+    let peer_tls = load_peer_tls(config)?;
     let peers = peer_addrs(config).await?;
     let me = config.node_id;
     let mut members: Vec<NodeId> = peers.keys().copied().collect();
@@ -350,30 +374,42 @@ pub async fn start(
     .map_err(storage_error)?;
     let store = Replicated::open(raft_log, AsCluster(machine)).map_err(storage_error)?;
 
+    let raft_dir = data_dir.join("raft");
+    std::fs::create_dir_all(&raft_dir).map_err(storage_error)?;
+    let members_fingerprint = fingerprint(&members);
+    let cluster = super::incarnation::cluster_id(
+        &raft_dir,
+        peer_tls.as_ref().map_or(members_fingerprint, |tls| {
+            tls.ca_fingerprint() ^ members_fingerprint.rotate_left(17)
+        }),
+    )
+    .map_err(storage_error)?;
+    let boot = super::incarnation::random_u64();
     let advertise = |addr: SocketAddr| match &config.advertise_host {
         Some(host) => format!("{host}:{}", addr.port()),
         None => addr.to_string(),
     };
     let hello = Hello {
         node_id: me,
-        cluster: fingerprint(&members),
+        cluster,
         props: vec![
             (props::STREAM.into(), advertise(advertised.stream)),
             (props::CLIENT.into(), advertise(advertised.client)),
             (props::HTTP.into(), advertise(advertised.http)),
             (props::VERSION.into(), env!("CARGO_PKG_VERSION").into()),
             (props::EVENTS.into(), events_layout(events.config())),
+            (props::MEMBERS.into(), format!("{members_fingerprint:016x}")),
+            (props::BOOT.into(), format!("{boot:016x}")),
         ],
     };
-    let raft_dir = data_dir.join("raft");
-    std::fs::create_dir_all(&raft_dir).map_err(storage_error)?;
     let (incarnations, fresh) =
         super::incarnation::Incarnations::open(&raft_dir, me).map_err(storage_error)?;
     if fresh {
         tracing::info!("new member directory: a peer that knew this node will have it rebuilt");
     }
     let incarnations = Arc::new(incarnations);
-    let transport = Transport::new(hello, peers).with_incarnations(Arc::clone(&incarnations));
+    let transport = Transport::new(hello, peers, peer_tls, config.max_peer_connections)
+        .with_incarnations(Arc::clone(&incarnations));
     let inbox = Arc::new(RunnerInbox {
         runner: OnceLock::new(),
         raft_dir: raft_dir.clone(),
@@ -477,29 +513,9 @@ impl Member {
         listener: TcpListener,
         stop: CancellationToken,
     ) {
-        loop {
-            let accepted = tokio::select! {
-                () = stop.cancelled() => return,
-                accepted = listener.accept() => accepted,
-            };
-            match accepted {
-                Ok((socket, _)) => {
-                    let _ = socket.set_nodelay(true);
-                    let member = Arc::clone(&self);
-                    let stop = stop.clone();
-                    tokio::spawn(async move {
-                        member
-                            .transport
-                            .serve_inbound(socket, Arc::clone(&member.inbox), stop)
-                            .await;
-                    });
-                }
-                Err(e) => {
-                    tracing::warn!(error = %e, "replication accept failed");
-                    tokio::time::sleep(Duration::from_millis(50)).await;
-                }
-            }
-        }
+        self.transport
+            .serve(listener, Arc::clone(&self.inbox), stop)
+            .await;
     }
 
     /// Periodic work until `stop` fires: partition leaderships move to the metadata leader,
@@ -631,6 +647,33 @@ impl Member {
         let _ = writeln!(
             out,
             "# HELP eddy_cluster_elections_total Times this member became leader of the metadata group.\n# TYPE eddy_cluster_elections_total counter\neddy_cluster_elections_total {elections}"
+        );
+        let port = self.transport.counters();
+        let _ = writeln!(
+            out,
+            "# HELP eddy_cluster_peer_tls Whether the replication port authenticates members with mutual TLS (0: --insecure-peer-plaintext).\n# TYPE eddy_cluster_peer_tls gauge\neddy_cluster_peer_tls {}",
+            u8::from(self.transport.authenticates())
+        );
+        let _ = writeln!(
+            out,
+            "# HELP eddy_cluster_peer_connections_refused_total Replication-port connections refused, by reason (limit: the port's or an address's cap; handshake: no TLS handshake or greeting in time, or not a greeting first; identity: a member its certificate does not name, or no member of this cluster; duplicate: another process of the same member is live).\n# TYPE eddy_cluster_peer_connections_refused_total counter"
+        );
+        for (reason, value) in [
+            ("limit", &port.refused_limit),
+            ("handshake", &port.refused_handshake),
+            ("identity", &port.refused_identity),
+            ("duplicate", &port.refused_duplicate),
+        ] {
+            let _ = writeln!(
+                out,
+                "eddy_cluster_peer_connections_refused_total{{reason=\"{reason}\"}} {}",
+                value.load(Ordering::Relaxed)
+            );
+        }
+        let _ = writeln!(
+            out,
+            "# HELP eddy_cluster_peer_connections_authenticated_total Replication-port connections that proved which member they are.\n# TYPE eddy_cluster_peer_connections_authenticated_total counter\neddy_cluster_peer_connections_authenticated_total {}",
+            port.authenticated.load(Ordering::Relaxed)
         );
         let copies = &self.inbox.copies;
         for (name, help, value) in [

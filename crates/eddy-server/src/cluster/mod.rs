@@ -9,6 +9,7 @@ pub mod incarnation;
 pub mod member;
 pub mod metadata;
 pub mod partition;
+pub mod peer_tls;
 pub mod streams;
 pub mod transport;
 

@@ -2,26 +2,44 @@
 //!
 //! Each node dials every peer and sends its engine messages on that connection only; frames
 //! from a peer arrive on the connection the peer dialled. Both sides open with a greeting
-//! ([`eddy_consensus::wire::Hello`]): the node id, the cluster fingerprint (the sorted member
-//! ids: a node configured for another cluster is refused) and the addresses clients reach the
-//! node on, which the [`Directory`] keeps for redirects and `GET_CLUSTER_METADATA`.
+//! ([`eddy_consensus::wire::Hello`]): the node id, the cluster id (fixed at the member's first
+//! start, see [`super::incarnation::cluster_id`]), the member list's fingerprint, a nonce of
+//! the sending process and the addresses clients reach the node on, which the [`Directory`]
+//! keeps for redirects and `GET_CLUSTER_METADATA`.
+//!
+//! Who a peer is: with peer TLS ([`PeerTls`]) every connection is mutual TLS 1.3 against the
+//! cluster CA, a dialler accepts only the certificate of the member it dialled, and an
+//! acceptor accepts a first frame only when the member it claims to be is the one its
+//! certificate names; a connection then speaks for that member until it closes (a second
+//! greeting closes it). Without a valid certificate nothing is read past the handshake.
+//! Before that point a connection holds little: the port takes at most
+//! `max_peer_connections` at once and [`MAX_UNAUTHENTICATED_PER_ADDRESS`] unproved ones per
+//! address, the handshake and first frame must complete within [`HELLO_TIMEOUT`], and a
+//! first frame is at most [`wire::MAX_HELLO`] bytes. Two processes that claim the same member
+//! (a copied data directory) are told apart by their nonces: while one is live here, the
+//! other is refused.
 //!
 //! Sending never blocks the consensus thread: frames go to a bounded queue per peer and are
 //! dropped when it is full or the peer is down (the engine retransmits what matters); a failed
 //! connection is reported to the engine as unreachable and redialled with a capped backoff.
+//! Receiving is bounded too: a connection's engine messages waiting for the consensus thread
+//! hold at most [`PEER_INBOUND_BUDGET`] bytes, after which it stops reading its socket.
 
-use std::collections::BTreeMap;
-use std::net::SocketAddr;
-use std::sync::{Arc, PoisonError, RwLock};
+use std::collections::{BTreeMap, HashMap};
+use std::net::{IpAddr, SocketAddr};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex, PoisonError, RwLock};
 use std::time::{Duration, Instant};
 
 use bytes::{Bytes, BytesMut};
 use eddy_consensus::wire::{self, Frame, Hello};
 use eddy_consensus::{GroupId, NodeId};
-use tokio::io::{AsyncReadExt, AsyncWriteExt};
-use tokio::net::TcpStream;
-use tokio::sync::mpsc;
+use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
+use tokio::net::{TcpListener, TcpStream};
+use tokio::sync::{mpsc, OwnedSemaphorePermit, Semaphore};
 use tokio_util::sync::CancellationToken;
+
+use super::peer_tls::{PeerStream, PeerTls};
 
 /// Frames queued per peer before new ones are dropped.
 pub const PEER_QUEUE_FRAMES: usize = 4096;
@@ -29,6 +47,32 @@ pub const PEER_QUEUE_FRAMES: usize = 4096;
 pub const HELLO_TIMEOUT: Duration = Duration::from_secs(5);
 /// Longest wait between two dials of an unreachable peer.
 pub const MAX_REDIAL: Duration = Duration::from_secs(1);
+/// Connections one address may hold on the replication port before they have proved which
+/// member they are.
+pub const MAX_UNAUTHENTICATED_PER_ADDRESS: u32 = 8;
+/// Bytes of one connection's engine messages that may wait for the consensus thread; past
+/// it the connection stops reading its socket until the thread catches up. Above the
+/// largest frame, so one frame always fits.
+pub const PEER_INBOUND_BUDGET: usize = 96 * 1024 * 1024;
+/// How long a greeting from a new process of a member waits for that member's older
+/// connection to close (a restarted member's old connection ends as it redials) before the
+/// newcomer is refused as a duplicate.
+pub const DUPLICATE_GRACE: Duration = Duration::from_millis(500);
+/// TCP keepalive of replication connections: a connection whose peer vanished (its host
+/// lost power, a partition) is found dead after idle + interval × probes, ~5 s, so a member
+/// that comes back is not refused for long as a duplicate of its own dead connection.
+const KEEPALIVE_IDLE: Duration = Duration::from_secs(2);
+const KEEPALIVE_INTERVAL: Duration = Duration::from_secs(1);
+const KEEPALIVE_PROBES: u32 = 3;
+
+/// Turns on TCP keepalive on a replication connection (best effort).
+fn keepalive(socket: &TcpStream) {
+    use rustix::net::sockopt;
+    let _ = sockopt::set_socket_keepalive(socket, true)
+        .and_then(|()| sockopt::set_tcp_keepidle(socket, KEEPALIVE_IDLE))
+        .and_then(|()| sockopt::set_tcp_keepintvl(socket, KEEPALIVE_INTERVAL))
+        .and_then(|()| sockopt::set_tcp_keepcnt(socket, KEEPALIVE_PROBES));
+}
 
 /// Property keys of the greeting.
 pub mod props {
@@ -43,9 +87,15 @@ pub mod props {
     /// The event store's layout every member must share (shard count, routing rule, reserved
     /// coordinator shard, compression dictionary hash).
     pub const EVENTS: &str = "events";
+    /// The fingerprint of the member list the sender was configured with (hex).
+    pub const MEMBERS: &str = "members";
+    /// A random nonce of the sending process, new at every start (hex).
+    pub const BOOT: &str = "boot";
+    /// In an answering greeting: why the dialler is refused.
+    pub const REFUSED: &str = "refused";
 }
 
-/// The fingerprint of a cluster: its sorted member ids, hashed.
+/// The fingerprint of a member list: its sorted ids, hashed.
 pub fn fingerprint(members: &[NodeId]) -> u64 {
     let mut ids = members.to_vec();
     ids.sort_unstable();
@@ -135,10 +185,14 @@ impl Directory {
     }
 }
 
+/// Held while a peer's messages wait for the consensus thread; dropped once they are handled
+/// (it releases their share of the connection's [`PEER_INBOUND_BUDGET`]).
+pub type Hold = Box<dyn Send>;
+
 /// Where engine messages for the consensus thread go.
 pub trait Inbox: Send + Sync + 'static {
-    /// Messages from a peer.
-    fn receive(&self, from: NodeId, messages: Vec<(GroupId, Bytes)>);
+    /// Messages from a peer; `hold` is dropped once they are handled.
+    fn receive(&self, from: NodeId, messages: Vec<(GroupId, Bytes)>, hold: Hold);
     /// A peer's connection failed.
     fn unreachable(&self, peer: NodeId);
     /// A peer came back without its state (see `incarnation`).
@@ -165,19 +219,30 @@ pub struct Fetcher {
     node_id: NodeId,
     cluster: u64,
     peers: Arc<BTreeMap<NodeId, SocketAddr>>,
+    tls: Option<PeerTls>,
 }
 
+trait BlockingIo: std::io::Read + std::io::Write + Send {}
+impl<T: std::io::Read + std::io::Write + Send> BlockingIo for T {}
+
 /// A connection to a peer for out-of-band requests.
-#[derive(Debug)]
 pub struct FetchConnection {
-    socket: std::net::TcpStream,
+    socket: Box<dyn BlockingIo>,
     buf: BytesMut,
     node_id: NodeId,
     cluster: u64,
 }
 
+impl std::fmt::Debug for FetchConnection {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("FetchConnection")
+            .field("node_id", &self.node_id)
+            .finish_non_exhaustive()
+    }
+}
+
 impl Fetcher {
-    /// Connects to `peer`'s replication port.
+    /// Connects to `peer`'s replication port (with peer TLS, only to the member `peer`).
     ///
     /// # Errors
     /// Not a peer, or it cannot be reached.
@@ -190,6 +255,10 @@ impl Fetcher {
         socket.set_nodelay(true)?;
         socket.set_read_timeout(Some(FETCH_TIMEOUT))?;
         socket.set_write_timeout(Some(FETCH_TIMEOUT))?;
+        let socket: Box<dyn BlockingIo> = match &self.tls {
+            Some(tls) => Box::new(tls.connect_blocking(socket, peer)?),
+            None => Box::new(socket),
+        };
         Ok(FetchConnection {
             socket,
             buf: BytesMut::with_capacity(64 * 1024),
@@ -205,9 +274,9 @@ impl FetchConnection {
     /// # Errors
     /// The connection failed, timed out or carried something else than an answer.
     pub fn request(&mut self, request: &[u8]) -> std::io::Result<Bytes> {
-        use std::io::{Read, Write};
         self.socket
             .write_all(&wire::encode_fetch(self.node_id, self.cluster, request))?;
+        self.socket.flush()?;
         loop {
             match wire::decode(&mut self.buf).map_err(std::io::Error::other)? {
                 Some(Frame::Answer(answer)) => return Ok(answer),
@@ -229,7 +298,7 @@ impl FetchConnection {
 #[derive(Debug, Clone)]
 pub struct Outbox {
     queues: Arc<BTreeMap<NodeId, mpsc::Sender<Bytes>>>,
-    dropped: Arc<std::sync::atomic::AtomicU64>,
+    dropped: Arc<AtomicU64>,
 }
 
 impl Outbox {
@@ -239,15 +308,98 @@ impl Outbox {
             return;
         };
         if queue.try_send(wire::encode_raft(batch)).is_err() {
-            self.dropped
-                .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+            self.dropped.fetch_add(1, Ordering::Relaxed);
         }
     }
 
     /// Batches dropped because a peer's queue was full or closed.
     pub fn dropped(&self) -> u64 {
-        self.dropped.load(std::sync::atomic::Ordering::Relaxed)
+        self.dropped.load(Ordering::Relaxed)
     }
+}
+
+/// What the replication port refused or accepted, for `/metrics`.
+#[derive(Debug, Default)]
+pub struct PortCounters {
+    /// Connections closed at accept: the port's cap, or the address's unproved ones.
+    pub refused_limit: AtomicU64,
+    /// Connections that did not complete the TLS handshake and a first frame in time, or
+    /// sent something else than a greeting or a fetch first.
+    pub refused_handshake: AtomicU64,
+    /// Connections whose first frame claimed a member their certificate does not name, or
+    /// that is no member of this cluster.
+    pub refused_identity: AtomicU64,
+    /// Greetings refused because another process of the same member is live here.
+    pub refused_duplicate: AtomicU64,
+    /// Connections that proved which member they are.
+    pub authenticated: AtomicU64,
+}
+
+/// A member process with a replication connection open here.
+#[derive(Debug)]
+struct Live {
+    boot: String,
+    /// Ends that connection (when the same member connects again).
+    cancel: CancellationToken,
+    connection: u64,
+}
+
+/// What the port's connections share: its limits and who is connected.
+#[derive(Debug)]
+struct PortState {
+    connections: Arc<Semaphore>,
+    unauthenticated: Mutex<HashMap<IpAddr, u32>>,
+    live: Mutex<HashMap<NodeId, Live>>,
+    next_connection: AtomicU64,
+    counters: Arc<PortCounters>,
+}
+
+/// A connection's place among the unproved ones of its address; given back on drop.
+struct Unproved<'a> {
+    port: &'a PortState,
+    ip: IpAddr,
+}
+
+impl Drop for Unproved<'_> {
+    fn drop(&mut self) {
+        let mut map = eddy_log::lock(&self.port.unauthenticated);
+        if let Some(n) = map.get_mut(&self.ip) {
+            *n -= 1;
+            if *n == 0 {
+                map.remove(&self.ip);
+            }
+        }
+    }
+}
+
+impl PortState {
+    fn new(max_connections: u32) -> Self {
+        PortState {
+            connections: Arc::new(Semaphore::new(max_connections as usize)),
+            unauthenticated: Mutex::default(),
+            live: Mutex::default(),
+            next_connection: AtomicU64::new(1),
+            counters: Arc::default(),
+        }
+    }
+
+    fn unproved(&self, ip: IpAddr) -> Option<Unproved<'_>> {
+        let mut map = eddy_log::lock(&self.unauthenticated);
+        let n = map.entry(ip).or_insert(0);
+        if *n >= MAX_UNAUTHENTICATED_PER_ADDRESS {
+            return None;
+        }
+        *n += 1;
+        Some(Unproved { port: self, ip })
+    }
+}
+
+/// Why an accepted connection ended before it was served.
+enum Refusal {
+    /// Nothing worth a line in the log (a scanner, a peer that hung up).
+    Quiet(&'static str),
+    /// An attempt to be a member this connection could not prove.
+    Identity(String),
 }
 
 /// This node's side of the replication port.
@@ -257,11 +409,19 @@ pub struct Transport {
     peers: Arc<BTreeMap<NodeId, SocketAddr>>,
     directory: Directory,
     incarnations: Option<Arc<super::incarnation::Incarnations>>,
+    tls: Option<PeerTls>,
+    port: Arc<PortState>,
 }
 
 impl Transport {
-    /// A transport for node `me` (its greeting) with peers at their replication addresses.
-    pub fn new(me: Hello, peers: BTreeMap<NodeId, SocketAddr>) -> Self {
+    /// A transport for node `me` (its greeting) with peers at their replication addresses,
+    /// authenticating them with `tls` (`None`: plaintext, anyone is believed).
+    pub fn new(
+        me: Hello,
+        peers: BTreeMap<NodeId, SocketAddr>,
+        tls: Option<PeerTls>,
+        max_connections: u32,
+    ) -> Self {
         let directory = Directory::default();
         directory.learn(&me);
         directory.connected(me.node_id, true);
@@ -270,6 +430,8 @@ impl Transport {
             peers: Arc::new(peers),
             directory,
             incarnations: None,
+            tls,
+            port: Arc::new(PortState::new(max_connections)),
         }
     }
 
@@ -282,6 +444,16 @@ impl Transport {
     ) -> Self {
         self.incarnations = Some(incarnations);
         self
+    }
+
+    /// What the port refused and accepted.
+    pub fn counters(&self) -> &PortCounters {
+        &self.port.counters
+    }
+
+    /// Whether peers are authenticated (mutual TLS).
+    pub fn authenticates(&self) -> bool {
+        self.tls.is_some()
     }
 
     /// This node's greeting as of now.
@@ -319,13 +491,14 @@ impl Transport {
             node_id: self.me.node_id,
             cluster: self.me.cluster,
             peers: Arc::clone(&self.peers),
+            tls: self.tls.clone(),
         }
     }
 
     /// Answers the out-of-band requests of one connection that opened with a fetch.
     async fn serve_fetches<I: Inbox>(
         &self,
-        mut socket: TcpStream,
+        mut socket: PeerStream,
         mut buf: BytesMut,
         from: NodeId,
         mut request: Bytes,
@@ -339,8 +512,7 @@ impl Transport {
             else {
                 return;
             };
-            if socket
-                .write_all(&wire::encode_answer(&answer))
+            if write_flushed(&mut socket, &wire::encode_answer(&answer))
                 .await
                 .is_err()
             {
@@ -348,7 +520,7 @@ impl Transport {
             }
             let next = tokio::select! {
                 () = stop.cancelled() => return,
-                frame = tokio::time::timeout(FETCH_TIMEOUT, read_frame(&mut socket, &mut buf)) => frame,
+                frame = tokio::time::timeout(FETCH_TIMEOUT, read_frame(&mut socket, &mut buf, wire::decode)) => frame,
             };
             match next {
                 Ok(Ok(Some(Frame::Fetch {
@@ -387,71 +559,214 @@ impl Transport {
         }
     }
 
-    /// Serves one inbound replication connection until it fails or `stop` fires.
-    pub async fn serve_inbound<I: Inbox>(
+    /// Accepts connections on the replication port until `stop` fires, each served by
+    /// [`Transport::serve_inbound`] within the port's connection cap.
+    pub async fn serve<I: Inbox>(
         &self,
-        mut socket: TcpStream,
+        listener: TcpListener,
         inbox: Arc<I>,
         stop: CancellationToken,
     ) {
-        let mut buf = BytesMut::with_capacity(64 * 1024);
-        let hello =
-            match tokio::time::timeout(HELLO_TIMEOUT, read_frame(&mut socket, &mut buf)).await {
-                Ok(Ok(Some(Frame::Hello(h)))) => h,
-                Ok(Ok(Some(Frame::Fetch {
-                    node_id,
-                    cluster,
-                    request,
-                }))) => {
-                    if cluster != self.me.cluster || !self.peers.contains_key(&node_id) {
-                        tracing::warn!(
-                            peer = node_id,
-                            "refusing a request from a node that is not a member"
-                        );
-                        return;
-                    }
-                    self.serve_fetches(socket, buf, node_id, request, inbox, stop)
-                        .await;
-                    return;
+        loop {
+            let accepted = tokio::select! {
+                () = stop.cancelled() => return,
+                accepted = listener.accept() => accepted,
+            };
+            match accepted {
+                Ok((socket, from)) => {
+                    let Ok(permit) = Arc::clone(&self.port.connections).try_acquire_owned() else {
+                        self.port
+                            .counters
+                            .refused_limit
+                            .fetch_add(1, Ordering::Relaxed);
+                        tracing::debug!(%from, "replication port at its connection cap; closed");
+                        continue;
+                    };
+                    let _ = socket.set_nodelay(true);
+                    keepalive(&socket);
+                    let (transport, inbox, stop) = (self.clone(), Arc::clone(&inbox), stop.clone());
+                    tokio::spawn(async move {
+                        transport.serve_inbound(socket, inbox, stop).await;
+                        drop(permit);
+                    });
                 }
-                Ok(Ok(Some(Frame::Raft(_) | Frame::Answer(_)))) => {
-                    tracing::warn!("replication peer sent messages before its greeting; closing");
-                    return;
+                Err(e) => {
+                    tracing::warn!(error = %e, "replication accept failed");
+                    tokio::time::sleep(Duration::from_millis(50)).await;
                 }
-                Ok(Ok(None)) => return,
-                Ok(Err(e)) => {
-                    tracing::warn!(error = %e, "replication greeting refused");
-                    return;
+            }
+        }
+    }
+
+    /// Runs the handshake (with peer TLS) and reads the first frame, within [`HELLO_TIMEOUT`];
+    /// returns the frame, the member it proved to be, and what is left.
+    async fn open_inbound(
+        &self,
+        socket: TcpStream,
+    ) -> Result<(PeerStream, BytesMut, Frame, NodeId), Refusal> {
+        let opening = async {
+            let (mut stream, cert) = match &self.tls {
+                Some(tls) => {
+                    let (stream, cert) = tls
+                        .accept(socket)
+                        .await
+                        .map_err(|_| Refusal::Quiet("TLS handshake failed"))?;
+                    (stream, Some(cert))
                 }
-                Err(_) => {
-                    tracing::debug!("replication greeting timed out");
-                    return;
+                None => (PeerStream::Plain(socket), None),
+            };
+            let mut buf = BytesMut::with_capacity(4096);
+            let frame = match read_frame(&mut stream, &mut buf, wire::decode_first).await {
+                Ok(Some(frame)) => frame,
+                Ok(None) => return Err(Refusal::Quiet("closed before its first frame")),
+                Err(_) => return Err(Refusal::Quiet("a first frame that is not a greeting")),
+            };
+            let (claimed, cluster) = match &frame {
+                Frame::Hello(h) => (h.node_id, h.cluster),
+                Frame::Fetch {
+                    node_id, cluster, ..
+                } => (*node_id, *cluster),
+                Frame::Raft(_) | Frame::Answer(_) => {
+                    return Err(Refusal::Quiet("a first frame that is not a greeting"))
                 }
             };
+            if let Some(cert) = &cert {
+                if !PeerTls::certifies(cert, claimed) {
+                    return Err(Refusal::Identity(format!(
+                        "its certificate does not name member {claimed}, which it claimed to be"
+                    )));
+                }
+            }
+            if !self.peers.contains_key(&claimed) {
+                return Err(Refusal::Identity(format!(
+                    "it claimed to be node {claimed}, which is not a member"
+                )));
+            }
+            if cluster != self.me.cluster {
+                return Err(Refusal::Identity(format!(
+                    "member {claimed} belongs to another cluster (cluster id {cluster:016x}, \
+                     this one is {:016x})",
+                    self.me.cluster
+                )));
+            }
+            Ok((stream, buf, frame, claimed))
+        };
+        tokio::time::timeout(HELLO_TIMEOUT, opening)
+            .await
+            .unwrap_or(Err(Refusal::Quiet("no greeting in time")))
+    }
+
+    /// Serves one inbound replication connection until it fails or `stop` fires.
+    pub async fn serve_inbound<I: Inbox>(
+        &self,
+        socket: TcpStream,
+        inbox: Arc<I>,
+        stop: CancellationToken,
+    ) {
+        let from_addr = socket.peer_addr().ok();
+        let ip = from_addr.map_or(IpAddr::from([0, 0, 0, 0]), |a| a.ip());
+        let Some(unproved) = self.port.unproved(ip) else {
+            self.port
+                .counters
+                .refused_limit
+                .fetch_add(1, Ordering::Relaxed);
+            tracing::debug!(%ip, "too many unproved replication connections from one address; closed");
+            return;
+        };
+        let counters = &self.port.counters;
+        let (mut socket, buf, first, from) = match self.open_inbound(socket).await {
+            Ok(opened) => opened,
+            Err(Refusal::Quiet(why)) => {
+                counters.refused_handshake.fetch_add(1, Ordering::Relaxed);
+                tracing::debug!(addr = ?from_addr, why, "replication connection closed");
+                return;
+            }
+            Err(Refusal::Identity(why)) => {
+                counters.refused_identity.fetch_add(1, Ordering::Relaxed);
+                tracing::warn!(addr = ?from_addr, reason = why, "refusing a replication connection");
+                return;
+            }
+        };
+        drop(unproved);
+        counters.authenticated.fetch_add(1, Ordering::Relaxed);
+        let hello = match first {
+            Frame::Hello(hello) => hello,
+            Frame::Fetch { request, .. } => {
+                self.serve_fetches(socket, buf, from, request, inbox, stop)
+                    .await;
+                return;
+            }
+            Frame::Raft(_) | Frame::Answer(_) => return,
+        };
         if let Err(reason) = self.check(&hello) {
-            tracing::error!(peer = hello.node_id, reason, "refusing a replication peer");
+            tracing::error!(peer = from, reason, "refusing a replication peer");
+            counters.refused_identity.fetch_add(1, Ordering::Relaxed);
+            let _ = write_flushed(&mut socket, &wire::encode_hello(&self.refusal(reason))).await;
             return;
         }
+        let Some((connection, cancelled)) = self.register(&hello).await else {
+            counters.refused_duplicate.fetch_add(1, Ordering::Relaxed);
+            let _ = write_flushed(
+                &mut socket,
+                &wire::encode_hello(&self.refusal(
+                    "another process of this member is connected: a copied data directory, or a \
+                     second start of the same member",
+                )),
+            )
+            .await;
+            return;
+        };
         // Greeted with what this node knew before this peer's greeting (a peer that lost its
         // state learns it from that).
         let reply = wire::encode_hello(&self.hello());
         self.observe(&hello, &*inbox);
-        if socket.write_all(&reply).await.is_err() {
-            return;
+        if write_flushed(&mut socket, &reply).await.is_ok() {
+            tracing::debug!(peer = from, "replication peer connected");
+            self.receive_loop(socket, buf, from, &*inbox, &stop, &cancelled)
+                .await;
         }
-        let from = hello.node_id;
-        tracing::debug!(peer = from, "replication peer connected");
+        let mut live = eddy_log::lock(&self.port.live);
+        if live.get(&from).is_some_and(|l| l.connection == connection) {
+            live.remove(&from);
+        }
+    }
+
+    /// Hands a member's engine messages to the consensus thread until the connection ends.
+    async fn receive_loop<I: Inbox>(
+        &self,
+        mut socket: PeerStream,
+        mut buf: BytesMut,
+        from: NodeId,
+        inbox: &I,
+        stop: &CancellationToken,
+        cancelled: &CancellationToken,
+    ) {
+        let budget = Arc::new(Semaphore::new(PEER_INBOUND_BUDGET));
         loop {
             let frame = tokio::select! {
                 () = stop.cancelled() => return,
-                frame = read_frame(&mut socket, &mut buf) => frame,
+                () = cancelled.cancelled() => return,
+                frame = read_frame(&mut socket, &mut buf, wire::decode) => frame,
             };
             match frame {
                 Ok(Some(Frame::Raft(messages))) => {
                     self.directory.seen(from);
-                    inbox.receive(from, messages);
+                    let bytes: usize = messages.iter().map(|(_, m)| m.len() + 12).sum();
+                    let permits = u32::try_from(bytes.min(PEER_INBOUND_BUDGET)).unwrap_or(u32::MAX);
+                    let Ok(hold): Result<OwnedSemaphorePermit, _> =
+                        Arc::clone(&budget).acquire_many_owned(permits).await
+                    else {
+                        return;
+                    };
+                    inbox.receive(from, messages, Box::new(hold));
                 }
-                Ok(Some(Frame::Hello(h))) => self.directory.learn(&h),
+                Ok(Some(Frame::Hello(_))) => {
+                    tracing::warn!(
+                        peer = from,
+                        "a second greeting on a replication connection; closing"
+                    );
+                    return;
+                }
                 Ok(Some(Frame::Fetch { .. } | Frame::Answer(_))) => {
                     tracing::warn!(
                         peer = from,
@@ -468,9 +783,69 @@ impl Transport {
         }
     }
 
+    /// Records the process `hello` greets from as the member's live one, unless another
+    /// process of that member still has a connection open here (after [`DUPLICATE_GRACE`]
+    /// for it to close). A new connection of the same process replaces its older one, which
+    /// is ended. Returns the connection's number and its cancellation.
+    async fn register(&self, hello: &Hello) -> Option<(u64, CancellationToken)> {
+        let boot = hello.prop(props::BOOT).unwrap_or_default().to_owned();
+        let started = Instant::now();
+        loop {
+            {
+                let mut live = eddy_log::lock(&self.port.live);
+                let other = live
+                    .get(&hello.node_id)
+                    .filter(|old| old.boot != boot)
+                    .map(|old| old.boot.clone());
+                match other {
+                    Some(old_boot) if started.elapsed() >= DUPLICATE_GRACE => {
+                        tracing::error!(
+                            peer = hello.node_id,
+                            live_process = %old_boot,
+                            refused_process = %boot,
+                            "two processes claim to be member {}: the one already connected \
+                             stays, the newcomer is refused (a copied data directory, or the \
+                             member started twice); stop one of them",
+                            hello.node_id
+                        );
+                        return None;
+                    }
+                    Some(_) => {}
+                    None => {
+                        if let Some(old) = live.get(&hello.node_id) {
+                            old.cancel.cancel();
+                        }
+                        let connection = self.port.next_connection.fetch_add(1, Ordering::Relaxed);
+                        let cancel = CancellationToken::new();
+                        live.insert(
+                            hello.node_id,
+                            Live {
+                                boot,
+                                cancel: cancel.clone(),
+                                connection,
+                            },
+                        );
+                        return Some((connection, cancel));
+                    }
+                }
+            }
+            tokio::time::sleep(Duration::from_millis(25)).await;
+        }
+    }
+
+    /// The greeting that answers a refused peer: who this node is, and why.
+    fn refusal(&self, reason: &str) -> Hello {
+        let mut hello = self.me.clone();
+        hello.props.push((props::REFUSED.into(), reason.to_owned()));
+        hello
+    }
+
     fn check(&self, hello: &Hello) -> Result<(), &'static str> {
         if hello.cluster != self.me.cluster {
-            return Err("it was configured for a different cluster (members differ)");
+            return Err("it belongs to another cluster (its cluster id differs)");
+        }
+        if hello.prop(props::MEMBERS) != self.me.prop(props::MEMBERS) {
+            return Err("it was configured with other members (its --peer list differs)");
         }
         if !self.peers.contains_key(&hello.node_id) {
             return Err("its node id is not a configured peer");
@@ -492,13 +867,20 @@ impl Transport {
     }
 }
 
-/// Reads until one frame decodes: `Ok(None)` at a clean end of stream.
-async fn read_frame(
-    socket: &mut TcpStream,
+/// Writes `bytes` and flushes them out of the TLS layer.
+async fn write_flushed<S: AsyncWrite + Unpin>(socket: &mut S, bytes: &[u8]) -> std::io::Result<()> {
+    socket.write_all(bytes).await?;
+    socket.flush().await
+}
+
+/// Reads until one frame decodes with `decode`: `Ok(None)` at a clean end of stream.
+async fn read_frame<S: AsyncRead + Unpin>(
+    socket: &mut S,
     buf: &mut BytesMut,
+    decode: fn(&mut BytesMut) -> Result<Option<Frame>, wire::WireError>,
 ) -> Result<Option<Frame>, FrameError> {
     loop {
-        if let Some(frame) = wire::decode(buf)? {
+        if let Some(frame) = decode(buf)? {
             return Ok(Some(frame));
         }
         if buf.capacity() - buf.len() < 16 * 1024 {
@@ -535,6 +917,7 @@ async fn dial_loop<I: Inbox>(
     stop: CancellationToken,
 ) {
     let mut backoff = Duration::from_millis(50);
+    let mut refused_before = false;
     loop {
         if stop.is_cancelled() {
             return;
@@ -542,6 +925,7 @@ async fn dial_loop<I: Inbox>(
         match connect(&transport, peer, addr, &*inbox).await {
             Ok(mut socket) => {
                 backoff = Duration::from_millis(50);
+                refused_before = false;
                 transport.directory.connected(peer, true);
                 tracing::info!(peer, %addr, "connected to replication peer");
                 // Whatever queued while the peer was down is stale: the engine resends.
@@ -555,7 +939,15 @@ async fn dial_loop<I: Inbox>(
                     }
                 }
             }
-            Err(e) => {
+            Err(ConnectError::Refused(reason)) => {
+                // Said once per run of refusals: the peer will keep refusing until one side
+                // is reconfigured or the other process stops.
+                if !refused_before {
+                    tracing::error!(peer, %addr, reason, "a peer refused this member");
+                }
+                refused_before = true;
+            }
+            Err(ConnectError::Io(e)) => {
                 tracing::debug!(peer, %addr, error = %e, "cannot reach replication peer");
             }
         }
@@ -576,7 +968,7 @@ enum SendEnd {
 }
 
 async fn send_loop(
-    socket: &mut TcpStream,
+    socket: &mut PeerStream,
     rx: &mut mpsc::Receiver<Bytes>,
     stop: &CancellationToken,
 ) -> SendEnd {
@@ -601,6 +993,24 @@ async fn send_loop(
                 return SendEnd::Failed(e);
             }
         }
+        // Out of the TLS layer's buffer: what was written must reach the peer now.
+        if let Err(e) = socket.flush().await {
+            return SendEnd::Failed(e);
+        }
+    }
+}
+
+/// Why a dial did not give a connection.
+enum ConnectError {
+    /// The peer answered with a refusal (its reason).
+    Refused(String),
+    /// It could not be reached, did not prove who it is, or did not greet.
+    Io(std::io::Error),
+}
+
+impl From<std::io::Error> for ConnectError {
+    fn from(e: std::io::Error) -> Self {
+        ConnectError::Io(e)
     }
 }
 
@@ -609,33 +1019,46 @@ async fn connect<I: Inbox>(
     peer: NodeId,
     addr: SocketAddr,
     inbox: &I,
-) -> std::io::Result<TcpStream> {
+) -> Result<PeerStream, ConnectError> {
     let timed_out = || std::io::Error::new(std::io::ErrorKind::TimedOut, "greeting timed out");
-    let mut socket = tokio::time::timeout(HELLO_TIMEOUT, TcpStream::connect(addr))
+    let opening = async {
+        let socket = TcpStream::connect(addr).await?;
+        socket.set_nodelay(true)?;
+        keepalive(&socket);
+        let mut socket = match &transport.tls {
+            Some(tls) => tls.connect(socket, peer).await?,
+            None => PeerStream::Plain(socket),
+        };
+        write_flushed(&mut socket, &wire::encode_hello(&transport.hello())).await?;
+        let mut buf = BytesMut::with_capacity(4096);
+        let answer = read_frame(&mut socket, &mut buf, wire::decode_first)
+            .await
+            .map_err(std::io::Error::other)?;
+        Ok::<_, std::io::Error>((socket, answer))
+    };
+    let (socket, answer) = tokio::time::timeout(HELLO_TIMEOUT, opening)
         .await
         .map_err(|_| timed_out())??;
-    socket.set_nodelay(true)?;
-    socket
-        .write_all(&wire::encode_hello(&transport.hello()))
-        .await?;
-    let mut buf = BytesMut::with_capacity(4096);
-    let answer = tokio::time::timeout(HELLO_TIMEOUT, read_frame(&mut socket, &mut buf))
-        .await
-        .map_err(|_| timed_out())?;
     match answer {
-        Ok(Some(Frame::Hello(hello))) if hello.node_id == peer => {
+        Some(Frame::Hello(hello)) if hello.node_id == peer => {
+            if let Some(reason) = hello.prop(props::REFUSED) {
+                return Err(ConnectError::Refused(reason.to_owned()));
+            }
             if let Err(reason) = transport.check(&hello) {
-                return Err(std::io::Error::other(reason));
+                return Err(ConnectError::Refused(format!(
+                    "this member refuses it: {reason}"
+                )));
             }
             transport.observe(&hello, inbox);
             Ok(socket)
         }
-        Ok(Some(Frame::Hello(hello))) => Err(std::io::Error::other(format!(
+        Some(Frame::Hello(hello)) => Err(ConnectError::Io(std::io::Error::other(format!(
             "expected node {peer} at {addr}, found node {}",
             hello.node_id
+        )))),
+        _ => Err(ConnectError::Io(std::io::Error::other(
+            "peer did not greet",
         ))),
-        Ok(_) => Err(std::io::Error::other("peer did not greet")),
-        Err(e) => Err(std::io::Error::other(e)),
     }
 }
 
@@ -654,7 +1077,7 @@ mod tests {
     #[test]
     fn a_peer_with_another_event_store_layout_is_refused() {
         let peers = BTreeMap::from([(2, "127.0.0.2:1".parse().unwrap())]);
-        let transport = Transport::new(hello(1, "shards=4"), peers);
+        let transport = Transport::new(hello(1, "shards=4"), peers, None, 8);
         assert!(transport.check(&hello(2, "shards=4")).is_ok());
         let refused = transport.check(&hello(2, "shards=8")).unwrap_err();
         assert!(refused.contains("event store differs"), "{refused}");
