@@ -892,3 +892,118 @@ async fn nothing_on_the_network_can_speak_for_a_member() {
     )
     .await;
 }
+
+/// Reads are linearizable: with both followers frozen (SIGSTOP), the leader can no longer
+/// confirm it leads, so it serves no read (metadata, poll or event read) and names no leader,
+/// instead of answering from state a new leader may already have overwritten. Once the
+/// followers are back, reads are served again.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_isolated_leader_serves_no_read() {
+    use celeriant_client_tokio::CeleriantClient;
+    use celeriant_msg::request::read_filters::ReadFilters;
+    use celeriant_msg::request::requests::ReadRequest;
+    within(
+        Duration::from_secs(240),
+        Box::pin(async {
+            let nodes = start_cluster(3);
+            let client = client_via(nodes[0].stream).await;
+            client.create_stream("s").await.expect("create stream");
+            client
+                .create_topic(
+                    &id(0),
+                    "t",
+                    &TopicCreateOptions {
+                        partitions_count: Some(1),
+                        ..TopicCreateOptions::default()
+                    },
+                )
+                .await
+                .expect("create topic");
+            let mut attempt = 0;
+            send_with_retry(&[nodes[0].stream], "kept", &mut attempt).await;
+            let (leader_port, _) = leader_of(&client).await;
+            let leader = nodes
+                .iter()
+                .position(|n| Some(n.stream.port()) == leader_port)
+                .expect("a leader");
+            let key = celeriant_wal::aggregate_key::AggregateKey::new(1, 2, 3);
+            let event_addr = nodes[leader].eddy.addrs().client.to_string();
+            let mut events = CeleriantClient::connect(&event_addr).await.unwrap();
+            events
+                .write_events(
+                    key.clone(),
+                    vec![
+                        celeriant_client_tokio::json_event(1, &serde_json::json!({"a": 1}))
+                            .unwrap(),
+                    ],
+                    1,
+                )
+                .await
+                .expect("event write on the leader");
+            let read = || ReadRequest {
+                correlation_id: None,
+                aggregate_key: key.clone(),
+                filters: ReadFilters::new(1),
+            };
+            assert!(events.read(read()).await.is_ok());
+
+            for (i, node) in nodes.iter().enumerate() {
+                if i != leader {
+                    node.eddy.signal(libc::SIGSTOP);
+                }
+            }
+            let limit = Duration::from_secs(8);
+            let streams = tokio::time::timeout(limit, client.get_streams()).await;
+            assert!(
+                !matches!(streams, Ok(Ok(_))),
+                "an isolated leader served metadata"
+            );
+            let polled = tokio::time::timeout(
+                limit,
+                client.poll_messages(
+                    &id(0),
+                    &id(0),
+                    Some(0),
+                    &Consumer::new(id(1)),
+                    &PollingStrategy::offset(0),
+                    10,
+                    false,
+                ),
+            )
+            .await;
+            assert!(
+                !matches!(polled, Ok(Ok(_))),
+                "an isolated leader served a poll"
+            );
+            let event_read = tokio::time::timeout(limit, events.read(read())).await;
+            assert!(
+                !matches!(event_read, Ok(Ok(_))),
+                "an isolated leader served an event read"
+            );
+            let meta = tokio::time::timeout(limit, client.get_cluster_metadata()).await;
+            if let Ok(Ok(meta)) = meta {
+                assert!(
+                    meta.nodes.iter().all(|n| n.role != ClusterNodeRole::Leader),
+                    "an isolated leader named a leader: {meta:?}"
+                );
+            }
+
+            for (i, node) in nodes.iter().enumerate() {
+                if i != leader {
+                    node.eddy.signal(libc::SIGCONT);
+                }
+            }
+            let healed = client_via(nodes[leader].stream).await;
+            let deadline = Instant::now() + Duration::from_secs(30);
+            loop {
+                if let Ok(streams) = healed.get_streams().await {
+                    assert_eq!(streams.len(), 1);
+                    break;
+                }
+                assert!(Instant::now() < deadline, "reads never came back");
+                tokio::time::sleep(Duration::from_millis(200)).await;
+            }
+        }),
+    )
+    .await;
+}

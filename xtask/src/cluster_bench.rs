@@ -238,7 +238,10 @@ pub fn run(eddy: &Path, scratch: &Path, args: &[String]) -> Result<()> {
         bail!("eddy cluster certs failed ({issued})");
     }
     let mut measured = Vec::new();
-    for (label, tls) in [("peer TLS", Some(certs.as_path())), ("plaintext peers", None)] {
+    for (label, tls) in [
+        ("peer TLS", Some(certs.as_path())),
+        ("plaintext peers", None),
+    ] {
         eprintln!("== three-node cluster on 127.0.0.1-3, {label} ({what} to the leader)");
         measured.push((label, measure_cluster(eddy, scratch, tls, &bench)?));
     }
@@ -278,7 +281,11 @@ pub fn run(eddy: &Path, scratch: &Path, args: &[String]) -> Result<()> {
             eprintln!(
                 "node {} ({}): server CPU {cpu:.2} µs per {unit} (over all runs)",
                 i + 1,
-                if i == run.leader { "leader" } else { "follower" },
+                if i == run.leader {
+                    "leader"
+                } else {
+                    "follower"
+                },
             );
         }
     }

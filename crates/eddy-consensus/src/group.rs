@@ -26,6 +26,24 @@ use crate::types::{GroupId, NodeId, Role, Snapshot, SnapshotMeta};
 /// Called once with a proposal's outcome.
 pub type Callback<O> = Box<dyn FnOnce(Result<O, ProposeError>) + Send>;
 
+/// Called once a linearizable read may be served here (every entry committed when it was
+/// asked has been applied on this node), or with why it may not.
+pub type ReadDone = Box<dyn FnOnce(Result<(), ProposeError>) + Send>;
+
+/// Linearizable reads (ReadIndex) of one group: asked, confirmed by the leader's quorum at an
+/// index, then released once this node applied through that index.
+#[derive(Default)]
+struct Reads {
+    /// Asked since the group was last driven: one ReadIndex request covers them all.
+    queued: Vec<ReadDone>,
+    /// Sent to the engine, by request context: the tick they were sent at, and the callers.
+    asked: BTreeMap<u64, (u64, Vec<ReadDone>)>,
+    /// Confirmed at a commit index this node has not applied yet.
+    confirmed: BTreeMap<u64, Vec<ReadDone>>,
+    next_ctx: u64,
+    ticks: u64,
+}
+
 struct Pending<O> {
     term: u64,
     done: Callback<O>,
@@ -63,7 +81,12 @@ pub(crate) struct Group<O: Send + 'static> {
     rebuilding: bool,
     role: Role,
     leader: Option<NodeId>,
+    reads: Reads,
 }
+
+/// Ticks a ReadIndex request may wait for the leader's answer before its callers hear
+/// `NotLeader` (the leader lost its quorum, or none is known): an election timeout's worth.
+const READ_TICKS: u64 = 20;
 
 impl<O: Send + 'static> Group<O> {
     pub(crate) fn new(id: GroupId, raw: RawNode<Adapter<O>>, applied: u64) -> Self {
@@ -79,6 +102,116 @@ impl<O: Send + 'static> Group<O> {
             rebuilding: false,
             role: Role::Follower,
             leader: None,
+            reads: Reads::default(),
+        }
+    }
+
+    /// Asks for a linearizable read: `done` runs once this node has applied every entry the
+    /// group had committed when the read was asked, as a quorum confirmed with its leader
+    /// (ReadIndex), or with `NotLeader` if that cannot be confirmed within [`READ_TICKS`].
+    pub(crate) fn read(&mut self, done: ReadDone) {
+        if self.failed {
+            done(Err(ProposeError::Failed(self.id)));
+            return;
+        }
+        self.reads.queued.push(done);
+    }
+
+    /// Sends the queued reads' ReadIndex request (one for all of them).
+    fn ask_reads(&mut self) {
+        if self.reads.queued.is_empty() {
+            return;
+        }
+        if self.leader.is_none() {
+            // Nobody to confirm with (the engine would drop the request).
+            let error = ProposeError::NotLeader {
+                group: self.id,
+                leader: None,
+            };
+            for done in std::mem::take(&mut self.reads.queued) {
+                done(Err(error.clone()));
+            }
+            return;
+        }
+        let ctx = self.reads.next_ctx;
+        self.reads.next_ctx += 1;
+        let callers = std::mem::take(&mut self.reads.queued);
+        self.reads.asked.insert(ctx, (self.reads.ticks, callers));
+        // The leader tells requests apart by their context alone: this node's id makes it
+        // unique across the members that forward theirs.
+        let mut context = self.raw.raft.id.to_be_bytes().to_vec();
+        context.extend_from_slice(&ctx.to_be_bytes());
+        self.raw.read_index(context);
+    }
+
+    /// The engine confirmed reads at commit indexes: they wait for this node to apply them.
+    fn confirm_reads(&mut self, states: Vec<raft::ReadState>) {
+        for state in states {
+            let Ok(ctx) = <[u8; 8]>::try_from(state.request_ctx.get(8..).unwrap_or_default())
+            else {
+                continue;
+            };
+            if let Some((_, callers)) = self.reads.asked.remove(&u64::from_be_bytes(ctx)) {
+                self.reads
+                    .confirmed
+                    .entry(state.index)
+                    .or_default()
+                    .extend(callers);
+            }
+        }
+        self.release_reads();
+    }
+
+    /// Releases the confirmed reads this node has applied far enough for.
+    fn release_reads(&mut self) {
+        while let Some(entry) = self.reads.confirmed.first_entry() {
+            if *entry.key() > self.applied {
+                break;
+            }
+            for done in entry.remove() {
+                done(Ok(()));
+            }
+        }
+    }
+
+    /// Fails the reads still waiting for the leader's answer (it will not come: the leader
+    /// changed, or too much time passed), and with `all` the confirmed ones too.
+    fn fail_reads(&mut self, error: &ProposeError, all: bool) {
+        let mut callers: Vec<ReadDone> = std::mem::take(&mut self.reads.queued);
+        for (_, (_, waiting)) in std::mem::take(&mut self.reads.asked) {
+            callers.extend(waiting);
+        }
+        if all {
+            for (_, waiting) in std::mem::take(&mut self.reads.confirmed) {
+                callers.extend(waiting);
+            }
+        }
+        for done in callers {
+            done(Err(error.clone()));
+        }
+    }
+
+    /// A tick of the reads' clock: requests unanswered for [`READ_TICKS`] fail.
+    pub(crate) fn tick_reads(&mut self) {
+        self.reads.ticks += 1;
+        let now = self.reads.ticks;
+        let late: Vec<u64> = self
+            .reads
+            .asked
+            .iter()
+            .filter(|(_, (at, _))| now.saturating_sub(*at) >= READ_TICKS)
+            .map(|(ctx, _)| *ctx)
+            .collect();
+        let error = ProposeError::NotLeader {
+            group: self.id,
+            leader: self.leader,
+        };
+        for ctx in late {
+            if let Some((_, callers)) = self.reads.asked.remove(&ctx) {
+                for done in callers {
+                    done(Err(error.clone()));
+                }
+            }
         }
     }
 
@@ -164,6 +297,9 @@ impl<O: Send + 'static> Group<O> {
 
     /// Handles every ready the engine has, until it has none.
     pub(crate) fn drive(&mut self, out: &mut Output<'_>) {
+        if !self.failed {
+            self.ask_reads();
+        }
         while !self.failed && self.raw.has_ready() {
             self.handle_ready(out);
         }
@@ -177,6 +313,7 @@ impl<O: Send + 'static> Group<O> {
         }
         self.send(rd.take_messages(), out);
         let number = rd.number();
+        let read_states = rd.take_read_states();
 
         if !rd.snapshot().is_empty() {
             let meta = rd.snapshot().get_metadata();
@@ -194,6 +331,7 @@ impl<O: Send + 'static> Group<O> {
             self.raw.mut_store().reset_to_snapshot(snapshot.meta.index);
             self.resolve_through(snapshot.meta.index, None);
             self.applied = snapshot.meta.index;
+            self.release_reads();
             self.supersede_older_terms(snapshot.meta.term);
             // The snapshot is durable and replaces everything appended before it: appends
             // still in flight no longer matter, and what waited for them goes out now (found
@@ -252,6 +390,10 @@ impl<O: Send + 'static> Group<O> {
             self.flush_waiting(out);
         }
         self.report_applied();
+        // A confirmed read's index is committed, so this node applies it in a later ready if
+        // not in this one.
+        self.confirm_reads(read_states);
+        self.release_reads();
     }
 
     /// Tells the engine how far the state machine got, as far as the engine allows: never
@@ -376,6 +518,15 @@ impl<O: Send + 'static> Group<O> {
         if role == self.role && leader == self.leader {
             return;
         }
+        // A ReadIndex request in flight is lost with the leadership it went to (the engine
+        // drops what its old role had pending): its callers hear it now.
+        self.fail_reads(
+            &ProposeError::NotLeader {
+                group: self.id,
+                leader,
+            },
+            false,
+        );
         self.role = role;
         self.leader = leader;
         let term = self.raw.raft.term;
@@ -394,6 +545,7 @@ impl<O: Send + 'static> Group<O> {
         while let Some((_, p)) = self.pending.pop_first() {
             (p.done)(Err(ProposeError::Failed(self.id)));
         }
+        self.fail_reads(&ProposeError::Failed(self.id), true);
         out.events.push(Event::GroupFailed { group: self.id });
     }
 
@@ -412,5 +564,6 @@ impl<O: Send + 'static> Group<O> {
         while let Some((_, p)) = self.pending.pop_first() {
             (p.done)(Err(ProposeError::Unknown));
         }
+        self.fail_reads(&ProposeError::Unknown, true);
     }
 }

@@ -71,7 +71,7 @@ pub mod testing;
 mod types;
 pub mod wire;
 
-pub use group::Callback;
+pub use group::{Callback, ReadDone};
 pub use logstore::{RaftLog, Replicated, StateMachine};
 pub use node::{
     Event, GroupStatus, Node, NodeConfig, NodeError, ProposeError, MAX_MAINTAINED_PER_TICK,

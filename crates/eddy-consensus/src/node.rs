@@ -347,6 +347,23 @@ impl<O: Send + 'static> Node<O> {
         }
     }
 
+    /// Asks for a linearizable read of a group: `done` runs (on this thread) once this node
+    /// has applied every entry the group had committed when it was asked, as confirmed with
+    /// the leader and a quorum (ReadIndex; on a follower the leader is asked), so what it then
+    /// reads from the group's state includes every write acknowledged before. Reads asked
+    /// before the group is next processed share one request. `done` gets `NotLeader` when
+    /// no leader is known or the confirmation does not come within an election timeout (an
+    /// isolated former leader never serves a read), `UnknownGroup` or `Failed`.
+    pub fn read_index(&mut self, id: GroupId, done: crate::group::ReadDone) {
+        match self.groups.get_mut(&id) {
+            Some(group) => {
+                group.read(done);
+                self.dirty.insert(id);
+            }
+            None => done(Err(ProposeError::UnknownGroup(id))),
+        }
+    }
+
     /// Starts an election in a group now (tests, and leadership hand-over at shutdown).
     pub fn campaign(&mut self, id: GroupId) {
         if let Some(group) = self.groups.get_mut(&id) {
@@ -413,6 +430,7 @@ impl<O: Send + 'static> Node<O> {
             if !group.failed() && !group.rebuilding() && group.raw.tick() {
                 self.dirty.insert(*id);
             }
+            group.tick_reads();
             // Ticks may produce heartbeats or elections without saying so: check them all.
             self.dirty.insert(*id);
         }

@@ -177,6 +177,13 @@ impl<O: Send + 'static> Runner<O> {
         let _ = self.tx.send(Command::Receive(from, messages, Some(hold)));
     }
 
+    /// Asks for a linearizable read of a group (see [`Node::read_index`]); `done` runs on
+    /// the node thread.
+    pub fn read_index(&self, group: GroupId, done: crate::group::ReadDone) {
+        // Once the thread stopped, `done` is dropped unanswered with the command.
+        self.with(move |node| node.read_index(group, done));
+    }
+
     /// Adds a group; `done` runs on the node thread.
     pub fn add_group(
         &self,

@@ -302,6 +302,81 @@ fn one_leader_replicates_to_everyone() {
 /// Where a proposal's outcome lands.
 type Slot = Arc<Mutex<Option<Outcome>>>;
 
+/// Where a read's answer lands: how many entries the member had applied when it was released.
+type ReadSlot = Arc<Mutex<Option<Result<usize, ProposeError>>>>;
+
+impl Cluster {
+    /// Asks member `on` for a linearizable read of the group.
+    fn read(&mut self, on: NodeId) -> ReadSlot {
+        let slot: ReadSlot = Arc::new(Mutex::new(None));
+        let (s, applied) = (slot.clone(), self.members[&on].applied.clone());
+        self.node(on).read_index(
+            G,
+            Box::new(move |r| *s.lock().unwrap() = Some(r.map(|()| applied.get().len()))),
+        );
+        slot
+    }
+}
+
+#[test]
+fn reads_see_every_acknowledged_write_and_an_isolated_leader_serves_none() {
+    let mut c = Cluster::new(3, 11);
+    let leader = c.await_leader(&[]);
+    let follower = (1..=3).find(|&i| i != leader).unwrap();
+    let writes: Vec<_> = (0..5)
+        .map(|i| c.propose(leader, &format!("w{i}")))
+        .collect();
+    // A follower's read asked now is released only once it applied what the leader had
+    // committed when the read reached it; the leader's once a quorum confirmed it still leads.
+    c.run(3);
+    for w in &writes {
+        assert!(matches!(outcome(w), Some(Ok(_))));
+    }
+    let acknowledged = c.applied(leader).len();
+    let on_follower = c.read(follower);
+    let on_leader = c.read(leader);
+    c.run(3);
+    assert!(matches!(*on_follower.lock().unwrap(), Some(Ok(n)) if n >= acknowledged));
+    assert!(matches!(*on_leader.lock().unwrap(), Some(Ok(n)) if n >= acknowledged));
+    // Many reads asked together share one request and all come back.
+    let many: Vec<_> = (0..20).map(|_| c.read(follower)).collect();
+    c.run(2);
+    assert!(many
+        .iter()
+        .all(|r| matches!(*r.lock().unwrap(), Some(Ok(_)))));
+
+    // The leader is cut off: it cannot confirm its leadership, so its reads fail (within an
+    // election timeout) instead of serving what the others may already have overwritten.
+    c.isolate(leader);
+    let stale = c.read(leader);
+    c.run(1);
+    assert!(
+        stale.lock().unwrap().is_none(),
+        "served before any quorum answered"
+    );
+    c.run(30);
+    assert!(
+        matches!(
+            *stale.lock().unwrap(),
+            Some(Err(ProposeError::NotLeader { .. }))
+        ),
+        "{:?}",
+        stale.lock().unwrap()
+    );
+    // The others elect a leader and take a write the old one never sees; a read on the old
+    // leader still fails, a read on the majority's side sees the write.
+    let others: Vec<NodeId> = (1..=3).filter(|&i| i != leader).collect();
+    let new_leader = c.await_leader(&others);
+    let w = c.propose(new_leader, "after");
+    c.run(3);
+    assert!(matches!(outcome(&w), Some(Ok(_))));
+    let isolated = c.read(leader);
+    let majority = c.read(new_leader);
+    c.run(30);
+    assert!(matches!(*isolated.lock().unwrap(), Some(Err(_))));
+    assert!(matches!(*majority.lock().unwrap(), Some(Ok(n)) if n == acknowledged + 1));
+}
+
 /// The leader commits "before", is cut off, and proposes "lost0".."lost4" there: returns it,
 /// the stranded proposals' slots, and the other members.
 fn strand_the_leader(c: &mut Cluster) -> (NodeId, Vec<Slot>, Vec<NodeId>) {

@@ -563,6 +563,17 @@ impl ClusterEvents {
         &self.store
     }
 
+    /// Waits until this member applied every change of `shard` acknowledged before now, as
+    /// the shard group's leader and a quorum confirm (see
+    /// [`super::streams::linearized`]).
+    ///
+    /// # Errors
+    /// The shard's leadership cannot be confirmed (no leader known, or this member is cut
+    /// off from a quorum).
+    pub async fn linearize(&self, shard: u32) -> Result<(), super::streams::ClusterError> {
+        super::streams::linearized(&self.runner, event_group_id(shard), "event shard's group").await
+    }
+
     /// Every shard's group id.
     pub fn group_ids(&self) -> Vec<GroupId> {
         (0..self.store.num_shards()).map(event_group_id).collect()

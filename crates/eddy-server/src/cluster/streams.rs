@@ -116,7 +116,57 @@ async fn proposed(
     }
 }
 
+/// Longest a linearizable read waits for its confirmation (the node answers sooner: within an
+/// election timeout, or at once when no leader is known).
+pub const READ_CONFIRM_WAIT: std::time::Duration = std::time::Duration::from_secs(5);
+
+/// Waits until this member may serve a linearizable read of `group`: it has applied every
+/// entry the group had committed when asked, as its leader and a quorum confirmed
+/// (`Node::read_index`). A member that cannot confirm (an isolated former leader, no known
+/// leader) gets `NotLeader`, never stale data.
+pub async fn linearized(
+    runner: &Runner<ClusterOutcome>,
+    group: GroupId,
+    what: &'static str,
+) -> Result<(), ClusterError> {
+    let (tx, rx) = tokio::sync::oneshot::channel();
+    runner.read_index(
+        group,
+        Box::new(move |r| {
+            let _ = tx.send(r);
+        }),
+    );
+    match tokio::time::timeout(READ_CONFIRM_WAIT, rx).await {
+        Ok(Ok(Ok(()))) => Ok(()),
+        // Not confirmed (no leader, cut off from a quorum, the group failed or went away):
+        // retry on another member or later.
+        _ => Err(ClusterError::NotLeader(what)),
+    }
+}
+
 impl ClusterStreams {
+    /// Waits until the metadata this member applied includes every change acknowledged before
+    /// now (see [`linearized`]).
+    ///
+    /// # Errors
+    /// `NotLeader` when the metadata group's leadership cannot be confirmed.
+    pub async fn linearize_metadata(&self) -> Result<(), ClusterError> {
+        linearized(&self.runner, METADATA_GROUP, "metadata group").await
+    }
+
+    /// Waits until partition `addr`'s messages here include every batch acknowledged before
+    /// now.
+    ///
+    /// # Errors
+    /// No such partition here, or its leadership cannot be confirmed.
+    pub async fn linearize_partition(&self, addr: PartitionAddr) -> Result<(), ClusterError> {
+        let (uid, _) = self
+            .groups
+            .get(addr)
+            .ok_or(ClusterError::NoPartition(addr))?;
+        linearized(&self.runner, partition_group_id(uid), "partition's group").await
+    }
+
     /// The store over a running node's groups.
     pub fn new(
         runner: Runner<ClusterOutcome>,

@@ -378,6 +378,25 @@ async fn submit<T: Send + 'static>(
     completion.await
 }
 
+/// Why a cluster member did not serve a read: it could not confirm it holds every
+/// acknowledged change of the aggregate's shard.
+const UNCONFIRMED: &str =
+    "this member cannot confirm it is up to date with the shard's leader; retry";
+
+/// On a cluster member, waits until the aggregate's shard here holds every change
+/// acknowledged before now (a read that cannot be confirmed, on an isolated former leader or
+/// while no leader is known, is refused with a retryable code rather than served stale).
+async fn linearize(svc: &EventService, key: &st::AggregateKey) -> Result<(), ()> {
+    match svc.cluster() {
+        None => Ok(()),
+        Some(Err(_)) => Err(()),
+        Some(Ok(cluster)) => cluster
+            .linearize(svc.store.shard_of(key))
+            .await
+            .map_err(|e| tracing::debug!(error = %e, "an event read was not confirmed")),
+    }
+}
+
 /// Executes one request (not Identify, not Watch) on the store.
 pub(super) async fn execute(
     svc: &Arc<EventService>,
@@ -388,6 +407,11 @@ pub(super) async fn execute(
         EventRequest::AggregateDetails(r) => {
             let svc2 = Arc::clone(svc);
             let k = key(&r.aggregate_key);
+            linearize(svc, &k)
+                .await
+                .map_err(|()| ServerError::ExistsMetablockReadError {
+                    detail: UNCONFIRMED.into(),
+                })?;
             let found = blocking(move || svc2.store.details(&k))
                 .await
                 .map_err(|e| details_error(&e))?;
@@ -410,6 +434,9 @@ pub(super) async fn execute(
         EventRequest::Read(r) => {
             let svc2 = Arc::clone(svc);
             let k = key(&r.aggregate_key);
+            linearize(svc, &k)
+                .await
+                .map_err(|()| ServerError::ReadCacheLoadLockTimeout)?;
             let query = read_query(r.filters, svc.read_page_bytes);
             let page = blocking(move || svc2.store.read(&k, &query))
                 .await

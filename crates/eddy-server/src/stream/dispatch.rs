@@ -127,6 +127,17 @@ async fn handle_command(
         authorize(&caller, code, &Resource::default())?;
         return run(ctx, request, Resource::default()).await;
     }
+    if let Some(cluster) = &state.cluster {
+        // A read on a cluster member is linearizable: served only once this member applied
+        // every metadata change acknowledged before it arrived (permissions included), as
+        // its leader and a quorum confirm; a member that cannot confirm answers
+        // TransientNotAccepted instead of stale data. Writes are ordered by their own
+        // proposal. The cluster's member list answers from what this member knows (its
+        // leader only once confirmed): the SDK probes it to find the leader.
+        if operation == Operation::NonReplicated && code != CommandCode::GetClusterMetadata {
+            cluster.linearize_metadata().await?;
+        }
+    }
     let credential = session.map_or(Credential::Password, |s| s.credential);
     let now = crate::clock::now_micros();
     let checked = state.read(|meta| {
@@ -267,7 +278,7 @@ async fn run(ctx: Ctx<'_>, request: Request, on: Resource) -> Result<Outcome, St
         Request::Ping(_) => Ok(Outcome::empty()),
         Request::GetStats(_) => Ok(system::get_stats(ctx)),
         Request::GetSnapshot(r) => system::snapshot(ctx, r).await,
-        Request::GetClusterMetadata(_) => Ok(system::cluster_metadata(ctx)),
+        Request::GetClusterMetadata(_) => Ok(system::cluster_metadata(ctx).await),
         Request::DescribeOptions(r) => Ok(system::describe_options(r)),
         Request::GetMe(_) => system::get_client(ctx, ctx.client_id),
         Request::GetClient(r) => {

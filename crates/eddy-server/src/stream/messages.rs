@@ -274,6 +274,9 @@ pub(crate) async fn poll(
     // Reads may reach the disk: off the reactor.
     let (strategy, count) = (strategy(request.strategy), request.count);
     let polled = if let Some(cluster) = ctx.state.cluster.clone() {
+        // Every batch acknowledged before the poll arrived is served (see
+        // `ClusterStreams::linearize_partition`).
+        cluster.linearize_partition(addr).await?;
         tokio::task::spawn_blocking(move || {
             cluster.poll(addr, Some(consumer), strategy, count, MAX_POLL_BYTES)
         })

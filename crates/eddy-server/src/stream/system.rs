@@ -96,9 +96,12 @@ pub(crate) async fn snapshot(ctx: Ctx<'_>, request: GetSnapshot) -> Result<Outco
 
 /// `GET_CLUSTER_METADATA`: exactly one node, this one, leader and healthy (so the SDK's
 /// post-login leader probe stays on this connection).
-pub(crate) fn cluster_metadata(ctx: Ctx<'_>) -> Outcome {
+pub(crate) async fn cluster_metadata(ctx: Ctx<'_>) -> Outcome {
     if let Some(cluster) = &ctx.state.cluster {
-        return cluster_members(cluster);
+        // Named leader only once a quorum confirms the metadata group's leadership: an
+        // isolated former leader lists no leader (the SDK waits for one) rather than itself.
+        let confirmed = cluster.linearize_metadata().await.is_ok();
+        return cluster_members(cluster, confirmed);
     }
     let addr = ctx.state.node.stream_addr;
     Outcome::payload(&ClusterMetadata {
@@ -119,7 +122,7 @@ pub(crate) fn cluster_metadata(ctx: Ctx<'_>) -> Outcome {
 /// `GET_CLUSTER_METADATA` on a cluster member: every member with the stream address it
 /// advertised, the metadata group's leader as `Leader` (the SDK connects there), the others
 /// as followers; a member this node cannot reach is `Unreachable`.
-fn cluster_members(cluster: &crate::cluster::streams::ClusterStreams) -> Outcome {
+fn cluster_members(cluster: &crate::cluster::streams::ClusterStreams, confirmed: bool) -> Outcome {
     const STATUS_UNREACHABLE: u8 = 3;
     let nodes = cluster
         .members()
@@ -136,7 +139,11 @@ fn cluster_members(cluster: &crate::cluster::streams::ClusterStreams) -> Outcome
                 quic_port: 0,
                 http_port: 0,
                 websocket_port: 0,
-                role: if leader { ROLE_LEADER } else { ROLE_FOLLOWER },
+                role: if leader && confirmed {
+                    ROLE_LEADER
+                } else {
+                    ROLE_FOLLOWER
+                },
                 status: if connected {
                     STATUS_HEALTHY
                 } else {
