@@ -82,6 +82,8 @@ pub(crate) struct Group<O: Send + 'static> {
     role: Role,
     leader: Option<NodeId>,
     reads: Reads,
+    /// The reads' tick at which this node last started a leadership transfer of the group.
+    transferred_at: Option<u64>,
 }
 
 /// Ticks a ReadIndex request may wait for the leader's answer before its callers hear
@@ -103,7 +105,19 @@ impl<O: Send + 'static> Group<O> {
             role: Role::Follower,
             leader: None,
             reads: Reads::default(),
+            transferred_at: None,
         }
+    }
+
+    /// Whether at least `ticks` ticks passed since this node last started a transfer.
+    pub(crate) fn transfer_cooled_down(&self, ticks: u64) -> bool {
+        self.transferred_at
+            .is_none_or(|at| self.reads.ticks.saturating_sub(at) >= ticks)
+    }
+
+    /// A transfer starts now.
+    pub(crate) fn note_transfer(&mut self) {
+        self.transferred_at = Some(self.reads.ticks);
     }
 
     /// Asks for a linearizable read: `done` runs once this node has applied every entry the

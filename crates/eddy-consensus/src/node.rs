@@ -372,12 +372,48 @@ impl<O: Send + 'static> Node<O> {
         }
     }
 
-    /// Hands a group's leadership to another member (graceful shutdown).
+    /// Hands a group's leadership to another member, unconditionally (graceful shutdown).
+    /// While a transfer is pending the engine drops proposals, so moves made for balance go
+    /// through [`Node::transfer_leader_if_ready`].
     pub fn transfer_leader(&mut self, id: GroupId, to: NodeId) {
         if let Some(group) = self.groups.get_mut(&id) {
             group.raw.transfer_leader(to);
             self.dirty.insert(id);
         }
+    }
+
+    /// Hands a group's leadership to `to` only when that completes at once: this node leads
+    /// the group with no transfer pending, `to` is a voter that holds every entry of this
+    /// leader's log and was heard from within the last election timeout, and no transfer of
+    /// this group was started within the last two election timeouts (one that did not
+    /// complete is abandoned by the engine after an election timeout, and not retried at
+    /// once). A transfer to a member that lags would leave the group dropping proposals until
+    /// the engine gives up. Returns whether it started one.
+    pub fn transfer_leader_if_ready(&mut self, id: GroupId, to: NodeId) -> bool {
+        let cooldown = 2 * self.config.election_ticks as u64;
+        let Some(group) = self.groups.get_mut(&id) else {
+            return false;
+        };
+        if group.failed() || !group.transfer_cooled_down(cooldown) {
+            return false;
+        }
+        let raft = &group.raw.raft;
+        if raft.state != StateRole::Leader || raft.lead_transferee.is_some() || to == raft.id {
+            return false;
+        }
+        let last = raft.raft_log.last_index();
+        let ready = raft.prs().conf().voters().contains(to)
+            && raft
+                .prs()
+                .get(to)
+                .is_some_and(|pr| pr.matched == last && pr.recent_active);
+        if !ready {
+            return false;
+        }
+        group.note_transfer();
+        group.raw.transfer_leader(to);
+        self.dirty.insert(id);
+        true
     }
 
     /// Steps messages a peer sent. Messages for unknown groups, not addressed to this node,

@@ -918,3 +918,42 @@ fn an_unreachable_members_earlier_ack_does_not_count_towards_a_commit() {
     c.run(10);
     assert!(matches!(outcome(&s), Some(Ok(_))), "{:?}", outcome(&s));
 }
+
+#[test]
+fn leadership_moves_only_to_a_caught_up_member_and_never_stalls_writes() {
+    let mut c = Cluster::new(3, 5);
+    let leader = c.await_leader(&[]);
+    let lagging = (1..=3).find(|&i| i != leader).unwrap();
+    // The target misses entries: no transfer starts, and writes go on.
+    c.cut.insert((leader, lagging));
+    let before: Vec<_> = (0..5)
+        .map(|i| c.propose(leader, &format!("a{i}")))
+        .collect();
+    c.run(3);
+    assert!(!c.node(leader).transfer_leader_if_ready(G, lagging));
+    let during = c.propose(leader, "during");
+    c.run(3);
+    for w in before.iter().chain(std::iter::once(&during)) {
+        assert!(matches!(outcome(w), Some(Ok(_))), "{:?}", outcome(w));
+    }
+    assert_eq!(c.leaders(), [leader]);
+    // Caught up again: the move starts and completes at once; a second one waits.
+    c.heal();
+    c.run(5);
+    assert!(c.node(leader).transfer_leader_if_ready(G, lagging));
+    c.run(3);
+    assert_eq!(c.leaders(), [lagging]);
+    let after = c.propose(lagging, "after");
+    c.run(3);
+    assert!(matches!(outcome(&after), Some(Ok(_))));
+    // Neither to itself, nor from a follower.
+    assert!(!c.node(lagging).transfer_leader_if_ready(G, lagging));
+    assert!(!c.node(leader).transfer_leader_if_ready(G, lagging));
+    // Back again; the member that started the first move may not start another at once.
+    assert!(c.node(lagging).transfer_leader_if_ready(G, leader));
+    c.run(3);
+    assert_eq!(c.leaders(), [leader]);
+    assert!(!c.node(leader).transfer_leader_if_ready(G, lagging));
+    c.run(40);
+    assert!(c.node(leader).transfer_leader_if_ready(G, lagging));
+}

@@ -428,9 +428,9 @@ impl PartitionGroups {
     }
 }
 
-/// Moves the leaderships of `gids` this node holds to the metadata group's leader, and has
-/// that leader campaign at once for those without a leader (see
-/// [`PartitionGroups::align_leaders`]).
+/// Moves the leaderships of `gids` this node holds to the metadata group's leader when it is
+/// caught up and live (`Node::transfer_leader_if_ready`), and has that leader campaign at
+/// once for those without a leader (see [`PartitionGroups::align_leaders`]).
 pub fn align_to_metadata_leader(runner: &Runner<ClusterOutcome>, gids: Vec<GroupId>) {
     runner.with(move |node| {
         let Some(target) = node.leader(METADATA_GROUP) else {
@@ -451,7 +451,9 @@ pub fn align_to_metadata_leader(runner: &Runner<ClusterOutcome>, gids: Vec<Group
         }
         for gid in gids {
             if node.role(gid) == Some(eddy_consensus::Role::Leader) {
-                node.transfer_leader(gid, target);
+                // Only to a caught-up, live metadata leader, and not again at once after a
+                // transfer that did not complete: a pending transfer drops the group's writes.
+                node.transfer_leader_if_ready(gid, target);
             }
         }
     });

@@ -275,11 +275,16 @@ impl ClusterStreams {
             return Ok((gid, group));
         }
         let deadline = tokio::time::Instant::now() + LEADERSHIP_WAIT;
+        let mut asked = false;
         while self.is_metadata_leader() && !self.leads(gid) {
             if tokio::time::Instant::now() >= deadline {
                 break;
             }
-            self.groups.align_leaders();
+            if !asked {
+                // This group only, once: the periodic alignment does the rest.
+                super::groups::align_to_metadata_leader(&self.runner, vec![gid]);
+                asked = true;
+            }
             tokio::time::sleep(std::time::Duration::from_millis(20)).await;
         }
         if self.leads(gid) {
