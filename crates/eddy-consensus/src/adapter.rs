@@ -11,9 +11,9 @@ use std::collections::VecDeque;
 use raft::eraftpb;
 use raft::{GetEntriesContext, RaftState, Storage};
 
-use crate::convert::{entry_from_raft, entry_to_raft, hard_state_to_raft};
+use crate::convert::{conf_state_to_raft, entry_from_raft, entry_to_raft, hard_state_to_raft};
 use crate::store::{GroupStore, StoreError};
-use crate::types::{LogEntry, NodeId};
+use crate::types::{LogEntry, Membership, NodeId};
 
 /// One append whose durability has not been reported yet.
 #[derive(Debug, Clone, Copy)]
@@ -26,7 +26,8 @@ struct InFlight {
 /// The engine-facing storage of one group.
 pub(crate) struct Adapter<O> {
     pub(crate) store: Box<dyn GroupStore<Outcome = O>>,
-    voters: Vec<NodeId>,
+    /// The group's current membership.
+    membership: Membership,
     /// Contiguous entries ending at `last` (when non-empty).
     cache: VecDeque<LogEntry>,
     cache_bytes: u64,
@@ -56,9 +57,12 @@ impl<O: Send + 'static> Adapter<O> {
         cache_budget: u64,
     ) -> Self {
         let last = store.last_index();
+        let membership = store
+            .membership()
+            .unwrap_or_else(|| Membership::initial(voters));
         Adapter {
             store,
-            voters,
+            membership,
             cache: VecDeque::new(),
             cache_bytes: 0,
             cache_budget,
@@ -72,6 +76,19 @@ impl<O: Send + 'static> Adapter<O> {
     /// Last appended index (durable or not).
     pub(crate) fn last(&self) -> u64 {
         self.last
+    }
+
+    /// The group's current membership.
+    pub(crate) fn membership(&self) -> &Membership {
+        &self.membership
+    }
+
+    /// Records the group's membership (durable on return): a change applied at its index,
+    /// or what a snapshot brought.
+    pub(crate) fn record_membership(&mut self, membership: Membership) -> Result<(), StoreError> {
+        self.store.save_membership(&membership)?;
+        self.membership = membership;
+        Ok(())
     }
 
     /// The ticket of the latest append handed to the store (0: none yet).
@@ -188,9 +205,10 @@ impl<O: Send + 'static> Storage for Adapter<O> {
         // would apply entries that were never committed (found by the simulator, seed 427
         // heavy). Raft needs no durable commit index: the leader sends it again.
         hard.commit = self.store.applied_index();
-        let mut conf = eraftpb::ConfState::default();
-        conf.voters.clone_from(&self.voters);
-        Ok(RaftState::new(hard_state_to_raft(hard), conf))
+        Ok(RaftState::new(
+            hard_state_to_raft(hard),
+            conf_state_to_raft(&self.membership),
+        ))
     }
 
     fn entries(
@@ -266,19 +284,91 @@ impl<O: Send + 'static> Storage for Adapter<O> {
 
     fn snapshot(&self, _request_index: u64, _to: u64) -> raft::Result<eraftpb::Snapshot> {
         let snap = self.store.snapshot().map_err(Self::to_raft_error)?;
+        // The current members, with the index of the change that made them, ride in front
+        // of the store's bytes: a snapshot may end before that change (a partition's ends at
+        // its visible floor), and its receiver must be in the configuration for the engine
+        // to take it, then skip the changes it is sent again up to that index.
         let mut out = eraftpb::Snapshot {
-            data: snap.data,
+            data: wrap_snapshot(&self.membership, &snap.data),
             ..Default::default()
         };
         let meta = out.mut_metadata();
         meta.index = snap.meta.index;
         meta.term = snap.meta.term;
-        meta.mut_conf_state().voters.clone_from(&self.voters);
+        meta.set_conf_state(conf_state_to_raft(&self.membership));
         Ok(out)
+    }
+}
+
+/// Magic of the envelope in front of a snapshot's store bytes (see [`wrap_snapshot`]).
+const SNAPSHOT_MAGIC: [u8; 8] = *b"EDSNAP01";
+
+/// A snapshot's bytes as sent: [`SNAPSHOT_MAGIC`], the membership's length (u32 LE) and
+/// encoding ([`Membership::encode`]), then the store's bytes.
+pub(crate) fn wrap_snapshot(membership: &Membership, data: &[u8]) -> bytes::Bytes {
+    let encoded = membership.encode();
+    let mut out = Vec::with_capacity(12 + encoded.len() + data.len());
+    out.extend_from_slice(&SNAPSHOT_MAGIC);
+    out.extend_from_slice(&u32::try_from(encoded.len()).expect("small").to_le_bytes());
+    out.extend_from_slice(&encoded);
+    out.extend_from_slice(data);
+    out.into()
+}
+
+/// A snapshot's membership and store bytes; bytes without the envelope (a snapshot from a
+/// member of an older version) are the store's, with no membership.
+pub(crate) fn unwrap_snapshot(data: &bytes::Bytes) -> (Option<Membership>, bytes::Bytes) {
+    let parsed = (|| {
+        if data.get(..8)? != SNAPSHOT_MAGIC {
+            return None;
+        }
+        let len = u32::from_le_bytes(data.get(8..12)?.try_into().ok()?) as usize;
+        let (membership, rest) = Membership::decode(data.get(12..12 + len)?)?;
+        rest.is_empty().then_some((membership, 12 + len))
+    })();
+    match parsed {
+        Some((membership, at)) => (Some(membership), data.slice(at..)),
+        None => (None, data.clone()),
     }
 }
 
 /// Entries from the engine's type, for the store.
 pub(crate) fn entries_from_raft(entries: &[eraftpb::Entry]) -> Vec<LogEntry> {
     entries.iter().map(entry_from_raft).collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_snapshot_carries_its_members_in_front_of_the_store_bytes() {
+        let m = Membership {
+            voters: vec![1, 2, 4],
+            learners: vec![5],
+            voters_outgoing: vec![1, 2, 3],
+            learners_next: vec![3],
+            auto_leave: true,
+            index: 77,
+        };
+        let wrapped = wrap_snapshot(&m, b"store bytes");
+        assert_eq!(
+            unwrap_snapshot(&wrapped),
+            (Some(m.clone()), bytes::Bytes::from_static(b"store bytes"))
+        );
+        // An older member's snapshot (no envelope) is the store's bytes as they are, and so
+        // is anything whose envelope does not decode whole.
+        let plain = bytes::Bytes::from_static(b"EDSNAP01 but not an envelope");
+        assert_eq!(unwrap_snapshot(&plain), (None, plain.clone()));
+        for cut in 0..wrapped.len() - 11 {
+            let (found, _) = unwrap_snapshot(&wrapped.slice(..cut));
+            assert!(
+                found.is_none() || cut >= 12 + m.encode().len(),
+                "cut at {cut}"
+            );
+        }
+        let encoded = m.encode();
+        assert_eq!(Membership::decode(&encoded), Some((m, &[][..])));
+        assert_eq!(Membership::decode(&encoded[..encoded.len() - 1]), None);
+    }
 }

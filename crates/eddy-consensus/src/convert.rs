@@ -2,7 +2,7 @@
 
 use raft::eraftpb;
 
-use crate::types::{EntryKind, HardState, LogEntry, Role};
+use crate::types::{EntryKind, HardState, LogEntry, Membership, Role};
 
 pub(crate) fn entry_to_raft(entry: &LogEntry) -> eraftpb::Entry {
     let mut e = eraftpb::Entry {
@@ -54,5 +54,27 @@ pub(crate) fn role_from_raft(role: raft::StateRole) -> Role {
         raft::StateRole::Leader => Role::Leader,
         raft::StateRole::Follower => Role::Follower,
         raft::StateRole::Candidate | raft::StateRole::PreCandidate => Role::Candidate,
+    }
+}
+
+pub(crate) fn conf_state_to_raft(m: &Membership) -> eraftpb::ConfState {
+    eraftpb::ConfState {
+        voters: m.voters.clone(),
+        learners: m.learners.clone(),
+        voters_outgoing: m.voters_outgoing.clone(),
+        learners_next: m.learners_next.clone(),
+        auto_leave: m.auto_leave,
+        ..Default::default()
+    }
+}
+
+pub(crate) fn membership_from_raft(cs: &eraftpb::ConfState, index: u64) -> Membership {
+    Membership {
+        voters: cs.voters.clone(),
+        learners: cs.learners.clone(),
+        voters_outgoing: cs.voters_outgoing.clone(),
+        learners_next: cs.learners_next.clone(),
+        auto_leave: cs.auto_leave,
+        index,
     }
 }

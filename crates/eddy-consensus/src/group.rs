@@ -14,17 +14,24 @@
 use std::collections::{BTreeMap, VecDeque};
 
 use bytes::Bytes;
+use protobuf::Message as _;
 use raft::eraftpb::{self, Message, MessageType};
+use raft::prelude::{
+    ConfChange, ConfChangeSingle, ConfChangeTransition, ConfChangeType, ConfChangeV2,
+};
 use raft::{RawNode, SnapshotStatus, StateRole};
 
-use crate::adapter::{entries_from_raft, Adapter};
-use crate::convert::{entry_from_raft, hard_state_from_raft, role_from_raft};
+use crate::adapter::{entries_from_raft, unwrap_snapshot, Adapter};
+use crate::convert::{entry_from_raft, hard_state_from_raft, membership_from_raft, role_from_raft};
 use crate::node::{Event, Mailbox, ProposeError};
 use crate::store::{GroupStore, StoreError};
-use crate::types::{GroupId, NodeId, Role, Snapshot, SnapshotMeta};
+use crate::types::{GroupId, MemberChange, Membership, NodeId, Role, Snapshot, SnapshotMeta};
 
 /// Called once with a proposal's outcome.
 pub type Callback<O> = Box<dyn FnOnce(Result<O, ProposeError>) + Send>;
+
+/// Called once with the membership a proposed membership change produced.
+pub type MembershipDone = Box<dyn FnOnce(Result<Membership, ProposeError>) + Send>;
 
 /// Called once a linearizable read may be served here (every entry committed when it was
 /// asked has been applied on this node), or with why it may not.
@@ -84,6 +91,8 @@ pub(crate) struct Group<O: Send + 'static> {
     reads: Reads,
     /// The reads' tick at which this node last started a leadership transfer of the group.
     transferred_at: Option<u64>,
+    /// Membership changes proposed here, by index: their term and caller.
+    changes: BTreeMap<u64, (u64, MembershipDone)>,
 }
 
 /// Ticks a ReadIndex request may wait for the leader's answer before its callers hear
@@ -106,6 +115,117 @@ impl<O: Send + 'static> Group<O> {
             leader: None,
             reads: Reads::default(),
             transferred_at: None,
+            changes: BTreeMap::new(),
+        }
+    }
+
+    /// The group's current membership on this node.
+    pub(crate) fn membership(&self) -> &Membership {
+        self.raw.store().membership()
+    }
+
+    /// Proposes a membership change (on the leader): `done` gets the membership it produced
+    /// once its entry applied here. Several steps at once go through joint consensus, which
+    /// the engine leaves by itself (`done` runs when the joint configuration is entered);
+    /// the engine takes one change at a time and turns a second one into a no-op (`done`
+    /// then gets `Dropped`).
+    pub(crate) fn propose_membership(&mut self, changes: &[MemberChange], done: MembershipDone) {
+        if self.failed {
+            done(Err(ProposeError::Failed(self.id)));
+            return;
+        }
+        if self.raw.raft.state != StateRole::Leader {
+            done(Err(ProposeError::NotLeader {
+                group: self.id,
+                leader: self.leader,
+            }));
+            return;
+        }
+        let mut cc = ConfChangeV2::default();
+        cc.set_transition(ConfChangeTransition::Auto);
+        for change in changes {
+            let (kind, node) = match *change {
+                MemberChange::AddVoter(n) => (ConfChangeType::AddNode, n),
+                MemberChange::AddLearner(n) => (ConfChangeType::AddLearnerNode, n),
+                MemberChange::Remove(n) => (ConfChangeType::RemoveNode, n),
+            };
+            let mut single = ConfChangeSingle::default();
+            single.set_change_type(kind);
+            single.node_id = node;
+            cc.mut_changes().push(single);
+        }
+        let before = self.raw.raft.raft_log.last_index();
+        match self.raw.propose_conf_change(Vec::new(), cc) {
+            Ok(()) if self.raw.raft.raft_log.last_index() > before => {
+                let index = self.raw.raft.raft_log.last_index();
+                let term = self.raw.raft.term;
+                if let Some((_, old)) = self.changes.insert(index, (term, done)) {
+                    old(Err(ProposeError::Superseded));
+                }
+            }
+            _ => done(Err(ProposeError::Dropped)),
+        }
+    }
+
+    /// Applies a committed membership change: the engine's configuration, then the
+    /// durable history, then its proposer. A change at or below the last one recorded was
+    /// applied before a restart and is skipped.
+    fn apply_membership(
+        &mut self,
+        e: &eraftpb::Entry,
+        out: &mut Output<'_>,
+    ) -> Result<Option<Membership>, StoreError> {
+        if e.index <= self.membership().index {
+            return Ok(None);
+        }
+        let bad = |what: String| StoreError::Storage(what.into());
+        let undecodable = |err: protobuf::ProtobufError| {
+            bad(format!("a membership change that does not decode: {err}"))
+        };
+        let mut cc = ConfChangeV2::default();
+        if e.get_entry_type() == eraftpb::EntryType::EntryConfChange {
+            let mut v1 = ConfChange::default();
+            v1.merge_from_bytes(&e.data).map_err(undecodable)?;
+            let mut single = ConfChangeSingle::default();
+            single.set_change_type(v1.get_change_type());
+            single.node_id = v1.node_id;
+            cc.mut_changes().push(single);
+        } else {
+            cc.merge_from_bytes(&e.data).map_err(undecodable)?;
+        }
+        let cs = self.raw.apply_conf_change(&cc).map_err(|err| {
+            bad(format!(
+                "the engine refused a committed membership change: {err}"
+            ))
+        })?;
+        let membership = membership_from_raft(&cs, e.index);
+        self.raw.mut_store().record_membership(membership.clone())?;
+        tracing::info!(group = %self.id, index = e.index, voters = ?membership.voters, learners = ?membership.learners, outgoing = ?membership.voters_outgoing, "membership changed");
+        out.events.push(Event::MembershipChanged {
+            group: self.id,
+            membership: membership.clone(),
+        });
+        Ok(Some(membership))
+    }
+
+    /// Answers the membership proposals at or below `index`: the one at `index` gets
+    /// `applied` when its entry (of its term) was the change, every other one that it was
+    /// dropped or superseded.
+    fn settle_changes(&mut self, index: u64, term: u64, applied: Option<&Membership>) {
+        while let Some(entry) = self.changes.first_entry() {
+            if *entry.key() > index {
+                break;
+            }
+            let at = *entry.key();
+            let (proposed_term, done) = entry.remove();
+            let result = match applied {
+                Some(m) if at == index && proposed_term == term => Ok(m.clone()),
+                // The engine turned it into an empty entry (another change was pending).
+                None if at == index && proposed_term == term => Err(ProposeError::Dropped),
+                _ if at == index => Err(ProposeError::Superseded),
+                _ => Err(ProposeError::Unknown),
+            };
+            done(result);
         }
     }
 
@@ -331,19 +451,33 @@ impl<O: Send + 'static> Group<O> {
 
         if !rd.snapshot().is_empty() {
             let meta = rd.snapshot().get_metadata();
+            let (carried, data) = unwrap_snapshot(&rd.snapshot().data);
             let snapshot = Snapshot {
                 meta: SnapshotMeta {
                     index: meta.index,
                     term: meta.term,
                 },
-                data: rd.snapshot().data.clone(),
+                data,
             };
             if let Err(error) = self.store_mut().install_snapshot(&snapshot) {
                 self.fail(&error, out);
                 return;
             }
+            let membership =
+                carried.unwrap_or_else(|| membership_from_raft(meta.get_conf_state(), meta.index));
+            if membership != *self.membership() {
+                if let Err(error) = self.raw.mut_store().record_membership(membership.clone()) {
+                    self.fail(&error, out);
+                    return;
+                }
+                out.events.push(Event::MembershipChanged {
+                    group: self.id,
+                    membership,
+                });
+            }
             self.raw.mut_store().reset_to_snapshot(snapshot.meta.index);
             self.resolve_through(snapshot.meta.index, None);
+            self.settle_changes(snapshot.meta.index, 0, None);
             self.applied = snapshot.meta.index;
             self.release_reads();
             self.supersede_older_terms(snapshot.meta.term);
@@ -385,14 +519,14 @@ impl<O: Send + 'static> Group<O> {
 
         let persisted = rd.take_persisted_messages();
         let committed = rd.take_committed_entries();
-        self.apply(&committed);
+        self.apply(&committed, out);
 
         if ticket.is_none() && self.waiting.is_empty() {
             self.send(persisted, out);
             let mut light = self.raw.advance_append(rd);
             self.send(light.take_messages(), out);
             let committed = light.take_committed_entries();
-            self.apply(&committed);
+            self.apply(&committed, out);
         } else {
             self.waiting.push_back(Waiting {
                 ticket,
@@ -460,15 +594,30 @@ impl<O: Send + 'static> Group<O> {
         }
     }
 
-    fn apply(&mut self, entries: &[eraftpb::Entry]) {
+    fn apply(&mut self, entries: &[eraftpb::Entry], out: &mut Output<'_>) {
         for e in entries {
+            if self.failed {
+                return;
+            }
             if e.index <= self.applied {
                 continue;
             }
+            let changed = if e.get_entry_type() == eraftpb::EntryType::EntryNormal {
+                None
+            } else {
+                match self.apply_membership(e, out) {
+                    Ok(changed) => changed,
+                    Err(error) => {
+                        self.fail(&error, out);
+                        return;
+                    }
+                }
+            };
             let entry = entry_from_raft(e);
             let outcome = self.store_mut().apply(&entry);
             self.applied = entry.index;
             self.resolve_through(entry.index, Some((entry.term, outcome)));
+            self.settle_changes(entry.index, entry.term, changed.as_ref());
             self.supersede_older_terms(entry.term);
         }
     }
@@ -493,6 +642,16 @@ impl<O: Send + 'static> Group<O> {
         for index in dead {
             let p = self.pending.remove(&index).expect("listed");
             (p.done)(Err(ProposeError::Superseded));
+        }
+        let dead: Vec<u64> = self
+            .changes
+            .range(self.applied + 1..)
+            .filter(|(_, (t, _))| *t < term)
+            .map(|(&index, _)| index)
+            .collect();
+        for index in dead {
+            let (_, done) = self.changes.remove(&index).expect("listed");
+            done(Err(ProposeError::Superseded));
         }
     }
 
@@ -560,6 +719,9 @@ impl<O: Send + 'static> Group<O> {
             (p.done)(Err(ProposeError::Failed(self.id)));
         }
         self.fail_reads(&ProposeError::Failed(self.id), true);
+        for (_, (_, done)) in std::mem::take(&mut self.changes) {
+            done(Err(ProposeError::Failed(self.id)));
+        }
         out.events.push(Event::GroupFailed { group: self.id });
     }
 
@@ -579,5 +741,8 @@ impl<O: Send + 'static> Group<O> {
             (p.done)(Err(ProposeError::Unknown));
         }
         self.fail_reads(&ProposeError::Unknown, true);
+        for (_, (_, done)) in std::mem::take(&mut self.changes) {
+            done(Err(ProposeError::Unknown));
+        }
     }
 }

@@ -71,7 +71,7 @@ pub mod testing;
 mod types;
 pub mod wire;
 
-pub use group::{Callback, ReadDone};
+pub use group::{Callback, MembershipDone, ReadDone};
 pub use logstore::{RaftLog, Replicated, StateMachine};
 pub use node::{
     Event, GroupStatus, Node, NodeConfig, NodeError, ProposeError, MAX_MAINTAINED_PER_TICK,
@@ -79,5 +79,6 @@ pub use node::{
 pub use runner::{GroupView, Runner, View};
 pub use store::{Durable, GroupStore, StoreError};
 pub use types::{
-    EntryKind, GroupId, HardState, LogEntry, NodeId, Role, Snapshot, SnapshotMeta, ENTRY_OVERHEAD,
+    EntryKind, GroupId, HardState, LogEntry, MemberChange, Membership, NodeId, Role, Snapshot,
+    SnapshotMeta, ENTRY_OVERHEAD,
 };

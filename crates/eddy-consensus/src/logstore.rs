@@ -12,7 +12,9 @@
 //! | `timestamp` | what the state machine says the entry's time is (a partition's batch time), never below the previous record's |
 //! | payload | the entry's data, exactly as proposed |
 //!
-//! Conf-change entries never occur (membership is static); one arriving fails the group.
+//! Membership changes are not stored here yet (a record has no field for an entry's kind):
+//! a conf-change entry arriving fails the group, and [`GroupStore::save_membership`] keeps
+//! its refusing default, so a group on this store keeps its founding members.
 //!
 //! `raft.state` (60 bytes, replaced atomically with [`write_atomic`]): magic `"EDRAFT\0\0"`,
 //! version u32 (1), reserved u32 (0), then term, vote, commit, snapshot index and snapshot

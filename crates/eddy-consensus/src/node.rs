@@ -26,7 +26,8 @@ use crate::types::{GroupId, NodeId, Role};
 pub struct NodeConfig {
     /// This node's id (at least 1).
     pub id: NodeId,
-    /// Every voting member, this node included (static membership).
+    /// The voting members a new group starts with, this node included (a group's members
+    /// change later through [`Node::propose_membership`], each group on its own).
     pub voters: Vec<NodeId>,
     /// A follower that hears nothing from a leader for this many ticks (at least; the engine
     /// randomizes up to `max_election_ticks`) starts an election.
@@ -142,6 +143,13 @@ pub enum Event {
         term: u64,
         /// The leader this node follows (itself when leader), if known.
         leader: Option<NodeId>,
+    },
+    /// A group's members changed (a change applied here, or a snapshot brought other ones).
+    MembershipChanged {
+        /// The group.
+        group: GroupId,
+        /// Its members now.
+        membership: crate::types::Membership,
     },
     /// A group's storage failed; the group stopped on this node.
     GroupFailed {
@@ -285,15 +293,27 @@ impl<O: Send + 'static> Node<O> {
         id: GroupId,
         store: Box<dyn GroupStore<Outcome = O>>,
     ) -> Result<(), NodeError> {
+        let voters = self.config.voters.clone();
+        self.add_group_with_voters(id, store, voters)
+    }
+
+    /// Adds a group whose founding voters (its members before any change, used while its
+    /// store recorded no membership) are `voters` instead of the node's. Every member of a
+    /// group must start it with the same founding voters, the ones it was created with: a
+    /// member joining later passes them too (it is not among them, so it never campaigns),
+    /// and applies the membership changes of the log as every other member did, or takes the
+    /// members a snapshot carries.
+    pub fn add_group_with_voters(
+        &mut self,
+        id: GroupId,
+        store: Box<dyn GroupStore<Outcome = O>>,
+        voters: Vec<NodeId>,
+    ) -> Result<(), NodeError> {
         if self.groups.contains_key(&id) {
             return Err(NodeError::Exists(id));
         }
         let applied = store.applied_index();
-        let adapter = Adapter::new(
-            store,
-            self.config.voters.clone(),
-            self.config.entry_cache_bytes,
-        );
+        let adapter = Adapter::new(store, voters, self.config.entry_cache_bytes);
         let logger = self.logger.new(slog::o!("group" => id.0));
         let raw = RawNode::new(&self.config.raft_config(applied), adapter, &logger)
             .map_err(|source| NodeError::Engine { group: id, source })?;
@@ -345,6 +365,32 @@ impl<O: Send + 'static> Node<O> {
             }
             None => done(Err(ProposeError::UnknownGroup(id))),
         }
+    }
+
+    /// Proposes a change of a group's members (on its leader): one step is applied at once,
+    /// several go through joint consensus, which the engine leaves by itself once it applied
+    /// (`done` runs when the change's own entry applied here, with the membership it made).
+    /// Add a member as a learner first and make it a voter once it caught up, so the group's
+    /// majority never waits for a member still copying the log. One change at a time: while
+    /// one is in flight (or the group is joint) another gets `Dropped`.
+    pub fn propose_membership(
+        &mut self,
+        id: GroupId,
+        changes: &[crate::types::MemberChange],
+        done: crate::group::MembershipDone,
+    ) {
+        match self.groups.get_mut(&id) {
+            Some(group) => {
+                group.propose_membership(changes, done);
+                self.dirty.insert(id);
+            }
+            None => done(Err(ProposeError::UnknownGroup(id))),
+        }
+    }
+
+    /// A group's current members on this node.
+    pub fn membership(&self, id: GroupId) -> Option<crate::types::Membership> {
+        self.groups.get(&id).map(|g| g.membership().clone())
     }
 
     /// Asks for a linearizable read of a group: `done` runs (on this thread) once this node

@@ -184,6 +184,17 @@ impl<O: Send + 'static> Runner<O> {
         self.with(move |node| node.read_index(group, done));
     }
 
+    /// Proposes a change of a group's members (see [`Node::propose_membership`]); `done` runs
+    /// on the node thread.
+    pub fn propose_membership(
+        &self,
+        group: GroupId,
+        changes: Vec<crate::types::MemberChange>,
+        done: crate::group::MembershipDone,
+    ) {
+        self.with(move |node| node.propose_membership(group, &changes, done));
+    }
+
     /// Adds a group; `done` runs on the node thread.
     pub fn add_group(
         &self,

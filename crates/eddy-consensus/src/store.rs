@@ -5,7 +5,7 @@
 //! of each byte (a partition's replicated log *is* its message log), so "append" and "apply"
 //! are two views of the same files, and only the store knows how they relate.
 
-use crate::types::{HardState, LogEntry, Snapshot, SnapshotMeta};
+use crate::types::{HardState, LogEntry, Membership, Snapshot, SnapshotMeta};
 
 /// Why a store could not answer.
 #[derive(Debug, thiserror::Error)]
@@ -95,6 +95,24 @@ pub trait GroupStore: Send {
     /// Replaces log and state with a snapshot (durable on return): the log then starts at
     /// `snapshot.meta.index + 1` and the applied index is `snapshot.meta.index`.
     fn install_snapshot(&mut self, snapshot: &Snapshot) -> Result<(), StoreError>;
+
+    /// The group's membership as last saved with
+    /// [`save_membership`](GroupStore::save_membership) (`None`: it never changed, and its
+    /// members are the node's configured voters).
+    fn membership(&self) -> Option<Membership> {
+        None
+    }
+
+    /// Makes the group's membership durable before it returns. Called when a membership
+    /// change applies (before anything after it applies) and when a snapshot brings one.
+    /// The default refuses: such a store's group cannot change its members (the change
+    /// fails the group).
+    fn save_membership(&mut self, membership: &Membership) -> Result<(), StoreError> {
+        let _ = membership;
+        Err(StoreError::Storage(
+            "this store cannot record a change of its group's members".into(),
+        ))
+    }
 
     /// Upkeep the node runs every few ticks (see
     /// [`NodeConfig::maintain_ticks`](crate::NodeConfig::maintain_ticks)) with the caller's

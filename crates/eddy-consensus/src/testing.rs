@@ -17,7 +17,7 @@ use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 use bytes::{Buf, BufMut, Bytes, BytesMut};
 
 use crate::store::{Durable, GroupStore, StoreError};
-use crate::types::{HardState, LogEntry, Snapshot, SnapshotMeta};
+use crate::types::{HardState, LogEntry, Membership, Snapshot, SnapshotMeta};
 
 mod machine;
 
@@ -36,6 +36,8 @@ struct DiskState {
     held: Option<Held>,
     /// Writes fail while set.
     fault: Option<DiskFault>,
+    /// The group's membership (`None`: never changed).
+    membership: Option<Membership>,
 }
 
 /// How a [`MemDisk`] refuses writes while [`MemDisk::fail_writes`] is set.
@@ -127,7 +129,11 @@ impl MemDisk {
         state.extend(
             d.entries
                 .iter()
-                .filter(|e| e.index <= index && !e.data.is_empty())
+                .filter(|e| {
+                    e.index <= index
+                        && !e.data.is_empty()
+                        && e.kind == crate::types::EntryKind::Normal
+                })
                 .map(|e| (e.index, e.data.clone())),
         );
         d.snap_data = encode_state(&state);
@@ -411,13 +417,28 @@ impl GroupStore for MemStore {
         Ok(())
     }
 
+    fn membership(&self) -> Option<Membership> {
+        self.disk.lock().membership.clone()
+    }
+
+    fn save_membership(&mut self, membership: &Membership) -> Result<(), StoreError> {
+        let mut d = self.disk.lock();
+        if let Some(fault) = d.fault {
+            return Err(fault.error());
+        }
+        d.membership = Some(membership.clone());
+        d.fsyncs += 1;
+        Ok(())
+    }
+
     fn applied_index(&self) -> u64 {
         self.applied_index
     }
 
     fn apply(&mut self, entry: &LogEntry) -> u64 {
         self.applied_index = entry.index;
-        if !entry.data.is_empty() {
+        // A membership change is the engine's, not the state machine's.
+        if !entry.data.is_empty() && entry.kind == crate::types::EntryKind::Normal {
             self.applied.lock().push((entry.index, entry.data.clone()));
         }
         entry.index

@@ -133,7 +133,8 @@ pub fn snapshot_in(message: &Bytes) -> Option<crate::types::Snapshot> {
             index: snap.get_metadata().index,
             term: snap.get_metadata().term,
         },
-        data: snap.data.clone(),
+        // The store's bytes, without the members the node reads in front of them.
+        data: crate::adapter::unwrap_snapshot(&snap.data).1,
     })
 }
 

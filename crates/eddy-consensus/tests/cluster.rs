@@ -8,7 +8,9 @@ use std::sync::{Arc, Mutex};
 
 use bytes::Bytes;
 use eddy_consensus::testing::{Applied, MemDisk, MemStore};
-use eddy_consensus::{GroupId, Node, NodeConfig, NodeId, ProposeError, Role};
+use eddy_consensus::{
+    GroupId, MemberChange, Membership, Node, NodeConfig, NodeId, ProposeError, Role,
+};
 
 const G: GroupId = GroupId(1);
 
@@ -956,4 +958,197 @@ fn leadership_moves_only_to_a_caught_up_member_and_never_stalls_writes() {
     assert!(!c.node(leader).transfer_leader_if_ready(G, lagging));
     c.run(40);
     assert!(c.node(leader).transfer_leader_if_ready(G, lagging));
+}
+
+/// Where a membership change's answer lands.
+type ChangeSlot = Arc<Mutex<Option<Result<Membership, ProposeError>>>>;
+
+impl Cluster {
+    /// Starts member `id` on an empty disk with the group's founding voters (those it had
+    /// before any change: the changes in its log then apply on the newcomer as everywhere
+    /// else): it is not one of them, so it waits to be added.
+    fn join(&mut self, id: NodeId, founding: &[NodeId]) {
+        let disk = MemDisk::new();
+        let store = MemStore::open(disk.clone());
+        let applied = store.applied();
+        let mut node = Node::new(config(id, 1), || {});
+        node.add_group_with_voters(G, Box::new(store), founding.to_vec())
+            .unwrap();
+        self.members.insert(
+            id,
+            Member {
+                node: Some(node),
+                disk,
+                applied,
+            },
+        );
+    }
+
+    fn change(&mut self, on: NodeId, changes: &[MemberChange]) -> ChangeSlot {
+        let slot: ChangeSlot = Arc::new(Mutex::new(None));
+        let s = slot.clone();
+        self.node(on).propose_membership(
+            G,
+            changes,
+            Box::new(move |r| *s.lock().unwrap() = Some(r)),
+        );
+        slot
+    }
+
+    /// Proposes a change on `on` and runs until it applied there.
+    fn change_now(&mut self, on: NodeId, changes: &[MemberChange]) -> Membership {
+        let slot = self.change(on, changes);
+        for _ in 0..30 {
+            self.tick();
+            if let Some(r) = slot.lock().unwrap().clone() {
+                return r.expect("the change applies");
+            }
+        }
+        panic!("the change {changes:?} did not apply");
+    }
+
+    fn voters(&mut self, id: NodeId) -> Vec<NodeId> {
+        let mut v = self.node(id).membership(G).unwrap().voters;
+        v.sort_unstable();
+        v
+    }
+}
+
+#[test]
+fn a_single_member_grows_to_three_and_a_member_is_replaced_without_losing_a_write() {
+    let mut c = Cluster::new(1, 3);
+    assert_eq!(c.await_leader(&[]), 1);
+    let mut acked = Vec::new();
+    let mut write = |c: &mut Cluster, on: NodeId, tag: String| {
+        let slot = c.propose(on, &tag);
+        for _ in 0..20 {
+            if outcome(&slot).is_some() {
+                break;
+            }
+            c.tick();
+        }
+        assert!(
+            matches!(outcome(&slot), Some(Ok(_))),
+            "{tag}: {:?}",
+            outcome(&slot)
+        );
+        acked.push(tag);
+    };
+    for i in 0..5 {
+        write(&mut c, 1, format!("alone{i}"));
+    }
+    // Two members join: each catches up as a learner, then votes.
+    for id in [2, 3] {
+        c.join(id, &[1]);
+        let m = c.change_now(1, &[MemberChange::AddLearner(id)]);
+        assert!(m.learners.contains(&id) && !m.voters.contains(&id), "{m:?}");
+        c.run(5);
+        assert_eq!(c.payloads(id), c.payloads(1), "learner {id} caught up");
+        let m = c.change_now(1, &[MemberChange::AddVoter(id)]);
+        assert!(m.voters.contains(&id) && !m.learners.contains(&id), "{m:?}");
+        write(&mut c, 1, format!("with{id}"));
+    }
+    c.run(3);
+    for id in 1..=3 {
+        assert_eq!(c.voters(id), [1, 2, 3], "member {id}'s view");
+    }
+    // Now a majority of three decides: member 1 alone commits nothing.
+    c.isolate(1);
+    let lonely = c.propose(1, "lonely");
+    c.run(5);
+    assert!(outcome(&lonely).is_none(), "committed by one of three");
+    c.heal();
+    let leader = c.await_leader(&[]);
+    write(&mut c, leader, "healed".into());
+
+    // Member 1 is replaced by member 4: 4 joins and votes, the leadership leaves 1, 1 goes.
+    c.join(4, &[1]);
+    c.change_now(leader, &[MemberChange::AddLearner(4)]);
+    c.run(5);
+    c.change_now(leader, &[MemberChange::AddVoter(4)]);
+    c.run(3);
+    let mut leader = c.await_leader(&[]);
+    if leader == 1 {
+        c.run(3);
+        assert!(c.node(1).transfer_leader_if_ready(G, 2));
+        c.run(5);
+        leader = c.await_leader(&[]);
+    }
+    assert_ne!(leader, 1);
+    let m = c.change_now(leader, &[MemberChange::Remove(1)]);
+    assert_eq!(m.voters.len(), 3);
+    assert!(!m.contains(1));
+    c.crash(1);
+    for i in 0..5 {
+        write(&mut c, leader, format!("without1-{i}"));
+    }
+    c.run(3);
+    for id in 2..=4 {
+        assert_eq!(c.voters(id), [2, 3, 4], "member {id}'s view");
+    }
+    // A restarted member keeps its membership and applies each change once.
+    c.crash(3);
+    c.restart(3);
+    c.run(10);
+    let leader = c.await_leader(&[2, 3, 4]);
+    write(&mut c, leader, "after restart".into());
+    c.run(5);
+    assert_eq!(c.voters(3), [2, 3, 4]);
+    for id in 2..=4 {
+        let got: Vec<String> = c.payloads(id);
+        for tag in &acked {
+            assert_eq!(got.iter().filter(|p| *p == tag).count(), 1, "{tag} on {id}");
+        }
+    }
+    assert!(c.payloads(2).iter().all(|p| p != "lonely") || outcome(&lonely).is_some());
+}
+
+#[test]
+fn a_member_added_after_compaction_takes_the_members_with_the_snapshot() {
+    let mut c = Cluster::new(3, 9);
+    let leader = c.await_leader(&[]);
+    let slots: Vec<_> = (0..10)
+        .map(|i| c.propose(leader, &format!("w{i}")))
+        .collect();
+    c.run(3);
+    assert!(slots.iter().all(|s| matches!(outcome(s), Some(Ok(_)))));
+    let last = c.applied(leader).last().unwrap().0;
+    c.members[&leader].disk.compact(last);
+    c.join(4, &[1, 2, 3]);
+    let m = c.change_now(leader, &[MemberChange::AddLearner(4)]);
+    assert!(m.learners.contains(&4));
+    c.run(10);
+    assert_eq!(c.payloads(4), c.payloads(leader));
+    assert!(c.node(4).membership(G).unwrap().learners.contains(&4));
+    c.change_now(leader, &[MemberChange::AddVoter(4)]);
+    c.run(3);
+    assert_eq!(c.voters(4), [1, 2, 3, 4]);
+    let w = c.propose(leader, "four voters");
+    c.run(3);
+    assert!(matches!(outcome(&w), Some(Ok(_))));
+    assert_eq!(c.payloads(4), c.payloads(leader));
+}
+
+#[test]
+fn one_membership_change_at_a_time() {
+    let mut c = Cluster::new(3, 13);
+    let leader = c.await_leader(&[]);
+    c.join(4, &[1, 2, 3]);
+    c.join(5, &[1, 2, 3]);
+    let first = c.change(leader, &[MemberChange::AddLearner(4)]);
+    let second = c.change(leader, &[MemberChange::AddLearner(5)]);
+    c.run(5);
+    assert!(matches!(*first.lock().unwrap(), Some(Ok(_))));
+    assert!(
+        matches!(*second.lock().unwrap(), Some(Err(ProposeError::Dropped))),
+        "{:?}",
+        second.lock().unwrap()
+    );
+    // On a follower: refused with the leader's id.
+    let follower = (1..=3).find(|&i| i != leader).unwrap();
+    let refused = c.change(follower, &[MemberChange::AddLearner(5)]);
+    assert!(matches!(
+        *refused.lock().unwrap(),
+        Some(Err(ProposeError::NotLeader { .. }))
+    ));
 }

@@ -290,6 +290,17 @@ impl<S: GroupStore> GroupStore for HeldStore<S> {
         self.inner.applied_index()
     }
 
+    fn membership(&self) -> Option<eddy_consensus::Membership> {
+        self.inner.membership()
+    }
+
+    fn save_membership(
+        &mut self,
+        membership: &eddy_consensus::Membership,
+    ) -> Result<(), eddy_consensus::StoreError> {
+        self.inner.save_membership(membership)
+    }
+
     fn apply(&mut self, entry: &LogEntry) -> S::Outcome {
         self.inner.apply(entry)
     }

@@ -267,6 +267,17 @@ impl<O: Send + 'static> GroupStore for Probe<O> {
         self.inner.applied_index()
     }
 
+    fn membership(&self) -> Option<eddy_consensus::Membership> {
+        self.inner.membership()
+    }
+
+    fn save_membership(
+        &mut self,
+        membership: &eddy_consensus::Membership,
+    ) -> Result<(), eddy_consensus::StoreError> {
+        self.inner.save_membership(membership)
+    }
+
     fn apply(&mut self, entry: &LogEntry) -> O {
         let outcome = self.inner.apply(entry);
         let mut s = self.shared.lock();

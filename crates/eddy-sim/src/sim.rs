@@ -883,6 +883,13 @@ impl<F: StoreFactory, W: Workload> Sim<F, W> {
                     self.checker.leader(group, term, id)?;
                 }
             }
+            NodeEvent::MembershipChanged {
+                group,
+                ref membership,
+            } => {
+                // The simulated clusters' members never change yet.
+                self.note(|| format!("node {id}: {group} members {membership:?}"));
+            }
             NodeEvent::GroupFailed { group } => {
                 self.fault(FaultKind::GroupFailed);
                 self.note(|| format!("node {id}: {group} failed"));
