@@ -93,6 +93,31 @@ pub struct Runner<O: Send + 'static> {
     tx: Sender<Command<O>>,
     view: View,
     thread: Arc<std::sync::Mutex<Option<JoinHandle<()>>>>,
+    stalls: Arc<Stalls>,
+}
+
+/// How long the node's thread took to handle a batch of commands and its groups' work: a
+/// long turn delays every group's heartbeats (and may cause elections).
+#[derive(Debug, Default)]
+pub struct Stalls {
+    /// The longest turn since the thread started, in µs.
+    pub longest_us: std::sync::atomic::AtomicU64,
+    /// Turns longer than [`STALL`].
+    pub over: std::sync::atomic::AtomicU64,
+}
+
+/// A turn of the node's thread longer than this counts as a stall (half a default tick).
+pub const STALL: Duration = Duration::from_millis(50);
+
+impl Stalls {
+    fn record(&self, took: Duration) {
+        use std::sync::atomic::Ordering::Relaxed;
+        let us = u64::try_from(took.as_micros()).unwrap_or(u64::MAX);
+        self.longest_us.fetch_max(us, Relaxed);
+        if took > STALL {
+            self.over.fetch_add(1, Relaxed);
+        }
+    }
 }
 
 impl<O: Send + 'static> Clone for Runner<O> {
@@ -101,6 +126,7 @@ impl<O: Send + 'static> Clone for Runner<O> {
             tx: self.tx.clone(),
             view: self.view.clone(),
             thread: Arc::clone(&self.thread),
+            stalls: Arc::clone(&self.stalls),
         }
     }
 }
@@ -131,11 +157,23 @@ impl<O: Send + 'static> Runner<O> {
         let node = build(wake);
         let view = View::default();
         let thread_view = view.clone();
+        let stalls = Arc::new(Stalls::default());
+        let thread_stalls = Arc::clone(&stalls);
         let thread = std::thread::Builder::new()
             .name(name.to_owned())
             .spawn(move || {
                 guarded(
-                    || run(node, &rx, tick, transport, events, &thread_view),
+                    || {
+                        run(
+                            node,
+                            &rx,
+                            tick,
+                            transport,
+                            events,
+                            &thread_view,
+                            &thread_stalls,
+                        );
+                    },
                     fail_stop,
                 );
             })?;
@@ -143,12 +181,18 @@ impl<O: Send + 'static> Runner<O> {
             tx,
             view,
             thread: Arc::new(std::sync::Mutex::new(Some(thread))),
+            stalls,
         })
     }
 
     /// Roles and leaders of the groups.
     pub fn view(&self) -> &View {
         &self.view
+    }
+
+    /// How long the thread's turns took.
+    pub fn stalls(&self) -> &Stalls {
+        &self.stalls
     }
 
     /// Proposes `data`; `done` runs on the node thread with the outcome.
@@ -282,6 +326,7 @@ fn run<O: Send + 'static>(
     mut transport: Transport,
     mut events: EventSink,
     view: &View,
+    stalls: &Stalls,
 ) {
     let mut next_tick = Instant::now() + tick;
     loop {
@@ -291,6 +336,7 @@ fn run<O: Send + 'static>(
             Err(RecvTimeoutError::Timeout) => None,
             Err(RecvTimeoutError::Disconnected) => break,
         };
+        let turn = Instant::now();
         let mut stop = false;
         for cmd in first
             .into_iter()
@@ -364,6 +410,7 @@ fn run<O: Send + 'static>(
             }
             events(&event);
         }
+        stalls.record(turn.elapsed());
         if stop {
             break;
         }

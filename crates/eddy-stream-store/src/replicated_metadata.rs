@@ -13,7 +13,8 @@
 //! The state is kept durably only as snapshots in `<dir>/`[`SNAPSHOT_FILE`]: the same header
 //! and state as the single-node metadata snapshot (`next_seq` = the Raft index after the last
 //! applied entry), then the entry's term (u64 LE) and a CRC-32C of everything before it. A
-//! snapshot is written (atomically) every `snapshot_every` entries and whenever one is
+//! snapshot is written (atomically) every `snapshot_every` entries (on a thread of its own
+//! with [`SnapshotWrites::Background`]) and whenever one is
 //! installed from the leader. After a restart the state is the snapshot's, and the Raft layer
 //! applies the committed entries after it again, in order: each entry is applied exactly once
 //! to a state that has not seen it. The Raft log may drop entries only through the last
@@ -23,7 +24,8 @@
 //! Raft group of its own, which the server creates, purges and removes.
 
 use std::path::{Path, PathBuf};
-use std::sync::{Arc, PoisonError, RwLock, RwLockReadGuard};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Arc, Condvar, Mutex, PoisonError, RwLock, RwLockReadGuard};
 
 use eddy_log::{create_dir_durable, write_atomic, Corruption, StorageBackend};
 
@@ -74,22 +76,131 @@ impl MetadataView {
     }
 }
 
-/// The metadata group's state on one member.
-pub struct ReplicatedMetadata {
+/// Where the periodic snapshots are written.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum SnapshotWrites {
+    /// On the applying thread, durable before `apply` returns (deterministic runs: the
+    /// simulator, tests).
+    Inline,
+    /// On a thread of the machine's own: the applying thread (a cluster member's Raft
+    /// thread, which sends every group's heartbeats) only encodes the state and hands the
+    /// bytes over. The log may drop entries once the write is durable.
+    Background,
+}
+
+/// The snapshot file and the highest index written to it: a write in progress holds it, so
+/// an installed snapshot is never overwritten by an older one written late.
+#[derive(Debug)]
+struct SnapshotFile {
     backend: Arc<dyn StorageBackend>,
     dir: PathBuf,
+    /// Index of the snapshot the file holds.
+    written: Mutex<u64>,
+    /// The same, readable without waiting for a write in progress.
+    durable: AtomicU64,
+}
+
+impl SnapshotFile {
+    /// Writes `bytes` (the snapshot at `index`) unless the file already holds a later one.
+    fn write(&self, index: u64, bytes: &[u8]) -> Result<()> {
+        let mut written = self.written.lock().unwrap_or_else(PoisonError::into_inner);
+        if index <= *written && index != 0 {
+            return Ok(());
+        }
+        write_atomic(&*self.backend, &self.dir, SNAPSHOT_FILE, bytes)?;
+        *written = index;
+        self.durable.store(index, Ordering::Release);
+        Ok(())
+    }
+}
+
+/// The snapshot waiting for the writer (its index and bytes), and the writer's wake-up.
+type NextSnapshot = Arc<(Mutex<Option<(u64, Vec<u8>)>>, Condvar)>;
+
+/// The background writer: the newest snapshot not yet taken (an older one waiting is
+/// replaced), and the thread that writes them.
+#[derive(Debug)]
+struct Writer {
+    next: NextSnapshot,
+    stop: Arc<AtomicBool>,
+    thread: Option<std::thread::JoinHandle<()>>,
+}
+
+impl Writer {
+    fn start(file: Arc<SnapshotFile>) -> std::io::Result<Self> {
+        let next: NextSnapshot = Arc::default();
+        let stop = Arc::new(AtomicBool::new(false));
+        let (queue, stopping) = (Arc::clone(&next), Arc::clone(&stop));
+        let thread = std::thread::Builder::new()
+            .name("eddy-meta-snap".into())
+            .spawn(move || loop {
+                let job = {
+                    let mut slot = queue.0.lock().unwrap_or_else(PoisonError::into_inner);
+                    loop {
+                        if let Some(job) = slot.take() {
+                            break Some(job);
+                        }
+                        if stopping.load(Ordering::Acquire) {
+                            break None;
+                        }
+                        slot = queue.1.wait(slot).unwrap_or_else(PoisonError::into_inner);
+                    }
+                };
+                let Some((index, bytes)) = job else {
+                    return;
+                };
+                if let Err(e) = file.write(index, &bytes) {
+                    tracing::warn!(index, error = %e, "metadata snapshot failed; the Raft log keeps every entry since the last one");
+                }
+            })?;
+        Ok(Writer {
+            next,
+            stop,
+            thread: Some(thread),
+        })
+    }
+
+    fn hand_over(&self, index: u64, bytes: Vec<u8>) {
+        *self.next.0.lock().unwrap_or_else(PoisonError::into_inner) = Some((index, bytes));
+        self.next.1.notify_one();
+    }
+
+    /// Forgets a waiting snapshot at or below `index` (an installed one replaces it).
+    fn forget_through(&self, index: u64) {
+        let mut slot = self.next.0.lock().unwrap_or_else(PoisonError::into_inner);
+        if slot.as_ref().is_some_and(|(at, _)| *at <= index) {
+            *slot = None;
+        }
+    }
+}
+
+impl Drop for Writer {
+    fn drop(&mut self) {
+        self.stop.store(true, Ordering::Release);
+        self.next.1.notify_one();
+        if let Some(thread) = self.thread.take() {
+            let _ = thread.join();
+        }
+    }
+}
+
+/// The metadata group's state on one member.
+pub struct ReplicatedMetadata {
+    file: Arc<SnapshotFile>,
     view: MetadataView,
     /// Index and term of the last entry applied (or of the snapshot installed).
     applied: (u64, u64),
-    /// Index of the last durable snapshot (0: none).
+    /// Index of the last snapshot taken (written, or handed to the writer; 0: none).
     snapshot_at: u64,
     snapshot_every: u64,
+    /// The background writer (`None`: snapshots are written inline).
+    writer: Option<Writer>,
 }
 
 impl std::fmt::Debug for ReplicatedMetadata {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("ReplicatedMetadata")
-            .field("dir", &self.dir)
+            .field("dir", &self.file.dir)
             .field("applied", &self.applied)
             .field("snapshot_at", &self.snapshot_at)
             .finish_non_exhaustive()
@@ -107,19 +218,48 @@ impl ReplicatedMetadata {
         dir: impl Into<PathBuf>,
         snapshot_every: u64,
     ) -> Result<Self> {
+        Self::open_with(backend, dir, snapshot_every, SnapshotWrites::Inline)
+    }
+
+    /// [`open`](Self::open), with the periodic snapshots written `writes`.
+    ///
+    /// # Errors
+    /// As [`open`](Self::open) (a writer thread that cannot start leaves the writes inline).
+    pub fn open_with(
+        backend: Arc<dyn StorageBackend>,
+        dir: impl Into<PathBuf>,
+        snapshot_every: u64,
+        writes: SnapshotWrites,
+    ) -> Result<Self> {
         let dir = dir.into();
         create_dir_durable(&*backend, &dir)?;
         let (state, applied) = match read(&*backend, &dir)? {
             Some((state, index, term)) => (state, (index, term)),
             None => (MetadataState::default(), (0, 0)),
         };
-        Ok(ReplicatedMetadata {
+        let file = Arc::new(SnapshotFile {
             backend,
             dir,
+            written: Mutex::new(applied.0),
+            durable: AtomicU64::new(applied.0),
+        });
+        let writer = match writes {
+            SnapshotWrites::Inline => None,
+            SnapshotWrites::Background => match Writer::start(Arc::clone(&file)) {
+                Ok(writer) => Some(writer),
+                Err(e) => {
+                    tracing::warn!(error = %e, "cannot start the metadata snapshot writer; snapshots are written on the applying thread");
+                    None
+                }
+            },
+        };
+        Ok(ReplicatedMetadata {
+            file,
             view: MetadataView(Arc::new(RwLock::new(state))),
             applied,
             snapshot_at: applied.0,
             snapshot_every: snapshot_every.max(1),
+            writer,
         })
     }
 
@@ -133,9 +273,9 @@ impl ReplicatedMetadata {
         self.applied
     }
 
-    /// Through which index the state is durable without the log (its last snapshot).
+    /// Through which index the state is durable without the log (its last snapshot on disk).
     pub fn durable_through(&self) -> u64 {
-        self.snapshot_at
+        self.file.durable.load(Ordering::Acquire)
     }
 
     /// Applies the committed entry at `index` (term `term`) whose data is `data`. Entries at
@@ -190,8 +330,21 @@ impl ReplicatedMetadata {
     /// # Errors
     /// The bytes are not a snapshot, or the file cannot be written.
     pub fn install(&mut self, bytes: &[u8]) -> Result<(u64, u64)> {
-        let (state, index, term) = decode(&self.dir.join(SNAPSHOT_FILE), bytes)?;
-        write_atomic(&*self.backend, &self.dir, SNAPSHOT_FILE, bytes)?;
+        let (state, index, term) = decode(&self.file.dir.join(SNAPSHOT_FILE), bytes)?;
+        if let Some(writer) = &self.writer {
+            writer.forget_through(index);
+        }
+        // Waits for a background write in progress; a later one of an older state is
+        // then skipped.
+        let mut written = self
+            .file
+            .written
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner);
+        write_atomic(&*self.file.backend, &self.file.dir, SNAPSHOT_FILE, bytes)?;
+        *written = index;
+        self.file.durable.store(index, Ordering::Release);
+        drop(written);
         self.view.replace(state);
         self.applied = (index, term);
         self.snapshot_at = index;
@@ -204,9 +357,15 @@ impl ReplicatedMetadata {
     /// The file cannot be written.
     pub fn save(&mut self) -> Result<()> {
         let bytes = self.snapshot()?;
-        write_atomic(&*self.backend, &self.dir, SNAPSHOT_FILE, &bytes)?;
-        self.snapshot_at = self.applied.0;
-        Ok(())
+        let index = self.applied.0;
+        self.snapshot_at = index;
+        match &self.writer {
+            Some(writer) => {
+                writer.hand_over(index, bytes);
+                Ok(())
+            }
+            None => self.file.write(index, &bytes),
+        }
     }
 }
 

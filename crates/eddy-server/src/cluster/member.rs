@@ -365,11 +365,12 @@ pub async fn start(
         .iter()
         .map(|(_, store)| store.machine().0.stopped_flag())
         .collect();
-    let (machine, view) = MetadataMachine::open(
+    let (machine, view) = MetadataMachine::open_with(
         backend,
         raft_log.dir().to_path_buf(),
         METADATA_SNAPSHOT_EVERY,
         Box::new(groups.clone()),
+        eddy_stream_store::replicated_metadata::SnapshotWrites::Background,
     )
     .map_err(storage_error)?;
     let store = Replicated::open(raft_log, AsCluster(machine)).map_err(storage_error)?;
@@ -647,6 +648,14 @@ impl Member {
         let _ = writeln!(
             out,
             "# HELP eddy_cluster_elections_total Times this member became leader of the metadata group.\n# TYPE eddy_cluster_elections_total counter\neddy_cluster_elections_total {elections}"
+        );
+        let stalls = self.streams.runner().stalls();
+        #[allow(clippy::cast_precision_loss)] // µs far below 2^52
+        let longest = stalls.longest_us.load(Ordering::Relaxed) as f64 / 1e6;
+        let _ = writeln!(
+            out,
+            "# HELP eddy_cluster_raft_longest_turn_seconds The longest turn of the Raft thread since start (it sends every group's heartbeats: a long turn can cause elections).\n# TYPE eddy_cluster_raft_longest_turn_seconds gauge\neddy_cluster_raft_longest_turn_seconds {longest}\n# HELP eddy_cluster_raft_stalls_total Turns of the Raft thread longer than 50 ms.\n# TYPE eddy_cluster_raft_stalls_total counter\neddy_cluster_raft_stalls_total {}",
+            stalls.over.load(Ordering::Relaxed)
         );
         let port = self.transport.counters();
         let _ = writeln!(

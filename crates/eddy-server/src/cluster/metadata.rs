@@ -24,7 +24,9 @@ use eddy_consensus::logstore::StateMachine;
 use eddy_consensus::{EntryKind, LogEntry, Snapshot, SnapshotMeta, StoreError};
 use eddy_log::StorageBackend;
 use eddy_stream_store::metadata::Effect;
-use eddy_stream_store::replicated_metadata::{MetadataApplied, MetadataView, ReplicatedMetadata};
+use eddy_stream_store::replicated_metadata::{
+    MetadataApplied, MetadataView, ReplicatedMetadata, SnapshotWrites,
+};
 
 /// Where a member's partition effects go.
 pub trait EffectSink: Send {
@@ -73,7 +75,24 @@ impl MetadataMachine {
         snapshot_every: u64,
         sink: Box<dyn EffectSink>,
     ) -> Result<(Self, MetadataView), StoreError> {
-        let inner = ReplicatedMetadata::open(backend, dir, snapshot_every).map_err(storage)?;
+        Self::open_with(backend, dir, snapshot_every, sink, SnapshotWrites::Inline)
+    }
+
+    /// [`open`](Self::open), the periodic snapshots written `writes` (a member's on a thread
+    /// of their own, so the Raft thread that sends every group's heartbeats never waits for
+    /// their fsync).
+    ///
+    /// # Errors
+    /// A snapshot that does not read back whole.
+    pub fn open_with(
+        backend: Arc<dyn StorageBackend>,
+        dir: impl Into<PathBuf>,
+        snapshot_every: u64,
+        sink: Box<dyn EffectSink>,
+        writes: SnapshotWrites,
+    ) -> Result<(Self, MetadataView), StoreError> {
+        let inner =
+            ReplicatedMetadata::open_with(backend, dir, snapshot_every, writes).map_err(storage)?;
         let view = inner.view();
         Ok((MetadataMachine { inner, sink }, view))
     }

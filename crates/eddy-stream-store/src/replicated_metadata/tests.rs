@@ -192,3 +192,65 @@ proptest! {
         }
     }
 }
+
+/// Waits (at most 5 s) until the background writer made the snapshot at `index` durable.
+fn durable_at(m: &ReplicatedMetadata, index: u64) {
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(5);
+    while m.durable_through() < index {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "snapshot {index} never written"
+        );
+        std::thread::sleep(std::time::Duration::from_millis(5));
+    }
+}
+
+#[test]
+fn background_snapshots_are_written_off_the_applying_thread_and_never_replace_a_later_install() {
+    let mem = MemBackend::new();
+    let ops: Vec<MetadataOp> = (1..=10)
+        .map(|i| create_stream(i, &format!("s{i}")))
+        .collect();
+    let mut m =
+        ReplicatedMetadata::open_with(Arc::new(mem.clone()), DIR, 4, SnapshotWrites::Background)
+            .unwrap();
+    for (i, op) in ops.iter().enumerate() {
+        m.apply(i as u64 + 1, 1, &entry(op)).1.unwrap();
+    }
+    // The log may go only through what is on disk.
+    durable_at(&m, 8);
+    assert_eq!(m.durable_through(), 8);
+    drop(m);
+    mem.crash();
+    let m = open(&mem, 4);
+    assert_eq!(m.applied(), (8, 1));
+    assert_eq!(m.view().read(|s| s.streams.len()), 8);
+    drop(m);
+
+    // A leader's snapshot (at 20) installed while this member's own (at 12) may still be on
+    // its way to the disk: the installed one stays.
+    let leader_mem = MemBackend::new();
+    let mut leader = open(&leader_mem, 1000);
+    for i in 1..=20u32 {
+        leader
+            .apply(u64::from(i), 2, &entry(&create_stream(i, &format!("l{i}"))))
+            .1
+            .unwrap();
+    }
+    let installed = leader.snapshot().unwrap();
+    let mut m =
+        ReplicatedMetadata::open_with(Arc::new(mem.clone()), DIR, 4, SnapshotWrites::Background)
+            .unwrap();
+    for (i, op) in ops.iter().enumerate().skip(8) {
+        m.apply(i as u64 + 1, 1, &entry(op)).1.unwrap();
+    }
+    for i in 11..=12u64 {
+        m.apply(i, 1, &[]).1.unwrap();
+    }
+    assert_eq!(m.install(&installed).unwrap(), (20, 2));
+    drop(m);
+    mem.crash();
+    let m = open(&mem, 4);
+    assert_eq!(m.applied(), (20, 2));
+    assert_eq!(m.view().read(|s| s.streams.len()), 20);
+}
