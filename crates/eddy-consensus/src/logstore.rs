@@ -8,13 +8,15 @@
 //! |---|---|
 //! | `seq` | the entry's index (contiguous; the log starts at or before the snapshot boundary + 1) |
 //! | `count` | 1 |
-//! | `tag` | the entry's term (a term beyond `u32::MAX` fails the group) |
+//! | `tag` | the entry's term in bits 0-30 (a term of 2^31 or more fails the group); bit 31 ([`MEMBERSHIP_TAG`]) marks a membership change (ConfChangeV2) |
 //! | `timestamp` | what the state machine says the entry's time is (a partition's batch time), never below the previous record's |
 //! | payload | the entry's data, exactly as proposed |
 //!
-//! Membership changes are not stored here yet (a record has no field for an entry's kind):
-//! a conf-change entry arriving fails the group, and [`GroupStore::save_membership`] keeps
-//! its refusing default, so a group on this store keeps its founding members.
+//! A membership change is a record like any entry, its tag marked with [`MEMBERSHIP_TAG`]; a
+//! state machine that reads the log itself (a partition) must not take it for one of its
+//! entries. The membership a change produced is saved in `raft.members` when it applies:
+//! magic `"EDMEMB\0\0"`, the [`Membership`] encoding, then a CRC-32C of everything before
+//! it, replaced atomically.
 //!
 //! `raft.state` (60 bytes, replaced atomically with [`write_atomic`]): magic `"EDRAFT\0\0"`,
 //! version u32 (1), reserved u32 (0), then term, vote, commit, snapshot index and snapshot
@@ -44,10 +46,55 @@ use eddy_log::{
 };
 
 use crate::store::{Durable, GroupStore, StoreError};
-use crate::types::{EntryKind, HardState, LogEntry, Snapshot, SnapshotMeta};
+use crate::types::{EntryKind, HardState, LogEntry, Membership, Snapshot, SnapshotMeta};
 
 /// Name of the hard-state file in a group's directory.
 pub const STATE_FILE: &str = "raft.state";
+/// Name of the membership file in a group's directory (absent: the founding members).
+pub const MEMBERS_FILE: &str = "raft.members";
+const MEMBERS_MAGIC: [u8; 8] = *b"EDMEMB\0\0";
+/// The bit of a record's tag that marks a membership change (the rest is the term).
+pub const MEMBERSHIP_TAG: u32 = 1 << 31;
+
+/// The record tag of an entry: its term, marked when it changes the group's members.
+fn entry_tag(entry: &LogEntry) -> Result<u32, &'static str> {
+    let term = u32::try_from(entry.term)
+        .ok()
+        .filter(|t| t & MEMBERSHIP_TAG == 0)
+        .ok_or("term of 2^31 or more")?;
+    match entry.kind {
+        EntryKind::Normal => Ok(term),
+        EntryKind::ConfChangeV2 => Ok(term | MEMBERSHIP_TAG),
+        EntryKind::ConfChange => Err("a membership change in the engine's first encoding"),
+    }
+}
+
+/// An entry's term and kind from its record's tag.
+fn split_tag(tag: u32) -> (u64, EntryKind) {
+    let kind = if tag & MEMBERSHIP_TAG == 0 {
+        EntryKind::Normal
+    } else {
+        EntryKind::ConfChangeV2
+    };
+    (u64::from(tag & !MEMBERSHIP_TAG), kind)
+}
+
+fn encode_members(m: &Membership) -> Vec<u8> {
+    let mut out = MEMBERS_MAGIC.to_vec();
+    out.extend_from_slice(&m.encode());
+    let crc = crc32c::crc32c(&out);
+    out.extend_from_slice(&crc.to_le_bytes());
+    out
+}
+
+fn decode_members(bytes: &[u8]) -> Option<Membership> {
+    let (body, crc) = bytes.split_at_checked(bytes.len().checked_sub(4)?)?;
+    if crc32c::crc32c(body).to_le_bytes() != crc || body.get(..8)? != MEMBERS_MAGIC {
+        return None;
+    }
+    let (m, rest) = Membership::decode(&body[8..])?;
+    rest.is_empty().then_some(m)
+}
 const STATE_MAGIC: [u8; 8] = *b"EDRAFT\0\0";
 const STATE_VERSION: u32 = 1;
 const STATE_LEN: usize = 60;
@@ -134,6 +181,7 @@ pub struct RaftLog {
     dir: PathBuf,
     hard: HardState,
     snap: SnapshotMeta,
+    membership: Option<Membership>,
 }
 
 impl std::fmt::Debug for RaftLog {
@@ -173,6 +221,7 @@ impl RaftLog {
         // Durably: a group's directory, like every one eddy makes, survives a crash with it.
         create_dir_durable(&*backend, &dir).map_err(storage)?;
         let (hard, snap) = read_state(&*backend, &dir)?;
+        let membership = read_members(&*backend, &dir)?;
         let (log, _report) = Log::open(
             Arc::clone(&backend),
             dir.clone(),
@@ -193,7 +242,20 @@ impl RaftLog {
             dir,
             hard,
             snap,
+            membership,
         })
+    }
+
+    /// The group's membership as last saved (`None`: its founding members).
+    pub fn membership(&self) -> Option<&Membership> {
+        self.membership.as_ref()
+    }
+
+    fn save_membership(&mut self, m: &Membership) -> Result<(), StoreError> {
+        write_atomic(&*self.backend, &self.dir, MEMBERS_FILE, &encode_members(m))
+            .map_err(storage)?;
+        self.membership = Some(m.clone());
+        Ok(())
     }
 
     /// The underlying log (a state machine may read its entries from it).
@@ -249,7 +311,7 @@ impl RaftLog {
             });
         }
         match self.log.read_record(index).map_err(storage)? {
-            Some(r) if r.meta.seq == index => Ok(u64::from(r.meta.tag)),
+            Some(r) if r.meta.seq == index => Ok(split_tag(r.meta.tag).0),
             _ => Err(StoreError::Unavailable {
                 index,
                 last_index: self.last_index(),
@@ -281,6 +343,31 @@ impl RaftLog {
         self.hard.commit = self.hard.commit.max(meta.index);
         self.write_state()
     }
+}
+
+fn read_members(
+    backend: &dyn StorageBackend,
+    dir: &Path,
+) -> Result<Option<Membership>, StoreError> {
+    let path = dir.join(MEMBERS_FILE);
+    let file = match backend.open(&path, OpenMode::Existing) {
+        Ok(f) => f,
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(None),
+        Err(e) => return Err(storage(LogError::io(IoOp::Open, &path, e))),
+    };
+    let len = file
+        .len()
+        .map_err(|e| storage(LogError::io(IoOp::Len, &path, e)))?;
+    let len = usize::try_from(len)
+        .ok()
+        .filter(|&l| l <= 64 * 1024)
+        .ok_or_else(|| storage(LogError::corrupt(&path, 0, Corruption::Truncated)))?;
+    let mut buf = vec![0u8; len];
+    file.read_at(0, &mut buf)
+        .map_err(|e| storage(LogError::io(IoOp::Read, &path, e)))?;
+    decode_members(&buf)
+        .map(Some)
+        .ok_or_else(|| storage(LogError::corrupt(&path, 0, Corruption::FileChecksum)))
 }
 
 fn read_state(
@@ -465,10 +552,11 @@ impl<M: StateMachine> GroupStore for Replicated<M> {
                     },
                 )));
             }
+            let (term, kind) = split_tag(r.meta.tag);
             let entry = LogEntry {
                 index,
-                term: u64::from(r.meta.tag),
-                kind: EntryKind::Normal,
+                term,
+                kind,
                 data: r.payload,
             };
             size += entry.size();
@@ -507,19 +595,15 @@ impl<M: StateMachine> GroupStore for Replicated<M> {
         }
         let mut last = None;
         for e in &entries {
-            if e.kind != EntryKind::Normal {
-                durable(Err(StoreError::InvalidSnapshot {
-                    index: e.index,
-                    reason: "membership changes are not supported (static membership)",
-                }));
-                return;
-            }
-            let Ok(tag) = u32::try_from(e.term) else {
-                durable(Err(StoreError::InvalidSnapshot {
-                    index: e.index,
-                    reason: "term beyond u32::MAX",
-                }));
-                return;
+            let tag = match entry_tag(e) {
+                Ok(tag) => tag,
+                Err(reason) => {
+                    durable(Err(StoreError::InvalidSnapshot {
+                        index: e.index,
+                        reason,
+                    }));
+                    return;
+                }
             };
             let at = self.machine.entry_timestamp(e).unwrap_or(0);
             let ts = at.max(log.last_timestamp());
@@ -550,6 +634,14 @@ impl<M: StateMachine> GroupStore for Replicated<M> {
 
     fn applied_index(&self) -> u64 {
         self.machine.applied().index
+    }
+
+    fn membership(&self) -> Option<Membership> {
+        self.log.membership.clone()
+    }
+
+    fn save_membership(&mut self, membership: &Membership) -> Result<(), StoreError> {
+        self.log.save_membership(membership)
     }
 
     fn apply(&mut self, entry: &LogEntry) -> M::Outcome {

@@ -13,7 +13,8 @@ use std::time::{Duration, Instant};
 use bytes::Bytes;
 use eddy_consensus::testing::{Applied, ListMachine, MachineDisk};
 use eddy_consensus::{
-    GroupId, GroupStore, Node, NodeConfig, NodeId, ProposeError, RaftLog, Replicated, Role,
+    EntryKind, GroupId, GroupStore, MemberChange, Membership, Node, NodeConfig, NodeId,
+    ProposeError, RaftLog, Replicated, Role,
 };
 use eddy_log::{Cache, CommitPool, FsBackend, LogConfig};
 
@@ -77,6 +78,11 @@ impl Cluster {
     }
 
     fn restart(&mut self, id: NodeId) {
+        self.start(id, &[1, 2, 3]);
+    }
+
+    /// Starts member `id` from its directory with the group's founding voters.
+    fn start(&mut self, id: NodeId, founding: &[NodeId]) {
         let m = self.members.get_mut(&id).unwrap();
         let backend = Arc::new(FsBackend::new(&m.root).unwrap());
         let log = RaftLog::open(
@@ -94,8 +100,37 @@ impl Cluster {
         config.max_election_ticks = config.election_ticks + 1;
         config.maintain_ticks = 2;
         let mut node = Node::new(config, || {});
-        node.add_group(G, Box::new(store)).unwrap();
+        node.add_group_with_voters(G, Box::new(store), founding.to_vec())
+            .unwrap();
         m.node = Some(node);
+    }
+
+    /// A new member on an empty directory, not yet in the group.
+    fn join(&mut self, id: NodeId) {
+        let root = self.tmp.path().join(format!("node-{id}"));
+        self.members.insert(
+            id,
+            Member {
+                node: None,
+                root,
+                machine: MachineDisk::new(),
+                applied: Applied::default(),
+            },
+        );
+        self.start(id, &[1, 2, 3]);
+    }
+
+    fn change_now(&mut self, on: NodeId, change: MemberChange) -> Membership {
+        let slot: Arc<Mutex<Option<Result<Membership, ProposeError>>>> = Arc::default();
+        let s = Arc::clone(&slot);
+        self.node(on).propose_membership(
+            G,
+            &[change],
+            Box::new(move |r| *s.lock().unwrap() = Some(r)),
+        );
+        self.run_until("the change applies", |_| slot.lock().unwrap().is_some());
+        let got = slot.lock().unwrap().clone();
+        got.unwrap().expect("the change applies")
     }
 
     fn crash(&mut self, id: NodeId) {
@@ -394,4 +429,66 @@ fn a_threaded_commit_pool_reports_durability_from_its_threads() {
     });
     assert!(acked(&more));
     c.assert_agreement();
+}
+
+#[test]
+fn a_member_joins_on_a_real_directory_and_every_member_keeps_the_new_members_across_restarts() {
+    let mut c = Cluster::new(CommitPool::inline(), false);
+    let leader = c.await_leader(&[]);
+    let before: Vec<Slot> = (0..20)
+        .map(|i| c.propose(leader, &format!("b{i}")))
+        .collect();
+    c.run_until("acked", |_| before.iter().all(acked));
+    c.join(4);
+    let m = c.change_now(leader, MemberChange::AddLearner(4));
+    assert!(m.learners.contains(&4));
+    c.run_until("the learner caught up", |c| {
+        c.payloads(4) == c.payloads(leader)
+    });
+    let m = c.change_now(leader, MemberChange::AddVoter(4));
+    assert_eq!(m.voters.len(), 4);
+    let after: Vec<Slot> = (0..10)
+        .map(|i| c.propose(leader, &format!("a{i}")))
+        .collect();
+    c.run_until("acked with four voters", |_| after.iter().all(acked));
+    // The changes are records of the log, marked as such.
+    let kinds: Vec<EntryKind> = {
+        let store = c.store(leader);
+        store
+            .entries(store.first_index(), store.last_index() + 1, u64::MAX)
+            .unwrap()
+            .into_iter()
+            .map(|e| e.kind)
+            .collect()
+    };
+    assert_eq!(
+        kinds
+            .iter()
+            .filter(|k| **k == EntryKind::ConfChangeV2)
+            .count(),
+        2,
+        "{kinds:?}"
+    );
+    // Every member restarts from its directory and still has four voters.
+    c.run(5);
+    for id in 1..=4 {
+        c.crash(id);
+        c.start(id, &[1, 2, 3]);
+    }
+    let leader = c.await_leader(&[]);
+    for id in 1..=4 {
+        let mut voters = c.node(id).membership(G).unwrap().voters;
+        voters.sort_unstable();
+        assert_eq!(voters, [1, 2, 3, 4], "member {id} after its restart");
+        assert!(c.members[&id]
+            .root
+            .join("g1")
+            .join(eddy_consensus::logstore::MEMBERS_FILE)
+            .exists());
+    }
+    let last = c.propose(leader, "last");
+    c.run_until("acked after the restarts", |_| acked(&last));
+    c.run(5);
+    c.assert_agreement();
+    assert_eq!(c.payloads(4).len(), 31);
 }

@@ -5,7 +5,8 @@
 //! message log (one copy of each byte per node). Each log record is one raft entry:
 //!
 //! * `seq` is the raft index (contiguous from 1, or from a snapshot boundary + 1), `count` 1;
-//! * `tag` is the entry's term (opaque here);
+//! * `tag` is the entry's term (opaque here), with bit 31 ([`MEMBERSHIP_TAG`]) set on a change
+//!   of the group's members, which is no entry of the partition: it reads as the no-op;
 //! * `timestamp` is the batch's base timestamp for an append entry and the previous record's
 //!   timestamp otherwise (records' timestamps never decrease along a log; this module only
 //!   reads them for expiry);
@@ -99,6 +100,10 @@ mod entry;
 pub mod fuzzing;
 mod poll;
 mod translator;
+
+/// The bit of a record's tag that marks a change of the group's members (the raft layer's
+/// `eddy_consensus::logstore::MEMBERSHIP_TAG`): such a record is read as the no-op.
+pub const MEMBERSHIP_TAG: u32 = 1 << 31;
 
 use std::fmt;
 use std::ops::ControlFlow;
@@ -866,7 +871,12 @@ impl ReplicatedPartition {
                         count: record.meta.count,
                     });
                 }
-                let step = cursor.step(&record.payload);
+                let step = if record.meta.tag & MEMBERSHIP_TAG == 0 {
+                    cursor.step(&record.payload)
+                } else {
+                    // As `apply` was given it: the no-op.
+                    cursor.step(&Bytes::new())
+                };
                 index += 1;
                 // The state in front of the next sample must be the one `apply` recorded there.
                 if let Some(check) = view.check.filter(|c| c.index == index) {

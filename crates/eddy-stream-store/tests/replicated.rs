@@ -269,6 +269,44 @@ fn only_applied_entries_are_visible() {
 }
 
 #[test]
+fn a_membership_change_in_the_log_is_no_entry_of_the_partition() {
+    let env = Env::new(small_sampling());
+    let mut node = env.node("m", None);
+    assert_eq!(node.propose(Some(10), append(0, 2, 10, b"first")), 1);
+    // What the raft layer writes for a change of the group's members: its own bytes, the
+    // term's tag marked; the partition is applied the no-op for it.
+    let log = node.part.log();
+    let index = log.next_seq_to_assign();
+    log.append_assigned(
+        index,
+        10,
+        1,
+        TERM | eddy_stream_store::replicated::MEMBERSHIP_TAG,
+        Bytes::from_static(b"\x12\x04\x08\x02\x10\x04 not a partition entry"),
+    )
+    .unwrap()
+    .wait()
+    .unwrap();
+    assert_eq!(node.propose(Some(11), append(2, 1, 11, b"second")), 3);
+    assert_eq!(node.part.apply(1, &node.payload(1)), appended(0, 2, 10));
+    assert_eq!(node.part.apply(2, &Bytes::new()), ApplyOutcome::NoOp);
+    assert_eq!(node.part.apply(3, &node.payload(3)), appended(2, 1, 11));
+    // Reads walk the records: the marked one is skipped, as apply skipped it.
+    assert_eq!(
+        node.read_all(),
+        vec![batch(0, 2, 10, b"first"), batch(2, 1, 11, b"second")]
+    );
+    assert_eq!(
+        node.part
+            .poll(PollStrategy::Offset(1), 10, None, u64::MAX)
+            .unwrap()
+            .end_offset,
+        3
+    );
+    assert_eq!(node.part.stats().messages, 3);
+}
+
+#[test]
 fn refused_appends_change_nothing() {
     let env = Env::new(small_sampling());
     let mut node = env.node("p", None);

@@ -95,7 +95,8 @@ impl StateMachine for ListMachine {
             index: entry.index,
             term: entry.term,
         };
-        if !entry.data.is_empty() {
+        // A change of the group's members is the engine's, not the machine's.
+        if !entry.data.is_empty() && entry.kind == crate::types::EntryKind::Normal {
             self.list.lock().push((entry.index, entry.data.clone()));
         }
         entry.index

@@ -344,7 +344,8 @@ impl StateMachine for EventShardMachine {
             index: entry.index,
             term: entry.term,
         };
-        if entry.data.is_empty() {
+        // A leader's no-op, or a change of the group's members (the engine's).
+        if entry.data.is_empty() || entry.kind != eddy_consensus::EntryKind::Normal {
             return EventApplied::Nothing;
         }
         if self.stopped.load(Ordering::Acquire) {

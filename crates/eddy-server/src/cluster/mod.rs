@@ -17,3 +17,9 @@ pub mod transport;
 mod testkit;
 #[cfg(test)]
 mod tests;
+
+// A partition reads its group's log itself: it must know the bit the raft layer marks
+// membership changes with.
+const _: () = assert!(
+    eddy_consensus::logstore::MEMBERSHIP_TAG == eddy_stream_store::replicated::MEMBERSHIP_TAG
+);

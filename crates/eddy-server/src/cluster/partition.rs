@@ -308,7 +308,13 @@ impl StateMachine for PartitionMachine {
 
     fn apply(&mut self, entry: &LogEntry) -> ApplyOutcome {
         let partition = self.group.partition();
-        let outcome = partition.apply(entry.index, &entry.data);
+        // A change of the group's members is the engine's: the partition sees the no-op (as
+        // its reads do, from the record's tag).
+        let outcome = if entry.kind == eddy_consensus::EntryKind::Normal {
+            partition.apply(entry.index, &entry.data)
+        } else {
+            partition.apply(entry.index, &Bytes::new())
+        };
         if !matches!(outcome, ApplyOutcome::OutOfOrder { .. }) {
             self.applied = SnapshotMeta {
                 index: entry.index,
