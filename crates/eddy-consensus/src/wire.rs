@@ -153,7 +153,8 @@ pub fn encode_hello(hello: &Hello) -> Bytes {
     })
 }
 
-/// Encodes an out-of-band request (at most [`MAX_HELLO`] bytes of `request`).
+/// Encodes an out-of-band request (at most [`MAX_HELLO`] bytes of `request` as a
+/// connection's first frame, [`MAX_BODY`] after it).
 pub fn encode_fetch(node_id: NodeId, cluster: u64, request: &[u8]) -> Bytes {
     framed(KIND_FETCH, 16 + request.len(), |body| {
         body.put_u64_le(node_id);
@@ -213,6 +214,17 @@ pub fn decode(buf: &mut BytesMut) -> Result<Option<Frame>, WireError> {
     decode_with(buf, |kind| match kind {
         KIND_HELLO | KIND_FETCH => Ok(MAX_HELLO),
         KIND_RAFT | KIND_ANSWER => Ok(MAX_BODY),
+        other => Err(WireError::UnknownKind(other)),
+    })
+}
+
+/// Decodes a frame of a connection whose first frame was a fetch (its member is proved by
+/// then): as [`decode`], but a fetch may be as large as any frame (a change forwarded to its
+/// shard's leader carries the change).
+pub fn decode_next_fetch(buf: &mut BytesMut) -> Result<Option<Frame>, WireError> {
+    decode_with(buf, |kind| match kind {
+        KIND_HELLO => Ok(MAX_HELLO),
+        KIND_FETCH | KIND_RAFT | KIND_ANSWER => Ok(MAX_BODY),
         other => Err(WireError::UnknownKind(other)),
     })
 }
@@ -356,6 +368,7 @@ fn decode_raft(body: &Bytes) -> Result<Vec<(GroupId, Bytes)>, WireError> {
 #[doc(hidden)]
 pub fn fuzz_decode(data: &[u8]) {
     let _ = decode_first(&mut BytesMut::from(data));
+    let _ = decode_next_fetch(&mut BytesMut::from(data));
     let mut buf = BytesMut::from(data);
     while let Ok(Some(frame)) = decode(&mut buf) {
         if let Frame::Raft(messages) = frame {

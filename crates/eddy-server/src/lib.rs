@@ -541,6 +541,10 @@ impl Server {
             .await?;
             stream_state = stream_state.with_cluster(member.streams.clone());
             events.set_cluster(member.events.clone());
+            let service = Arc::clone(&events);
+            member.set_forward_handler(Arc::new(move |request| {
+                Box::pin(event::answer_forwarded(Arc::clone(&service), request))
+            }));
             let member = Arc::new(member);
             let probed = Arc::clone(&member);
             health.set_role_probe(Arc::new(move || probed.health_role()));

@@ -35,6 +35,7 @@ use std::path::PathBuf;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 
+use bytes::Bytes;
 use eddy_consensus::logstore::{RaftLog, StateMachine};
 use eddy_consensus::{
     GroupId, LogEntry, NodeId, ProposeError, Replicated, Role, Runner, Snapshot, SnapshotMeta,
@@ -531,11 +532,83 @@ pub struct ClusterEvents {
     store: Arc<EventStore>,
     directory: Directory,
     me: NodeId,
+    forwarder: Option<super::transport::Forwarder>,
 }
 
 impl std::fmt::Debug for ClusterEvents {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("ClusterEvents").finish_non_exhaustive()
+    }
+}
+
+/// The out-of-band request kind of a change forwarded to its shard's leader (kind 1 is a
+/// shard's records, for a snapshot copy).
+pub const FORWARD_KIND: u8 = 2;
+
+/// A change forwarded to its shard's leader: `kind u8 (2) · shard u32 · correlation flag u8 ·
+/// correlation id u128 · the prepared command` ([`Command::encode`]).
+pub fn encode_forward(shard: u32, correlation_id: Option<u128>, command: &Command) -> Bytes {
+    let encoded = command.encode();
+    let mut b = bytes::BytesMut::with_capacity(22 + encoded.len());
+    bytes::BufMut::put_u8(&mut b, FORWARD_KIND);
+    bytes::BufMut::put_u32_le(&mut b, shard);
+    bytes::BufMut::put_u8(&mut b, u8::from(correlation_id.is_some()));
+    bytes::BufMut::put_u128_le(&mut b, correlation_id.unwrap_or(0));
+    b.extend_from_slice(&encoded);
+    b.freeze()
+}
+
+/// Decodes [`encode_forward`]'s request: its shard, correlation id and command.
+pub fn decode_forward(request: &Bytes) -> Option<(u32, Option<u128>, Command)> {
+    if request.len() < 22 || request[0] != FORWARD_KIND {
+        return None;
+    }
+    let shard = u32::from_le_bytes(request[1..5].try_into().ok()?);
+    let correlation_id = match request[5] {
+        0 => None,
+        1 => Some(u128::from_le_bytes(request[6..22].try_into().ok()?)),
+        _ => return None,
+    };
+    let command = Command::decode(&request.slice(22..)).ok()?;
+    Some((shard, correlation_id, command))
+}
+
+/// The answer to a forwarded change: `status u8 (0) · response type id u32 · the response's
+/// V2 body`, or `status u8 (1) · why` (the leader could not take it).
+pub fn encode_forward_answer(response: &eddy_codec::event::EventResponse) -> Bytes {
+    let mut b = vec![0u8];
+    b.extend_from_slice(&response.response_type().id().to_le_bytes());
+    response.encode_body(eddy_wire::event::ProtocolVersion::V2, &mut b);
+    b.into()
+}
+
+/// A refusal to take a forwarded change.
+pub fn forward_refusal(why: &str) -> Bytes {
+    let mut b = vec![1u8];
+    b.extend_from_slice(why.as_bytes());
+    b.into()
+}
+
+fn decode_forward_answer(
+    answer: &Bytes,
+) -> Result<eddy_codec::event::EventResponse, EventClusterError> {
+    let malformed = || EventClusterError::Unavailable("a malformed forwarded answer".into());
+    match answer.first() {
+        Some(0) if answer.len() >= 5 => {
+            let id = u32::from_le_bytes(answer[1..5].try_into().map_err(|_| malformed())?);
+            let kind = eddy_wire::event::ResponseType::from_id(id).ok_or_else(malformed)?;
+            eddy_codec::event::EventResponse::decode_body(
+                eddy_wire::event::ProtocolVersion::V2,
+                kind,
+                &answer[5..],
+            )
+            .map_err(|_| malformed())
+        }
+        Some(1) => Err(EventClusterError::Unavailable(format!(
+            "the leader did not take the forwarded change: {}",
+            String::from_utf8_lossy(&answer[1..])
+        ))),
+        _ => Err(malformed()),
     }
 }
 
@@ -556,7 +629,42 @@ impl ClusterEvents {
             store,
             directory,
             me,
+            forwarder: None,
         }
+    }
+
+    /// Forwards changes this member does not lead over `forwarder` (to the shard's leader).
+    #[must_use]
+    pub fn with_forwarder(mut self, forwarder: super::transport::Forwarder) -> Self {
+        self.forwarder = Some(forwarder);
+        self
+    }
+
+    /// Sends a change this member prepared to its shard's leader, which proposes it as its
+    /// own and answers with the client's response (success or refusal), so a client
+    /// connected to any member is served. The leader never forwards it again.
+    ///
+    /// # Errors
+    /// `NotLeader` when no other leader is known or there is no forwarder; `Unavailable` when
+    /// the leader cannot be reached or did not take it.
+    pub async fn forward(
+        &self,
+        shard: u32,
+        correlation_id: Option<u128>,
+        command: &Command,
+    ) -> Result<eddy_codec::event::EventResponse, EventClusterError> {
+        let group = event_group_id(shard);
+        let (Some(forwarder), Some((_, Some(leader)))) = (&self.forwarder, self.role(group)) else {
+            return Err(self.not_leader(group));
+        };
+        if leader == self.me {
+            return Err(self.not_leader(group));
+        }
+        let answer = forwarder
+            .request(leader, &encode_forward(shard, correlation_id, command))
+            .await
+            .map_err(|e| EventClusterError::Unavailable(format!("forwarding to {leader}: {e}")))?;
+        decode_forward_answer(&answer)
     }
 
     /// The store (reads serve what this member applied).

@@ -19,8 +19,8 @@ use tokio_util::sync::CancellationToken;
 
 use super::events::{
     answer_records_request, copy_shard, decode_records_answer, encode_records_request,
-    event_group_id, open_shard_group, ClusterEvents, CopyError, EventCompaction, ShardSnapshot,
-    EVENT_GROUP_BASE,
+    event_group_id, forward_refusal, open_shard_group, ClusterEvents, CopyError, EventCompaction,
+    ShardSnapshot, EVENT_GROUP_BASE, FORWARD_KIND,
 };
 use super::groups::{
     align_to_metadata_leader, AsCluster, ClusterOutcome, GroupStorage, PartitionGroups,
@@ -29,7 +29,7 @@ use super::groups::{
 use super::metadata::MetadataMachine;
 use super::peer_tls::PeerTls;
 use super::streams::ClusterStreams;
-use super::transport::{fingerprint, props, Fetcher, Hold, Inbox, Transport};
+use super::transport::{fingerprint, props, AsyncAnswer, Fetcher, Hold, Inbox, Transport};
 use crate::config::{ConfigError, ServerConfig};
 
 /// Metadata entries between two snapshots of the metadata state.
@@ -57,7 +57,13 @@ struct RunnerInbox {
     copies: Arc<SnapshotCopies>,
     /// Each event shard's stop flag: a copy its store could not take stops the shard here.
     stopped_shards: Vec<Arc<std::sync::atomic::AtomicBool>>,
+    /// Answers changes peers forward to this member as their shard's leader (set once the
+    /// event service runs).
+    forwarded: OnceLock<ForwardHandler>,
 }
+
+/// Takes a forwarded change's request and answers it (see `ClusterEvents::forward`).
+pub type ForwardHandler = Arc<dyn Fn(Bytes) -> AsyncAnswer + Send + Sync>;
 
 /// Counters of event shard snapshot copies on this member.
 #[derive(Debug, Default)]
@@ -165,6 +171,16 @@ impl Inbox for RunnerInbox {
     }
     fn answer(&self, _from: NodeId, request: &Bytes) -> Bytes {
         answer_records_request(&self.events, request)
+    }
+    fn answer_async(&self, _from: NodeId, request: &Bytes) -> Option<AsyncAnswer> {
+        if request.first() != Some(&FORWARD_KIND) {
+            return None;
+        }
+        let request = request.clone();
+        Some(match self.forwarded.get() {
+            Some(handler) => handler(request),
+            None => Box::pin(async { forward_refusal("this member does not serve events yet") }),
+        })
     }
     fn unreachable(&self, peer: NodeId) {
         if let Some(r) = self.runner.get() {
@@ -419,6 +435,7 @@ pub async fn start(
         copying: Arc::default(),
         copies: Arc::default(),
         stopped_shards: stopped_shards.clone(),
+        forwarded: OnceLock::new(),
     });
     let stop = CancellationToken::new();
     let outbox = transport.start_outbound(&inbox, &stop);
@@ -475,7 +492,8 @@ pub async fn start(
         Arc::clone(events),
         transport.directory().clone(),
         me,
-    );
+    )
+    .with_forwarder(transport.forwarder());
     let streams =
         ClusterStreams::new(runner, groups, view).with_directory(transport.directory().clone());
     tracing::info!(node_id = me, members = ?members, "cluster member started");
@@ -508,6 +526,11 @@ fn health_of(view: Option<eddy_consensus::GroupView>, failed: u64) -> Option<&'s
 }
 
 impl Member {
+    /// Answers the changes peers forward to this member with `handler` (once).
+    pub fn set_forward_handler(&self, handler: ForwardHandler) {
+        let _ = self.inbox.forwarded.set(handler);
+    }
+
     /// Serves the replication port until `stop` fires.
     pub async fn serve_replication(
         self: Arc<Self>,

@@ -207,6 +207,112 @@ pub trait Inbox: Send + Sync + 'static {
         let _ = (from, request);
         Bytes::new()
     }
+    /// Answers a peer's request that needs the runtime (a change forwarded to this member as
+    /// its shard's leader). `None`: not such a request, [`Inbox::answer`] takes it.
+    fn answer_async(&self, from: NodeId, request: &Bytes) -> Option<AsyncAnswer> {
+        let _ = (from, request);
+        None
+    }
+}
+
+/// The answer of [`Inbox::answer_async`], computed on the runtime.
+pub type AsyncAnswer = std::pin::Pin<Box<dyn std::future::Future<Output = Bytes> + Send>>;
+
+/// Longest a forwarded request waits for its answer (a change's commit included).
+pub const FORWARD_TIMEOUT: Duration = Duration::from_secs(10);
+/// How long a connection may wait idle in a [`Forwarder`]'s pool (the peer closes one that
+/// sent nothing for [`FETCH_TIMEOUT`]).
+const FORWARD_IDLE: Duration = Duration::from_secs(20);
+/// Idle connections a [`Forwarder`] keeps per peer.
+const FORWARD_POOL: usize = 16;
+
+/// A pooled connection of a [`Forwarder`]: since when it waits, and its read buffer.
+type IdleConnection = (Instant, PeerStream, BytesMut);
+
+/// Requests to peers from the runtime (changes forwarded to their shard's leader): over the
+/// same authenticated out-of-band connections as fetches, kept open in a small pool per
+/// peer, one request at a time on each.
+#[derive(Debug, Clone)]
+pub struct Forwarder {
+    node_id: NodeId,
+    cluster: u64,
+    peers: Arc<BTreeMap<NodeId, SocketAddr>>,
+    tls: Option<PeerTls>,
+    idle: Arc<Mutex<HashMap<NodeId, Vec<IdleConnection>>>>,
+}
+
+impl Forwarder {
+    /// Sends `request` to `peer` and waits (at most [`FORWARD_TIMEOUT`]) for its answer.
+    /// Never retried here: a request that may have reached the peer is not sent twice.
+    ///
+    /// # Errors
+    /// Not a peer, unreachable, not proved to be that member, or no answer in time.
+    pub async fn request(&self, peer: NodeId, request: &[u8]) -> std::io::Result<Bytes> {
+        let pooled = {
+            let mut idle = eddy_log::lock(&self.idle);
+            let conns = idle.entry(peer).or_default();
+            conns.retain(|(since, _, _)| since.elapsed() < FORWARD_IDLE);
+            conns.pop()
+        };
+        let (mut conn, mut buf) = match pooled {
+            Some((_, conn, buf)) => (conn, buf),
+            None => (self.dial(peer).await?, BytesMut::with_capacity(4096)),
+        };
+        let frame = wire::encode_fetch(self.node_id, self.cluster, request);
+        let exchange = async {
+            write_flushed(&mut conn, &frame).await?;
+            match read_frame(&mut conn, &mut buf, wire::decode).await {
+                Ok(Some(Frame::Answer(answer))) => Ok(answer),
+                Ok(_) => Err(std::io::Error::other("the peer did not answer")),
+                Err(e) => Err(std::io::Error::other(e)),
+            }
+        };
+        let answer = tokio::time::timeout(FORWARD_TIMEOUT, exchange)
+            .await
+            .map_err(|_| {
+                std::io::Error::new(std::io::ErrorKind::TimedOut, "no answer in time")
+            })??;
+        let mut idle = eddy_log::lock(&self.idle);
+        let conns = idle.entry(peer).or_default();
+        if conns.len() < FORWARD_POOL {
+            conns.push((Instant::now(), conn, buf));
+        }
+        Ok(answer)
+    }
+
+    async fn dial(&self, peer: NodeId) -> std::io::Result<PeerStream> {
+        let addr = *self
+            .peers
+            .get(&peer)
+            .ok_or_else(|| std::io::Error::other(format!("node {peer} is not a peer")))?;
+        let opening = async {
+            let socket = TcpStream::connect(addr).await?;
+            socket.set_nodelay(true)?;
+            keepalive(&socket);
+            let mut conn = match &self.tls {
+                Some(tls) => tls.connect(socket, peer).await?,
+                None => PeerStream::Plain(socket),
+            };
+            // A first frame may be at most 64 KiB; a forwarded change may be larger. So the
+            // connection opens with an empty request (any answer will do), after which the
+            // peer takes requests of any frame size.
+            write_flushed(
+                &mut conn,
+                &wire::encode_fetch(self.node_id, self.cluster, &[]),
+            )
+            .await?;
+            let mut buf = BytesMut::with_capacity(256);
+            match read_frame(&mut conn, &mut buf, wire::decode).await {
+                Ok(Some(Frame::Answer(_))) => Ok(conn),
+                _ => Err(std::io::Error::other(
+                    "the peer did not take the connection",
+                )),
+            }
+        };
+        tokio::time::timeout(HELLO_TIMEOUT, opening)
+            .await
+            .map_err(|_| std::io::Error::new(std::io::ErrorKind::TimedOut, "dial timed out"))?
+    }
 }
 
 /// Deadline for one out-of-band request's answer, and for dialling for it.
@@ -485,6 +591,17 @@ impl Transport {
         }
     }
 
+    /// The runtime's client of out-of-band requests to this node's peers.
+    pub fn forwarder(&self) -> Forwarder {
+        Forwarder {
+            node_id: self.me.node_id,
+            cluster: self.me.cluster,
+            peers: Arc::clone(&self.peers),
+            tls: self.tls.clone(),
+            idle: Arc::default(),
+        }
+    }
+
     /// The client of out-of-band requests to this node's peers.
     pub fn fetcher(&self) -> Fetcher {
         Fetcher {
@@ -506,11 +623,16 @@ impl Transport {
         stop: CancellationToken,
     ) {
         loop {
-            let answering = Arc::clone(&inbox);
-            let Ok(answer) =
-                tokio::task::spawn_blocking(move || answering.answer(from, &request)).await
-            else {
-                return;
+            let answer = if let Some(answering) = inbox.answer_async(from, &request) {
+                answering.await
+            } else {
+                let answering = Arc::clone(&inbox);
+                let Ok(answer) =
+                    tokio::task::spawn_blocking(move || answering.answer(from, &request)).await
+                else {
+                    return;
+                };
+                answer
             };
             if write_flushed(&mut socket, &wire::encode_answer(&answer))
                 .await
@@ -520,7 +642,7 @@ impl Transport {
             }
             let next = tokio::select! {
                 () = stop.cancelled() => return,
-                frame = tokio::time::timeout(FETCH_TIMEOUT, read_frame(&mut socket, &mut buf, wire::decode)) => frame,
+                frame = tokio::time::timeout(FETCH_TIMEOUT, read_frame(&mut socket, &mut buf, wire::decode_next_fetch)) => frame,
             };
             match next {
                 Ok(Ok(Some(Frame::Fetch {

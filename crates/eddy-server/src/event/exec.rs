@@ -23,8 +23,9 @@ use eddy_event_store::{EventStore, EventStoreError, Placement, Refusal, RoutingR
 use eddy_log::{Completion, LogError};
 use eddy_wire::event::RequestType;
 
-use super::change::{cluster_error, respond, store_error, Change, StoreChange};
+use super::change::{cluster_error, respond, store_error, Change, ChangeKind, StoreChange};
 use super::EventService;
+use crate::cluster::events::EventClusterError;
 use crate::error_chain;
 // Synchronous store work runs off the reactor (a cold index block or segment is a disk read).
 use crate::offload::blocking;
@@ -334,10 +335,19 @@ async fn apply_change(svc: &EventService, change: Change) -> Result<EventRespons
         } else {
             change.prepare(&svc.store)
         }?;
-        cluster
-            .submit(prepared.shard, &prepared.command)
-            .await
-            .map_err(|e| cluster_error(kind, e, placement))
+        let submitted = cluster.submit(prepared.shard, &prepared.command).await;
+        if let Err(EventClusterError::NotLeader { .. }) = &submitted {
+            // Another member leads the shard: it takes the change from here, so a client
+            // connected to any member is served (the published client's bare connection
+            // does not follow redirects).
+            if let Ok(response) = cluster
+                .forward(prepared.shard, correlation_id, &prepared.command)
+                .await
+            {
+                return Ok(response);
+            }
+        }
+        submitted.map_err(|e| cluster_error(kind, e, placement))
     } else {
         let bytes = change.payload_bytes();
         match change.request {
@@ -357,6 +367,31 @@ async fn apply_change(svc: &EventService, change: Change) -> Result<EventRespons
         .map_err(|e| store_error(kind, &e, placement))
     };
     respond(kind, correlation_id, outcome)
+}
+
+/// Answers a change another member forwarded to this one as its shard's leader: proposes
+/// the command that member prepared (never forwarding it again) and encodes the client's
+/// response, success or refusal.
+pub(crate) async fn answer_forwarded(
+    svc: Arc<EventService>,
+    request: bytes::Bytes,
+) -> bytes::Bytes {
+    use crate::cluster::events::{decode_forward, encode_forward_answer, forward_refusal};
+    let Some((shard, correlation_id, command)) = decode_forward(&request) else {
+        return forward_refusal("not a forwarded change");
+    };
+    let Some(Ok(cluster)) = svc.cluster() else {
+        return forward_refusal("not a running cluster member");
+    };
+    let kind = ChangeKind::of(&command);
+    let placement = *svc.store.placement();
+    let outcome = cluster
+        .submit(shard, &command)
+        .await
+        .map_err(|e| cluster_error(kind, e, placement));
+    let response = respond(kind, correlation_id, outcome)
+        .unwrap_or_else(|e| EventResponse::Error(e.to_response(correlation_id)));
+    encode_forward_answer(&response)
 }
 
 /// Submits a mutation of `bytes` payload bytes and awaits its completion. The submission runs

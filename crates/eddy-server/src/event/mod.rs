@@ -27,6 +27,7 @@ pub mod change;
 mod codecs;
 mod connection;
 mod exec;
+pub(crate) use exec::answer_forwarded;
 pub mod identify;
 pub mod routing;
 mod watch;
