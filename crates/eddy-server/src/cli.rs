@@ -194,6 +194,23 @@ pub struct ServeArgs {
     #[arg(long, env = "EDDY_MAX_CONNECTIONS", default_value_t = cfg::DEFAULT_MAX_CONNECTIONS)]
     pub max_connections: u32,
 
+    /// Most connections of one client address (an IPv6 /64) per client port (stream, event,
+    /// HTTP); more are closed at accept. 0: no cap [default: a quarter of the port's cap, at
+    /// most 1024].
+    #[arg(long, env = "EDDY_MAX_CONNECTIONS_PER_IP")]
+    pub max_connections_per_ip: Option<u32>,
+
+    /// Addresses or networks (ADDRESS or ADDRESS/PREFIX, comma-separated) counted only against
+    /// --max-connections, not --max-connections-per-ip; an empty value exempts none.
+    #[arg(
+        long,
+        env = "EDDY_MAX_CONNECTIONS_PER_IP_EXEMPT",
+        value_name = "NETWORKS",
+        value_delimiter = ',',
+        default_value = "127.0.0.0/8,::1"
+    )]
+    pub max_connections_per_ip_exempt: Vec<String>,
+
     /// Largest event-protocol response body in bytes; also bounds one read page.
     #[arg(long, env = "EDDY_MAX_RESPONSE_SIZE", default_value_t = cfg::DEFAULT_MAX_RESPONSE_SIZE)]
     pub max_response_size: u32,
@@ -693,6 +710,7 @@ mod tests {
             advertise_host: Some("h".into()),
             peers: vec!["2=h:1".into()],
             log_dir: Some("logs".into()),
+            max_connections_per_ip: Some(8),
             ..ServerConfig::default()
         };
         let keys: Vec<String> = toml::Table::try_from(full)
@@ -732,6 +750,52 @@ mod tests {
         let r = resolve(&a, &m).unwrap();
         assert_eq!(r.config, ServerConfig::default());
         assert!(!r.log_level_explicit);
+    }
+
+    #[test]
+    fn the_per_address_cap_and_its_exemptions_parse() {
+        let (a, m) = parse(&["eddy", "serve"]);
+        let r = resolve(&a, &m).unwrap();
+        assert_eq!(r.config.max_connections_per_ip, None);
+        assert_eq!(
+            r.config.max_connections_per_ip_exempt,
+            ["127.0.0.0/8", "::1"]
+        );
+        let (a, m) = parse(&[
+            "eddy",
+            "serve",
+            "--max-connections-per-ip",
+            "0",
+            "--max-connections-per-ip-exempt",
+            "10.0.0.0/8,192.0.2.1",
+        ]);
+        let r = resolve(&a, &m).unwrap();
+        assert_eq!(r.config.max_connections_per_ip, Some(0));
+        assert_eq!(
+            r.config.max_connections_per_ip_exempt,
+            ["10.0.0.0/8", "192.0.2.1"]
+        );
+        // An empty value exempts nothing.
+        let (a, m) = parse(&["eddy", "serve", "--max-connections-per-ip-exempt", ""]);
+        let r = resolve(&a, &m).unwrap();
+        assert!(r
+            .config
+            .max_connections_per_ip_exempt
+            .iter()
+            .all(String::is_empty));
+        let (a, m) = parse(&[
+            "eddy",
+            "serve",
+            "--max-connections-per-ip-exempt",
+            "10.0.0.0/40",
+        ]);
+        let e = resolve(&a, &m).unwrap_err();
+        assert_eq!(e.code, EXIT_CONFIG);
+        assert!(
+            e.message.contains("max_connections_per_ip_exempt"),
+            "{}",
+            e.message
+        );
     }
 
     #[test]

@@ -301,6 +301,12 @@ pub struct ServerConfig {
     pub drain_timeout_ms: u64,
     /// Cap on concurrent connections per protocol listener.
     pub max_connections: u32,
+    /// Cap on the connections of one client address (an IPv6 /64) per client port; more are
+    /// closed at accept. Unset: a quarter of the port's cap, at most 1024. 0: no cap.
+    pub max_connections_per_ip: Option<u32>,
+    /// Addresses and networks (`ADDRESS` or `ADDRESS/PREFIX`) counted only against the
+    /// port's cap, not `max_connections_per_ip`.
+    pub max_connections_per_ip_exempt: Vec<String>,
     // Event protocol.
     /// Cap on event-protocol response bodies (both lengths); also the read page budget.
     pub max_response_size: u32,
@@ -419,6 +425,10 @@ impl Default for ServerConfig {
             log_max_files: DEFAULT_LOG_MAX_FILES,
             drain_timeout_ms: DEFAULT_DRAIN_TIMEOUT_MS,
             max_connections: DEFAULT_MAX_CONNECTIONS,
+            max_connections_per_ip: None,
+            max_connections_per_ip_exempt: crate::address_cap::DEFAULT_EXEMPT
+                .map(str::to_owned)
+                .to_vec(),
             max_response_size: DEFAULT_MAX_RESPONSE_SIZE,
             client_connection_timeout_ms: DEFAULT_CLIENT_CONNECTION_TIMEOUT_MS,
             max_requested_latency_ms: DEFAULT_MAX_REQUESTED_LATENCY_MS,
@@ -510,6 +520,11 @@ impl std::fmt::Debug for ServerConfig {
             .field("log_max_files", &self.log_max_files)
             .field("drain_timeout_ms", &self.drain_timeout_ms)
             .field("max_connections", &self.max_connections)
+            .field("max_connections_per_ip", &self.max_connections_per_ip)
+            .field(
+                "max_connections_per_ip_exempt",
+                &self.max_connections_per_ip_exempt,
+            )
             .field("max_response_size", &self.max_response_size)
             .field(
                 "client_connection_timeout_ms",
@@ -685,6 +700,16 @@ impl ServerConfig {
         }
         if self.max_connections == 0 {
             return invalid("max_connections", "must be at least 1".into());
+        }
+        // An empty entry is how a flag or variable clears the list.
+        for network in self
+            .max_connections_per_ip_exempt
+            .iter()
+            .filter(|n| !n.trim().is_empty())
+        {
+            if let Err(reason) = network.parse::<crate::address_cap::IpNetwork>() {
+                return invalid("max_connections_per_ip_exempt", reason);
+            }
         }
         if self.log_max_file_bytes < MIN_LOG_MAX_FILE_BYTES {
             return invalid(
@@ -928,6 +953,8 @@ mod tests {
         assert_eq!(c.num_shards, None);
         assert_eq!(c.routing_rule, RoutingRule::AggregateId);
         assert!(c.uses_default_root_password());
+        assert_eq!(c.max_connections_per_ip, None);
+        assert_eq!(c.max_connections_per_ip_exempt, ["127.0.0.0/8", "::1"]);
     }
 
     #[test]

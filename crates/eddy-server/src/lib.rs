@@ -6,6 +6,7 @@
 //! shutdown future fires, drains in-flight requests (bounded by `drain_timeout_ms`), flushes
 //! storage and releases the lock.
 
+pub mod address_cap;
 pub mod cli;
 pub mod clock;
 pub mod cluster;
@@ -221,6 +222,8 @@ pub struct Server {
     tracker: TaskTracker,
     /// This node's cluster member (`None`: a single node).
     cluster: Option<Arc<cluster::member::Member>>,
+    /// Per-address connection caps: stream, event, replication.
+    per_ip: [Arc<address_cap::AddressCap>; 3],
 }
 
 /// Loads `api_keys.toml` when present, enforcing the rules that keys need TLS and required
@@ -472,12 +475,25 @@ impl Server {
         let http = bind("http", http_addr).await?;
         let http_local = local_addr("http", &http, http_addr)?;
         let http_stats = Arc::new(http::HttpStats::default());
+        let cap = |label, port_cap| address_cap::AddressCap::new(label, &config, port_cap);
+        let per_ip = [
+            cap(Protocol::Stream.label(), config.max_connections),
+            cap(Protocol::Event.label(), config.max_connections),
+            cap(Protocol::Replication.label(), config.max_connections),
+        ];
+        let http_limits = http::HttpLimits::from_config(&config);
+        let sampled: Vec<_> = per_ip
+            .iter()
+            .chain([&http_limits.per_ip])
+            .map(Arc::clone)
+            .collect();
+        metrics.add_sampler(Box::new(move |out| address_cap::sample(&sampled, out)));
         tracker.spawn(http::serve(
             http,
             health.clone(),
             Arc::clone(&metrics),
             Arc::clone(&http_stats),
-            http::HttpLimits::from_config(&config),
+            http_limits,
             http_stop.clone(),
             tracker.clone(),
         ));
@@ -576,6 +592,7 @@ impl Server {
             http_stop,
             tracker,
             cluster,
+            per_ip,
         })
     }
 
@@ -606,14 +623,16 @@ impl Server {
             http_stop,
             tracker,
             cluster,
+            per_ip,
         } = self;
         let config = &shared.config;
         let stop = CancellationToken::new();
         let conns = TaskTracker::new();
         let loops = TaskTracker::new();
-        let spec = |protocol, tls: &Option<tls::Tls>| ListenerSpec {
+        let spec = |protocol: Protocol, tls: &Option<tls::Tls>| ListenerSpec {
             protocol,
             max_connections: config.max_connections,
+            per_ip: Arc::clone(&per_ip[protocol.index()]),
             tls: tls.clone(),
         };
         loops.spawn(listener::accept_loop(
