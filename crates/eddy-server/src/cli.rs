@@ -211,6 +211,12 @@ pub struct ServeArgs {
     )]
     pub max_connections_per_ip_exempt: Vec<String>,
 
+    /// Budget in bytes of request frames in flight on the stream and event ports together: a
+    /// frame above 64 KiB reserves its bytes before its body is read and waits while they do
+    /// not fit.
+    #[arg(long, env = "EDDY_MAX_INFLIGHT_REQUEST_BYTES", default_value_t = cfg::DEFAULT_MAX_INFLIGHT_REQUEST_BYTES)]
+    pub max_inflight_request_bytes: u64,
+
     /// Largest event-protocol response body in bytes; also bounds one read page.
     #[arg(long, env = "EDDY_MAX_RESPONSE_SIZE", default_value_t = cfg::DEFAULT_MAX_RESPONSE_SIZE)]
     pub max_response_size: u32,
@@ -793,6 +799,13 @@ mod tests {
         assert_eq!(e.code, EXIT_CONFIG);
         assert!(
             e.message.contains("max_connections_per_ip_exempt"),
+            "{}",
+            e.message
+        );
+        let (a, m) = parse(&["eddy", "serve", "--max-inflight-request-bytes", "1000"]);
+        let e = resolve(&a, &m).unwrap_err();
+        assert!(
+            e.message.contains("max_inflight_request_bytes"),
             "{}",
             e.message
         );

@@ -34,6 +34,12 @@ pub const DEFAULT_WAL_COMPRESSION_LEVEL: i32 = 3;
 pub const DEFAULT_DRAIN_TIMEOUT_MS: u64 = 10_000;
 /// Default cap on concurrent connections per protocol listener.
 pub const DEFAULT_MAX_CONNECTIONS: u32 = 16_384;
+/// Default budget of request bytes in flight on the stream and event ports together
+/// (`crate::budget`), 256 MiB: four of the stream port's largest frames, sixteen of the event
+/// port's; a fixed figure rather than a share of memory, which a container's limit hides.
+pub const DEFAULT_MAX_INFLIGHT_REQUEST_BYTES: u64 = 256 * 1024 * 1024;
+/// Smallest accepted `max_inflight_request_bytes`.
+pub const MIN_MAX_INFLIGHT_REQUEST_BYTES: u64 = 1024 * 1024;
 /// Default cap on an event-protocol response body (both lengths), 64 MiB: the 0.2.0 client's
 /// default response cap, so the two stay aligned.
 pub const DEFAULT_MAX_RESPONSE_SIZE: u32 = 64 * 1024 * 1024;
@@ -307,6 +313,10 @@ pub struct ServerConfig {
     /// Addresses and networks (`ADDRESS` or `ADDRESS/PREFIX`) counted only against the
     /// port's cap, not `max_connections_per_ip`.
     pub max_connections_per_ip_exempt: Vec<String>,
+    /// Budget of request bytes in flight on the stream and event ports together: a frame
+    /// above 64 KiB reserves its bytes before its body is read, and waits while they do not
+    /// fit.
+    pub max_inflight_request_bytes: u64,
     // Event protocol.
     /// Cap on event-protocol response bodies (both lengths); also the read page budget.
     pub max_response_size: u32,
@@ -429,6 +439,7 @@ impl Default for ServerConfig {
             max_connections_per_ip_exempt: crate::address_cap::DEFAULT_EXEMPT
                 .map(str::to_owned)
                 .to_vec(),
+            max_inflight_request_bytes: DEFAULT_MAX_INFLIGHT_REQUEST_BYTES,
             max_response_size: DEFAULT_MAX_RESPONSE_SIZE,
             client_connection_timeout_ms: DEFAULT_CLIENT_CONNECTION_TIMEOUT_MS,
             max_requested_latency_ms: DEFAULT_MAX_REQUESTED_LATENCY_MS,
@@ -524,6 +535,10 @@ impl std::fmt::Debug for ServerConfig {
             .field(
                 "max_connections_per_ip_exempt",
                 &self.max_connections_per_ip_exempt,
+            )
+            .field(
+                "max_inflight_request_bytes",
+                &self.max_inflight_request_bytes,
             )
             .field("max_response_size", &self.max_response_size)
             .field(
@@ -710,6 +725,18 @@ impl ServerConfig {
             if let Err(reason) = network.parse::<crate::address_cap::IpNetwork>() {
                 return invalid("max_connections_per_ip_exempt", reason);
             }
+        }
+        if !(MIN_MAX_INFLIGHT_REQUEST_BYTES..=crate::budget::MAX_BUDGET)
+            .contains(&self.max_inflight_request_bytes)
+        {
+            return invalid(
+                "max_inflight_request_bytes",
+                format!(
+                    "{} is outside {MIN_MAX_INFLIGHT_REQUEST_BYTES}..={}",
+                    self.max_inflight_request_bytes,
+                    crate::budget::MAX_BUDGET
+                ),
+            );
         }
         if self.log_max_file_bytes < MIN_LOG_MAX_FILE_BYTES {
             return invalid(
@@ -955,6 +982,7 @@ mod tests {
         assert!(c.uses_default_root_password());
         assert_eq!(c.max_connections_per_ip, None);
         assert_eq!(c.max_connections_per_ip_exempt, ["127.0.0.0/8", "::1"]);
+        assert_eq!(c.max_inflight_request_bytes, 256 * 1024 * 1024);
     }
 
     #[test]

@@ -7,6 +7,7 @@
 //! storage and releases the lock.
 
 pub mod address_cap;
+pub mod budget;
 pub mod cli;
 pub mod clock;
 pub mod cluster;
@@ -63,6 +64,8 @@ pub struct Shared {
     pub stream: stream::StreamState,
     /// Totals of the background event store compaction.
     pub compaction: Arc<compaction::CompactionCounters>,
+    /// The budget of request bytes in flight on the stream and event ports.
+    pub budget: budget::RequestBudget,
 }
 
 /// How often retention and the background flush of `enforce_fsync = false` topics run.
@@ -563,6 +566,7 @@ impl Server {
         } else {
             None
         };
+        let budget = budget::RequestBudget::new(config.max_inflight_request_bytes);
         let shared = Arc::new(Shared {
             config,
             metrics,
@@ -571,12 +575,14 @@ impl Server {
             events,
             stream: stream_state,
             compaction,
+            budget,
         });
         // Weak: the registry lives inside `shared`.
         let sampled = Arc::downgrade(&shared);
         shared.metrics.add_sampler(Box::new(move |out| {
             if let Some(shared) = sampled.upgrade() {
                 shared.stream.login.sample(out);
+                shared.budget.sample(out);
                 metrics::compat::sample(&shared, http_stats.requests(), out);
             }
         }));
