@@ -138,6 +138,90 @@ fn default_password_warning_reads_the_stored_credential() {
     assert!(!lines.iter().any(|l| warned_default(l) || warned_differs(l)));
 }
 
+/// `CHANGE_PASSWORD` with a wrong current password is a password guess: it is counted and
+/// delayed like a failed login (the same per-connection and per-address failures, its own
+/// metrics), the connection closes after `--login-max-failures-per-connection` failures, and
+/// the right current password still changes it.
+#[tokio::test]
+async fn wrong_current_passwords_are_counted_and_delayed_like_logins() {
+    use iggy::prelude::*;
+    use stream_support::{code, login, root};
+    let eddy = stream_support::server_with(&[
+        "--login-max-failures-per-connection",
+        "3",
+        "--login-backoff-max-ms",
+        "400",
+    ]);
+    let addrs = eddy.addrs();
+    let admin = root(addrs.stream).await;
+    let alice = admin
+        .create_user("alice", "alice-pw", UserStatus::Active, None)
+        .await
+        .unwrap();
+    let alice_id = stream_support::id(alice.id);
+    let metric = |name: &'static str| {
+        let http = addrs.http;
+        async move {
+            tokio::task::spawn_blocking(move || {
+                let (_, body) = eddy_tests::http_get(http, "/metrics").expect("scrape");
+                eddy_tests::metric_value(&body, name).unwrap_or(-1.0)
+            })
+            .await
+            .unwrap()
+        }
+    };
+
+    let session = login(addrs.stream, "alice", "alice-pw").await;
+    for attempt in 1..=3 {
+        let err = session
+            .change_password(&alice_id, "guess", "new-password")
+            .await
+            .unwrap_err();
+        assert_eq!(code(&err), 42, "attempt {attempt}: {err}");
+    }
+    // Two failures go free (as logins), the third would wait: none waited yet.
+    assert_eq!(metric("eddy_password_change_failures_total").await, 3.0);
+    assert_eq!(
+        metric("eddy_password_change_attempts_delayed_total").await,
+        0.0
+    );
+    assert_eq!(metric("eddy_login_failures_total").await, 0.0);
+    // The third failure closed the connection.
+    assert!(
+        session.get_me().await.is_err(),
+        "the connection is still open after three failures"
+    );
+    assert_eq!(metric("eddy_login_connections_closed_total").await, 1.0);
+
+    // The address's failures delay the next attempts from it (100 ms after three, 200 ms after
+    // four), a login included, on a new connection too.
+    let session = login(addrs.stream, "alice", "alice-pw").await;
+    assert_eq!(metric("eddy_login_attempts_delayed_total").await, 1.0);
+    let started = std::time::Instant::now();
+    let err = session
+        .change_password(&alice_id, "guess", "new-password")
+        .await
+        .unwrap_err();
+    assert_eq!(code(&err), 42);
+    assert!(
+        started.elapsed() >= Duration::from_millis(100),
+        "a fourth guess from the address waited only {:?}",
+        started.elapsed()
+    );
+    assert_eq!(metric("eddy_password_change_failures_total").await, 4.0);
+    assert_eq!(
+        metric("eddy_password_change_attempts_delayed_total").await,
+        1.0
+    );
+
+    // The right current password still works (after its delay).
+    session
+        .change_password(&alice_id, "alice-pw", "new-password")
+        .await
+        .expect("the right current password changes it");
+    login(addrs.stream, "alice", "new-password").await;
+}
+
 /// API keys without `--require-client-identity` would serve anonymous clients read-write: the
 /// server refuses to start (exit 78, naming both ways out) unless `--allow-anonymous-clients`
 /// says so, and then warns.

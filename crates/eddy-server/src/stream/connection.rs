@@ -47,6 +47,7 @@ use tokio::io::{AsyncRead, AsyncReadExt as _, AsyncWrite, AsyncWriteExt as _};
 use tracing::Instrument as _;
 
 use super::dispatch;
+use super::error::StreamError;
 use super::handler::Outcome;
 use super::StreamState;
 use crate::budget::{RequestBudget, Reservation, STREAM_WAIT};
@@ -384,6 +385,7 @@ async fn run(
         let started = Instant::now();
         let (metric, result) = dispatch::handle(state, client_id, &header, frame.body).await;
         let evicted = matches!(result, Ok(Outcome::Evict(_)));
+        let wrong_password = matches!(result, Err(StreamError::WrongPassword));
         let (chunks, ok) = match result {
             Ok(Outcome::Reply(payload)) => match ReplyFrame::success_chunks(&header, payload) {
                 Ok(frame) => (frame.into_chunks(), true),
@@ -413,10 +415,10 @@ async fn run(
         write_bounded(io, &chunks, limits).await?;
         last_activity = Instant::now();
         stale_from = last_activity;
-        if evicted
+        if (evicted || wrong_password)
             && state.clients.login_failures(client_id) >= state.login.max_failures_per_connection
         {
-            tracing::info!(client_id, peer = %ctx.peer, "closing a connection after too many failed logins");
+            tracing::info!(client_id, peer = %ctx.peer, "closing a connection after too many failed logins or password changes");
             state.login.closed_connection();
             return Ok(());
         }

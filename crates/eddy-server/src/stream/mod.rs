@@ -314,6 +314,14 @@ impl StreamState {
         });
     }
 
+    /// The address a connection's client connected from.
+    pub(crate) fn peer_ip(&self, client_id: u32) -> Option<std::net::IpAddr> {
+        self.clients
+            .get(client_id)
+            .and_then(|c| c.address.parse().ok())
+            .map(|a: SocketAddr| a.ip())
+    }
+
     /// Ends every session of a user (deleted or deactivated) and its group memberships.
     pub(crate) fn end_sessions_of(&self, user_id: u32) {
         for client in self.clients.end_sessions_of(user_id) {
