@@ -5,6 +5,7 @@
 // Metric samples compared here are small counts, exact in an f64.
 #![allow(clippy::float_cmp)]
 
+mod cluster_support;
 mod event_support;
 mod stream_support;
 
@@ -136,6 +137,116 @@ fn default_password_warning_reads_the_stored_credential() {
     );
     let lines = fresh.log().lines();
     assert!(!lines.iter().any(|l| warned_default(l) || warned_differs(l)));
+}
+
+/// A server bound to a host other than loopback refuses to start (exit 78, one line naming the
+/// fix) while root would be created with, or still logs in with, the published default
+/// password; `--allow-default-root-password` starts it with a warning. The stored password
+/// decides: a directory created with the default is refused even when another password is
+/// configured now, and one created with another password starts.
+#[test]
+fn a_reachable_host_with_the_default_root_password_refuses_to_start() {
+    let bin = std::path::Path::new(eddy_tests::server_bin!());
+    let tmp = tempfile::tempdir().unwrap();
+    let data = tmp.path().join("data");
+    let args = |host: &str, extra: &[&str]| -> Vec<String> {
+        [
+            "--data-dir",
+            data.to_str().unwrap(),
+            "--host",
+            host,
+            "--log-format",
+            "json",
+        ]
+        .into_iter()
+        .chain(eddy_tests::EPHEMERAL_PORTS)
+        .chain(extra.iter().copied())
+        .map(str::to_owned)
+        .collect()
+    };
+    let refused = |args: &[String], env: &[(String, String)]| -> String {
+        let (mut child, log) = eddy_tests::spawn(bin, args, env);
+        let status = child.wait().unwrap();
+        let lines = log.wait_closed(Duration::from_secs(10));
+        assert_eq!(status.code(), Some(78), "{lines:#?}");
+        let errors: Vec<&String> = lines
+            .iter()
+            .filter(|l| l.starts_with("eddy: error:"))
+            .collect();
+        assert_eq!(errors.len(), 1, "{lines:#?}");
+        for needle in ["0.0.0.0", "default", "--allow-default-root-password"] {
+            assert!(
+                errors[0].contains(needle),
+                "{needle} missing from {}",
+                errors[0]
+            );
+        }
+        errors[0].clone()
+    };
+    let started = |args: &[String], env: &[(String, String)]| -> Vec<String> {
+        let (mut child, log) = eddy_tests::spawn(bin, args, env);
+        let listening = log.wait_for(eddy_tests::START_TIMEOUT, |l| {
+            eddy_tests::parse_listening(l).is_some()
+        });
+        let _ = child.kill();
+        let _ = child.wait();
+        let lines = log.wait_closed(Duration::from_secs(10));
+        assert!(listening.is_some(), "{lines:#?}");
+        lines
+    };
+    let secret = vec![(
+        "EDDY_ROOT_PASSWORD".to_owned(),
+        "not-the-default".to_owned(),
+    )];
+
+    // A new directory whose root user would get the default password: refused before root is
+    // created.
+    let err = refused(&args("0.0.0.0", &[]), &[]);
+    assert!(err.contains("EDDY_ROOT_PASSWORD"), "{err}");
+    // The same on loopback starts (and creates root with the default password).
+    let lines = started(&args("127.0.0.1", &[]), &[]);
+    assert!(lines
+        .iter()
+        .any(|l| l.contains("published default password")));
+    // Stored default: refused on 0.0.0.0 even with another password configured now.
+    let err = refused(&args("0.0.0.0", &[]), &secret);
+    assert!(err.contains("CHANGE_PASSWORD"), "{err}");
+    // With the opt-in it starts and warns.
+    let lines = started(&args("0.0.0.0", &["--allow-default-root-password"]), &[]);
+    assert!(
+        lines
+            .iter()
+            .any(|l| l.contains("WARN") && l.contains("--allow-default-root-password")),
+        "{lines:#?}"
+    );
+
+    // A directory created with another password starts on 0.0.0.0 without the opt-in.
+    let other = tempfile::tempdir().unwrap();
+    let other_data = other.path().join("data");
+    let mut other_args = args("0.0.0.0", &[]);
+    other_args[1] = other_data.to_str().unwrap().to_owned();
+    let lines = started(&other_args, &secret);
+    assert!(!lines
+        .iter()
+        .any(|l| l.contains("published default password")));
+}
+
+/// Cluster members warn about the published default root password as a single node does,
+/// once they have applied the root user the first metadata leader created.
+#[test]
+fn cluster_members_warn_about_the_default_root_password() {
+    let nodes = cluster_support::start_cluster(3);
+    for (i, node) in nodes.iter().enumerate() {
+        let warned = node.eddy.log().wait_for(Duration::from_secs(60), |l| {
+            l.contains("WARN") && l.contains("published default password")
+        });
+        assert!(
+            warned.is_some(),
+            "member {} did not warn; its log:\n{}",
+            i + 1,
+            node.eddy.log().lines().join("\n")
+        );
+    }
 }
 
 /// `CHANGE_PASSWORD` with a wrong current password is a password guess: it is counted and

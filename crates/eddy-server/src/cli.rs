@@ -108,6 +108,11 @@ pub struct ServeArgs {
     )]
     pub root_password: String,
 
+    /// Start on a host other than loopback although root still has the published default
+    /// password (without it the server refuses to start there, exit code 78).
+    #[arg(long, env = "EDDY_ALLOW_DEFAULT_ROOT_PASSWORD", default_value_t = false, num_args = 0..=1, default_missing_value = "true")]
+    pub allow_default_root_password: bool,
+
     /// Largest event-protocol request body in bytes (both declared lengths are checked).
     #[arg(long, env = "EDDY_MAX_REQUEST_SIZE", default_value_t = cfg::DEFAULT_MAX_REQUEST_SIZE)]
     pub max_request_size: u32,

@@ -266,6 +266,9 @@ pub struct ServerConfig {
     pub root_username: String,
     /// Root password, bootstrapped on first start. Never logged.
     pub root_password: String,
+    /// Serve on a host other than loopback although root still has the published default
+    /// password (otherwise the server refuses to start).
+    pub allow_default_root_password: bool,
     /// Cap on event-protocol request bodies (both declared lengths).
     pub max_request_size: u32,
     /// The first frame on the event port must be Identify.
@@ -416,6 +419,7 @@ impl Default for ServerConfig {
             http_port: DEFAULT_HTTP_PORT,
             root_username: DEFAULT_ROOT_USERNAME.to_owned(),
             root_password: DEFAULT_ROOT_PASSWORD.to_owned(),
+            allow_default_root_password: false,
             max_request_size: DEFAULT_MAX_REQUEST_SIZE,
             require_client_identity: false,
             tls_mode: TlsMode::Disabled,
@@ -506,6 +510,10 @@ impl std::fmt::Debug for ServerConfig {
             .field("http_port", &self.http_port)
             .field("root_username", &self.root_username)
             .field("root_password", &"<redacted>")
+            .field(
+                "allow_default_root_password",
+                &self.allow_default_root_password,
+            )
             .field("max_request_size", &self.max_request_size)
             .field("require_client_identity", &self.require_client_identity)
             .field("tls_mode", &self.tls_mode)
@@ -980,6 +988,7 @@ mod tests {
         assert_eq!(c.num_shards, None);
         assert_eq!(c.routing_rule, RoutingRule::AggregateId);
         assert!(c.uses_default_root_password());
+        assert!(!c.allow_default_root_password);
         assert_eq!(c.max_connections_per_ip, None);
         assert_eq!(c.max_connections_per_ip_exempt, ["127.0.0.0/8", "::1"]);
         assert_eq!(c.max_inflight_request_bytes, 256 * 1024 * 1024);

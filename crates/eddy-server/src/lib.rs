@@ -147,6 +147,25 @@ pub enum ServeError {
         #[source]
         source: EventStoreError,
     },
+    /// A host other than loopback with the published default root password, without
+    /// `--allow-default-root-password`.
+    #[error(
+        "refusing to serve on {host}: {}; or pass --allow-default-root-password",
+        if *.stored {
+            "the root user still logs in with the published default password (change it with \
+             CHANGE_PASSWORD while the server listens on --host 127.0.0.1)"
+        } else {
+            "the root user would be created with the published default password (set \
+             root_password / EDDY_ROOT_PASSWORD before the first start)"
+        }
+    )]
+    DefaultRootPassword {
+        /// The address the listeners would bind.
+        host: std::net::IpAddr,
+        /// The password is the stored one (otherwise the configured one, for a root user not
+        /// created yet).
+        stored: bool,
+    },
     /// The root user could not be created on first start.
     #[error("cannot create the root user")]
     RootBootstrap {
@@ -177,9 +196,45 @@ impl ServeError {
                 | ServeError::ApiKeys { .. }
                 | ServeError::ApiKeysWithoutTls { .. }
                 | ServeError::ApiKeysWithAnonymousClients { .. }
+                | ServeError::DefaultRootPassword { .. }
                 | ServeError::Events(event::EventSetupError::DictionaryInvalid { .. })
         )
     }
+}
+
+/// True for an address only this host can reach (an IPv4-mapped loopback address included).
+fn is_loopback(host: std::net::IpAddr) -> bool {
+    match host {
+        std::net::IpAddr::V6(v6) => v6
+            .to_ipv4_mapped()
+            .map_or(v6.is_loopback(), |v4| v4.is_loopback()),
+        std::net::IpAddr::V4(v4) => v4.is_loopback(),
+    }
+}
+
+/// Refuses a server reachable from other hosts whose root user logs in (or, when `stored` is
+/// false, would be created) with the published default password, unless
+/// `allow_default_root_password` says so; then it warns.
+fn check_exposed_root(
+    config: &ServerConfig,
+    default_password: bool,
+    stored: bool,
+) -> Result<(), ServeError> {
+    if !default_password || is_loopback(config.host) {
+        return Ok(());
+    }
+    if !config.allow_default_root_password {
+        return Err(ServeError::DefaultRootPassword {
+            host: config.host,
+            stored,
+        });
+    }
+    tracing::warn!(
+        host = %config.host,
+        "serving on a host other than loopback with the published default root password \
+         (--allow-default-root-password): anyone who can reach the stream port can log in as root"
+    );
+    Ok(())
 }
 
 /// An error and every cause below it on one line (`outer: cause: root cause`): what the
@@ -514,10 +569,15 @@ impl Server {
         let events = Arc::new(event::EventService::new(&config, dictionary, event_store));
         if !config.is_clustered() {
             // A cluster's root user is created by its first metadata leader (see `run`).
+            if store.read_metadata(stream::stored_root).is_none() {
+                // It is about to be created with the configured password.
+                check_exposed_root(&config, config.uses_default_root_password(), false)?;
+            }
             stream::bootstrap_root(&store, &config)
                 .await
                 .map_err(|source| ServeError::RootBootstrap { source })?;
-            stream::check_root_credentials(&store, &config).await;
+            let check = stream::check_root_credentials(&store, &config).await;
+            check_exposed_root(&config, check.default_password, true)?;
         }
 
         let stream_addr = at(config.stream_port);
@@ -556,6 +616,16 @@ impl Server {
             )
             .await?;
             stream_state = stream_state.with_cluster(member.streams.clone());
+            // The stored root password when this member already applied the root user;
+            // otherwise the configured one, which it gets if this member creates it. (The
+            // warnings come once the root user is known, see `run`.)
+            match stream_state.read(stream::stored_root) {
+                Some((_, hash)) => {
+                    let default = stream::is_default_password(hash).await;
+                    check_exposed_root(&config, default, true)?;
+                }
+                None => check_exposed_root(&config, config.uses_default_root_password(), false)?,
+            }
             events.set_cluster(member.events.clone());
             let member = Arc::new(member);
             let probed = Arc::clone(&member);
@@ -665,6 +735,23 @@ impl Server {
                 let root = root.clone();
                 async move { stream::bootstrap_cluster_root(&streams, &root.0, &root.1).await }
             }));
+            // A member warns about the stored root credential as a single node does, once it
+            // has applied the root user.
+            let checked = Arc::clone(&shared);
+            let until = stop.clone();
+            loops.spawn(async move {
+                let config = &checked.config;
+                let check =
+                    stream::check_cluster_root_credentials(&checked.stream, config, until).await;
+                if check.is_some_and(|c| c.default_password) && !is_loopback(config.host) {
+                    tracing::warn!(
+                        host = %config.host,
+                        "this member serves on a host other than loopback and the cluster's root \
+                         user logs in with the published default password: change it with \
+                         CHANGE_PASSWORD"
+                    );
+                }
+            });
         } else {
             // A single node does not replicate; the port refuses whatever is sent to it.
             loops.spawn(listener::accept_loop(
