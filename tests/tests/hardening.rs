@@ -333,6 +333,87 @@ async fn wrong_current_passwords_are_counted_and_delayed_like_logins() {
     login(addrs.stream, "alice", "new-password").await;
 }
 
+/// Data at rest is the server user's only: after writes on both protocols every directory
+/// under the data directory (and `--log-dir`) is 0700 and every file 0600. A data directory
+/// that already exists open to others gets a warning naming the fix.
+#[tokio::test]
+async fn data_and_logs_are_readable_by_the_server_user_only() {
+    use iggy::prelude::*;
+    use std::os::unix::fs::PermissionsExt as _;
+    let logs = tempfile::tempdir().unwrap();
+    let log_dir = logs.path().join("eddy-logs");
+    let mut eddy = stream_support::server_with(&["--log-dir", log_dir.to_str().unwrap()]);
+    let addrs = eddy.addrs();
+    let admin = stream_support::root(addrs.stream).await;
+    stream_support::stream_and_topic(&admin, "s", "t", 2).await;
+    admin
+        .send_messages(
+            &stream_support::named("s"),
+            &stream_support::named("t"),
+            &Partitioning::partition_id(0),
+            &mut stream_support::messages(&["a", "b"]),
+        )
+        .await
+        .unwrap();
+    admin
+        .create_user("bob", "bob-password", UserStatus::Active, None)
+        .await
+        .unwrap();
+    let mut events = event_support::client(&eddy).await;
+    let event = json_event(3, &serde_json::json!({"x": 1})).unwrap();
+    events
+        .write_events(AggregateKey::new(1, 2, 3), vec![event], 4)
+        .await
+        .unwrap();
+    drop((admin, events));
+    // A clean stop writes what a shutdown writes (snapshots, index runs), then a restart.
+    eddy.restart();
+
+    let mode = |p: &std::path::Path| std::fs::metadata(p).unwrap().permissions().mode() & 0o777;
+    for root in [eddy.data_dir(), log_dir.as_path()] {
+        assert_eq!(mode(root), 0o700, "{}", root.display());
+        let files = eddy_tests::files_under(root);
+        assert!(files.len() > 5 || root == log_dir, "{files:?}");
+        for file in &files {
+            assert_eq!(mode(file), 0o600, "{}", file.display());
+            let mut dir = file.parent();
+            while let Some(d) = dir.filter(|d| d.starts_with(root)) {
+                assert_eq!(mode(d), 0o700, "{}", d.display());
+                dir = d.parent();
+            }
+        }
+    }
+    let names: Vec<String> = eddy_tests::files_under(eddy.data_dir())
+        .iter()
+        .map(|p| p.display().to_string())
+        .collect();
+    for expected in ["eddy.lock", "dictionary.zstd_dict", "streams", "events"] {
+        assert!(
+            names.iter().any(|n| n.contains(expected)),
+            "{expected}: {names:#?}"
+        );
+    }
+    assert!(
+        !eddy.log().lines().iter().any(|l| l.contains("chmod 700")),
+        "a directory the server made is fine"
+    );
+
+    // An existing directory open to others: left as it is, with a warning.
+    std::fs::set_permissions(eddy.data_dir(), std::fs::Permissions::from_mode(0o755)).unwrap();
+    eddy.restart();
+    let warned = eddy
+        .log()
+        .lines()
+        .into_iter()
+        .find(|l| l.contains("chmod 700"))
+        .expect("a warning about the open data directory");
+    assert!(warned.contains("WARN"), "{warned}");
+    assert!(
+        warned.contains(&eddy.data_dir().display().to_string()),
+        "{warned}"
+    );
+}
+
 /// API keys without `--require-client-identity` would serve anonymous clients read-write: the
 /// server refuses to start (exit 78, naming both ways out) unless `--allow-anonymous-clients`
 /// says so, and then warns.

@@ -600,6 +600,8 @@ impl Signals {
 /// Runs `eddy serve` with already-parsed arguments; returns the process exit code.
 pub fn serve(args: &ServeArgs, matches: &ArgMatches) -> Result<(), Failure> {
     let resolved = resolve(args, matches)?;
+    // Before the log files and the data directory are created: readable by this user only.
+    crate::data_dir::restrict_umask();
     init_logging(&resolved)?;
     tracing::info!(config = ?resolved.config, version = env!("CARGO_PKG_VERSION"), "starting eddy");
     let runtime = tokio::runtime::Builder::new_multi_thread()

@@ -515,6 +515,7 @@ impl Server {
             config.cluster_peers()?;
         }
         fds::raise_nofile_limit();
+        data_dir::restrict_umask();
         let data_dir = DataDir::open(&config.data_dir)?;
         let api_keys = load_api_keys(&config, &data_dir)?;
         let tls = tls::acceptor(&config)?;
