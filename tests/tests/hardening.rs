@@ -5,6 +5,7 @@
 // Metric samples compared here are small counts, exact in an f64.
 #![allow(clippy::float_cmp)]
 
+mod cluster_support;
 mod event_support;
 mod stream_support;
 
@@ -136,6 +137,281 @@ fn default_password_warning_reads_the_stored_credential() {
     );
     let lines = fresh.log().lines();
     assert!(!lines.iter().any(|l| warned_default(l) || warned_differs(l)));
+}
+
+/// A server bound to a host other than loopback refuses to start (exit 78, one line naming the
+/// fix) while root would be created with, or still logs in with, the published default
+/// password; `--allow-default-root-password` starts it with a warning. The stored password
+/// decides: a directory created with the default is refused even when another password is
+/// configured now, and one created with another password starts.
+#[test]
+fn a_reachable_host_with_the_default_root_password_refuses_to_start() {
+    let bin = std::path::Path::new(eddy_tests::server_bin!());
+    let tmp = tempfile::tempdir().unwrap();
+    let data = tmp.path().join("data");
+    let args = |host: &str, extra: &[&str]| -> Vec<String> {
+        [
+            "--data-dir",
+            data.to_str().unwrap(),
+            "--host",
+            host,
+            "--log-format",
+            "json",
+        ]
+        .into_iter()
+        .chain(eddy_tests::EPHEMERAL_PORTS)
+        .chain(extra.iter().copied())
+        .map(str::to_owned)
+        .collect()
+    };
+    let refused = |args: &[String], env: &[(String, String)]| -> String {
+        let (mut child, log) = eddy_tests::spawn(bin, args, env);
+        let status = child.wait().unwrap();
+        let lines = log.wait_closed(Duration::from_secs(10));
+        assert_eq!(status.code(), Some(78), "{lines:#?}");
+        let errors: Vec<&String> = lines
+            .iter()
+            .filter(|l| l.starts_with("eddy: error:"))
+            .collect();
+        assert_eq!(errors.len(), 1, "{lines:#?}");
+        for needle in ["0.0.0.0", "default", "--allow-default-root-password"] {
+            assert!(
+                errors[0].contains(needle),
+                "{needle} missing from {}",
+                errors[0]
+            );
+        }
+        errors[0].clone()
+    };
+    let started = |args: &[String], env: &[(String, String)]| -> Vec<String> {
+        let (mut child, log) = eddy_tests::spawn(bin, args, env);
+        let listening = log.wait_for(eddy_tests::START_TIMEOUT, |l| {
+            eddy_tests::parse_listening(l).is_some()
+        });
+        let _ = child.kill();
+        let _ = child.wait();
+        let lines = log.wait_closed(Duration::from_secs(10));
+        assert!(listening.is_some(), "{lines:#?}");
+        lines
+    };
+    let secret = vec![(
+        "EDDY_ROOT_PASSWORD".to_owned(),
+        "not-the-default".to_owned(),
+    )];
+
+    // A new directory whose root user would get the default password: refused before root is
+    // created.
+    let err = refused(&args("0.0.0.0", &[]), &[]);
+    assert!(err.contains("EDDY_ROOT_PASSWORD"), "{err}");
+    // The same on loopback starts (and creates root with the default password).
+    let lines = started(&args("127.0.0.1", &[]), &[]);
+    assert!(lines
+        .iter()
+        .any(|l| l.contains("published default password")));
+    // Stored default: refused on 0.0.0.0 even with another password configured now.
+    let err = refused(&args("0.0.0.0", &[]), &secret);
+    assert!(err.contains("CHANGE_PASSWORD"), "{err}");
+    // With the opt-in it starts and warns.
+    let lines = started(&args("0.0.0.0", &["--allow-default-root-password"]), &[]);
+    assert!(
+        lines
+            .iter()
+            .any(|l| l.contains("WARN") && l.contains("--allow-default-root-password")),
+        "{lines:#?}"
+    );
+
+    // A directory created with another password starts on 0.0.0.0 without the opt-in.
+    let other = tempfile::tempdir().unwrap();
+    let other_data = other.path().join("data");
+    let mut other_args = args("0.0.0.0", &[]);
+    other_args[1] = other_data.to_str().unwrap().to_owned();
+    let lines = started(&other_args, &secret);
+    assert!(!lines
+        .iter()
+        .any(|l| l.contains("published default password")));
+}
+
+/// Cluster members warn about the published default root password as a single node does,
+/// once they have applied the root user the first metadata leader created.
+#[test]
+fn cluster_members_warn_about_the_default_root_password() {
+    let nodes = cluster_support::start_cluster(3);
+    for (i, node) in nodes.iter().enumerate() {
+        let warned = node.eddy.log().wait_for(Duration::from_secs(60), |l| {
+            l.contains("WARN") && l.contains("published default password")
+        });
+        assert!(
+            warned.is_some(),
+            "member {} did not warn; its log:\n{}",
+            i + 1,
+            node.eddy.log().lines().join("\n")
+        );
+    }
+}
+
+/// `CHANGE_PASSWORD` with a wrong current password is a password guess: it is counted and
+/// delayed like a failed login (the same per-connection and per-address failures, its own
+/// metrics), the connection closes after `--login-max-failures-per-connection` failures, and
+/// the right current password still changes it.
+#[tokio::test]
+async fn wrong_current_passwords_are_counted_and_delayed_like_logins() {
+    use iggy::prelude::*;
+    use stream_support::{code, login, root};
+    let eddy = stream_support::server_with(&[
+        "--login-max-failures-per-connection",
+        "3",
+        "--login-backoff-max-ms",
+        "400",
+    ]);
+    let addrs = eddy.addrs();
+    let admin = root(addrs.stream).await;
+    let alice = admin
+        .create_user("alice", "alice-pw", UserStatus::Active, None)
+        .await
+        .unwrap();
+    let alice_id = stream_support::id(alice.id);
+    let metric = |name: &'static str| {
+        let http = addrs.http;
+        async move {
+            tokio::task::spawn_blocking(move || {
+                let (_, body) = eddy_tests::http_get(http, "/metrics").expect("scrape");
+                eddy_tests::metric_value(&body, name).unwrap_or(-1.0)
+            })
+            .await
+            .unwrap()
+        }
+    };
+
+    let session = login(addrs.stream, "alice", "alice-pw").await;
+    for attempt in 1..=3 {
+        let err = session
+            .change_password(&alice_id, "guess", "new-password")
+            .await
+            .unwrap_err();
+        assert_eq!(code(&err), 42, "attempt {attempt}: {err}");
+    }
+    // Two failures go free (as logins), the third would wait: none waited yet.
+    assert_eq!(metric("eddy_password_change_failures_total").await, 3.0);
+    assert_eq!(
+        metric("eddy_password_change_attempts_delayed_total").await,
+        0.0
+    );
+    assert_eq!(metric("eddy_login_failures_total").await, 0.0);
+    // The third failure closed the connection.
+    assert!(
+        session.get_me().await.is_err(),
+        "the connection is still open after three failures"
+    );
+    assert_eq!(metric("eddy_login_connections_closed_total").await, 1.0);
+
+    // The address's failures delay the next attempts from it (100 ms after three, 200 ms after
+    // four), a login included, on a new connection too.
+    let session = login(addrs.stream, "alice", "alice-pw").await;
+    assert_eq!(metric("eddy_login_attempts_delayed_total").await, 1.0);
+    let started = std::time::Instant::now();
+    let err = session
+        .change_password(&alice_id, "guess", "new-password")
+        .await
+        .unwrap_err();
+    assert_eq!(code(&err), 42);
+    assert!(
+        started.elapsed() >= Duration::from_millis(100),
+        "a fourth guess from the address waited only {:?}",
+        started.elapsed()
+    );
+    assert_eq!(metric("eddy_password_change_failures_total").await, 4.0);
+    assert_eq!(
+        metric("eddy_password_change_attempts_delayed_total").await,
+        1.0
+    );
+
+    // The right current password still works (after its delay).
+    session
+        .change_password(&alice_id, "alice-pw", "new-password")
+        .await
+        .expect("the right current password changes it");
+    login(addrs.stream, "alice", "new-password").await;
+}
+
+/// Data at rest is the server user's only: after writes on both protocols every directory
+/// under the data directory (and `--log-dir`) is 0700 and every file 0600. A data directory
+/// that already exists open to others gets a warning naming the fix.
+#[tokio::test]
+async fn data_and_logs_are_readable_by_the_server_user_only() {
+    use iggy::prelude::*;
+    use std::os::unix::fs::PermissionsExt as _;
+    let logs = tempfile::tempdir().unwrap();
+    let log_dir = logs.path().join("eddy-logs");
+    let mut eddy = stream_support::server_with(&["--log-dir", log_dir.to_str().unwrap()]);
+    let addrs = eddy.addrs();
+    let admin = stream_support::root(addrs.stream).await;
+    stream_support::stream_and_topic(&admin, "s", "t", 2).await;
+    admin
+        .send_messages(
+            &stream_support::named("s"),
+            &stream_support::named("t"),
+            &Partitioning::partition_id(0),
+            &mut stream_support::messages(&["a", "b"]),
+        )
+        .await
+        .unwrap();
+    admin
+        .create_user("bob", "bob-password", UserStatus::Active, None)
+        .await
+        .unwrap();
+    let mut events = event_support::client(&eddy).await;
+    let event = json_event(3, &serde_json::json!({"x": 1})).unwrap();
+    events
+        .write_events(AggregateKey::new(1, 2, 3), vec![event], 4)
+        .await
+        .unwrap();
+    drop((admin, events));
+    // A clean stop writes what a shutdown writes (snapshots, index runs), then a restart.
+    eddy.restart();
+
+    let mode = |p: &std::path::Path| std::fs::metadata(p).unwrap().permissions().mode() & 0o777;
+    for root in [eddy.data_dir(), log_dir.as_path()] {
+        assert_eq!(mode(root), 0o700, "{}", root.display());
+        let files = eddy_tests::files_under(root);
+        assert!(files.len() > 5 || root == log_dir, "{files:?}");
+        for file in &files {
+            assert_eq!(mode(file), 0o600, "{}", file.display());
+            let mut dir = file.parent();
+            while let Some(d) = dir.filter(|d| d.starts_with(root)) {
+                assert_eq!(mode(d), 0o700, "{}", d.display());
+                dir = d.parent();
+            }
+        }
+    }
+    let names: Vec<String> = eddy_tests::files_under(eddy.data_dir())
+        .iter()
+        .map(|p| p.display().to_string())
+        .collect();
+    for expected in ["eddy.lock", "dictionary.zstd_dict", "streams", "events"] {
+        assert!(
+            names.iter().any(|n| n.contains(expected)),
+            "{expected}: {names:#?}"
+        );
+    }
+    assert!(
+        !eddy.log().lines().iter().any(|l| l.contains("chmod 700")),
+        "a directory the server made is fine"
+    );
+
+    // An existing directory open to others: left as it is, with a warning.
+    std::fs::set_permissions(eddy.data_dir(), std::fs::Permissions::from_mode(0o755)).unwrap();
+    eddy.restart();
+    let warned = eddy
+        .log()
+        .lines()
+        .into_iter()
+        .find(|l| l.contains("chmod 700"))
+        .expect("a warning about the open data directory");
+    assert!(warned.contains("WARN"), "{warned}");
+    assert!(
+        warned.contains(&eddy.data_dir().display().to_string()),
+        "{warned}"
+    );
 }
 
 /// API keys without `--require-client-identity` would serve anonymous clients read-write: the

@@ -108,6 +108,11 @@ pub struct ServeArgs {
     )]
     pub root_password: String,
 
+    /// Start on a host other than loopback although root still has the published default
+    /// password (without it the server refuses to start there, exit code 78).
+    #[arg(long, env = "EDDY_ALLOW_DEFAULT_ROOT_PASSWORD", default_value_t = false, num_args = 0..=1, default_missing_value = "true")]
+    pub allow_default_root_password: bool,
+
     /// Largest event-protocol request body in bytes (both declared lengths are checked).
     #[arg(long, env = "EDDY_MAX_REQUEST_SIZE", default_value_t = cfg::DEFAULT_MAX_REQUEST_SIZE)]
     pub max_request_size: u32,
@@ -193,6 +198,29 @@ pub struct ServeArgs {
     /// Most concurrent connections per protocol port.
     #[arg(long, env = "EDDY_MAX_CONNECTIONS", default_value_t = cfg::DEFAULT_MAX_CONNECTIONS)]
     pub max_connections: u32,
+
+    /// Most connections of one client address (an IPv6 /64) per client port (stream, event,
+    /// HTTP); more are closed at accept. 0: no cap [default: a quarter of the port's cap, at
+    /// most 1024].
+    #[arg(long, env = "EDDY_MAX_CONNECTIONS_PER_IP")]
+    pub max_connections_per_ip: Option<u32>,
+
+    /// Addresses or networks (ADDRESS or ADDRESS/PREFIX, comma-separated) counted only against
+    /// --max-connections, not --max-connections-per-ip; an empty value exempts none.
+    #[arg(
+        long,
+        env = "EDDY_MAX_CONNECTIONS_PER_IP_EXEMPT",
+        value_name = "NETWORKS",
+        value_delimiter = ',',
+        default_value = "127.0.0.0/8,::1"
+    )]
+    pub max_connections_per_ip_exempt: Vec<String>,
+
+    /// Budget in bytes of request frames in flight on the stream and event ports together: a
+    /// frame above 64 KiB reserves its bytes before its body is read and waits while they do
+    /// not fit.
+    #[arg(long, env = "EDDY_MAX_INFLIGHT_REQUEST_BYTES", default_value_t = cfg::DEFAULT_MAX_INFLIGHT_REQUEST_BYTES)]
+    pub max_inflight_request_bytes: u64,
 
     /// Largest event-protocol response body in bytes; also bounds one read page.
     #[arg(long, env = "EDDY_MAX_RESPONSE_SIZE", default_value_t = cfg::DEFAULT_MAX_RESPONSE_SIZE)]
@@ -598,6 +626,8 @@ impl Signals {
 /// Runs `eddy serve` with already-parsed arguments; returns the process exit code.
 pub fn serve(args: &ServeArgs, matches: &ArgMatches) -> Result<(), Failure> {
     let resolved = resolve(args, matches)?;
+    // Before the log files and the data directory are created: readable by this user only.
+    crate::data_dir::restrict_umask();
     init_logging(&resolved)?;
     tracing::info!(config = ?resolved.config, version = env!("CARGO_PKG_VERSION"), "starting eddy");
     let runtime = tokio::runtime::Builder::new_multi_thread()
@@ -789,6 +819,7 @@ mod tests {
             peer_tls_ca: Some("ca".into()),
             peers: vec!["2=h:1".into()],
             log_dir: Some("logs".into()),
+            max_connections_per_ip: Some(8),
             ..ServerConfig::default()
         };
         let keys: Vec<String> = toml::Table::try_from(full)
@@ -828,6 +859,59 @@ mod tests {
         let r = resolve(&a, &m).unwrap();
         assert_eq!(r.config, ServerConfig::default());
         assert!(!r.log_level_explicit);
+    }
+
+    #[test]
+    fn the_per_address_cap_and_its_exemptions_parse() {
+        let (a, m) = parse(&["eddy", "serve"]);
+        let r = resolve(&a, &m).unwrap();
+        assert_eq!(r.config.max_connections_per_ip, None);
+        assert_eq!(
+            r.config.max_connections_per_ip_exempt,
+            ["127.0.0.0/8", "::1"]
+        );
+        let (a, m) = parse(&[
+            "eddy",
+            "serve",
+            "--max-connections-per-ip",
+            "0",
+            "--max-connections-per-ip-exempt",
+            "10.0.0.0/8,192.0.2.1",
+        ]);
+        let r = resolve(&a, &m).unwrap();
+        assert_eq!(r.config.max_connections_per_ip, Some(0));
+        assert_eq!(
+            r.config.max_connections_per_ip_exempt,
+            ["10.0.0.0/8", "192.0.2.1"]
+        );
+        // An empty value exempts nothing.
+        let (a, m) = parse(&["eddy", "serve", "--max-connections-per-ip-exempt", ""]);
+        let r = resolve(&a, &m).unwrap();
+        assert!(r
+            .config
+            .max_connections_per_ip_exempt
+            .iter()
+            .all(String::is_empty));
+        let (a, m) = parse(&[
+            "eddy",
+            "serve",
+            "--max-connections-per-ip-exempt",
+            "10.0.0.0/40",
+        ]);
+        let e = resolve(&a, &m).unwrap_err();
+        assert_eq!(e.code, EXIT_CONFIG);
+        assert!(
+            e.message.contains("max_connections_per_ip_exempt"),
+            "{}",
+            e.message
+        );
+        let (a, m) = parse(&["eddy", "serve", "--max-inflight-request-bytes", "1000"]);
+        let e = resolve(&a, &m).unwrap_err();
+        assert!(
+            e.message.contains("max_inflight_request_bytes"),
+            "{}",
+            e.message
+        );
     }
 
     #[test]

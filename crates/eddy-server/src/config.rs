@@ -34,6 +34,12 @@ pub const DEFAULT_WAL_COMPRESSION_LEVEL: i32 = 3;
 pub const DEFAULT_DRAIN_TIMEOUT_MS: u64 = 10_000;
 /// Default cap on concurrent connections per protocol listener.
 pub const DEFAULT_MAX_CONNECTIONS: u32 = 16_384;
+/// Default budget of request bytes in flight on the stream and event ports together
+/// (`crate::budget`), 256 MiB: four of the stream port's largest frames, sixteen of the event
+/// port's; a fixed figure rather than a share of memory, which a container's limit hides.
+pub const DEFAULT_MAX_INFLIGHT_REQUEST_BYTES: u64 = 256 * 1024 * 1024;
+/// Smallest accepted `max_inflight_request_bytes`.
+pub const MIN_MAX_INFLIGHT_REQUEST_BYTES: u64 = 1024 * 1024;
 /// Default cap on an event-protocol response body (both lengths), 64 MiB: the 0.2.0 client's
 /// default response cap, so the two stay aligned.
 pub const DEFAULT_MAX_RESPONSE_SIZE: u32 = 64 * 1024 * 1024;
@@ -265,6 +271,9 @@ pub struct ServerConfig {
     pub root_username: String,
     /// Root password, bootstrapped on first start. Never logged.
     pub root_password: String,
+    /// Serve on a host other than loopback although root still has the published default
+    /// password (otherwise the server refuses to start).
+    pub allow_default_root_password: bool,
     /// Cap on event-protocol request bodies (both declared lengths).
     pub max_request_size: u32,
     /// The first frame on the event port must be Identify.
@@ -306,6 +315,16 @@ pub struct ServerConfig {
     pub drain_timeout_ms: u64,
     /// Cap on concurrent connections per protocol listener.
     pub max_connections: u32,
+    /// Cap on the connections of one client address (an IPv6 /64) per client port; more are
+    /// closed at accept. Unset: a quarter of the port's cap, at most 1024. 0: no cap.
+    pub max_connections_per_ip: Option<u32>,
+    /// Addresses and networks (`ADDRESS` or `ADDRESS/PREFIX`) counted only against the
+    /// port's cap, not `max_connections_per_ip`.
+    pub max_connections_per_ip_exempt: Vec<String>,
+    /// Budget of request bytes in flight on the stream and event ports together: a frame
+    /// above 64 KiB reserves its bytes before its body is read, and waits while they do not
+    /// fit.
+    pub max_inflight_request_bytes: u64,
     // Event protocol.
     /// Cap on event-protocol response bodies (both lengths); also the read page budget.
     pub max_response_size: u32,
@@ -419,6 +438,7 @@ impl Default for ServerConfig {
             http_port: DEFAULT_HTTP_PORT,
             root_username: DEFAULT_ROOT_USERNAME.to_owned(),
             root_password: DEFAULT_ROOT_PASSWORD.to_owned(),
+            allow_default_root_password: false,
             max_request_size: DEFAULT_MAX_REQUEST_SIZE,
             require_client_identity: false,
             tls_mode: TlsMode::Disabled,
@@ -438,6 +458,11 @@ impl Default for ServerConfig {
             log_max_files: DEFAULT_LOG_MAX_FILES,
             drain_timeout_ms: DEFAULT_DRAIN_TIMEOUT_MS,
             max_connections: DEFAULT_MAX_CONNECTIONS,
+            max_connections_per_ip: None,
+            max_connections_per_ip_exempt: crate::address_cap::DEFAULT_EXEMPT
+                .map(str::to_owned)
+                .to_vec(),
+            max_inflight_request_bytes: DEFAULT_MAX_INFLIGHT_REQUEST_BYTES,
             max_response_size: DEFAULT_MAX_RESPONSE_SIZE,
             client_connection_timeout_ms: DEFAULT_CLIENT_CONNECTION_TIMEOUT_MS,
             max_requested_latency_ms: DEFAULT_MAX_REQUESTED_LATENCY_MS,
@@ -510,6 +535,10 @@ impl std::fmt::Debug for ServerConfig {
             .field("http_port", &self.http_port)
             .field("root_username", &self.root_username)
             .field("root_password", &"<redacted>")
+            .field(
+                "allow_default_root_password",
+                &self.allow_default_root_password,
+            )
             .field("max_request_size", &self.max_request_size)
             .field("require_client_identity", &self.require_client_identity)
             .field("tls_mode", &self.tls_mode)
@@ -535,6 +564,15 @@ impl std::fmt::Debug for ServerConfig {
             .field("log_max_files", &self.log_max_files)
             .field("drain_timeout_ms", &self.drain_timeout_ms)
             .field("max_connections", &self.max_connections)
+            .field("max_connections_per_ip", &self.max_connections_per_ip)
+            .field(
+                "max_connections_per_ip_exempt",
+                &self.max_connections_per_ip_exempt,
+            )
+            .field(
+                "max_inflight_request_bytes",
+                &self.max_inflight_request_bytes,
+            )
             .field("max_response_size", &self.max_response_size)
             .field(
                 "client_connection_timeout_ms",
@@ -716,6 +754,28 @@ impl ServerConfig {
         }
         if self.max_connections == 0 {
             return invalid("max_connections", "must be at least 1".into());
+        }
+        // An empty entry is how a flag or variable clears the list.
+        for network in self
+            .max_connections_per_ip_exempt
+            .iter()
+            .filter(|n| !n.trim().is_empty())
+        {
+            if let Err(reason) = network.parse::<crate::address_cap::IpNetwork>() {
+                return invalid("max_connections_per_ip_exempt", reason);
+            }
+        }
+        if !(MIN_MAX_INFLIGHT_REQUEST_BYTES..=crate::budget::MAX_BUDGET)
+            .contains(&self.max_inflight_request_bytes)
+        {
+            return invalid(
+                "max_inflight_request_bytes",
+                format!(
+                    "{} is outside {MIN_MAX_INFLIGHT_REQUEST_BYTES}..={}",
+                    self.max_inflight_request_bytes,
+                    crate::budget::MAX_BUDGET
+                ),
+            );
         }
         if self.log_max_file_bytes < MIN_LOG_MAX_FILE_BYTES {
             return invalid(
@@ -1022,6 +1082,10 @@ mod tests {
         assert_eq!(c.num_shards, None);
         assert_eq!(c.routing_rule, RoutingRule::AggregateId);
         assert!(c.uses_default_root_password());
+        assert!(!c.allow_default_root_password);
+        assert_eq!(c.max_connections_per_ip, None);
+        assert_eq!(c.max_connections_per_ip_exempt, ["127.0.0.0/8", "::1"]);
+        assert_eq!(c.max_inflight_request_bytes, 256 * 1024 * 1024);
     }
 
     #[test]

@@ -11,10 +11,30 @@
 //!   dictionary.zstd_dict   optional custom zstd dictionary for the event protocol
 //!   api_keys.toml    optional API keys for the event protocol
 //! ```
+//!
+//! Everything the server writes is readable by its own user only: [`restrict_umask`] sets the
+//! process umask to `077` before anything is created, so every directory it makes is `0700`
+//! and every file `0600` (the metadata log holds password hashes; the logs and segments hold
+//! the data), whichever code path creates them (the stores, atomic writes, the lock file, the
+//! dictionary, the cluster's Raft directories, the log files under `--log-dir`). A data
+//! directory that already exists is left as it is, with a warning when its group or others
+//! may enter it.
 
 use std::fs::{File, OpenOptions};
 use std::io::{self, Write};
+use std::os::unix::fs::PermissionsExt as _;
 use std::path::{Path, PathBuf};
+
+/// The process umask while the server runs: nothing for the group, nothing for others.
+pub const UMASK: u32 = 0o077;
+
+/// Sets the process umask to [`UMASK`]: every file and directory created afterwards, by any
+/// thread, is accessible to this user only. Process-wide; the server calls it before it
+/// creates anything (the command line before the log files, [`crate::Server::bind`] before
+/// the data directory).
+pub fn restrict_umask() {
+    rustix::process::umask(rustix::fs::Mode::from_raw_mode(UMASK));
+}
 
 /// Name of the lock file inside the data directory.
 pub const LOCK_FILE: &str = "eddy.lock";
@@ -58,8 +78,12 @@ impl DataDir {
             path: root.to_path_buf(),
             source,
         };
+        let existed = root.is_dir();
         // Created durably: the parent of every directory made is fsynced.
         eddy_log::FsBackend::new(root).map_err(unusable)?;
+        if existed {
+            warn_if_open_to_others(root);
+        }
         let lock_path = root.join(LOCK_FILE);
         let mut lock = OpenOptions::new()
             .read(true)
@@ -122,6 +146,23 @@ impl DataDir {
     /// Optional API keys of the event protocol.
     pub fn api_keys_file(&self) -> PathBuf {
         self.root.join("api_keys.toml")
+    }
+}
+
+/// Logs a warning when the group or others may read, write or enter `dir`.
+fn warn_if_open_to_others(dir: &Path) {
+    let Ok(meta) = std::fs::metadata(dir) else {
+        return;
+    };
+    let mode = meta.permissions().mode() & 0o777;
+    if mode & 0o077 != 0 {
+        tracing::warn!(
+            data_dir = %dir.display(),
+            mode = format!("{mode:o}"),
+            "the data directory is accessible to its group or to others (it holds password \
+             hashes and every message): run chmod 700 {}",
+            dir.display()
+        );
     }
 }
 

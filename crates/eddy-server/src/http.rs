@@ -5,6 +5,8 @@
 //!
 //! * `http_max_connections`: at the cap the accept loop waits (the kernel backlog holds new
 //!   connections) until a connection ends;
+//! * `max_connections_per_ip`: a connection whose address already holds that many is closed at
+//!   accept ([`crate::address_cap`]);
 //! * `http_header_read_timeout_ms`: a request head, and the wait for the next one on a
 //!   keep-alive connection, must arrive within it or the connection is closed;
 //! * `http_write_timeout_ms`: a response write that makes no progress for that long (a client
@@ -96,10 +98,12 @@ impl HealthState {
 }
 
 /// The admin port's limits.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone)]
 pub struct HttpLimits {
     /// Concurrent connections.
     pub max_connections: u32,
+    /// Connections of one client address.
+    pub per_ip: Arc<crate::address_cap::AddressCap>,
     /// Deadline for a request head (and for the next one on a kept-alive connection).
     pub header_read_timeout: Duration,
     /// Longest a response write may make no progress.
@@ -111,6 +115,11 @@ impl HttpLimits {
     pub fn from_config(config: &ServerConfig) -> Self {
         Self {
             max_connections: config.http_max_connections,
+            per_ip: crate::address_cap::AddressCap::new(
+                "http",
+                config,
+                config.http_max_connections,
+            ),
             header_read_timeout: Duration::from_millis(config.http_header_read_timeout_ms),
             write_timeout: Duration::from_millis(config.http_write_timeout_ms),
         }
@@ -159,6 +168,12 @@ pub async fn serve(
     tracker: TaskTracker,
 ) {
     let slots = Arc::new(Semaphore::new(limits.max_connections as usize));
+    let HttpLimits {
+        per_ip,
+        header_read_timeout,
+        write_timeout,
+        ..
+    } = limits;
     loop {
         let permit = tokio::select! {
             () = stop.cancelled() => return,
@@ -171,8 +186,14 @@ pub async fn serve(
             () = stop.cancelled() => return,
             accepted = listener.accept() => accepted,
         };
-        let socket = match accepted {
-            Ok((socket, _peer)) => socket,
+        let (socket, address) = match accepted {
+            Ok((socket, peer)) => {
+                let Some(address) = per_ip.admit(peer.ip()) else {
+                    tracing::debug!(%peer, "http connection over --max-connections-per-ip closed");
+                    continue;
+                };
+                (socket, address)
+            }
             Err(e) => {
                 tracing::warn!(error = %e, "http accept failed");
                 tokio::time::sleep(Duration::from_millis(50)).await;
@@ -193,10 +214,10 @@ pub async fn serve(
                 let response = respond(request.method(), request.uri().path(), &health, &metrics);
                 std::future::ready(Ok::<_, Infallible>(response))
             });
-            let io = TokioIo::new(StallTimeout::new(socket, limits.write_timeout));
+            let io = TokioIo::new(StallTimeout::new(socket, write_timeout));
             let connection = hyper::server::conn::http1::Builder::new()
                 .timer(TokioTimer::new())
-                .header_read_timeout(limits.header_read_timeout)
+                .header_read_timeout(header_read_timeout)
                 .max_buf_size(MAX_REQUEST_HEAD)
                 .serve_connection(io, service);
             tokio::pin!(connection);
@@ -211,6 +232,7 @@ pub async fn serve(
                 tracing::debug!(error = %e, "http connection ended with an error");
             }
             stats.open.fetch_sub(1, Ordering::Relaxed);
+            drop(address);
             drop(permit);
         });
     }

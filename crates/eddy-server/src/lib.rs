@@ -6,6 +6,8 @@
 //! shutdown future fires, drains in-flight requests (bounded by `drain_timeout_ms`), flushes
 //! storage and releases the lock.
 
+pub mod address_cap;
+pub mod budget;
 pub mod cli;
 pub mod clock;
 pub mod cluster;
@@ -62,6 +64,8 @@ pub struct Shared {
     pub stream: stream::StreamState,
     /// Totals of the background event store compaction.
     pub compaction: Arc<compaction::CompactionCounters>,
+    /// The budget of request bytes in flight on the stream and event ports.
+    pub budget: budget::RequestBudget,
 }
 
 /// How often retention and the background flush of `enforce_fsync = false` topics run.
@@ -143,6 +147,25 @@ pub enum ServeError {
         #[source]
         source: EventStoreError,
     },
+    /// A host other than loopback with the published default root password, without
+    /// `--allow-default-root-password`.
+    #[error(
+        "refusing to serve on {host}: {}; or pass --allow-default-root-password",
+        if *.stored {
+            "the root user still logs in with the published default password (change it with \
+             CHANGE_PASSWORD while the server listens on --host 127.0.0.1)"
+        } else {
+            "the root user would be created with the published default password (set \
+             root_password / EDDY_ROOT_PASSWORD before the first start)"
+        }
+    )]
+    DefaultRootPassword {
+        /// The address the listeners would bind.
+        host: std::net::IpAddr,
+        /// The password is the stored one (otherwise the configured one, for a root user not
+        /// created yet).
+        stored: bool,
+    },
     /// The root user could not be created on first start.
     #[error("cannot create the root user")]
     RootBootstrap {
@@ -173,9 +196,45 @@ impl ServeError {
                 | ServeError::ApiKeys { .. }
                 | ServeError::ApiKeysWithoutTls { .. }
                 | ServeError::ApiKeysWithAnonymousClients { .. }
+                | ServeError::DefaultRootPassword { .. }
                 | ServeError::Events(event::EventSetupError::DictionaryInvalid { .. })
         )
     }
+}
+
+/// True for an address only this host can reach (an IPv4-mapped loopback address included).
+fn is_loopback(host: std::net::IpAddr) -> bool {
+    match host {
+        std::net::IpAddr::V6(v6) => v6
+            .to_ipv4_mapped()
+            .map_or(v6.is_loopback(), |v4| v4.is_loopback()),
+        std::net::IpAddr::V4(v4) => v4.is_loopback(),
+    }
+}
+
+/// Refuses a server reachable from other hosts whose root user logs in (or, when `stored` is
+/// false, would be created) with the published default password, unless
+/// `allow_default_root_password` says so; then it warns.
+fn check_exposed_root(
+    config: &ServerConfig,
+    default_password: bool,
+    stored: bool,
+) -> Result<(), ServeError> {
+    if !default_password || is_loopback(config.host) {
+        return Ok(());
+    }
+    if !config.allow_default_root_password {
+        return Err(ServeError::DefaultRootPassword {
+            host: config.host,
+            stored,
+        });
+    }
+    tracing::warn!(
+        host = %config.host,
+        "serving on a host other than loopback with the published default root password \
+         (--allow-default-root-password): anyone who can reach the stream port can log in as root"
+    );
+    Ok(())
 }
 
 /// An error and every cause below it on one line (`outer: cause: root cause`): what the
@@ -221,6 +280,8 @@ pub struct Server {
     tracker: TaskTracker,
     /// This node's cluster member (`None`: a single node).
     cluster: Option<Arc<cluster::member::Member>>,
+    /// Per-address connection caps: stream, event, replication.
+    per_ip: [Arc<address_cap::AddressCap>; 3],
 }
 
 /// Loads `api_keys.toml` when present, enforcing the rules that keys need TLS and required
@@ -454,6 +515,7 @@ impl Server {
             config.cluster_peers()?;
         }
         fds::raise_nofile_limit();
+        data_dir::restrict_umask();
         let data_dir = DataDir::open(&config.data_dir)?;
         let api_keys = load_api_keys(&config, &data_dir)?;
         let tls = tls::acceptor(&config)?;
@@ -472,12 +534,25 @@ impl Server {
         let http = bind("http", http_addr).await?;
         let http_local = local_addr("http", &http, http_addr)?;
         let http_stats = Arc::new(http::HttpStats::default());
+        let cap = |label, port_cap| address_cap::AddressCap::new(label, &config, port_cap);
+        let per_ip = [
+            cap(Protocol::Stream.label(), config.max_connections),
+            cap(Protocol::Event.label(), config.max_connections),
+            cap(Protocol::Replication.label(), config.max_connections),
+        ];
+        let http_limits = http::HttpLimits::from_config(&config);
+        let sampled: Vec<_> = per_ip
+            .iter()
+            .chain([&http_limits.per_ip])
+            .map(Arc::clone)
+            .collect();
+        metrics.add_sampler(Box::new(move |out| address_cap::sample(&sampled, out)));
         tracker.spawn(http::serve(
             http,
             health.clone(),
             Arc::clone(&metrics),
             Arc::clone(&http_stats),
-            http::HttpLimits::from_config(&config),
+            http_limits,
             http_stop.clone(),
             tracker.clone(),
         ));
@@ -495,10 +570,15 @@ impl Server {
         let events = Arc::new(event::EventService::new(&config, dictionary, event_store));
         if !config.is_clustered() {
             // A cluster's root user is created by its first metadata leader (see `run`).
+            if store.read_metadata(stream::stored_root).is_none() {
+                // It is about to be created with the configured password.
+                check_exposed_root(&config, config.uses_default_root_password(), false)?;
+            }
             stream::bootstrap_root(&store, &config)
                 .await
                 .map_err(|source| ServeError::RootBootstrap { source })?;
-            stream::check_root_credentials(&store, &config).await;
+            let check = stream::check_root_credentials(&store, &config).await;
+            check_exposed_root(&config, check.default_password, true)?;
         }
 
         let stream_addr = at(config.stream_port);
@@ -540,6 +620,16 @@ impl Server {
             )
             .await?;
             stream_state = stream_state.with_cluster(member.streams.clone());
+            // The stored root password when this member already applied the root user;
+            // otherwise the configured one, which it gets if this member creates it. (The
+            // warnings come once the root user is known, see `run`.)
+            match stream_state.read(stream::stored_root) {
+                Some((_, hash)) => {
+                    let default = stream::is_default_password(hash).await;
+                    check_exposed_root(&config, default, true)?;
+                }
+                None => check_exposed_root(&config, config.uses_default_root_password(), false)?,
+            }
             events.set_cluster(member.events.clone());
             let service = Arc::clone(&events);
             member.set_forward_handler(Arc::new(move |request| {
@@ -554,6 +644,7 @@ impl Server {
         } else {
             None
         };
+        let budget = budget::RequestBudget::new(config.max_inflight_request_bytes);
         let shared = Arc::new(Shared {
             config,
             metrics,
@@ -562,12 +653,14 @@ impl Server {
             events,
             stream: stream_state,
             compaction,
+            budget,
         });
         // Weak: the registry lives inside `shared`.
         let sampled = Arc::downgrade(&shared);
         shared.metrics.add_sampler(Box::new(move |out| {
             if let Some(shared) = sampled.upgrade() {
                 shared.stream.login.sample(out);
+                shared.budget.sample(out);
                 metrics::compat::sample(&shared, http_stats.requests(), out);
             }
         }));
@@ -583,6 +676,7 @@ impl Server {
             http_stop,
             tracker,
             cluster,
+            per_ip,
         })
     }
 
@@ -613,14 +707,16 @@ impl Server {
             http_stop,
             tracker,
             cluster,
+            per_ip,
         } = self;
         let config = &shared.config;
         let stop = CancellationToken::new();
         let conns = TaskTracker::new();
         let loops = TaskTracker::new();
-        let spec = |protocol, tls: &Option<tls::Tls>| ListenerSpec {
+        let spec = |protocol: Protocol, tls: &Option<tls::Tls>| ListenerSpec {
             protocol,
             max_connections: config.max_connections,
+            per_ip: Arc::clone(&per_ip[protocol.index()]),
             tls: tls.clone(),
         };
         loops.spawn(listener::accept_loop(
@@ -647,6 +743,23 @@ impl Server {
                 let root = root.clone();
                 async move { stream::bootstrap_cluster_root(&streams, &root.0, &root.1).await }
             }));
+            // A member warns about the stored root credential as a single node does, once it
+            // has applied the root user.
+            let checked = Arc::clone(&shared);
+            let until = stop.clone();
+            loops.spawn(async move {
+                let config = &checked.config;
+                let check =
+                    stream::check_cluster_root_credentials(&checked.stream, config, until).await;
+                if check.is_some_and(|c| c.default_password) && !is_loopback(config.host) {
+                    tracing::warn!(
+                        host = %config.host,
+                        "this member serves on a host other than loopback and the cluster's root \
+                         user logs in with the published default password: change it with \
+                         CHANGE_PASSWORD"
+                    );
+                }
+            });
         } else {
             // A single node does not replicate; the port refuses whatever is sent to it.
             loops.spawn(listener::accept_loop(

@@ -3,7 +3,9 @@
 //! Each accepted socket gets `TCP_NODELAY` (both protocols are request/reply and clients wait for
 //! each reply) and runs on its own task, tracked so shutdown can wait for it. A semaphore caps
 //! concurrent connections; at the cap the loop stops accepting (the kernel backlog holds new
-//! connections) instead of accepting and dropping them.
+//! connections) instead of accepting and dropping them. A connection whose address already
+//! holds `--max-connections-per-ip` of the port's connections is closed right after accept
+//! ([`crate::address_cap`]), so one address cannot take every slot.
 
 use std::future::Future;
 use std::io;
@@ -116,6 +118,8 @@ pub struct ListenerSpec {
     pub protocol: Protocol,
     /// Concurrent connection cap.
     pub max_connections: u32,
+    /// The per-address cap of this port.
+    pub per_ip: Arc<crate::address_cap::AddressCap>,
     /// TLS acceptor when the port is TLS-only.
     pub tls: Option<crate::tls::Tls>,
 }
@@ -135,6 +139,7 @@ pub async fn accept_loop<H, F>(
     let ListenerSpec {
         protocol,
         max_connections,
+        per_ip,
         tls,
     } = spec;
     let metrics: Arc<Metrics> = Arc::clone(&shared.metrics);
@@ -160,6 +165,12 @@ pub async fn accept_loop<H, F>(
                 tokio::time::sleep(Duration::from_millis(50)).await;
                 continue;
             }
+        };
+        let Some(address) = per_ip.admit(peer.ip()) else {
+            // Closed unread; its slot is free again at once.
+            tracing::debug!(protocol = protocol.label(), %peer, "connection over --max-connections-per-ip closed");
+            drop(socket);
+            continue;
         };
         if let Err(e) = socket.set_nodelay(true) {
             tracing::debug!(%peer, error = %e, "set_nodelay failed");
@@ -202,6 +213,7 @@ pub async fn accept_loop<H, F>(
                 }
                 tracing::debug!("connection closed");
                 drop(guard);
+                drop(address);
                 drop(permit);
             }
             .instrument(span),

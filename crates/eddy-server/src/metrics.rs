@@ -41,7 +41,8 @@ impl Protocol {
         }
     }
 
-    const fn index(self) -> usize {
+    /// The protocol's position in [`Protocol::ALL`].
+    pub const fn index(self) -> usize {
         self as usize
     }
 }

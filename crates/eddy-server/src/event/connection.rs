@@ -1,5 +1,12 @@
 //! One event-protocol connection: framing, the first-frame rules, routing, the
 //! connection-level checks, dispatch and responses.
+//!
+//! A frame that holds more than [`UNBUDGETED_FRAME`](crate::budget::UNBUDGETED_FRAME) in
+//! memory (its bytes, plus its decompressed body when compressed) reserves them in the
+//! server's request budget ([`crate::budget`]) as soon as its header is read, before any room
+//! is made for its body, and holds them until it has been answered. While they do not fit it
+//! waits, until the frame's deadline (`client_connection_timeout_ms`): then the connection
+//! closes, as for any frame not complete by then.
 
 use std::pin::Pin;
 use std::sync::Arc;
@@ -10,7 +17,10 @@ use eddy_codec::event::{
     decode_request, encode_response, AfterError, ErrorResponse, EventRequest, EventResponse,
     ServerError, WatchRequest, WatchResponse,
 };
-use eddy_wire::event::{Compression, Decoded, ProtocolVersion, RequestFrameDecoder, RequestType};
+use eddy_wire::event::{
+    Compression, Decoded, EventHeader, ProtocolVersion, RequestFrameDecoder, RequestType,
+    HEADER_LEN,
+};
 use tokio::io::{AsyncReadExt as _, AsyncWriteExt as _};
 use tokio_util::sync::WaitForCancellationFutureOwned;
 
@@ -18,6 +28,7 @@ use super::identify::{self, Identity};
 use super::routing::{self, Route};
 use super::{exec, watch};
 use super::{metric_index, EventService};
+use crate::budget::{RequestBudget, Reservation, UNBUDGETED_FRAME};
 use crate::listener::{Conn, ConnectionContext};
 use crate::metrics::Protocol;
 use crate::Shared;
@@ -89,6 +100,9 @@ pub(super) struct Connection {
     /// of the request being read (a timer per read was inserted into and removed from the
     /// runtime's timer wheel on every request).
     idle: Pin<Box<tokio::time::Sleep>>,
+    /// The request budget held by the frame being read or handled (one above
+    /// `UNBUDGETED_FRAME`), returned when the next read begins.
+    reserved: Option<Reservation>,
 }
 
 /// What a read of the request loop ended with.
@@ -101,8 +115,11 @@ enum ReadEvent {
 /// Initial read buffer: one fixed frame plus room for a small pipelined one.
 const INITIAL_BUFFER: usize = 4096;
 /// Buffers that grew past this for one large frame are given back once it is handled, so an
-/// idle connection never keeps a multi-megabyte allocation.
+/// idle connection never keeps a multi-megabyte allocation. The read buffer keeps at most what
+/// a frame read without the request budget may take.
 const MAX_RETAINED_BUFFER: usize = 256 * 1024;
+/// The read buffer's counterpart of [`MAX_RETAINED_BUFFER`].
+const MAX_RETAINED_READ_BUFFER: usize = UNBUDGETED_FRAME;
 
 impl Connection {
     pub(super) fn new(io: Conn, ctx: ConnectionContext) -> Self {
@@ -120,6 +137,7 @@ impl Connection {
             has_dict: false,
             drain,
             idle,
+            reserved: None,
         }
     }
 
@@ -406,6 +424,8 @@ impl Connection {
 
     /// Reads the next complete request frame under the idle deadline and decodes it.
     async fn next_request(&mut self) -> Result<(ProtocolVersion, EventRequest), ConnectionEnd> {
+        // The previous request has been answered.
+        self.reserved = None;
         let deadline = tokio::time::Instant::now() + self.svc().timeout;
         loop {
             let needed = match self
@@ -425,7 +445,7 @@ impl Connection {
                             .with(|codec| decode_request(&frame, Some(codec), limits))
                     };
                     self.buf.advance(len);
-                    if self.buf.is_empty() && self.buf.capacity() > MAX_RETAINED_BUFFER {
+                    if self.buf.is_empty() && self.buf.capacity() > MAX_RETAINED_READ_BUFFER {
                         self.buf = BytesMut::with_capacity(INITIAL_BUFFER);
                     }
                     return decoded
@@ -434,8 +454,22 @@ impl Connection {
                 }
                 Decoded::NeedMore { needed } => needed,
             };
-            // The header (when present) passed the size caps, so `needed` is bounded by them.
-            self.buf.reserve(needed);
+            // The header (when present) passed the size caps, so `needed` is bounded by them;
+            // a frame too large to read unbudgeted first holds its bytes in the budget, and
+            // gets room for its body only once the buffer it has is full (a peer that sends a
+            // header and stalls costs no more than its small buffer).
+            if self.reserved.is_none() {
+                let limit = self.svc().request_limits.max_body_len;
+                if let Ok(Some(header)) = EventHeader::parse(&self.buf, limit) {
+                    let bytes = frame_bytes(&header);
+                    if RequestBudget::needs_reservation(bytes) {
+                        self.reserved = Some(self.reserve(bytes, deadline).await?);
+                    }
+                }
+            }
+            if self.reserved.is_none() || self.buf.len() == self.buf.capacity() {
+                self.buf.reserve(needed);
+            }
             let event = tokio::select! {
                 () = self.drain.as_mut() => ReadEvent::Drain,
                 () = self.idle.as_mut() => ReadEvent::Idle,
@@ -458,6 +492,41 @@ impl Connection {
                 ReadEvent::Read(Ok(_)) => {}
             }
         }
+    }
+}
+
+impl Connection {
+    /// Reserves `bytes` of the request budget, waiting until `deadline` (then the connection
+    /// ends as for any frame not complete by its deadline) or the drain.
+    async fn reserve(
+        &mut self,
+        bytes: u64,
+        deadline: tokio::time::Instant,
+    ) -> Result<Reservation, ConnectionEnd> {
+        let budget = &self.shared.budget;
+        if let Some(reserved) = budget.try_reserve(bytes) {
+            return Ok(reserved);
+        }
+        budget.count_wait();
+        tokio::select! {
+            reserved = budget.reserve_in_turn(bytes) => Ok(reserved),
+            () = self.drain.as_mut() => Err(ConnectionEnd::Draining),
+            () = tokio::time::sleep_until(deadline) => {
+                budget.refused();
+                tracing::debug!(bytes, "no room in --max-inflight-request-bytes before the frame's deadline");
+                Err(ConnectionEnd::Timeout)
+            }
+        }
+    }
+}
+
+/// What a frame holds in memory while it is read and handled: its bytes, and its decompressed
+/// body when compressed.
+fn frame_bytes(header: &EventHeader) -> u64 {
+    let frame = HEADER_LEN as u64 + u64::from(header.compressed_length);
+    match header.compression {
+        Compression::None => frame,
+        Compression::ZstdDict => frame + u64::from(header.uncompressed_length),
     }
 }
 

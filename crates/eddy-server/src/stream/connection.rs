@@ -23,7 +23,11 @@
 //! login: `stream_max_prelogin_frame_size`, a few KiB, enough for every command served before
 //! login) as soon as it is readable, before any room is made for the body; a frame too small or too large, a
 //! non-request frame, a read error or a truncated frame closes this connection only. Reads are
-//! cancel-safe (`read_buf` into a buffer), so the select never loses bytes.
+//! cancel-safe (`read_buf` into a buffer), so the select never loses bytes. A frame above
+//! [`UNBUDGETED_FRAME`](crate::budget::UNBUDGETED_FRAME) first reserves its bytes in the
+//! server's request budget ([`crate::budget`]) and only then gets room for its body; one that
+//! finds no room within [`STREAM_WAIT`](crate::budget::STREAM_WAIT) is answered
+//! `TransientNotAccepted` at once and its body is skipped as it arrives.
 //!
 //! On exit (EOF, error, eviction, drain) the connection's session ends as on logout: it leaves
 //! its consumer groups (which rebalance) and its entry leaves the clients table.
@@ -32,7 +36,7 @@ use std::io::{self, IoSlice};
 use std::sync::Arc;
 use std::time::Instant;
 
-use bytes::{Bytes, BytesMut};
+use bytes::{Buf as _, Bytes, BytesMut};
 use eddy_auth::sessions::{stale_after, ClientId, Transport};
 use eddy_codec::stream::ReplyFrame;
 use eddy_wire::stream::{
@@ -43,8 +47,10 @@ use tokio::io::{AsyncRead, AsyncReadExt as _, AsyncWrite, AsyncWriteExt as _};
 use tracing::Instrument as _;
 
 use super::dispatch;
+use super::error::StreamError;
 use super::handler::Outcome;
 use super::StreamState;
+use crate::budget::{RequestBudget, Reservation, STREAM_WAIT};
 use crate::listener::{Conn, ConnectionContext};
 use crate::metrics::Protocol;
 
@@ -72,6 +78,21 @@ enum FrameError {
     /// reading).
     #[error("write timed out")]
     WriteTimeout,
+    /// A frame of `len` bytes found no room in the request budget within
+    /// [`STREAM_WAIT`]: answered `TransientNotAccepted`, its body skipped.
+    #[error("no room for a {len}-byte frame in the request budget")]
+    Busy {
+        /// The frame's size, header included.
+        len: usize,
+    },
+}
+
+/// One whole frame and the budget its bytes hold until it has been answered.
+#[derive(Debug)]
+struct Frame {
+    header: HeaderBytes,
+    body: Bytes,
+    _reserved: Option<Reservation>,
 }
 
 /// Accumulates bytes until a whole frame is buffered.
@@ -79,6 +100,12 @@ enum FrameError {
 struct FrameReader {
     buf: BytesMut,
     max_frame: u32,
+    /// The budget reserved for the frame being read (one above `UNBUDGETED_FRAME`).
+    reserved: Option<Reservation>,
+    /// Since when the frame being read has waited for room in the budget.
+    waiting_since: Option<Instant>,
+    /// Bytes of a refused frame's body still to be skipped.
+    skip: usize,
 }
 
 impl FrameReader {
@@ -86,16 +113,61 @@ impl FrameReader {
         Self {
             buf: BytesMut::with_capacity(READ_CHUNK),
             max_frame,
+            reserved: None,
+            waiting_since: None,
+            skip: 0,
         }
+    }
+
+    /// Reserves a `len`-byte frame in `budget`, waiting at most [`STREAM_WAIT`] in all (the
+    /// wait resumes where it was when the read was interrupted). Cancel-safe.
+    async fn reserve(&mut self, budget: &RequestBudget, len: usize) -> Result<(), FrameError> {
+        let bytes = len as u64;
+        let reserved = if let Some(since) = self.waiting_since {
+            wait(budget, bytes, since).await?
+        } else if let Some(reserved) = budget.try_reserve(bytes) {
+            reserved
+        } else {
+            let since = Instant::now();
+            self.waiting_since = Some(since);
+            budget.count_wait();
+            wait(budget, bytes, since).await?
+        };
+        self.waiting_since = None;
+        self.reserved = Some(reserved);
+        Ok(())
+    }
+
+    /// Gives up the frame whose header is buffered (it found no room in the budget): returns
+    /// its header and skips its body, buffered or still to come.
+    fn refuse(&mut self, len: usize) -> HeaderBytes {
+        self.waiting_since = None;
+        let mut header = [0u8; HEADER_SIZE];
+        header.copy_from_slice(&self.buf[..HEADER_SIZE]);
+        let buffered = self.buf.len().min(len);
+        self.buf.advance(buffered);
+        self.skip = len - buffered;
+        header
     }
 
     /// The next whole frame, `None` on a clean EOF between frames. Cancel-safe.
     async fn next<R: AsyncRead + Unpin>(
         &mut self,
         io: &mut R,
-    ) -> Result<Option<(HeaderBytes, Bytes)>, FrameError> {
+        budget: &RequestBudget,
+    ) -> Result<Option<Frame>, FrameError> {
         loop {
-            let len = peek_frame_len(&self.buf, self.max_frame).map_err(FrameError::Invalid)?;
+            if self.skip > 0 {
+                let skipped = self.skip.min(self.buf.len());
+                self.buf.advance(skipped);
+                self.skip -= skipped;
+            }
+            let len = if self.skip > 0 {
+                self.buf.reserve(READ_CHUNK);
+                None
+            } else {
+                peek_frame_len(&self.buf, self.max_frame).map_err(FrameError::Invalid)?
+            };
             match len {
                 Some(len) if self.buf.len() >= len => {
                     let frame = self.buf.split_to(len);
@@ -109,24 +181,52 @@ impl FrameReader {
                     let frame = frame.freeze();
                     let mut header = [0u8; HEADER_SIZE];
                     header.copy_from_slice(&frame[..HEADER_SIZE]);
-                    return Ok(Some((header, frame.slice(HEADER_SIZE..))));
+                    return Ok(Some(Frame {
+                        header,
+                        body: frame.slice(HEADER_SIZE..),
+                        _reserved: self.reserved.take(),
+                    }));
                 }
-                // The size passed the limit: room for exactly the rest of this frame.
-                Some(len) => self.buf.reserve(len - self.buf.len()),
+                // The size passed the limit: room for exactly the rest of this frame, once a
+                // frame too large to read unbudgeted holds its bytes in the budget (and then
+                // only once the buffer it has is full, so a peer that sends a header and
+                // stalls costs no more than its small buffer).
+                Some(len) => {
+                    if self.reserved.is_none() && RequestBudget::needs_reservation(len as u64) {
+                        self.reserve(budget, len).await?;
+                    }
+                    if self.reserved.is_none() || self.buf.len() == self.buf.capacity() {
+                        self.buf.reserve(len - self.buf.len());
+                    }
+                }
                 None => self.buf.reserve(READ_CHUNK),
             }
             let read = io.read_buf(&mut self.buf).await.map_err(FrameError::Io)?;
             if read == 0 {
-                return if self.buf.is_empty() {
+                return if self.buf.is_empty() && self.skip == 0 {
                     Ok(None)
                 } else {
                     Err(FrameError::Truncated {
-                        have: self.buf.len(),
+                        have: self.buf.len() + self.skip,
                     })
                 };
             }
         }
     }
+}
+
+/// Waits for `bytes` of `budget` until [`STREAM_WAIT`] after `since`.
+async fn wait(
+    budget: &RequestBudget,
+    bytes: u64,
+    since: Instant,
+) -> Result<Reservation, FrameError> {
+    let deadline = tokio::time::Instant::from_std(since + STREAM_WAIT);
+    tokio::time::timeout_at(deadline, budget.reserve_in_turn(bytes))
+        .await
+        .map_err(|_elapsed| FrameError::Busy {
+            len: usize::try_from(bytes).unwrap_or(usize::MAX),
+        })
 }
 
 /// Writes `chunks` in order and flushes.
@@ -247,19 +347,45 @@ async fn run(
                 stale_from = Instant::now();
                 continue;
             }
-            frame = reader.next(io) => frame?,
+            frame = reader.next(io, &ctx.shared.budget) => frame,
         };
-        let Some((header_bytes, body)) = frame else {
-            return Ok(());
+        let frame = match frame {
+            Ok(Some(frame)) => frame,
+            Ok(None) => return Ok(()),
+            Err(FrameError::Busy { len }) => {
+                // No room for its body: answered at once, its body skipped as it arrives.
+                let started = Instant::now();
+                let header =
+                    RequestHeader::decode(&reader.refuse(len)).map_err(FrameError::Invalid)?;
+                ctx.shared.budget.refused();
+                tracing::debug!(
+                    client_id,
+                    len,
+                    "frame refused: no room in --max-inflight-request-bytes"
+                );
+                let code = eddy_codec::stream::ErrorCode::TransientNotAccepted;
+                metrics.record_request(
+                    Protocol::Stream,
+                    dispatch::metric_of(&header),
+                    false,
+                    started.elapsed(),
+                );
+                write_bounded(io, &status_reply(&header, code), limits).await?;
+                last_activity = Instant::now();
+                stale_from = last_activity;
+                continue;
+            }
+            Err(e) => return Err(e),
         };
         // Only request frames are valid from a client; anything else closes the connection.
-        let header = RequestHeader::decode(&header_bytes).map_err(FrameError::Invalid)?;
+        let header = RequestHeader::decode(&frame.header).map_err(FrameError::Invalid)?;
         if header.client != 0 {
             last_client = header.client;
         }
         let started = Instant::now();
-        let (metric, result) = dispatch::handle(state, client_id, &header, body).await;
+        let (metric, result) = dispatch::handle(state, client_id, &header, frame.body).await;
         let evicted = matches!(result, Ok(Outcome::Evict(_)));
+        let wrong_password = matches!(result, Err(StreamError::WrongPassword));
         let (chunks, ok) = match result {
             Ok(Outcome::Reply(payload)) => match ReplyFrame::success_chunks(&header, payload) {
                 Ok(frame) => (frame.into_chunks(), true),
@@ -289,10 +415,10 @@ async fn run(
         write_bounded(io, &chunks, limits).await?;
         last_activity = Instant::now();
         stale_from = last_activity;
-        if evicted
+        if (evicted || wrong_password)
             && state.clients.login_failures(client_id) >= state.login.max_failures_per_connection
         {
-            tracing::info!(client_id, peer = %ctx.peer, "closing a connection after too many failed logins");
+            tracing::info!(client_id, peer = %ctx.peer, "closing a connection after too many failed logins or password changes");
             state.login.closed_connection();
             return Ok(());
         }
@@ -329,6 +455,7 @@ async fn sleep_until(deadline: Option<tokio::time::Instant>) {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use std::time::Duration;
 
     fn frame(body_len: usize) -> Vec<u8> {
         let mut header =
@@ -342,6 +469,7 @@ mod tests {
 
     #[tokio::test]
     async fn reads_frames_split_anywhere() {
+        let budget = RequestBudget::new(1 << 20);
         let mut bytes = frame(3);
         bytes.extend(frame(0));
         for cut in [1, 51, 52, 255, 256, 258, 259, 300] {
@@ -353,23 +481,27 @@ mod tests {
                 a.write_all(&data[cut..]).await.unwrap();
             });
             let mut reader = FrameReader::new(1 << 20);
-            let (h, body) = reader.next(&mut b).await.unwrap().unwrap();
-            assert_eq!(&h[..], &bytes[..256]);
-            assert_eq!(&body[..], &[7, 7, 7]);
-            let (_, body) = reader.next(&mut b).await.unwrap().unwrap();
-            assert!(body.is_empty());
+            let first = reader.next(&mut b, &budget).await.unwrap().unwrap();
+            assert_eq!(&first.header[..], &bytes[..256]);
+            assert_eq!(&first.body[..], &[7, 7, 7]);
+            let second = reader.next(&mut b, &budget).await.unwrap().unwrap();
+            assert!(second.body.is_empty());
             writer.await.unwrap();
-            assert!(reader.next(&mut b).await.unwrap().is_none(), "clean eof");
+            assert!(
+                reader.next(&mut b, &budget).await.unwrap().is_none(),
+                "clean eof"
+            );
         }
     }
 
     #[tokio::test]
     async fn oversized_and_truncated_frames_are_errors() {
+        let budget = RequestBudget::new(1 << 20);
         let (mut a, mut b) = tokio::io::duplex(1 << 16);
         a.write_all(&frame(2000)[..300]).await.unwrap();
         let mut reader = FrameReader::new(1024);
         assert!(matches!(
-            reader.next(&mut b).await,
+            reader.next(&mut b, &budget).await,
             Err(FrameError::Invalid(WireError::FrameTooLarge { .. }))
         ));
         assert!(
@@ -382,7 +514,7 @@ mod tests {
         drop(a);
         let mut reader = FrameReader::new(1024);
         assert!(matches!(
-            reader.next(&mut b).await,
+            reader.next(&mut b, &budget).await,
             Err(FrameError::Truncated { have: 260 })
         ));
 
@@ -392,9 +524,53 @@ mod tests {
         a.write_all(&small).await.unwrap();
         let mut reader = FrameReader::new(1024);
         assert!(matches!(
-            reader.next(&mut b).await,
+            reader.next(&mut b, &budget).await,
             Err(FrameError::Invalid(WireError::FrameTooSmall { .. }))
         ));
+    }
+
+    #[tokio::test]
+    async fn large_frames_hold_the_budget_and_refused_ones_are_skipped() {
+        let budget = RequestBudget::new(1 << 20);
+        let big = frame(100 * 1024);
+        let (mut a, mut b) = tokio::io::duplex(1 << 16);
+        let mut reader = FrameReader::new(1 << 20);
+        let writer = {
+            let big = big.clone();
+            tokio::spawn(async move {
+                a.write_all(&big).await.unwrap();
+                a
+            })
+        };
+        let read = reader.next(&mut b, &budget).await.unwrap().unwrap();
+        assert_eq!(read.body.len(), 100 * 1024);
+        assert_eq!(budget.in_flight(), big.len() as u64, "held until answered");
+        drop(read);
+        assert_eq!(budget.in_flight(), 0);
+        let mut a = writer.await.unwrap();
+
+        // No room: the read waits (and can be interrupted) without making room for the body.
+        let all = budget.try_reserve(1 << 20).unwrap();
+        a.write_all(&big[..300]).await.unwrap();
+        let waited =
+            tokio::time::timeout(Duration::from_millis(100), reader.next(&mut b, &budget)).await;
+        assert!(waited.is_err(), "waits for room");
+        assert!(
+            reader.buf.capacity() < 64 * 1024,
+            "no room made for the body"
+        );
+        assert!(reader.waiting_since.is_some());
+        // Refused (as after STREAM_WAIT): the rest of its body is skipped, the next frame read.
+        let header = reader.refuse(big.len());
+        assert_eq!(&header[..], &big[..HEADER_SIZE]);
+        drop(all);
+        let mut rest = big[300..].to_vec();
+        rest.extend(frame(5));
+        let writer = tokio::spawn(async move { a.write_all(&rest).await.unwrap() });
+        let next = reader.next(&mut b, &budget).await.unwrap().unwrap();
+        assert_eq!(&next.body[..], &[7; 5]);
+        assert_eq!(budget.in_flight(), 0);
+        writer.await.unwrap();
     }
 
     #[tokio::test]

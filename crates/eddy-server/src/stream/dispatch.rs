@@ -36,6 +36,15 @@ use super::{
 };
 
 /// Handles one request. Returns the metrics index of the command and the outcome.
+/// The metrics index of a request, from its header alone (a refused frame's).
+pub(crate) fn metric_of(header: &RequestHeader) -> usize {
+    match route(header) {
+        Ok(Route::Register) => metric_index(CommandCode::LoginRegister),
+        Ok(Route::Command(code)) => metric_index(code),
+        Err(_) => INVALID_METRIC,
+    }
+}
+
 pub(crate) async fn handle(
     state: &StreamState,
     client_id: ClientId,

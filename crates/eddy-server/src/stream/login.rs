@@ -33,6 +33,7 @@ use eddy_wire::stream::{EvictionHeader, EvictionReason, RequestHeader};
 
 use super::error::StreamError;
 use super::handler::{Ctx, Outcome, SERVER_VERSION};
+use super::throttle::Check;
 use super::{views, StreamState};
 
 /// Handles a Register body. Returns the command it turned out to be (for metrics).
@@ -75,14 +76,10 @@ pub(crate) async fn register(
             ))),
         );
     }
-    let peer = state
-        .clients
-        .get(client_id)
-        .and_then(|c| c.address.parse().ok())
-        .map(|a: std::net::SocketAddr| a.ip());
+    let peer = state.peer_ip(client_id);
     state
         .login
-        .before_attempt(peer, state.clients.login_failures(client_id))
+        .before_attempt(Check::Login, peer, state.clients.login_failures(client_id))
         .await;
     let mut refusal = LoginRefusal::InvalidCredentials;
     if let Some(login) = attempts.password {
@@ -137,7 +134,7 @@ pub(crate) async fn register(
             Err(r) => refusal = r,
         }
     }
-    state.login.failed(peer);
+    state.login.failed(Check::Login, peer);
     let failures = state.clients.login_failed(client_id);
     tracing::debug!(client_id, %refusal, failures, "login refused");
     let reason = match refusal {

@@ -314,6 +314,14 @@ impl StreamState {
         });
     }
 
+    /// The address a connection's client connected from.
+    pub(crate) fn peer_ip(&self, client_id: u32) -> Option<std::net::IpAddr> {
+        self.clients
+            .get(client_id)
+            .and_then(|c| c.address.parse().ok())
+            .map(|a: SocketAddr| a.ip())
+    }
+
     /// Ends every session of a user (deleted or deactivated) and its group memberships.
     pub(crate) fn end_sessions_of(&self, user_id: u32) {
         for client in self.clients.end_sessions_of(user_id) {
@@ -426,6 +434,22 @@ pub struct RootCredentialCheck {
     pub configured_username_differs: bool,
 }
 
+/// The stored root user's name and password hash, if the metadata has a root user.
+pub fn stored_root(meta: &MetadataState) -> Option<(String, String)> {
+    meta.users
+        .get(&ROOT_USER_ID)
+        .map(|u| (u.username.clone(), u.password_hash.clone()))
+}
+
+/// Whether a stored password hash is the published default password's (one Argon2id
+/// verification, on the blocking pool).
+pub async fn is_default_password(hash: String) -> bool {
+    crate::offload::blocking(move || {
+        eddy_auth::password::verify_password(crate::config::DEFAULT_ROOT_PASSWORD, &hash)
+    })
+    .await
+}
+
 /// Checks the stored root credential against the published default and against the
 /// configuration, and logs a warning for each finding. The configuration only seeds the root
 /// user when the data directory is created, so a warning read from the configuration alone
@@ -435,13 +459,37 @@ pub async fn check_root_credentials(
     store: &StreamStore,
     config: &crate::config::ServerConfig,
 ) -> RootCredentialCheck {
-    let Some((username, hash)) = store.read_metadata(|meta| {
-        meta.users
-            .get(&ROOT_USER_ID)
-            .map(|u| (u.username.clone(), u.password_hash.clone()))
-    }) else {
-        return RootCredentialCheck::default();
-    };
+    match store.read_metadata(stored_root) {
+        Some(root) => check_stored_root(root, config).await,
+        None => RootCredentialCheck::default(),
+    }
+}
+
+/// A cluster member's [`check_root_credentials`]: waits (polling every second, until `stop`)
+/// until the replicated metadata this member applied holds the root user, which the first
+/// metadata leader creates, then checks it the same way.
+pub async fn check_cluster_root_credentials(
+    state: &StreamState,
+    config: &crate::config::ServerConfig,
+    stop: tokio_util::sync::CancellationToken,
+) -> Option<RootCredentialCheck> {
+    let mut tick = tokio::time::interval(Duration::from_secs(1));
+    loop {
+        tokio::select! {
+            () = stop.cancelled() => return None,
+            _ = tick.tick() => {}
+        }
+        if let Some(root) = state.read(stored_root) {
+            return Some(check_stored_root(root, config).await);
+        }
+    }
+}
+
+/// [`check_root_credentials`] of a stored `(user name, password hash)`.
+pub async fn check_stored_root(
+    (username, hash): (String, String),
+    config: &crate::config::ServerConfig,
+) -> RootCredentialCheck {
     let configured = (!config.uses_default_root_password()).then(|| config.root_password.clone());
     let (default_password, configured_matches) = crate::offload::blocking(move || {
         let default =

@@ -1,6 +1,9 @@
 //! Login throttling on the stream port: a bound on concurrent Argon2id computations, a growing
 //! delay after failed logins (per connection and per peer address), and closing a connection
-//! after too many failures.
+//! after too many failures. `CHANGE_PASSWORD` checks the current password, so it is a password
+//! guess too: its failures count and delay exactly like failed logins (the same per-connection
+//! and per-address counts, so switching between the two gains nothing), under their own metric
+//! names ([`Check`]).
 //!
 //! * Every password verification or hash (login, `CREATE_USER`, `CHANGE_PASSWORD`) holds a
 //!   permit of one semaphore (`max_concurrent_password_hashes`), so a login flood queues
@@ -51,6 +54,15 @@ struct PeerFailures {
     last: Instant,
 }
 
+/// Which password check an attempt is.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Check {
+    /// `LOGIN_USER` / login-register with a password or a token.
+    Login,
+    /// `CHANGE_PASSWORD`'s check of the current password.
+    PasswordChange,
+}
+
 /// The login limits and their counters, shared by every stream connection.
 #[derive(Debug)]
 pub struct LoginThrottle {
@@ -63,6 +75,8 @@ pub struct LoginThrottle {
     hash_waits: AtomicU64,
     failures: AtomicU64,
     delayed: AtomicU64,
+    change_failures: AtomicU64,
+    change_delayed: AtomicU64,
     closed: AtomicU64,
 }
 
@@ -79,6 +93,8 @@ impl LoginThrottle {
             hash_waits: AtomicU64::new(0),
             failures: AtomicU64::new(0),
             delayed: AtomicU64::new(0),
+            change_failures: AtomicU64::new(0),
+            change_delayed: AtomicU64::new(0),
             closed: AtomicU64::new(0),
         }
     }
@@ -96,9 +112,14 @@ impl LoginThrottle {
             .expect("the hash semaphore is never closed")
     }
 
-    /// Waits the backoff a login attempt owes: for `connection_failures` on its connection or
-    /// the recent failures of its address, whichever is more.
-    pub async fn before_attempt(&self, peer: Option<IpAddr>, connection_failures: u32) {
+    /// Waits the backoff a password check owes: for `connection_failures` on its connection
+    /// or the recent failures of its address, whichever is more.
+    pub async fn before_attempt(
+        &self,
+        check: Check,
+        peer: Option<IpAddr>,
+        connection_failures: u32,
+    ) {
         let peer_failures = peer.map_or(0, |ip| {
             let peers = self.peers.lock().unwrap_or_else(PoisonError::into_inner);
             peers
@@ -108,14 +129,22 @@ impl LoginThrottle {
         });
         let delay = backoff(connection_failures.max(peer_failures), self.backoff_max);
         if !delay.is_zero() {
-            self.delayed.fetch_add(1, Ordering::Relaxed);
+            match check {
+                Check::Login => &self.delayed,
+                Check::PasswordChange => &self.change_delayed,
+            }
+            .fetch_add(1, Ordering::Relaxed);
             tokio::time::sleep(delay).await;
         }
     }
 
-    /// Counts a failed login from `peer`.
-    pub fn failed(&self, peer: Option<IpAddr>) {
-        self.failures.fetch_add(1, Ordering::Relaxed);
+    /// Counts a failed password check from `peer`.
+    pub fn failed(&self, check: Check, peer: Option<IpAddr>) {
+        match check {
+            Check::Login => &self.failures,
+            Check::PasswordChange => &self.change_failures,
+        }
+        .fetch_add(1, Ordering::Relaxed);
         let Some(ip) = peer else { return };
         let now = Instant::now();
         let mut peers = self.peers.lock().unwrap_or_else(PoisonError::into_inner);
@@ -142,7 +171,7 @@ impl LoginThrottle {
         entry.last = now;
     }
 
-    /// Counts a connection closed for too many failed logins.
+    /// Counts a connection closed for too many failed logins or password changes.
     pub fn closed_connection(&self) {
         self.closed.fetch_add(1, Ordering::Relaxed);
     }
@@ -174,8 +203,18 @@ impl LoginThrottle {
                 &self.delayed,
             ),
             (
+                "eddy_password_change_failures_total",
+                "CHANGE_PASSWORD requests refused for a wrong current password.",
+                &self.change_failures,
+            ),
+            (
+                "eddy_password_change_attempts_delayed_total",
+                "CHANGE_PASSWORD requests delayed by the failure backoff.",
+                &self.change_delayed,
+            ),
+            (
                 "eddy_login_connections_closed_total",
-                "Connections closed after too many failed logins.",
+                "Connections closed after too many failed logins or password changes.",
                 &self.closed,
             ),
         ];
@@ -205,11 +244,11 @@ mod tests {
         let throttle = LoginThrottle::new(&ServerConfig::default());
         let ip: IpAddr = [10, 0, 0, 1].into();
         for _ in 0..3 {
-            throttle.failed(Some(ip));
+            throttle.failed(Check::Login, Some(ip));
         }
         assert_eq!(throttle.peers.lock().unwrap()[&ip].count, 3);
         for i in 0..MAX_TRACKED_PEERS as u32 + 10 {
-            throttle.failed(Some(IpAddr::from(i.to_be_bytes())));
+            throttle.failed(Check::Login, Some(IpAddr::from(i.to_be_bytes())));
         }
         assert!(throttle.peers.lock().unwrap().len() <= MAX_TRACKED_PEERS);
         let mut out = String::new();

@@ -28,6 +28,7 @@ use eddy_stream_store::{Entity, MetadataError, MetadataOp, StreamStoreError};
 
 use super::error::{Missing, StreamError};
 use super::handler::{Ctx, Outcome};
+use super::throttle::Check;
 use super::{views, StreamState};
 
 /// Hashes a password on the blocking pool (Argon2id takes tens of milliseconds), within the
@@ -195,7 +196,10 @@ pub(crate) async fn update_permissions(
     Ok(Outcome::empty())
 }
 
-/// `CHANGE_PASSWORD`: the current password must match, whoever asks.
+/// `CHANGE_PASSWORD`: the current password must match, whoever asks. The check is a password
+/// guess like a login: it waits the backoff its connection's and address's failures owe, and a
+/// wrong current password counts as a failure of both (the connection closes after
+/// `login_max_failures_per_connection` of them).
 pub(crate) async fn change_password(
     ctx: Ctx<'_>,
     user_id: u32,
@@ -207,11 +211,28 @@ pub(crate) async fn change_password(
             len: new_password.len(),
         });
     }
-    let stored = ctx
-        .state
+    let state = ctx.state;
+    let peer = state.peer_ip(ctx.client_id);
+    state
+        .login
+        .before_attempt(
+            Check::PasswordChange,
+            peer,
+            state.clients.login_failures(ctx.client_id),
+        )
+        .await;
+    let stored = state
         .read(|meta| meta.users.get(&user_id).map(|u| u.password_hash.clone()))
         .ok_or(StreamError::NotFound(Missing::User))?;
-    if !verify(ctx.state, request.current_password.0, stored).await {
+    if !verify(state, request.current_password.0, stored).await {
+        state.login.failed(Check::PasswordChange, peer);
+        let failures = state.clients.login_failed(ctx.client_id);
+        tracing::debug!(
+            client_id = ctx.client_id,
+            user_id,
+            failures,
+            "password change refused: wrong current password"
+        );
         return Err(StreamError::WrongPassword);
     }
     let password_hash = hash(ctx.state, new_password).await?;
