@@ -611,7 +611,12 @@ async fn a_member_wiped_after_retention_deleted_what_it_missed_is_rebuilt_from_a
         }
         // ...and records that it rebuilt this incarnation (its greetings say so, and its peers
         // stop listing it as lost).
-        assert!(marker.with_file_name("member.rebuilt").exists());
+        // (written just after the mark is removed: waited for, not raced).
+        let deadline = Instant::now() + Duration::from_secs(10);
+        while !marker.with_file_name("member.rebuilt").exists() {
+            assert!(Instant::now() < deadline, "member.rebuilt never written");
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
         {
             let node = nodes[lost].as_mut().unwrap();
             node.eddy.kill();
