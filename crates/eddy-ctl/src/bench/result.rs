@@ -377,11 +377,21 @@ mod tests {
 
     #[test]
     fn this_process_threads_are_read_and_split_per_operation() {
-        let spin = |d: std::time::Duration| {
-            let t = std::time::Instant::now();
+        // Spins until this thread has used `ticks` clock ticks of CPU (its own /proc entry):
+        // CPU time, not wall time, so a loaded machine cannot shorten it.
+        let spin = |ticks: u64| {
+            let used = || {
+                let stat = std::fs::read_to_string("/proc/thread-self/stat").unwrap();
+                let rest = stat.rsplit_once(')').unwrap().1;
+                let f: Vec<&str> = rest.split_whitespace().collect();
+                f[11].parse::<u64>().unwrap() + f[12].parse::<u64>().unwrap()
+            };
+            let start = used();
             let mut x = 0u64;
-            while t.elapsed() < d {
-                x = std::hint::black_box(x.wrapping_add(1));
+            while used() - start < ticks {
+                for _ in 0..10_000 {
+                    x = std::hint::black_box(x.wrapping_add(1));
+                }
             }
         };
         let pid = std::process::id();
@@ -389,19 +399,23 @@ mod tests {
         // Two threads of one group, alive while the second reading is taken.
         let (tx, rx) = std::sync::mpsc::channel::<()>();
         let rx = std::sync::Arc::new(std::sync::Mutex::new(rx));
+        let (spun_tx, spun_rx) = std::sync::mpsc::channel::<()>();
         let threads: Vec<_> = (0..2)
             .map(|i| {
-                let rx = std::sync::Arc::clone(&rx);
+                let (rx, spun_tx) = (std::sync::Arc::clone(&rx), spun_tx.clone());
                 std::thread::Builder::new()
                     .name(format!("benchspin-{i}"))
                     .spawn(move || {
-                        spin(std::time::Duration::from_millis(150));
+                        spin(15);
+                        let _ = spun_tx.send(());
                         let _ = rx.lock().unwrap().recv();
                     })
                     .unwrap()
             })
             .collect();
-        std::thread::sleep(std::time::Duration::from_millis(400));
+        for _ in 0..2 {
+            spun_rx.recv().unwrap();
+        }
         let after = thread_cpu_seconds(pid).expect("/proc is readable");
         drop(tx);
         for t in threads {
@@ -409,8 +423,9 @@ mod tests {
         }
         let per_op = thread_cpu_per_op(Some(&before), Some(&after), 1000);
         let spun = per_op.get("benchspin").copied().unwrap_or(0.0);
-        // 2 x 150 ms over 1,000 operations is 300 µs per operation (ticks are 10 ms).
-        assert!((150.0..=400.0).contains(&spun), "{per_op:?}");
+        // 2 x 150 ms (15 ticks) over 1,000 operations is 300 µs per operation, and a tick
+        // more per thread at most.
+        assert!((290.0..=400.0).contains(&spun), "{per_op:?}");
         assert!(thread_cpu_per_op(None, Some(&after), 1000).is_empty());
         assert!(thread_cpu_per_op(Some(&before), Some(&after), 0).is_empty());
     }
