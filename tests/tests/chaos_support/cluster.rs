@@ -108,6 +108,10 @@ impl Cluster {
             .args(["--http-port", &HTTP_PORT.to_string()])
             .args(["--replication-port", &REPLICATION_PORT.to_string()])
             .args(["--node-id", &i.to_string()])
+            // The namespaces are private to this test and the workload logs
+            // in as the published root: the non-loopback refusal is meant
+            // for real deployments.
+            .arg("--allow-default-root-password")
             .args([
                 "--raft-event-compact-entries",
                 &EVENT_COMPACT_ENTRIES.to_string(),
