@@ -329,3 +329,161 @@ fn nothing_ships_the_simulator() {
         );
     }
 }
+
+/// `docs/ARCHITECTURE.md` and every `docs/decisions/*.md`, by their path from the root.
+fn architecture_docs() -> Vec<(String, String)> {
+    let mut docs = vec!["docs/ARCHITECTURE.md".to_owned()];
+    let mut records: Vec<String> = std::fs::read_dir(root().join("docs/decisions"))
+        .expect("docs/decisions/")
+        .map(|e| e.unwrap().file_name().into_string().unwrap())
+        .filter(|name| name.ends_with(".md"))
+        .map(|name| format!("docs/decisions/{name}"))
+        .collect();
+    records.sort();
+    docs.extend(records);
+    docs.into_iter()
+        .map(|path| {
+            let text = std::fs::read_to_string(root().join(&path)).unwrap();
+            (path, text)
+        })
+        .collect()
+}
+
+/// A backquoted span that names a file or directory of the repository: only letters, digits
+/// and `_ . / -`, a `/` inside, not absolute, and ending in `.rs`, `.md`, `.toml` or `/`.
+fn is_repo_path(span: &str) -> bool {
+    span.contains('/')
+        && !span.starts_with('/')
+        && span
+            .chars()
+            .all(|c| c.is_ascii_alphanumeric() || "_./-".contains(c))
+        && [".rs", ".md", ".toml", "/"]
+            .iter()
+            .any(|end| span.ends_with(end))
+}
+
+/// Whether `path` exists from the root, from `crates/`, or from some `crates/*/src/`.
+fn repo_path_exists(path: &str) -> bool {
+    let root = root();
+    root.join(path).exists()
+        || root.join("crates").join(path).exists()
+        || std::fs::read_dir(root.join("crates"))
+            .unwrap()
+            .any(|c| c.unwrap().path().join("src").join(path).exists())
+}
+
+/// The architecture page stays a short map, and where it (or a decision record) names code,
+/// the code exists. For `docs/ARCHITECTURE.md` and every `docs/decisions/*.md`:
+///
+/// * ARCHITECTURE.md has at most 300 lines.
+/// * A backquoted repository path (see `is_repo_path`: `crates/eddy-log/src/log/`,
+///   `tests/tests/chaos.rs`) exists, read from the repository root, or from `crates/` when it
+///   starts with a crate's directory (`eddy-log/src/cipher.rs`), or from any crate's `src/`
+///   when written relative to it (`cluster/transport.rs`). Spans with other characters
+///   (`<data_dir>/raft/`, `crates/*/tests/`, `eddy_log::Log`) are not paths and not checked.
+/// * A relative Markdown link (`[0001](decisions/0001-...md)`) points at a file that exists.
+/// * A fuzz target named as `fuzz_targets/NAME` or `cargo xtask fuzz NAME` is
+///   `fuzz/fuzz_targets/NAME.rs` (a NAME in capitals, like `TARGET`, is a placeholder).
+/// * Every decision record is named `NNNN-short-title.md`, has a `Date: YYYY-MM-DD` line and
+///   is listed in ARCHITECTURE.md's index.
+#[test]
+fn architecture_docs_name_only_what_exists() {
+    let docs = architecture_docs();
+    let mut problems = Vec::new();
+
+    let lines = docs[0].1.lines().count();
+    if lines > 300 {
+        problems.push(format!(
+            "docs/ARCHITECTURE.md has {lines} lines, more than 300: move detail to a decision \
+             record or a crate's docs"
+        ));
+    }
+
+    for (doc, text) in &docs {
+        // Outside fenced blocks, every other piece between backquotes is a code span.
+        let prose: String = text.split("```").step_by(2).collect::<Vec<_>>().join(" ");
+        for span in prose.split('`').skip(1).step_by(2) {
+            if is_repo_path(span) && !repo_path_exists(span) {
+                problems.push(format!(
+                    "{doc} names `{span}`, which is not in the repository (from the root, \
+                     crates/ or a crate's src/)"
+                ));
+            }
+        }
+
+        for target in text.split("](").skip(1).filter_map(|s| s.split(')').next()) {
+            let file = target.split('#').next().unwrap();
+            if file.is_empty() || file.contains("://") {
+                continue;
+            }
+            let dir = root().join(doc).parent().unwrap().to_path_buf();
+            if !dir.join(file).exists() {
+                problems.push(format!("{doc} links to {target}, which does not exist"));
+            }
+        }
+
+        let words: Vec<&str> = text
+            .split_whitespace()
+            .map(|w| w.trim_matches(|c: char| !c.is_ascii_alphanumeric() && c != '_'))
+            .collect();
+        let mut targets: Vec<&str> = words
+            .windows(4)
+            .filter(|w| w[..3] == ["cargo", "xtask", "fuzz"])
+            .map(|w| w[3])
+            .collect();
+        for piece in text.split("fuzz_targets/").skip(1) {
+            targets.push(
+                piece
+                    .split(|c: char| !c.is_ascii_alphanumeric() && c != '_')
+                    .next()
+                    .unwrap(),
+            );
+        }
+        for target in targets {
+            // `fuzz/fuzz_targets/` names the directory; `TARGET` is a placeholder.
+            if !target.chars().any(|c| c.is_ascii_lowercase()) {
+                continue;
+            }
+            if !root()
+                .join(format!("fuzz/fuzz_targets/{target}.rs"))
+                .exists()
+            {
+                problems.push(format!(
+                    "{doc} names fuzz target `{target}`, but fuzz/fuzz_targets/{target}.rs does not exist"
+                ));
+            }
+        }
+    }
+
+    for (doc, text) in &docs[1..] {
+        let name = doc.trim_start_matches("docs/decisions/");
+        let numbered = name.len() > 8
+            && name[..4].chars().all(|c| c.is_ascii_digit())
+            && name.as_bytes()[4] == b'-';
+        if !numbered {
+            problems.push(format!("{doc} is not named NNNN-short-title.md"));
+        }
+        let dated = text.lines().any(|l| {
+            l.strip_prefix("Date: ").is_some_and(|d| {
+                d.len() == 10
+                    && d.char_indices().all(|(i, c)| {
+                        if i == 4 || i == 7 {
+                            c == '-'
+                        } else {
+                            c.is_ascii_digit()
+                        }
+                    })
+            })
+        });
+        if !dated {
+            problems.push(format!("{doc} has no `Date: YYYY-MM-DD` line"));
+        }
+        if !docs[0].1.contains(&format!("(decisions/{name})")) {
+            problems.push(format!(
+                "{doc} is missing from the decision records listed in docs/ARCHITECTURE.md"
+            ));
+        }
+    }
+
+    assert!(problems.is_empty(), "\n{}", problems.join("\n"));
+}
