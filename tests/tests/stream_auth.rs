@@ -781,11 +781,20 @@ async fn login_evictions_and_the_version_gate() {
         panic!("expected an eviction, got {a:?}");
     };
     assert_eq!(e.reason, EvictionReason::IncompatibleProtocol as u8);
+    // The window spans the revisions eddy serves: 0.11.x and 0.12.2 (the edge.9 SDK).
     assert_eq!(
         (e.server_protocol_version, e.server_protocol_version_min),
-        (0x2C00, 0x2C00)
+        (0x3002, 0x2C00)
     );
     assert_eq!(e.client, raw.client);
+    // 0.12.1 shares no layout with either revision: refused too.
+    let mut between = raw::login_body("iggy", "iggy");
+    between[..4].copy_from_slice(&((12u32 << 10) | 1).to_le_bytes());
+    let a = raw.register(&between).await;
+    assert_eq!(
+        a.eviction(),
+        Some(EvictionReason::IncompatibleProtocol as u8)
+    );
     // Then a good login on the same connection.
     raw.login("iggy", "iggy").await;
     let a = raw.call(&sample(CommandCode::GetMe)).await;

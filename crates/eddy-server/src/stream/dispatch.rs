@@ -24,6 +24,7 @@ use eddy_auth::permissions::{authorize, Caller, Resource, ROOT_USER_ID};
 use eddy_auth::sessions::{ClientId, Credential};
 use eddy_codec::stream::{route, CommandCode, Permissions, Request, Route};
 use eddy_stream_store::MetadataState;
+use eddy_wire::stream::version::Revision;
 use eddy_wire::stream::{
     request_checksum, EvictionHeader, EvictionReason, Operation, RequestHeader,
 };
@@ -56,7 +57,8 @@ pub(crate) async fn handle(
     }
     let code = match route(header) {
         Ok(Route::Register) => {
-            if !checksum_matches(header, &body) {
+            // A 0.12.2 client stamps a random request identifier there, not the body's XXH3.
+            if !register_is_v0_12(&body) && !checksum_matches(header, &body) {
                 return (
                     metric_index(CommandCode::LoginRegister),
                     Err(StreamError::RequestChecksum),
@@ -95,10 +97,14 @@ async fn handle_command(
         return login::register(state, client_id, header, &body).await.1;
     }
     let operation = header.operation().unwrap_or(Operation::NonReplicated);
-    if !checksum_matches(header, &body) {
+    let session = state.clients.session(client_id);
+    let revision = session
+        .and_then(|s| Revision::of(s.protocol_version))
+        .unwrap_or_default();
+    // A 0.12.2 client's `request_checksum` is a random identifier of the logical request.
+    if !revision.is_v0_12() && !checksum_matches(header, &body) {
         return Err(StreamError::RequestChecksum);
     }
-    let session = state.clients.session(client_id);
     let user_id = match session {
         Some(session) => session.user_id,
         None if spec.pre_auth => u32::MAX,
@@ -166,6 +172,15 @@ fn checksum_matches(header: &RequestHeader, body: &[u8]) -> bool {
         .operation()
         .is_ok_and(Operation::carries_request_checksum);
     !carries || header.request_checksum == 0 || header.request_checksum == request_checksum(body)
+}
+
+/// Whether a Register body carries a 0.12.2 version prefix.
+fn register_is_v0_12(body: &[u8]) -> bool {
+    body.get(..4)
+        .and_then(|b| b.try_into().ok())
+        .map(u32::from_le_bytes)
+        .and_then(Revision::of)
+        .is_some_and(Revision::is_v0_12)
 }
 
 /// Why a session cannot go on.
