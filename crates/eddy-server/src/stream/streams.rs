@@ -310,17 +310,22 @@ pub(crate) async fn create_partitions(
     count: u32,
 ) -> Result<Outcome, StreamError> {
     check_partitions_count(count)?;
-    let next = ctx
+    let (next, fixed) = ctx
         .state
         .read(|meta| {
             meta.topic(stream_id, topic_id).map(|t| {
-                t.partitions
+                let next = t
+                    .partitions
                     .keys()
                     .next_back()
-                    .map_or(0, |id| u64::from(*id) + 1)
+                    .map_or(0, |id| u64::from(*id) + 1);
+                (next, views::topic_settings(t).fixed_partitions)
             })
         })
         .ok_or(StreamError::NotFound(Missing::Topic))?;
+    if fixed {
+        return Err(StreamError::FixedPartitions);
+    }
     if next + u64::from(count) > u64::from(MAX_PARTITIONS_PER_TOPIC) {
         return Err(StreamError::PartitionIdsExhausted {
             limit: MAX_PARTITIONS_PER_TOPIC,
@@ -346,10 +351,20 @@ pub(crate) async fn delete_partitions(
     count: u32,
 ) -> Result<Outcome, StreamError> {
     check_partitions_count(count)?;
-    let existing = ctx
+    let (existing, fixed) = ctx
         .state
-        .read(|meta| meta.topic(stream_id, topic_id).map(|t| t.partitions.len()))
+        .read(|meta| {
+            meta.topic(stream_id, topic_id).map(|t| {
+                (
+                    t.partitions.len(),
+                    views::topic_settings(t).fixed_partitions,
+                )
+            })
+        })
         .ok_or(StreamError::NotFound(Missing::Topic))?;
+    if fixed {
+        return Err(StreamError::FixedPartitions);
+    }
     let existing = u32::try_from(existing).unwrap_or(u32::MAX);
     if count > existing {
         return Err(StreamError::NotEnoughPartitions {
