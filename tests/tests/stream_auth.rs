@@ -131,6 +131,41 @@ fn sample(code: CommandCode) -> Request {
             count: 10,
             auto_commit: false,
         }),
+        C::PollMessagesDeferred => {
+            let Request::PollMessages(poll) = sample(C::PollMessages) else {
+                unreachable!("a poll sample")
+            };
+            Request::PollMessagesDeferred(poll_messages_deferred::PollMessagesDeferred {
+                poll,
+                wait_us: 0,
+                min_count: 1,
+                max_bytes: 1 << 20,
+                request_timeout_us: 30_000_000,
+            })
+        }
+        C::GetPartitionRoute => {
+            Request::GetPartitionRoute(get_partition_route::GetPartitionRoute {
+                stream_id: s(),
+                topic_id: t(),
+                partition_id: 0,
+            })
+        }
+        // A topic patch (a stream or user patch is checked as UPDATE_STREAM or UPDATE_USER).
+        C::UpdateResource => Request::UpdateResource(update_resource::UpdateResource {
+            target: update_resource::ResourceTarget::Topic {
+                stream_id: s(),
+                topic_id: t(),
+            },
+            reset: update_resource::ResetKeys::default(),
+            options: TrailingOptions(
+                eddy_options::OptionsBlock::from_entries([(
+                    "message_expiry",
+                    eddy_options::ValueKind::Uint64,
+                    &u64::MAX.to_le_bytes()[..],
+                )])
+                .unwrap(),
+            ),
+        }),
         C::SendMessages => Request::SendMessages(
             send_messages::SendMessages::new(
                 s(),
@@ -495,6 +530,20 @@ fn retarget(request: Request, stream: &str) -> Request {
         Request::PollMessages(mut r) => {
             r.stream_id = s;
             Request::PollMessages(r)
+        }
+        Request::PollMessagesDeferred(mut r) => {
+            r.poll.stream_id = s;
+            Request::PollMessagesDeferred(r)
+        }
+        Request::GetPartitionRoute(mut r) => {
+            r.stream_id = s;
+            Request::GetPartitionRoute(r)
+        }
+        Request::UpdateResource(mut r) => {
+            if let update_resource::ResourceTarget::Topic { stream_id, .. } = &mut r.target {
+                *stream_id = s;
+            }
+            Request::UpdateResource(r)
         }
         Request::SendMessages(mut r) => {
             r.stream_id = s;

@@ -199,8 +199,14 @@ fn command_and_operation_tables_agree() {
             None => assert!(!spec.replicated, "{}", spec.name),
         }
     }
-    assert_eq!(COMMANDS.len(), ib::COMMAND_TABLE.len());
-    for spec in &COMMANDS {
+    // The 0.12.2 wire's codes (the edge.9 SDK), which the 0.11.0-edge.4 registry lacks.
+    let newer = [
+        CommandCode::UpdateResource,
+        CommandCode::GetPartitionRoute,
+        CommandCode::PollMessagesDeferred,
+    ];
+    assert_eq!(COMMANDS.len(), ib::COMMAND_TABLE.len() + newer.len());
+    for spec in COMMANDS.iter().filter(|s| !newer.contains(&s.code)) {
         let Some(ours) = spec.operation.filter(|_| spec.replicated) else {
             continue;
         };

@@ -22,7 +22,7 @@ use bytes::Bytes;
 use eddy_auth::credentials::{normalize_status, token_session_valid, STATUS_ACTIVE};
 use eddy_auth::permissions::{authorize, Caller, Resource, ROOT_USER_ID};
 use eddy_auth::sessions::{ClientId, Credential};
-use eddy_codec::stream::{route, CommandCode, Permissions, Request, Route};
+use eddy_codec::stream::{route, v0_12, CommandCode, Permissions, Request, Route};
 use eddy_stream_store::MetadataState;
 use eddy_wire::stream::version::Revision;
 use eddy_wire::stream::{
@@ -32,8 +32,8 @@ use eddy_wire::stream::{
 use super::error::{Missing, StreamError};
 use super::handler::{Ctx, Outcome};
 use super::{
-    consumer_groups, login, messages, metric_index, streams, system, users, views, StreamState,
-    INVALID_METRIC,
+    consumer_groups, login, messages, metric_index, streams, system, update_resource, users, views,
+    StreamState, INVALID_METRIC,
 };
 
 /// Handles one request. Returns the metrics index of the command and the outcome.
@@ -116,9 +116,17 @@ async fn handle_command(
             ))))
         }
     };
-    let request = Request::decode(code, &body)?;
+    let mut request = Request::decode(code, &body)?;
     // The request holds what it needs; releasing the frame lets a send stamp its batch in place.
     drop(body);
+    // The 0.12.2 option patch runs as the command it patches: its resolution, its permission.
+    let code = match request {
+        Request::UpdateResource(patch) => {
+            request = state.read(|meta| update_resource::legacy(meta, patch))?;
+            request.code()
+        }
+        _ => code,
+    };
     let ctx = Ctx {
         state,
         client_id,
@@ -162,7 +170,18 @@ async fn handle_command(
         permissions: permissions.as_ref(),
     };
     authorize(&caller, code, &resource)?;
-    run(ctx, request, resource).await
+    let outcome = run(ctx, request, resource).await?;
+    if revision.is_v0_12() {
+        return Ok(match outcome {
+            Outcome::Reply(payload) => Outcome::Reply(v0_12::reply(
+                code,
+                payload,
+                v0_12::Serving { replica_id: 0 },
+            )?),
+            evicted @ Outcome::Evict(_) => evicted,
+        });
+    }
+    Ok(outcome)
 }
 
 /// A non-zero `request_checksum` on an operation that carries one must be the XXH3 of the body
@@ -301,6 +320,10 @@ async fn run(ctx: Ctx<'_>, request: Request, on: Resource) -> Result<Outcome, St
         Request::CreatePersonalAccessToken(r) => users::create_token(ctx, r).await,
         Request::DeletePersonalAccessToken(r) => users::delete_token(ctx, r).await,
         Request::PollMessages(r) => messages::poll(ctx, stream, topic, r).await,
+        Request::PollMessagesDeferred(r) => messages::poll_deferred(ctx, stream, topic, r).await,
+        Request::GetPartitionRoute(r) => {
+            streams::partition_route(ctx, stream, topic, r.partition_id)
+        }
         Request::SendMessages(r) => messages::send(ctx, stream, topic, r).await,
         Request::FlushUnsavedBuffer(_) => Err(StreamError::Unavailable {
             command: CommandCode::FlushUnsavedBuffer,

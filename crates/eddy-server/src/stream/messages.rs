@@ -27,6 +27,7 @@ use eddy_codec::stream::commands::get_consumer_offset::{ConsumerOffsetInfo, GetC
 use eddy_codec::stream::commands::poll_messages::{
     PollMessages, PollMessagesReply, RESYNC_PARTITION,
 };
+use eddy_codec::stream::commands::poll_messages_deferred::PollMessagesDeferred;
 use eddy_codec::stream::commands::send_messages::{
     SendConfirmation, SendMessages, SendMessagesReply,
 };
@@ -222,6 +223,57 @@ impl Drop for GroupPoll<'_> {
             self.uncommitted,
         );
     }
+}
+
+/// How often a deferred poll looks again while it waits.
+const DEFERRED_POLL_INTERVAL: std::time::Duration = std::time::Duration::from_millis(20);
+
+/// The message count in a poll reply's prefix (`[partition u32][offset u64][count u32]`).
+fn polled_count(outcome: &Outcome) -> u32 {
+    match outcome {
+        Outcome::Reply(chunks) => chunks
+            .first()
+            .and_then(|prefix| prefix.get(12..16))
+            .and_then(|count| count.try_into().ok())
+            .map_or(0, u32::from_le_bytes),
+        Outcome::Evict(_) => 0,
+    }
+}
+
+/// `POLL_MESSAGES_DEFERRED` (0.12.2 wire): looks without committing until `min_count`
+/// messages are there or the wait is over, then polls once as `POLL_MESSAGES` would (an
+/// auto-commit commits only what that poll serves).
+pub(crate) async fn poll_deferred(
+    ctx: Ctx<'_>,
+    stream_id: u32,
+    topic_id: u32,
+    request: PollMessagesDeferred,
+) -> Result<Outcome, StreamError> {
+    if !request.is_valid() {
+        return Err(StreamError::Decode(
+            eddy_codec::stream::CodecError::InvalidValue {
+                field: "deferred poll",
+                offset: 0,
+                reason: "wait, counts or request timeout out of bounds",
+            },
+        ));
+    }
+    let deadline = tokio::time::Instant::now() + std::time::Duration::from_micros(request.wait_us);
+    if request.wait_us > 0 {
+        let look = PollMessages {
+            auto_commit: false,
+            ..request.poll.clone()
+        };
+        loop {
+            let seen = polled_count(&poll(ctx, stream_id, topic_id, look.clone()).await?);
+            if seen >= request.min_count || tokio::time::Instant::now() >= deadline {
+                break;
+            }
+            tokio::time::sleep(DEFERRED_POLL_INTERVAL.min(deadline - tokio::time::Instant::now()))
+                .await;
+        }
+    }
+    poll(ctx, stream_id, topic_id, request.poll).await
 }
 
 /// `POLL_MESSAGES`.
