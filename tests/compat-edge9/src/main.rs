@@ -173,7 +173,9 @@ async fn topics_with_every_option(addr: SocketAddr) -> Outcome {
         .await
         .at("create_stream")?;
     let stream = named("c9-topics");
-    // Every optional argument left to the server.
+    // The SDK's defaults: it sends `durability` and `consumer_offset_durability` explicitly
+    // (its own default is `replicated`), so the topic is what it asked for; eddy's default
+    // (persisted) is what `describe_options` reports, for keys a client leaves out.
     let plain = client
         .create_topic(&stream, "plain", &TopicCreateOptions::default())
         .await
@@ -181,10 +183,27 @@ async fn topics_with_every_option(addr: SocketAddr) -> Outcome {
     let resolved = plain.resolved_options();
     ensure!(plain.partitions_count == 1, "{}", plain.partitions_count);
     ensure!(
-        resolved.runtime.durability == Durability::Persisted
-            && resolved.runtime.consumer_offset_durability == Durability::Persisted,
-        "eddy's default is persisted: {:?}",
+        resolved.runtime.durability == Durability::Replicated
+            && resolved.runtime.consumer_offset_durability == Durability::Replicated,
+        "the SDK asked for replicated: {:?}",
         resolved.runtime
+    );
+    let persisted = client
+        .create_topic(
+            &stream,
+            "persisted",
+            &TopicCreateOptions {
+                durability: Durability::Persisted,
+                consumer_offset_durability: Durability::Persisted,
+                ..TopicCreateOptions::default()
+            },
+        )
+        .await
+        .at("create_topic persisted")?;
+    ensure!(
+        persisted.resolved_options().runtime.durability == Durability::Persisted,
+        "{:?}",
+        persisted.resolved_options().runtime
     );
     let every = TopicCreateOptions {
         partitions_count: Some(3),
@@ -264,7 +283,7 @@ async fn topics_with_every_option(addr: SocketAddr) -> Outcome {
         updated.resolved_options().message_expiry
     );
     let topics = client.get_topics(&stream).await.at("get_topics")?;
-    ensure!(topics.len() == 2, "{topics:?}");
+    ensure!(topics.len() == 3, "{topics:?}");
     client
         .delete_topic(&stream, &named("plain"))
         .await
@@ -273,16 +292,20 @@ async fn topics_with_every_option(addr: SocketAddr) -> Outcome {
         .describe_options(OptionsScope::Topic)
         .await
         .at("describe_options")?;
-    for key in [
-        "durability",
-        "consumer_offset_durability",
-        "partition_resize_policy",
-    ] {
+    for key in ["durability", "consumer_offset_durability"] {
+        let described = options
+            .iter()
+            .find(|o| o.key == key)
+            .ok_or(format!("describe_options lacks {key}"))?;
         ensure!(
-            options.iter().any(|o| o.key == key),
-            "describe_options lacks {key}"
+            described.default_value == b"persisted",
+            "eddy's default {key} is persisted: {described:?}"
         );
     }
+    ensure!(
+        options.iter().any(|o| o.key == "partition_resize_policy"),
+        "describe_options lacks partition_resize_policy"
+    );
     Ok(())
 }
 
@@ -369,10 +392,23 @@ async fn poll_with_every_strategy(addr: SocketAddr) -> Outcome {
             &s,
             &t,
             &Partitioning::partition_id(0),
-            &mut messages("m", 10),
+            &mut messages("m", 5),
         )
         .await
         .at("send")?;
+    // A second batch, stamped later: timestamps are per batch.
+    tokio::time::sleep(std::time::Duration::from_millis(5)).await;
+    client
+        .send_messages(
+            &s,
+            &t,
+            &Partitioning::partition_id(0),
+            &mut (5..10)
+                .map(|i| IggyMessage::from_str(&format!("m-{i}")).expect("message"))
+                .collect::<Vec<_>>(),
+        )
+        .await
+        .at("send later")?;
     let consumer = Consumer::new(named("reader"));
     let poll = |strategy: PollingStrategy, count: u32, commit: CommitPolicy| {
         let (s, t, consumer, client) = (&s, &t, &consumer, &client);
@@ -418,7 +454,7 @@ async fn poll_with_every_strategy(addr: SocketAddr) -> Outcome {
         .await
         .at("last")?;
     ensure!(payloads(&last) == ["m-8", "m-9"], "{:?}", payloads(&last));
-    let stamp = first.messages[1].header.timestamp;
+    let stamp = offset.messages[0].header.timestamp;
     let by_time = poll(
         PollingStrategy::timestamp(IggyTimestamp::from(stamp)),
         1,
@@ -426,7 +462,7 @@ async fn poll_with_every_strategy(addr: SocketAddr) -> Outcome {
     )
     .await
     .at("timestamp")?;
-    ensure!(payloads(&by_time) == ["m-1"], "{:?}", payloads(&by_time));
+    ensure!(payloads(&by_time) == ["m-5"], "{:?}", payloads(&by_time));
     let next = poll(PollingStrategy::next(), 4, CommitPolicy::OnRead)
         .await
         .at("next")?;
