@@ -143,6 +143,24 @@ fn sample(code: CommandCode) -> Request {
                 request_timeout_us: 30_000_000,
             })
         }
+        C::FetchMessages => Request::FetchMessages(fetch_messages::FetchMessages {
+            consumer,
+            stream_id: s(),
+            topic_id: t(),
+            wait_us: 0,
+            request_timeout_us: 30_000_000,
+            min_count: 1,
+            count: 10,
+            max_bytes: 1 << 20,
+            auto_commit: false,
+            targets: eddy_codec::stream::codec::Counted(vec![fetch_messages::FetchTarget {
+                partition_id: 0,
+                strategy: PollingStrategy::Offset(0),
+                max_bytes: 1 << 20,
+                incarnation: 1,
+                owner_generation: 0,
+            }]),
+        }),
         C::GetPartitionRoute => {
             Request::GetPartitionRoute(get_partition_route::GetPartitionRoute {
                 stream_id: s(),
@@ -534,6 +552,10 @@ fn retarget(request: Request, stream: &str) -> Request {
         Request::PollMessagesDeferred(mut r) => {
             r.poll.stream_id = s;
             Request::PollMessagesDeferred(r)
+        }
+        Request::FetchMessages(mut r) => {
+            r.stream_id = s;
+            Request::FetchMessages(r)
         }
         Request::GetPartitionRoute(mut r) => {
             r.stream_id = s;

@@ -204,6 +204,7 @@ fn command_and_operation_tables_agree() {
         CommandCode::UpdateResource,
         CommandCode::GetPartitionRoute,
         CommandCode::PollMessagesDeferred,
+        CommandCode::FetchMessages,
     ];
     assert_eq!(COMMANDS.len(), ib::COMMAND_TABLE.len() + newer.len());
     for spec in COMMANDS.iter().filter(|s| !newer.contains(&s.code)) {

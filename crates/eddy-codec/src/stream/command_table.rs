@@ -69,6 +69,8 @@ pub enum CommandCode {
     GetPartitionRoute = 105,
     /// 106: a poll that may wait, 0.12.2 wire (edge.9 SDK).
     PollMessagesDeferred = 106,
+    /// 109: a read of many partitions, 0.12.2 wire (the edge.9 SDK's reader).
+    FetchMessages = 109,
     /// 120.
     GetConsumerOffset = 120,
     /// 121.
@@ -228,7 +230,7 @@ use RequiredPermission as P;
 const READ: Option<Operation> = Some(Operation::NonReplicated);
 
 /// The table, ordered by code.
-pub const COMMANDS: [CommandSpec; 54] = [
+pub const COMMANDS: [CommandSpec; 55] = [
     row(C::Ping, "PING", READ, true, P::None),
     row(C::GetStats, "GET_STATS", READ, false, P::ReadServers),
     row(
@@ -383,6 +385,13 @@ pub const COMMANDS: [CommandSpec; 54] = [
     row(
         C::PollMessagesDeferred,
         "POLL_MESSAGES_DEFERRED",
+        READ,
+        false,
+        P::PollMessages,
+    ),
+    row(
+        C::FetchMessages,
+        "FETCH_MESSAGES",
         READ,
         false,
         P::PollMessages,

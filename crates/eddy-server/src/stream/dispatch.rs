@@ -321,6 +321,7 @@ async fn run(ctx: Ctx<'_>, request: Request, on: Resource) -> Result<Outcome, St
         Request::DeletePersonalAccessToken(r) => users::delete_token(ctx, r).await,
         Request::PollMessages(r) => messages::poll(ctx, stream, topic, r).await,
         Request::PollMessagesDeferred(r) => messages::poll_deferred(ctx, stream, topic, r).await,
+        Request::FetchMessages(r) => messages::fetch(ctx, stream, topic, r).await,
         Request::GetPartitionRoute(r) => {
             streams::partition_route(ctx, stream, topic, r.partition_id)
         }

@@ -117,6 +117,7 @@ pub mod delete_stream;
 pub mod delete_topic;
 pub mod delete_user;
 pub mod describe_options;
+pub mod fetch_messages;
 pub mod flush_unsaved_buffer;
 pub mod get_client;
 pub mod get_clients;
