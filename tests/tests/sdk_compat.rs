@@ -666,6 +666,64 @@ async fn segments(addr: SocketAddr) -> Outcome {
     Ok(())
 }
 
+/// Reads `n` messages from a high-level consumer.
+async fn drain(consumer: &mut IggyConsumer, n: usize, what: &str) -> Result<Vec<String>, String> {
+    use futures_util::StreamExt as _;
+    let mut seen = Vec::new();
+    while seen.len() < n {
+        let next = tokio::time::timeout(std::time::Duration::from_secs(10), consumer.next())
+            .await
+            .map_err(|_| format!("only {} of {n} messages ({what})", seen.len()))?
+            .ok_or("the consumer ended")?
+            .map_err(|e| format!("consumer: {e}"))?;
+        seen.push(String::from_utf8_lossy(&next.message.payload).into_owned());
+    }
+    Ok(seen)
+}
+
+/// The SDK's high-level consumer, alone (one per partition in this SDK) and in a consumer
+/// group, over messages sent to two partitions.
+async fn high_level_consumer(addr: SocketAddr) -> Outcome {
+    let client = root(addr).await?;
+    topic(&client, "c4-consumer", 2).await?;
+    for partition in 0..2 {
+        client
+            .send_messages(
+                &named("c4-consumer"),
+                &named("t"),
+                &Partitioning::partition_id(partition),
+                &mut messages(&format!("p{partition}"), 5),
+            )
+            .await
+            .at("send")?;
+    }
+    let mut alone = Vec::new();
+    for partition in 0..2 {
+        let mut consumer = client
+            .consumer("c4-reader", "c4-consumer", "t", partition)
+            .at("consumer builder")?
+            .polling_strategy(PollingStrategy::next())
+            .build();
+        consumer.init().await.at("consumer init")?;
+        alone.extend(drain(&mut consumer, 5, "alone").await?);
+    }
+    let mut consumer = client
+        .consumer_group("c4-readers", "c4-consumer", "t")
+        .at("consumer builder")?
+        .polling_strategy(PollingStrategy::next())
+        .build();
+    consumer.init().await.at("consumer init")?;
+    let grouped = drain(&mut consumer, 10, "group").await?;
+    for seen in [alone, grouped] {
+        ensure!(
+            seen.iter().filter(|p| p.starts_with("p0-")).count() == 5
+                && seen.iter().filter(|p| p.starts_with("p1-")).count() == 5,
+            "{seen:?}"
+        );
+    }
+    Ok(())
+}
+
 /// The scenarios, by the names the edge.9 binary uses too.
 const SCENARIOS: &[(&str, Scenario)] = &[
     ("connect_login_ping", |a| Box::pin(connect_login_ping(a))),
@@ -689,6 +747,7 @@ const SCENARIOS: &[(&str, Scenario)] = &[
     ("stats_and_clients", |a| Box::pin(stats_and_clients(a))),
     ("cluster_metadata", |a| Box::pin(cluster_metadata(a))),
     ("segments", |a| Box::pin(segments(a))),
+    ("high_level_consumer", |a| Box::pin(high_level_consumer(a))),
 ];
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

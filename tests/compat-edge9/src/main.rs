@@ -762,6 +762,56 @@ async fn segments(addr: SocketAddr) -> Outcome {
     Ok(())
 }
 
+/// The SDK's high-level consumer (its reader fetches with `FETCH_MESSAGES`), alone and in a
+/// consumer group, over messages a producer sent.
+async fn high_level_consumer(addr: SocketAddr) -> Outcome {
+    use futures_util::StreamExt as _;
+    let client = root(addr).await?;
+    topic(&client, "c9-consumer", 2).await?;
+    for partition in 0..2 {
+        client
+            .send_messages(
+                &named("c9-consumer"),
+                &named("t"),
+                &Partitioning::partition_id(partition),
+                &mut messages(&format!("p{partition}"), 5),
+            )
+            .await
+            .at("send")?;
+    }
+    for group in [false, true] {
+        let builder = if group {
+            client
+                .consumer_group("c9-readers", "c9-consumer", "t")
+                .at("consumer builder")?
+        } else {
+            // A standalone consumer names its partitions.
+            client
+                .consumer("c9-reader", "c9-consumer", "t")
+                .at("consumer builder")?
+                .partitions([0, 1])
+        };
+        let mut consumer = builder.polling_strategy(PollingStrategy::next()).build();
+        consumer.init().await.at("consumer init")?;
+        let mut seen = Vec::new();
+        while seen.len() < 10 {
+            let next = tokio::time::timeout(std::time::Duration::from_secs(10), consumer.next())
+                .await
+                .map_err(|_| format!("only {} of 10 messages (group: {group})", seen.len()))?
+                .ok_or("the consumer ended")?
+                .map_err(|e| format!("consumer: {e:?}"))?;
+            seen.push(String::from_utf8_lossy(&next.message.payload).into_owned());
+        }
+        seen.sort();
+        ensure!(
+            seen.iter().filter(|p| p.starts_with("p0-")).count() == 5
+                && seen.iter().filter(|p| p.starts_with("p1-")).count() == 5,
+            "{seen:?} (group: {group})"
+        );
+    }
+    Ok(())
+}
+
 const SCENARIOS: &[(&str, Scenario)] = &[
     ("connect_login_ping", |a| Box::pin(connect_login_ping(a))),
     ("streams", |a| Box::pin(streams(a))),
@@ -784,6 +834,7 @@ const SCENARIOS: &[(&str, Scenario)] = &[
     ("stats_and_clients", |a| Box::pin(stats_and_clients(a))),
     ("cluster_metadata", |a| Box::pin(cluster_metadata(a))),
     ("segments", |a| Box::pin(segments(a))),
+    ("high_level_consumer", |a| Box::pin(high_level_consumer(a))),
 ];
 
 #[tokio::main]
