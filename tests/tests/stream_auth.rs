@@ -131,6 +131,59 @@ fn sample(code: CommandCode) -> Request {
             count: 10,
             auto_commit: false,
         }),
+        C::PollMessagesDeferred => {
+            let Request::PollMessages(poll) = sample(C::PollMessages) else {
+                unreachable!("a poll sample")
+            };
+            Request::PollMessagesDeferred(poll_messages_deferred::PollMessagesDeferred {
+                poll,
+                wait_us: 0,
+                min_count: 1,
+                max_bytes: 1 << 20,
+                request_timeout_us: 30_000_000,
+            })
+        }
+        C::FetchMessages => Request::FetchMessages(fetch_messages::FetchMessages {
+            consumer,
+            stream_id: s(),
+            topic_id: t(),
+            wait_us: 0,
+            request_timeout_us: 30_000_000,
+            min_count: 1,
+            count: 10,
+            max_bytes: 1 << 20,
+            auto_commit: false,
+            targets: eddy_codec::stream::codec::Counted(vec![fetch_messages::FetchTarget {
+                partition_id: 0,
+                strategy: PollingStrategy::Offset(0),
+                max_bytes: 1 << 20,
+                incarnation: 1,
+                owner_generation: 0,
+            }]),
+        }),
+        C::GetPartitionRoute => {
+            Request::GetPartitionRoute(get_partition_route::GetPartitionRoute {
+                stream_id: s(),
+                topic_id: t(),
+                partition_id: 0,
+            })
+        }
+        // A topic patch (a stream or user patch is checked as UPDATE_STREAM or UPDATE_USER).
+        C::UpdateResource => Request::UpdateResource(update_resource::UpdateResource {
+            target: update_resource::ResourceTarget::Topic {
+                stream_id: s(),
+                topic_id: t(),
+            },
+            reset: update_resource::ResetKeys::default(),
+            options: TrailingOptions(
+                eddy_options::OptionsBlock::from_entries([(
+                    "message_expiry",
+                    eddy_options::ValueKind::Uint64,
+                    &u64::MAX.to_le_bytes()[..],
+                )])
+                .unwrap(),
+            ),
+        }),
         C::SendMessages => Request::SendMessages(
             send_messages::SendMessages::new(
                 s(),
@@ -496,6 +549,24 @@ fn retarget(request: Request, stream: &str) -> Request {
             r.stream_id = s;
             Request::PollMessages(r)
         }
+        Request::PollMessagesDeferred(mut r) => {
+            r.poll.stream_id = s;
+            Request::PollMessagesDeferred(r)
+        }
+        Request::FetchMessages(mut r) => {
+            r.stream_id = s;
+            Request::FetchMessages(r)
+        }
+        Request::GetPartitionRoute(mut r) => {
+            r.stream_id = s;
+            Request::GetPartitionRoute(r)
+        }
+        Request::UpdateResource(mut r) => {
+            if let update_resource::ResourceTarget::Topic { stream_id, .. } = &mut r.target {
+                *stream_id = s;
+            }
+            Request::UpdateResource(r)
+        }
         Request::SendMessages(mut r) => {
             r.stream_id = s;
             Request::SendMessages(r)
@@ -781,11 +852,20 @@ async fn login_evictions_and_the_version_gate() {
         panic!("expected an eviction, got {a:?}");
     };
     assert_eq!(e.reason, EvictionReason::IncompatibleProtocol as u8);
+    // The window spans the revisions eddy serves: 0.11.x and 0.12.2 (the edge.9 SDK).
     assert_eq!(
         (e.server_protocol_version, e.server_protocol_version_min),
-        (0x2C00, 0x2C00)
+        (0x3002, 0x2C00)
     );
     assert_eq!(e.client, raw.client);
+    // 0.12.1 shares no layout with either revision: refused too.
+    let mut between = raw::login_body("iggy", "iggy");
+    between[..4].copy_from_slice(&((12u32 << 10) | 1).to_le_bytes());
+    let a = raw.register(&between).await;
+    assert_eq!(
+        a.eviction(),
+        Some(EvictionReason::IncompatibleProtocol as u8)
+    );
     // Then a good login on the same connection.
     raw.login("iggy", "iggy").await;
     let a = raw.call(&sample(CommandCode::GetMe)).await;

@@ -87,7 +87,11 @@ async fn system_commands() {
             "enforce_fsync",
             "messages_required_to_save",
             "size_of_messages_required_to_save",
-            "preallocate_segments"
+            "preallocate_segments",
+            // The keys of the newer SDKs (issue 39).
+            "durability",
+            "consumer_offset_durability",
+            "partition_resize_policy"
         ]
     );
     assert!(client
@@ -200,7 +204,8 @@ async fn streams_and_topics() {
         .get(&HeaderKey::from_str("segment_size").unwrap())
         .expect("segment_size reported");
     assert!(!segment.explicit, "defaults are derived");
-    assert_eq!(topic.options.len(), 8);
+    // The catalog's 11 keys, each explicit or derived.
+    assert_eq!(topic.options.len(), 11);
 
     let err = client
         .create_topic(&named("a"), "t", &TopicCreateOptions::default())

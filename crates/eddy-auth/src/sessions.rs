@@ -72,6 +72,9 @@ pub struct Session {
     pub number: u64,
     /// What the login presented.
     pub credential: Credential,
+    /// The packed protocol version the client sent at login: the server answers the session in
+    /// that revision's dialect.
+    pub protocol_version: u32,
 }
 
 /// What the table knows about one connection.
@@ -171,17 +174,18 @@ impl ClientsTable {
         client_id: ClientId,
         user_id: u32,
     ) -> Result<(Session, Option<Session>), SessionError> {
-        self.login_with(client_id, user_id, Credential::Password)
+        self.login_with(client_id, user_id, Credential::Password, 0)
     }
 
-    /// Binds a new session for `user_id`, authenticated with `credential`, to the connection,
-    /// replacing any session it had (a re-login is a logout followed by a login). Returns the
-    /// new session and the replaced one.
+    /// Binds a new session for `user_id`, authenticated with `credential` by a client of
+    /// `protocol_version`, to the connection, replacing any session it had (a re-login is a
+    /// logout followed by a login). Returns the new session and the replaced one.
     pub fn login_with(
         &self,
         client_id: ClientId,
         user_id: u32,
         credential: Credential,
+        protocol_version: u32,
     ) -> Result<(Session, Option<Session>), SessionError> {
         let mut clients = self.lock();
         let client = clients
@@ -193,6 +197,7 @@ impl ClientsTable {
             user_id,
             number,
             credential,
+            protocol_version,
         };
         let previous = client.session.replace(session);
         client.login_failures = 0;
@@ -282,6 +287,7 @@ mod tests {
                 user_id: 7,
                 number: 3,
                 credential: Credential::Password,
+                protocol_version: 0,
             }
         );
         assert_eq!(prev, Some(s1));
@@ -293,7 +299,9 @@ mod tests {
         table.login(a, 7).unwrap();
         assert_eq!(table.login_failures(a), 0, "a login resets the count");
         let digest = TokenDigest::of("a-token");
-        let (s5, _) = table.login_with(b, 5, Credential::Token(digest)).unwrap();
+        let (s5, _) = table
+            .login_with(b, 5, Credential::Token(digest), 0)
+            .unwrap();
         assert_eq!(
             table.session(b).unwrap().credential,
             Credential::Token(digest)

@@ -109,15 +109,19 @@ pub mod keys {
     pub const SIZE_OF_MESSAGES_REQUIRED_TO_SAVE: &str = "size_of_messages_required_to_save";
     /// `preallocate_segments`.
     pub const PREALLOCATE_SEGMENTS: &str = "preallocate_segments";
+    pub const DURABILITY: &str = "durability";
+    pub const CONSUMER_OFFSET_DURABILITY: &str = "consumer_offset_durability";
+    pub const PARTITION_RESIZE_POLICY: &str = "partition_resize_policy";
 }
 
 const STRING_OR_U8: &[ValueKind] = &[ValueKind::String, ValueKind::Uint8];
 const U64_OR_STRING: &[ValueKind] = &[ValueKind::Uint64, ValueKind::String];
 const U32_OR_STRING: &[ValueKind] = &[ValueKind::Uint32, ValueKind::String];
 const BOOL_OR_STRING: &[ValueKind] = &[ValueKind::Bool, ValueKind::String];
+const STRING_ONLY: &[ValueKind] = &[ValueKind::String];
 
 /// The topic catalog, in the order `DESCRIBE_OPTIONS` serves it.
-pub const TOPIC_OPTIONS: [OptionSpec; 8] = [
+pub const TOPIC_OPTIONS: [OptionSpec; 11] = [
     OptionSpec {
         key: keys::COMPRESSION_ALGORITHM,
         kind: ValueKind::String,
@@ -176,6 +180,31 @@ pub const TOPIC_OPTIONS: [OptionSpec; 8] = [
         updatable: false,
         description: "preallocate segment files; segment_size x partitions must stay within 64 GiB",
     },
+    OptionSpec {
+        key: keys::DURABILITY,
+        kind: ValueKind::String,
+        accepts: STRING_ONLY,
+        updatable: false,
+        description: "when a send is acknowledged: \"persisted\" after fdatasync (on a majority \
+                      in a cluster), \"replicated\" once a majority holds it in memory; eddy \
+                      defaults to persisted (the same setting as enforce_fsync)",
+    },
+    OptionSpec {
+        key: keys::CONSUMER_OFFSET_DURABILITY,
+        kind: ValueKind::String,
+        accepts: STRING_ONLY,
+        updatable: false,
+        description: "when a consumer offset store is acknowledged: \"persisted\" or \
+                      \"replicated\"; eddy defaults to persisted",
+    },
+    OptionSpec {
+        key: keys::PARTITION_RESIZE_POLICY,
+        kind: ValueKind::String,
+        accepts: STRING_ONLY,
+        updatable: false,
+        description: "\"mutable\" (default): partitions may be added and deleted; \"fixed\": \
+                      the partition set is fixed at creation",
+    },
 ];
 
 /// The stream catalog: empty, every key is unsupported.
@@ -216,7 +245,7 @@ mod tests {
                 Err(err) => assert_eq!(err, OptionsError::UnknownScope { value: code }),
             }
         }
-        assert_eq!(Scope::Topic.catalog().len(), 8);
+        assert_eq!(Scope::Topic.catalog().len(), 11);
         assert!(Scope::Stream.catalog().is_empty());
         assert!(Scope::User.catalog().is_empty());
     }

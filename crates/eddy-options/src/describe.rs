@@ -189,6 +189,10 @@ mod tests {
                     &[0, 0, 0x10, 0, 0, 0, 0, 0][..]
                 ),
                 ("preallocate_segments", 3, &[0][..]),
+                // The keys of the 0.12.2 wire (the edge.9 and Python SDKs).
+                ("durability", 2, &b"replicated"[..]),
+                ("consumer_offset_durability", 2, &b"replicated"[..]),
+                ("partition_resize_policy", 2, &b"mutable"[..]),
             ]
         );
         let eddy = DescribeOptionsReply::for_scope(Scope::Topic, &TopicSettings::EDDY_DEFAULTS);
@@ -197,6 +201,8 @@ mod tests {
             [1],
             "eddy acks are durable by default"
         );
+        assert_eq!(eddy.entries[8].default, b"persisted");
+        assert_eq!(eddy.entries[9].default, b"persisted");
     }
 
     #[test]

@@ -73,6 +73,8 @@ impl Compression {
 }
 
 /// Concrete values of every topic setting: used both for defaults and for a resolved topic.
+// Each flag is an independent option of the catalog, not a state machine in disguise.
+#[allow(clippy::struct_excessive_bools)]
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub struct TopicSettings {
     /// Compression.
@@ -91,6 +93,29 @@ pub struct TopicSettings {
     pub size_of_messages_required_to_save: u64,
     /// Preallocate segment files.
     pub preallocate_segments: bool,
+    /// Acknowledge consumer offset stores only after fsync (`consumer_offset_durability =
+    /// persisted`).
+    pub consumer_offset_fsync: bool,
+    /// The partition set is fixed at creation (`partition_resize_policy = fixed`).
+    pub fixed_partitions: bool,
+}
+
+/// The `durability` / `consumer_offset_durability` word of a setting.
+const fn durability_name(persisted: bool) -> &'static str {
+    if persisted {
+        "persisted"
+    } else {
+        "replicated"
+    }
+}
+
+/// The `partition_resize_policy` word of a setting.
+const fn resize_policy_name(fixed: bool) -> &'static str {
+    if fixed {
+        "fixed"
+    } else {
+        "mutable"
+    }
 }
 
 impl TopicSettings {
@@ -98,6 +123,7 @@ impl TopicSettings {
     /// (`enforce_fsync = true`) unless a topic opts out.
     pub const EDDY_DEFAULTS: Self = Self {
         enforce_fsync: true,
+        consumer_offset_fsync: true,
         ..Self::REFERENCE_DEFAULTS
     };
 
@@ -111,6 +137,8 @@ impl TopicSettings {
         messages_required_to_save: 1024,
         size_of_messages_required_to_save: 1024 * 1024,
         preallocate_segments: false,
+        consumer_offset_fsync: false,
+        fixed_partitions: false,
     };
 
     /// The canonical value bytes of `key` in these settings (`None` for a foreign key).
@@ -129,6 +157,13 @@ impl TopicSettings {
                 .to_le_bytes()
                 .to_vec(),
             keys::PREALLOCATE_SEGMENTS => vec![u8::from(self.preallocate_segments)],
+            keys::DURABILITY => durability_name(self.enforce_fsync).as_bytes().to_vec(),
+            keys::CONSUMER_OFFSET_DURABILITY => durability_name(self.consumer_offset_fsync)
+                .as_bytes()
+                .to_vec(),
+            keys::PARTITION_RESIZE_POLICY => resize_policy_name(self.fixed_partitions)
+                .as_bytes()
+                .to_vec(),
             _ => return None,
         })
     }
@@ -160,6 +195,13 @@ pub struct TopicOptions {
     pub size_of_messages_required_to_save: Option<u64>,
     /// `preallocate_segments`.
     pub preallocate_segments: Option<bool>,
+    /// `durability` (`true` = persisted): the same setting as `enforce_fsync`, under the name
+    /// newer SDKs send.
+    pub durability: Option<bool>,
+    /// `consumer_offset_durability` (`true` = persisted).
+    pub consumer_offset_durability: Option<bool>,
+    /// `partition_resize_policy` (`true` = fixed).
+    pub fixed_partitions: Option<bool>,
 }
 
 fn invalid(key: &'static str, reason: &'static str) -> OptionsError {
@@ -216,6 +258,18 @@ fn parse_u64(
     }
 }
 
+/// A `durability` word: `persisted` is `true`, `replicated` `false` (any ASCII case).
+fn parse_durability(entry: &OptionEntry<'_>, key: &'static str) -> Result<bool, OptionsError> {
+    if ValueKind::from_code(entry.kind) != Some(ValueKind::String) {
+        return Err(wrong_kind(key));
+    }
+    match text(entry, key)? {
+        word if word.eq_ignore_ascii_case("persisted") => Ok(true),
+        word if word.eq_ignore_ascii_case("replicated") => Ok(false),
+        _ => Err(invalid(key, "expected \"persisted\" or \"replicated\"")),
+    }
+}
+
 fn expiry_from_text(text: &str) -> Option<u64> {
     match text {
         "unlimited" | "Unlimited" | "none" | "None" | "never_expire" => Some(NEVER_EXPIRE),
@@ -259,6 +313,14 @@ impl TopicOptions {
                 return Err(unsupported());
             }
             parsed.absorb(&entry, spec.key)?;
+        }
+        if let (Some(fsync), Some(durability)) = (parsed.enforce_fsync, parsed.durability) {
+            if fsync != durability {
+                return Err(invalid(
+                    keys::DURABILITY,
+                    "contradicts enforce_fsync (persisted is enforce_fsync = true)",
+                ));
+            }
         }
         Ok(parsed)
     }
@@ -318,6 +380,20 @@ impl TopicOptions {
                 self.size_of_messages_required_to_save = (value != 0).then_some(value);
             }
             keys::PREALLOCATE_SEGMENTS => self.preallocate_segments = Some(parse_bool(entry, key)?),
+            keys::DURABILITY => self.durability = Some(parse_durability(entry, key)?),
+            keys::CONSUMER_OFFSET_DURABILITY => {
+                self.consumer_offset_durability = Some(parse_durability(entry, key)?);
+            }
+            keys::PARTITION_RESIZE_POLICY => {
+                if ValueKind::from_code(entry.kind) != Some(ValueKind::String) {
+                    return Err(wrong_kind(key));
+                }
+                self.fixed_partitions = Some(match text(entry, key)? {
+                    word if word.eq_ignore_ascii_case("fixed") => true,
+                    word if word.eq_ignore_ascii_case("mutable") => false,
+                    _ => return Err(invalid(key, "expected \"mutable\" or \"fixed\"")),
+                });
+            }
             _ => unreachable!("every catalog key is handled"),
         }
         Ok(())
@@ -332,7 +408,10 @@ impl TopicOptions {
             message_expiry: self.message_expiry.unwrap_or(defaults.message_expiry),
             max_topic_size: self.max_topic_size.unwrap_or(defaults.max_topic_size),
             segment_size: self.segment_size.unwrap_or(defaults.segment_size),
-            enforce_fsync: self.enforce_fsync.unwrap_or(defaults.enforce_fsync),
+            enforce_fsync: self
+                .enforce_fsync
+                .or(self.durability)
+                .unwrap_or(defaults.enforce_fsync),
             messages_required_to_save: self
                 .messages_required_to_save
                 .unwrap_or(defaults.messages_required_to_save),
@@ -342,6 +421,10 @@ impl TopicOptions {
             preallocate_segments: self
                 .preallocate_segments
                 .unwrap_or(defaults.preallocate_segments),
+            consumer_offset_fsync: self
+                .consumer_offset_durability
+                .unwrap_or(defaults.consumer_offset_fsync),
+            fixed_partitions: self.fixed_partitions.unwrap_or(defaults.fixed_partitions),
         }
     }
 
@@ -389,7 +472,10 @@ impl TopicOptions {
         Ok(self.resolve(current))
     }
 
-    fn present(&self, settings: &TopicSettings) -> [(&'static str, ValueKind, Option<Vec<u8>>); 8] {
+    fn present(
+        &self,
+        settings: &TopicSettings,
+    ) -> [(&'static str, ValueKind, Option<Vec<u8>>); 11] {
         let value = |set: bool, key: &str| {
             if set {
                 settings.canonical_value(key)
@@ -405,6 +491,19 @@ impl TopicOptions {
                     self.compression_algorithm.is_some(),
                     keys::COMPRESSION_ALGORITHM,
                 ),
+            ),
+            (
+                keys::CONSUMER_OFFSET_DURABILITY,
+                ValueKind::String,
+                value(
+                    self.consumer_offset_durability.is_some(),
+                    keys::CONSUMER_OFFSET_DURABILITY,
+                ),
+            ),
+            (
+                keys::DURABILITY,
+                ValueKind::String,
+                value(self.durability.is_some(), keys::DURABILITY),
             ),
             (
                 keys::ENFORCE_FSYNC,
@@ -427,6 +526,14 @@ impl TopicOptions {
                 value(
                     self.messages_required_to_save.is_some(),
                     keys::MESSAGES_REQUIRED_TO_SAVE,
+                ),
+            ),
+            (
+                keys::PARTITION_RESIZE_POLICY,
+                ValueKind::String,
+                value(
+                    self.fixed_partitions.is_some(),
+                    keys::PARTITION_RESIZE_POLICY,
                 ),
             ),
             (
@@ -457,7 +564,7 @@ impl TopicOptions {
         let selected = entries
             .iter()
             .filter_map(|(key, kind, value)| value.as_deref().map(|v| (*key, *kind, v)));
-        // Eight catalog keys with canonical values always form a valid block.
+        // Catalog keys with canonical values always form a valid block.
         OptionsBlock::from_entries(selected).unwrap_or_default()
     }
 
@@ -478,6 +585,11 @@ impl TopicOptions {
             max_topic_size: self.max_topic_size.xor(Some(settings.max_topic_size)),
             segment_size: self.segment_size.xor(Some(settings.segment_size)),
             enforce_fsync: self.enforce_fsync.xor(Some(settings.enforce_fsync)),
+            durability: self.durability.xor(Some(settings.enforce_fsync)),
+            consumer_offset_durability: self
+                .consumer_offset_durability
+                .xor(Some(settings.consumer_offset_fsync)),
+            fixed_partitions: self.fixed_partitions.xor(Some(settings.fixed_partitions)),
             messages_required_to_save: self
                 .messages_required_to_save
                 .xor(Some(settings.messages_required_to_save)),
@@ -608,6 +720,72 @@ mod tests {
         }
     }
 
+    /// The keys newer SDKs send (issue 39): `durability` is `enforce_fsync` under another
+    /// name, `consumer_offset_durability` and `partition_resize_policy` settings of their own.
+    #[test]
+    fn durability_and_resize_policy() {
+        let parsed = TopicOptions::parse(
+            &block(&[
+                ("durability", ValueKind::String, b"replicated"),
+                (
+                    "consumer_offset_durability",
+                    ValueKind::String,
+                    b"Persisted",
+                ),
+                ("partition_resize_policy", ValueKind::String, b"fixed"),
+            ]),
+            Mode::Create,
+        )
+        .unwrap();
+        let settings = parsed.resolve(&TopicSettings::EDDY_DEFAULTS);
+        assert!(
+            !settings.enforce_fsync,
+            "replicated is enforce_fsync = false"
+        );
+        assert!(settings.consumer_offset_fsync);
+        assert!(settings.fixed_partitions);
+        let explicit = parsed.to_block();
+        assert_eq!(explicit.get("durability").unwrap().value, b"replicated");
+        assert_eq!(
+            explicit.get("consumer_offset_durability").unwrap().value,
+            b"persisted"
+        );
+        let derived = parsed.derived_block(&settings);
+        assert_eq!(derived.get("enforce_fsync").unwrap().value, &[0]);
+        assert!(derived.get("durability").is_none());
+        // The defaults: persisted both ways, mutable.
+        let defaults = TopicOptions::default().resolve(&TopicSettings::EDDY_DEFAULTS);
+        assert!(defaults.enforce_fsync && defaults.consumer_offset_fsync);
+        assert!(!defaults.fixed_partitions);
+        for (key, kind, value) in [
+            ("durability", ValueKind::String, &b"quorum"[..]),
+            ("durability", ValueKind::Bool, &[1][..]),
+            (
+                "partition_resize_policy",
+                ValueKind::String,
+                &b"elastic"[..],
+            ),
+            ("consumer_offset_durability", ValueKind::Uint8, &[1][..]),
+        ] {
+            assert!(
+                TopicOptions::parse(&block(&[(key, kind, value)]), Mode::Create).is_err(),
+                "{key} {kind:?} {value:?}"
+            );
+        }
+        let contradiction = block(&[
+            ("durability", ValueKind::String, b"persisted"),
+            ("enforce_fsync", ValueKind::Bool, &[0]),
+        ]);
+        assert!(TopicOptions::parse(&contradiction, Mode::Create).is_err());
+        let agreement = block(&[
+            ("durability", ValueKind::String, b"persisted"),
+            ("enforce_fsync", ValueKind::Bool, &[1]),
+        ]);
+        assert!(TopicOptions::parse(&agreement, Mode::Create).is_ok());
+        let update = block(&[("durability", ValueKind::String, b"persisted")]);
+        assert!(TopicOptions::parse(&update, Mode::Update).is_err());
+    }
+
     #[test]
     fn unknown_and_non_updatable_keys() {
         let partitions = block(&[("partitions_count", ValueKind::Uint32, &[7, 0, 0, 0])]);
@@ -687,16 +865,19 @@ mod tests {
     #[test]
     fn golden_derived_block() {
         let derived = TopicOptions::default().derived_block(&TopicSettings::REFERENCE_DEFAULTS);
-        assert_eq!(derived.encoded_len(), 274);
+        assert_eq!(derived.encoded_len(), 390);
         let keys: Vec<&str> = derived.entries().map(|e| e.key).collect();
         assert_eq!(
             keys,
             [
                 "compression_algorithm",
+                "consumer_offset_durability",
+                "durability",
                 "enforce_fsync",
                 "max_topic_size",
                 "message_expiry",
                 "messages_required_to_save",
+                "partition_resize_policy",
                 "preallocate_segments",
                 "segment_size",
                 "size_of_messages_required_to_save"
@@ -712,10 +893,13 @@ mod tests {
             expected.extend_from_slice(value);
         };
         push("compression_algorithm", 2, b"none");
+        push("consumer_offset_durability", 2, b"replicated");
+        push("durability", 2, b"replicated");
         push("enforce_fsync", 3, &[0]);
         push("max_topic_size", 12, &[0xff; 8]);
         push("message_expiry", 12, &[0xff; 8]);
         push("messages_required_to_save", 11, &[0, 4, 0, 0]);
+        push("partition_resize_policy", 2, b"mutable");
         push("preallocate_segments", 3, &[0]);
         push("segment_size", 12, &[0, 0, 0, 0x40, 0, 0, 0, 0]);
         push(
@@ -733,6 +917,11 @@ mod tests {
         let derived = explicit.derived_block(&settings);
         assert!(derived.get("message_expiry").is_none());
         assert_eq!(derived.get("enforce_fsync").unwrap().value, &[1]);
+        assert_eq!(derived.get("durability").unwrap().value, b"persisted");
+        assert_eq!(
+            derived.get("consumer_offset_durability").unwrap().value,
+            b"persisted"
+        );
         assert_eq!(
             explicit.to_block().get("message_expiry").unwrap().value,
             &5u64.to_le_bytes()

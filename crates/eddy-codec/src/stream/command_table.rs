@@ -21,6 +21,8 @@ pub enum CommandCode {
     GetClusterMetadata = 12,
     /// 13.
     DescribeOptions = 13,
+    /// 16: the option patch of the 0.12.2 wire (edge.9 SDK).
+    UpdateResource = 16,
     /// 20.
     GetMe = 20,
     /// 21.
@@ -63,6 +65,12 @@ pub enum CommandCode {
     SendMessages = 101,
     /// 102: parses, always answered `FeatureUnavailable`.
     FlushUnsavedBuffer = 102,
+    /// 105: a partition's route, 0.12.2 wire (edge.9 SDK).
+    GetPartitionRoute = 105,
+    /// 106: a poll that may wait, 0.12.2 wire (edge.9 SDK).
+    PollMessagesDeferred = 106,
+    /// 109: a read of many partitions, 0.12.2 wire (the edge.9 SDK's reader).
+    FetchMessages = 109,
     /// 120.
     GetConsumerOffset = 120,
     /// 121.
@@ -222,7 +230,7 @@ use RequiredPermission as P;
 const READ: Option<Operation> = Some(Operation::NonReplicated);
 
 /// The table, ordered by code.
-pub const COMMANDS: [CommandSpec; 51] = [
+pub const COMMANDS: [CommandSpec; 55] = [
     row(C::Ping, "PING", READ, true, P::None),
     row(C::GetStats, "GET_STATS", READ, false, P::ReadServers),
     row(
@@ -245,6 +253,15 @@ pub const COMMANDS: [CommandSpec; 51] = [
         READ,
         false,
         P::Authenticated,
+    ),
+    // Authorised as the command it patches: UPDATE_TOPIC (this row's permission), or
+    // UPDATE_STREAM or UPDATE_USER for a stream or user patch.
+    row(
+        C::UpdateResource,
+        "UPDATE_RESOURCE",
+        Some(Operation::UpdateResource),
+        false,
+        P::ManageTopic,
     ),
     row(C::GetMe, "GET_ME", READ, false, P::Authenticated),
     row(C::GetClient, "GET_CLIENT", READ, false, P::ReadServers),
@@ -356,6 +373,28 @@ pub const COMMANDS: [CommandSpec; 51] = [
         READ,
         false,
         P::Unavailable,
+    ),
+    // Sends and polls both need it, so it asks only for a session (and a topic that exists).
+    row(
+        C::GetPartitionRoute,
+        "GET_PARTITION_ROUTE",
+        READ,
+        false,
+        P::Authenticated,
+    ),
+    row(
+        C::PollMessagesDeferred,
+        "POLL_MESSAGES_DEFERRED",
+        READ,
+        false,
+        P::PollMessages,
+    ),
+    row(
+        C::FetchMessages,
+        "FETCH_MESSAGES",
+        READ,
+        false,
+        P::PollMessages,
     ),
     row(
         C::GetConsumerOffset,
@@ -643,7 +682,8 @@ mod tests {
             .collect();
         assert_eq!(pre_auth, [1, 39, 40, 45]);
         let replicated = COMMANDS.iter().filter(|s| s.replicated).count();
-        assert_eq!(replicated, 25);
+        // 25 of the 0.11 catalog and UPDATE_RESOURCE of the 0.12.2 wire.
+        assert_eq!(replicated, 26);
         assert!(!CommandCode::DeleteSegments.spec().result_framed());
         assert!(!CommandCode::SendMessages.spec().result_framed());
         assert!(CommandCode::StoreConsumerOffset.spec().result_framed());

@@ -290,6 +290,9 @@ error_codes! {
     TopicDirectoryNotFound = 2020,
     /// topic id space of the stream exhausted.
     TooManyTopics = 2021,
+    /// partitions added to or deleted from a topic whose `partition_resize_policy` is `fixed`
+    /// (a code of the 0.12.2 wire; the 0.11.0 SDK reads it as a generic error).
+    PartitionResizeDisabled = 2023,
     /// Upstream code 3000.
     CannotCreatePartition = 3000,
     /// Upstream code 3001.
@@ -583,7 +586,7 @@ mod tests {
         for code in ErrorCode::ALL {
             assert_eq!(ErrorCode::from_code(code.code()), Some(*code));
         }
-        assert_eq!(ErrorCode::ALL.len(), 238);
+        assert_eq!(ErrorCode::ALL.len(), 239);
         assert_eq!(ErrorCode::from_code(17), None, "retired");
         assert_eq!(ErrorCode::from_code(0), None);
     }

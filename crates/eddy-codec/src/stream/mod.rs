@@ -22,6 +22,8 @@
 //! * [`error_code`]: [`ErrorCode`], every `IggyError` code.
 //! * Shared encodings: [`name`], [`identifier`], [`polling`], [`permissions`],
 //!   [`user_headers`], [`entities`]; options blocks come from `eddy_options`.
+//! * [`v0_12`]: the replies of the 0.12.2 wire (the edge.9 SDK), re-encoded from the 0.11
+//!   ones the handlers build.
 //!
 //! Invariants: decoders never panic and never size an allocation from a wire count beyond
 //! what the remaining bytes can hold; batch bodies are never copied between receipt, storage
@@ -41,6 +43,7 @@ pub mod polling;
 pub mod reply;
 pub mod request;
 pub mod user_headers;
+pub mod v0_12;
 
 pub use batch::{
     admit, build_batch, AdmittedBatch, BatchHeader, FrameHeader, Message, PollRecord,

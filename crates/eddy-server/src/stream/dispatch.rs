@@ -22,8 +22,9 @@ use bytes::Bytes;
 use eddy_auth::credentials::{normalize_status, token_session_valid, STATUS_ACTIVE};
 use eddy_auth::permissions::{authorize, Caller, Resource, ROOT_USER_ID};
 use eddy_auth::sessions::{ClientId, Credential};
-use eddy_codec::stream::{route, CommandCode, Permissions, Request, Route};
+use eddy_codec::stream::{route, v0_12, CommandCode, Permissions, Request, Route};
 use eddy_stream_store::MetadataState;
+use eddy_wire::stream::version::Revision;
 use eddy_wire::stream::{
     request_checksum, EvictionHeader, EvictionReason, Operation, RequestHeader,
 };
@@ -31,8 +32,8 @@ use eddy_wire::stream::{
 use super::error::{Missing, StreamError};
 use super::handler::{Ctx, Outcome};
 use super::{
-    consumer_groups, login, messages, metric_index, streams, system, users, views, StreamState,
-    INVALID_METRIC,
+    consumer_groups, login, messages, metric_index, streams, system, update_resource, users, views,
+    StreamState, INVALID_METRIC,
 };
 
 /// Handles one request. Returns the metrics index of the command and the outcome.
@@ -65,7 +66,8 @@ pub(crate) async fn handle(
     }
     let code = match route(header) {
         Ok(Route::Register) => {
-            if !checksum_matches(header, &body) {
+            // A 0.12.2 client stamps a random request identifier there, not the body's XXH3.
+            if !register_is_v0_12(&body) && !checksum_matches(header, &body) {
                 return (
                     metric_index(CommandCode::LoginRegister),
                     Err(StreamError::RequestChecksum),
@@ -104,10 +106,14 @@ async fn handle_command(
         return login::register(state, client_id, header, &body).await.1;
     }
     let operation = header.operation().unwrap_or(Operation::NonReplicated);
-    if !checksum_matches(header, &body) {
+    let session = state.clients.session(client_id);
+    let revision = session
+        .and_then(|s| Revision::of(s.protocol_version))
+        .unwrap_or_default();
+    // A 0.12.2 client's `request_checksum` is a random identifier of the logical request.
+    if !revision.is_v0_12() && !checksum_matches(header, &body) {
         return Err(StreamError::RequestChecksum);
     }
-    let session = state.clients.session(client_id);
     let user_id = match session {
         Some(session) => session.user_id,
         None if spec.pre_auth => u32::MAX,
@@ -119,9 +125,17 @@ async fn handle_command(
             ))))
         }
     };
-    let request = Request::decode(code, &body)?;
+    let mut request = Request::decode(code, &body)?;
     // The request holds what it needs; releasing the frame lets a send stamp its batch in place.
     drop(body);
+    // The 0.12.2 option patch runs as the command it patches: its resolution, its permission.
+    let code = match request {
+        Request::UpdateResource(patch) => {
+            request = state.read(|meta| update_resource::legacy(meta, patch))?;
+            request.code()
+        }
+        _ => code,
+    };
     let ctx = Ctx {
         state,
         client_id,
@@ -176,7 +190,18 @@ async fn handle_command(
         permissions: permissions.as_ref(),
     };
     authorize(&caller, code, &resource)?;
-    run(ctx, request, resource).await
+    let outcome = run(ctx, request, resource).await?;
+    if revision.is_v0_12() {
+        return Ok(match outcome {
+            Outcome::Reply(payload) => Outcome::Reply(v0_12::reply(
+                code,
+                payload,
+                v0_12::Serving { replica_id: 0 },
+            )?),
+            evicted @ Outcome::Evict(_) => evicted,
+        });
+    }
+    Ok(outcome)
 }
 
 /// A non-zero `request_checksum` on an operation that carries one must be the XXH3 of the body
@@ -186,6 +211,15 @@ fn checksum_matches(header: &RequestHeader, body: &[u8]) -> bool {
         .operation()
         .is_ok_and(Operation::carries_request_checksum);
     !carries || header.request_checksum == 0 || header.request_checksum == request_checksum(body)
+}
+
+/// Whether a Register body carries a 0.12.2 version prefix.
+fn register_is_v0_12(body: &[u8]) -> bool {
+    body.get(..4)
+        .and_then(|b| b.try_into().ok())
+        .map(u32::from_le_bytes)
+        .and_then(Revision::of)
+        .is_some_and(Revision::is_v0_12)
 }
 
 /// Why a session cannot go on.
@@ -306,6 +340,11 @@ async fn run(ctx: Ctx<'_>, request: Request, on: Resource) -> Result<Outcome, St
         Request::CreatePersonalAccessToken(r) => users::create_token(ctx, r).await,
         Request::DeletePersonalAccessToken(r) => users::delete_token(ctx, r).await,
         Request::PollMessages(r) => messages::poll(ctx, stream, topic, r).await,
+        Request::PollMessagesDeferred(r) => messages::poll_deferred(ctx, stream, topic, r).await,
+        Request::FetchMessages(r) => messages::fetch(ctx, stream, topic, r).await,
+        Request::GetPartitionRoute(r) => {
+            streams::partition_route(ctx, stream, topic, r.partition_id)
+        }
         Request::SendMessages(r) => messages::send(ctx, stream, topic, r).await,
         Request::FlushUnsavedBuffer(_) => Err(StreamError::Unavailable {
             command: CommandCode::FlushUnsavedBuffer,

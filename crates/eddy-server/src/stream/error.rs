@@ -161,6 +161,9 @@ pub enum StreamError {
         /// The cap.
         limit: u32,
     },
+    /// Partitions added to or deleted from a topic whose partition set is fixed.
+    #[error("the topic's partition_resize_policy is fixed")]
+    FixedPartitions,
     /// A consumer offset beyond the partition's newest offset (or on an empty partition).
     #[error("offset {offset} is beyond the partition's newest offset")]
     InvalidOffset {
@@ -293,6 +296,7 @@ impl StreamError {
             StreamError::PartitionsPerRequest { .. } => ErrorCode::TooManyPartitions,
             StreamError::NotEnoughPartitions { .. } => ErrorCode::InvalidPartitionsCount,
             StreamError::PartitionIdsExhausted { .. } => ErrorCode::PartitionIdSpaceExhausted,
+            StreamError::FixedPartitions => ErrorCode::PartitionResizeDisabled,
             StreamError::InvalidOffset { .. } => ErrorCode::InvalidOffset,
             StreamError::PartitionRequired => ErrorCode::ResourceNotFound,
             StreamError::NotAMember => ErrorCode::ConsumerGroupMemberNotFound,

@@ -28,7 +28,7 @@ use eddy_auth::sessions::{ClientId, Credential};
 use eddy_auth::token::TokenDigest;
 use eddy_codec::stream::commands::login_register::{LoginRegisterReply, RegisterAttempts};
 use eddy_codec::stream::CommandCode;
-use eddy_wire::stream::version::{is_compatible, PROTOCOL_VERSION, PROTOCOL_VERSION_MIN};
+use eddy_wire::stream::version::{Revision, PROTOCOL_VERSION_MAX, PROTOCOL_VERSION_MIN};
 use eddy_wire::stream::{EvictionHeader, EvictionReason, RequestHeader};
 
 use super::error::StreamError;
@@ -60,22 +60,19 @@ pub(crate) async fn register(
     } else {
         CommandCode::LoginRegisterWithPat
     };
-    if !is_compatible(
-        attempts.client.protocol_version,
-        PROTOCOL_VERSION,
-        PROTOCOL_VERSION_MIN,
-    ) {
+    // 0.11.x and 0.12.2 are served, each in its own dialect; the window advertised spans both.
+    let Some(revision) = Revision::of(attempts.client.protocol_version) else {
         return (
             code,
             Ok(Outcome::Evict(Box::new(
                 EvictionHeader::incompatible_protocol(
                     header.client,
-                    PROTOCOL_VERSION,
+                    PROTOCOL_VERSION_MAX,
                     PROTOCOL_VERSION_MIN,
                 ),
             ))),
         );
-    }
+    };
     let peer = state.peer_ip(client_id);
     state
         .login
@@ -104,7 +101,7 @@ pub(crate) async fn register(
             Ok(user_id) => {
                 return (
                     CommandCode::LoginRegister,
-                    bind(state, client_id, user_id, Credential::Password),
+                    bind(state, client_id, user_id, Credential::Password, revision),
                 )
             }
             Err(r) => refusal = r,
@@ -128,7 +125,7 @@ pub(crate) async fn register(
                 let credential = Credential::Token(TokenDigest::of(login.token.as_str()));
                 return (
                     CommandCode::LoginRegisterWithPat,
-                    bind(state, client_id, user_id, credential),
+                    bind(state, client_id, user_id, credential, revision),
                 );
             }
             Err(r) => refusal = r,
@@ -151,8 +148,14 @@ fn bind(
     client_id: ClientId,
     user_id: u32,
     credential: Credential,
+    revision: Revision,
 ) -> Result<Outcome, StreamError> {
-    let Ok((session, previous)) = state.clients.login_with(client_id, user_id, credential) else {
+    let protocol_version = revision.protocol_version();
+    let Ok((session, previous)) =
+        state
+            .clients
+            .login_with(client_id, user_id, credential, protocol_version)
+    else {
         return Err(StreamError::Unauthenticated);
     };
     if previous.is_some() {
@@ -162,7 +165,7 @@ fn bind(
     Ok(Outcome::payload(&LoginRegisterReply {
         user_id,
         session: session.number,
-        server_protocol_version: PROTOCOL_VERSION,
+        server_protocol_version: protocol_version,
         server_version: views::wire_name(SERVER_VERSION),
     }))
 }

@@ -23,18 +23,24 @@ use std::sync::Arc;
 use bytes::{Bytes, BytesMut};
 use eddy_codec::stream::batch::BATCH_HEADER_SIZE;
 use eddy_codec::stream::commands::delete_consumer_offset::DeleteConsumerOffset;
+use eddy_codec::stream::commands::fetch_messages::{
+    FetchMessages, FetchMessagesReply, FetchSection, FetchTarget,
+};
 use eddy_codec::stream::commands::get_consumer_offset::{ConsumerOffsetInfo, GetConsumerOffset};
 use eddy_codec::stream::commands::poll_messages::{
     PollMessages, PollMessagesReply, RESYNC_PARTITION,
 };
+use eddy_codec::stream::commands::poll_messages_deferred::{PollMessagesDeferred, MAX_WAIT_US};
 use eddy_codec::stream::commands::send_messages::{
     SendConfirmation, SendMessages, SendMessagesReply,
 };
 use eddy_codec::stream::commands::store_consumer_offset::StoreConsumerOffset;
 use eddy_codec::stream::commands::Maybe;
+use eddy_codec::stream::v0_12::PartitionContext;
 use eddy_codec::stream::{
     admit, AdmittedBatch, Consumer, ConsumerKind, Partitioning, PollingStrategy,
 };
+use eddy_codec::stream::{PollRecord, WireDecode};
 use eddy_stream_store::{
     ConsumerKey, MetadataOp, PartitionAddr, PollStrategy, Stamp, StampableBatch,
 };
@@ -222,6 +228,176 @@ impl Drop for GroupPoll<'_> {
             self.uncommitted,
         );
     }
+}
+
+/// How often a deferred poll looks again while it waits.
+const DEFERRED_POLL_INTERVAL: std::time::Duration = std::time::Duration::from_millis(20);
+
+/// The message count in a poll reply's prefix (`[partition u32][offset u64][count u32]`).
+fn polled_count(outcome: &Outcome) -> u32 {
+    match outcome {
+        Outcome::Reply(chunks) => chunks
+            .first()
+            .and_then(|prefix| prefix.get(12..16))
+            .and_then(|count| count.try_into().ok())
+            .map_or(0, u32::from_le_bytes),
+        Outcome::Evict(_) => 0,
+    }
+}
+
+/// `POLL_MESSAGES_DEFERRED` (0.12.2 wire): looks without committing until `min_count`
+/// messages are there or the wait is over, then polls once as `POLL_MESSAGES` would (an
+/// auto-commit commits only what that poll serves).
+pub(crate) async fn poll_deferred(
+    ctx: Ctx<'_>,
+    stream_id: u32,
+    topic_id: u32,
+    request: PollMessagesDeferred,
+) -> Result<Outcome, StreamError> {
+    if !request.is_valid() {
+        return Err(StreamError::Decode(
+            eddy_codec::stream::CodecError::InvalidValue {
+                field: "deferred poll",
+                offset: 0,
+                reason: "wait, counts or request timeout out of bounds",
+            },
+        ));
+    }
+    let deadline = tokio::time::Instant::now() + std::time::Duration::from_micros(request.wait_us);
+    if request.wait_us > 0 {
+        let look = PollMessages {
+            auto_commit: false,
+            ..request.poll.clone()
+        };
+        loop {
+            let seen = polled_count(&poll(ctx, stream_id, topic_id, look.clone()).await?);
+            if seen >= request.min_count || tokio::time::Instant::now() >= deadline {
+                break;
+            }
+            tokio::time::sleep(DEFERRED_POLL_INTERVAL.min(deadline - tokio::time::Instant::now()))
+                .await;
+        }
+    }
+    poll(ctx, stream_id, topic_id, request.poll).await
+}
+
+/// `FETCH_MESSAGES` (0.12.2 wire): waits like a deferred poll until the targets hold
+/// `min_count` messages together, then polls each target in turn (each with what is left of
+/// `count`) and answers one section per target read: its poll reply's figures and records, or
+/// the error code of its partition.
+pub(crate) async fn fetch(
+    ctx: Ctx<'_>,
+    stream_id: u32,
+    topic_id: u32,
+    request: FetchMessages,
+) -> Result<Outcome, StreamError> {
+    let targets = &request.targets.0;
+    let unique = targets.iter().enumerate().all(|(i, t)| {
+        targets[..i]
+            .iter()
+            .all(|o| o.partition_id != t.partition_id)
+    });
+    if targets.is_empty()
+        || !unique
+        || request.count == 0
+        || request.min_count == 0
+        || request.min_count > request.count
+    {
+        return Err(StreamError::Decode(
+            eddy_codec::stream::CodecError::InvalidValue {
+                field: "fetch",
+                offset: 0,
+                reason: "targets (unique, at least one) or counts out of bounds",
+            },
+        ));
+    }
+    let read = |target: &FetchTarget, count: u32, auto_commit: bool| PollMessages {
+        consumer: request.consumer.clone(),
+        stream_id: eddy_codec::stream::Identifier::numeric(stream_id),
+        topic_id: eddy_codec::stream::Identifier::numeric(topic_id),
+        partition: eddy_codec::stream::OptionalPartition(Some(target.partition_id)),
+        strategy: target.strategy,
+        count,
+        auto_commit,
+    };
+    let wait = std::time::Duration::from_micros(request.wait_us.min(MAX_WAIT_US));
+    let deadline = tokio::time::Instant::now() + wait;
+    if request.wait_us > 0 {
+        loop {
+            let mut seen = 0u32;
+            for target in targets {
+                if let Ok(outcome) =
+                    poll(ctx, stream_id, topic_id, read(target, request.count, false)).await
+                {
+                    seen = seen.saturating_add(polled_count(&outcome));
+                }
+            }
+            if seen >= request.min_count || tokio::time::Instant::now() >= deadline {
+                break;
+            }
+            tokio::time::sleep(DEFERRED_POLL_INTERVAL.min(deadline - tokio::time::Instant::now()))
+                .await;
+        }
+    }
+    let mut reply = FetchMessagesReply::default();
+    let mut left = request.count;
+    for target in targets {
+        if left == 0 {
+            break;
+        }
+        let section = match poll(
+            ctx,
+            stream_id,
+            topic_id,
+            read(target, left, request.auto_commit),
+        )
+        .await
+        {
+            Ok(Outcome::Reply(chunks)) => {
+                let joined: Vec<u8> = chunks.iter().flat_map(|c| c.iter().copied()).collect();
+                let polled = PollMessagesReply::decode(&joined)?;
+                let last = polled
+                    .records
+                    .iter()
+                    .flat_map(PollRecord::messages)
+                    .map(|m| m.offset)
+                    .last();
+                let next_offset = match (last, target.strategy) {
+                    (Some(last), _) => last + 1,
+                    (None, PollingStrategy::Offset(offset)) => offset,
+                    (None, _) if polled.messages_count == 0 && polled.current_offset == 0 => 0,
+                    (None, _) => polled.current_offset + 1,
+                };
+                left = left.saturating_sub(polled.messages_count);
+                let records_len = joined.len() - 16;
+                reply.records.push(Bytes::copy_from_slice(&joined[16..]));
+                FetchSection {
+                    partition_id: target.partition_id,
+                    status: 0,
+                    current_offset: polled.current_offset,
+                    messages_count: polled.messages_count,
+                    context: PartitionContext::EDDY,
+                    next_offset,
+                    records_len: u32::try_from(records_len).unwrap_or(u32::MAX),
+                }
+            }
+            Ok(Outcome::Evict(eviction)) => return Ok(Outcome::Evict(eviction)),
+            Err(error) => FetchSection {
+                partition_id: target.partition_id,
+                status: error.code().code(),
+                current_offset: 0,
+                messages_count: 0,
+                context: PartitionContext::EDDY,
+                next_offset: 0,
+                records_len: 0,
+            },
+        };
+        if section.records_len == 0 && section.status != 0 {
+            reply.records.push(Bytes::new());
+        }
+        reply.sections.push(section);
+    }
+    Ok(Outcome::Reply(reply.chunks()))
 }
 
 /// `POLL_MESSAGES`.

@@ -39,6 +39,7 @@ pub mod stats;
 mod streams;
 mod system;
 pub mod throttle;
+mod update_resource;
 mod users;
 pub mod views;
 

@@ -12,6 +12,7 @@ use eddy_codec::stream::codec::ToEnd;
 use eddy_codec::stream::commands::create_stream::CreateStream;
 use eddy_codec::stream::commands::create_topic::{CreateTopic, MAX_PARTITIONS_PER_REQUEST};
 use eddy_codec::stream::commands::delete_segments::DeleteSegments;
+use eddy_codec::stream::commands::get_partition_route::PartitionRoute;
 use eddy_codec::stream::commands::get_topics::TopicList;
 use eddy_codec::stream::commands::update_stream::UpdateStream;
 use eddy_codec::stream::commands::update_topic::UpdateTopic;
@@ -310,17 +311,22 @@ pub(crate) async fn create_partitions(
     count: u32,
 ) -> Result<Outcome, StreamError> {
     check_partitions_count(count)?;
-    let next = ctx
+    let (next, fixed) = ctx
         .state
         .read(|meta| {
             meta.topic(stream_id, topic_id).map(|t| {
-                t.partitions
+                let next = t
+                    .partitions
                     .keys()
                     .next_back()
-                    .map_or(0, |id| u64::from(*id) + 1)
+                    .map_or(0, |id| u64::from(*id) + 1);
+                (next, views::topic_settings(t).fixed_partitions)
             })
         })
         .ok_or(StreamError::NotFound(Missing::Topic))?;
+    if fixed {
+        return Err(StreamError::FixedPartitions);
+    }
     if next + u64::from(count) > u64::from(MAX_PARTITIONS_PER_TOPIC) {
         return Err(StreamError::PartitionIdsExhausted {
             limit: MAX_PARTITIONS_PER_TOPIC,
@@ -346,10 +352,20 @@ pub(crate) async fn delete_partitions(
     count: u32,
 ) -> Result<Outcome, StreamError> {
     check_partitions_count(count)?;
-    let existing = ctx
+    let (existing, fixed) = ctx
         .state
-        .read(|meta| meta.topic(stream_id, topic_id).map(|t| t.partitions.len()))
+        .read(|meta| {
+            meta.topic(stream_id, topic_id).map(|t| {
+                (
+                    t.partitions.len(),
+                    views::topic_settings(t).fixed_partitions,
+                )
+            })
+        })
         .ok_or(StreamError::NotFound(Missing::Topic))?;
+    if fixed {
+        return Err(StreamError::FixedPartitions);
+    }
     let existing = u32::try_from(existing).unwrap_or(u32::MAX);
     if count > existing {
         return Err(StreamError::NotEnoughPartitions {
@@ -400,4 +416,35 @@ pub(crate) async fn delete_segments(
     .await
     .unwrap_or_else(|join| std::panic::resume_unwind(join.into_panic()))?;
     Ok(Outcome::empty())
+}
+
+/// `GET_PARTITION_ROUTE` (0.12.2 wire): a partition of an existing topic is served here, by
+/// this node, in incarnation 1.
+pub(crate) fn partition_route(
+    ctx: Ctx<'_>,
+    stream_id: u32,
+    topic_id: u32,
+    partition_id: u32,
+) -> Result<Outcome, StreamError> {
+    let (count, exists) = ctx
+        .state
+        .read(|meta| {
+            meta.topic(stream_id, topic_id).map(|t| {
+                (
+                    u32::try_from(t.partitions.len()).unwrap_or(u32::MAX),
+                    t.partitions.contains_key(&partition_id),
+                )
+            })
+        })
+        .ok_or(StreamError::NotFound(Missing::Topic))?;
+    if !exists {
+        return Err(StreamError::NotFound(Missing::Partition));
+    }
+    Ok(Outcome::payload(&PartitionRoute {
+        incarnation: 1,
+        metadata_op: 0,
+        view: 0,
+        partitions_count: count,
+        primary_replica: 0,
+    }))
 }

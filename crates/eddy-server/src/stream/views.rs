@@ -108,7 +108,17 @@ pub fn settings_of(config: &TopicConfig) -> TopicSettings {
         messages_required_to_save: config.messages_required_to_save,
         size_of_messages_required_to_save: config.size_of_messages_required_to_save,
         preallocate_segments: config.preallocate_segments,
+        // Kept in the topic's explicit options only: see `topic_settings`.
+        consumer_offset_fsync: TopicSettings::EDDY_DEFAULTS.consumer_offset_fsync,
+        fixed_partitions: TopicSettings::EDDY_DEFAULTS.fixed_partitions,
     }
+}
+
+/// Every resolved setting of a stored topic: its storage configuration, and the settings kept
+/// only in its explicit options (`consumer_offset_durability`, `partition_resize_policy`,
+/// whose defaults never change).
+pub fn topic_settings(topic: &TopicRecord) -> TopicSettings {
+    explicit_options(topic).resolve(&settings_of(&topic.config))
 }
 
 /// The storage configuration of resolved settings.
@@ -221,7 +231,7 @@ pub fn topic_header(store: &impl Figures, stream_id: u32, topic: &TopicRecord) -
 }
 
 fn header_of(topic: &TopicRecord, size_bytes: u64, messages_count: u64) -> TopicHeader {
-    let settings = settings_of(&topic.config);
+    let settings = topic_settings(topic);
     let explicit = explicit_options(topic);
     TopicHeader {
         id: topic.id,

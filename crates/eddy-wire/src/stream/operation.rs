@@ -72,6 +72,9 @@ pub enum Operation {
     JoinConsumerGroup = 148,
     /// 149: code 605.
     LeaveConsumerGroup = 149,
+    /// 150: code 16, the generic option patch of the 0.12.2 wire (it replaces 129, 133 and
+    /// 142 there).
+    UpdateResource = 150,
     /// 160: code 101. Partition plane, **not** result-framed.
     SendMessages = 160,
     /// 161: code 121. Partition plane, result-framed.
@@ -82,7 +85,7 @@ pub enum Operation {
 
 impl Operation {
     /// Every valid discriminant in ascending order.
-    pub const ALL: [Operation; 34] = [
+    pub const ALL: [Operation; 35] = [
         Self::Reserved,
         Self::Register,
         Self::NonReplicated,
@@ -114,6 +117,7 @@ impl Operation {
         Self::DeletePersonalAccessToken,
         Self::JoinConsumerGroup,
         Self::LeaveConsumerGroup,
+        Self::UpdateResource,
         Self::SendMessages,
         Self::StoreConsumerOffset,
         Self::DeleteConsumerOffset,
@@ -158,6 +162,7 @@ impl Operation {
             147 => Self::DeletePersonalAccessToken,
             148 => Self::JoinConsumerGroup,
             149 => Self::LeaveConsumerGroup,
+            150 => Self::UpdateResource,
             160 => Self::SendMessages,
             161 => Self::StoreConsumerOffset,
             162 => Self::DeleteConsumerOffset,
@@ -171,10 +176,10 @@ impl Operation {
         v >= 64 && v < 128
     }
 
-    /// Metadata class: internal, or 128..=137, 139..=149 (note: **not** 138 `DeleteSegments`).
+    /// Metadata class: internal, or 128..=137, 139..=150 (note: **not** 138 `DeleteSegments`).
     pub const fn is_metadata(self) -> bool {
         let v = self as u8;
-        self.is_internal() || (v >= 128 && v <= 149 && v != 138)
+        self.is_internal() || (v >= 128 && v <= 150 && v != 138)
     }
 
     /// Partition plane: 160 and above.
@@ -237,7 +242,7 @@ mod tests {
             } else {
                 assert!(matches!(
                     value,
-                    4..=63 | 69..=127 | 150..=159 | 163..=255
+                    4..=63 | 69..=127 | 151..=159 | 163..=255
                 ));
             }
         }

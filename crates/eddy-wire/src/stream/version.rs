@@ -83,6 +83,58 @@ pub const fn is_compatible(client: u32, server: u32, min: u32) -> bool {
     client >= min && (client >> COMPONENT_BITS) <= (server >> COMPONENT_BITS)
 }
 
+/// The packed version the 0.11.1-edge.9 SDK sends (`iggy_binary_protocol` 0.11.1-edge.8 packs
+/// an explicit `0.12.2` instead of its crate version): `0x00003002`.
+pub const PROTOCOL_VERSION_EDGE9: u32 = 0x0000_3002;
+
+const _: () = assert!(PROTOCOL_VERSION_EDGE9 == ((12 << COMPONENT_BITS) | 2));
+
+/// The highest version eddy accepts, as the `IncompatibleProtocol` window advertises it.
+pub const PROTOCOL_VERSION_MAX: u32 = PROTOCOL_VERSION_EDGE9;
+
+/// The wire revision a session speaks, chosen at login from the client's packed version
+/// (`docs/iggy-sdk-revisions.md` lists what differs). Everything before login is the same in
+/// both.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default)]
+pub enum Revision {
+    /// Protocol 0.11.x: the `iggy` 0.11.0-edge.4 crates, and SDKs built on that wire (the
+    /// Python `apache-iggy` 0.9.0).
+    #[default]
+    V0_11,
+    /// Protocol 0.12.2: the `iggy` 0.11.1-edge.9 crates (a bind secret in the login body, a
+    /// random request identifier instead of the body checksum, `UPDATE_RESOURCE`, partition
+    /// routes, a 33-byte topic header, derived option blocks, poll contexts).
+    V0_12_2,
+}
+
+impl Revision {
+    /// The revision of a client that sent `client` at login; `None` outside every window eddy
+    /// serves (0.11.x, and 0.12.2 exactly: edge builds between them share numbers with other
+    /// layouts).
+    pub const fn of(client: u32) -> Option<Self> {
+        if is_compatible(client, PROTOCOL_VERSION, PROTOCOL_VERSION_MIN) {
+            Some(Self::V0_11)
+        } else if client == PROTOCOL_VERSION_EDGE9 {
+            Some(Self::V0_12_2)
+        } else {
+            None
+        }
+    }
+
+    /// The packed version login replies of this revision carry.
+    pub const fn protocol_version(self) -> u32 {
+        match self {
+            Self::V0_11 => PROTOCOL_VERSION,
+            Self::V0_12_2 => PROTOCOL_VERSION_EDGE9,
+        }
+    }
+
+    /// Whether this is the 0.12.2 wire.
+    pub const fn is_v0_12(self) -> bool {
+        matches!(self, Self::V0_12_2)
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -108,5 +160,20 @@ mod tests {
         assert!(is_compatible(0x2C00 | COMPONENT_MAX, s, m));
         assert!(!is_compatible(0x2BFF, s, m));
         assert!(!is_compatible(0x3000, s, m));
+    }
+
+    #[test]
+    fn revisions_by_client_version() {
+        assert_eq!(Revision::of(0x2C00), Some(Revision::V0_11));
+        assert_eq!(Revision::of(0x2C05), Some(Revision::V0_11));
+        assert_eq!(Revision::of(0x3002), Some(Revision::V0_12_2));
+        for other in [0x2BFF, 0x3000, 0x3001, 0x3003, 0x3400] {
+            assert_eq!(Revision::of(other), None, "{other:#x}");
+        }
+        assert_eq!(Revision::V0_12_2.protocol_version(), PROTOCOL_VERSION_EDGE9);
+        assert_eq!(
+            ProtocolVersion::unpack(PROTOCOL_VERSION_EDGE9).to_string(),
+            "0.12.2"
+        );
     }
 }

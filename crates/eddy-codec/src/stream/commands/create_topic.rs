@@ -78,18 +78,20 @@ mod tests {
         };
         let mut body = RESULT_OK.to_vec();
         reply.encode(&mut body);
-        assert_eq!(body.len(), 386);
+        // The derived block carries the 0.12.2 keys too (durability,
+        // consumer_offset_durability, partition_resize_policy): 116 bytes past the reference.
+        assert_eq!(body.len(), 502);
         assert_eq!(
             &body[..0x48],
             &hex(
                 "00 00 00 00 00 00 00 00 00 40 1e 18 24 0a 06 00 01 00 00 00 \
                  ff ff ff ff ff ff ff ff 01 ff ff ff ff ff ff ff ff \
                  00 00 00 00 00 00 00 00 00 00 00 00 00 00 00 00 \
-                 0a 74 65 73 74 2d 74 6f 70 69 63 00 00 00 00 12 01 00 00"
+                 0a 74 65 73 74 2d 74 6f 70 69 63 00 00 00 00 86 01 00 00"
             )[..]
         );
         assert_eq!(
-            &body[0x15a..],
+            &body[0x1ce..],
             &hex("00 00 00 00 00 40 1e 18 24 0a 06 00 00 00 00 00 \
                  00 00 00 00 00 00 00 00 00 00 00 00 00 00 00 00 \
                  00 00 00 00 00 00 00 00")[..]

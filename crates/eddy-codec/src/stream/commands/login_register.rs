@@ -10,6 +10,9 @@
 //! The header of a Register request does not say which tail follows. [`RegisterAttempts`]
 //! decodes both, so the server can try username/password first and the token second, as the
 //! spec requires; decoders ignore trailing bytes.
+//!
+//! A client of protocol 0.12.2 (the `iggy` 0.11.1-edge.9 SDK) puts a 32-byte session-binding
+//! secret between the prefix and either tail; the prefix's version says whether it is there.
 
 use crate::stream::codec::{wire_struct, Field, LongString, Reader, ShortString};
 use crate::stream::commands::login_register_with_pat::LoginRegisterWithPat;
@@ -70,7 +73,12 @@ pub struct RegisterAttempts {
     pub password: Option<LoginRegister>,
     /// The body read as a token (code 45), if it parses.
     pub token: Option<LoginRegisterWithPat>,
+    /// The session-binding secret of a 0.12.2 body (`None` for 0.11.x).
+    pub bind_secret: Option<[u8; BIND_SECRET_LEN]>,
 }
+
+/// Length of the session-binding secret of a 0.12.2 login body.
+pub const BIND_SECRET_LEN: usize = 32;
 
 impl RegisterAttempts {
     /// Decodes a Register body. Fails with [`CodecError::MalformedLogin`] when the version
@@ -79,6 +87,24 @@ impl RegisterAttempts {
         let mut reader = Reader::new(body);
         let client = ClientVersionInfo::take(&mut reader, "client_version")
             .map_err(|_| CodecError::MalformedLogin)?;
+        let prefix_len = body.len() - reader.remaining();
+        let with_secret = eddy_wire::stream::version::Revision::of(client.protocol_version)
+            .is_some_and(eddy_wire::stream::version::Revision::is_v0_12);
+        let (bind_secret, unbound);
+        let body = if with_secret {
+            let secret = body
+                .get(prefix_len..prefix_len + BIND_SECRET_LEN)
+                .ok_or(CodecError::MalformedLogin)?;
+            let mut copy = [0; BIND_SECRET_LEN];
+            copy.copy_from_slice(secret);
+            bind_secret = Some(copy);
+            // The tails parse as in 0.11 once the secret is taken out.
+            unbound = [&body[..prefix_len], &body[prefix_len + BIND_SECRET_LEN..]].concat();
+            &unbound[..]
+        } else {
+            bind_secret = None;
+            body
+        };
         let password = LoginRegister::take(&mut Reader::new(body), "login").ok();
         let token = LoginRegisterWithPat::take(&mut Reader::new(body), "login").ok();
         if password.is_none() && token.is_none() {
@@ -88,6 +114,7 @@ impl RegisterAttempts {
             client,
             password,
             token,
+            bind_secret,
         })
     }
 }
@@ -149,6 +176,38 @@ mod tests {
         assert_eq!(
             attempts.token, None,
             "a password body does not parse as a token"
+        );
+    }
+
+    /// A 0.12.2 body (the edge.9 SDK): the prefix, the 32-byte bind secret, then the tail.
+    #[test]
+    fn bind_secret_of_protocol_0_12_2() {
+        let client = ClientVersionInfo {
+            protocol_version: 0x3002,
+            sdk_name: WireName::new("rust-sdk").unwrap(),
+            sdk_version: WireName::new("0.11.1-edge.9").unwrap(),
+        };
+        let mut body = client.to_vec();
+        body.extend_from_slice(&[0x5a; BIND_SECRET_LEN]);
+        body.extend_from_slice(&hex("04 69 67 67 79 04 69 67 67 79 00 00 00 00"));
+        let attempts = RegisterAttempts::decode(&body).unwrap();
+        assert_eq!(attempts.bind_secret, Some([0x5a; BIND_SECRET_LEN]));
+        let login = attempts.password.unwrap();
+        assert_eq!(login.username.as_str(), "iggy");
+        assert_eq!(login.password.0, "iggy");
+        assert_eq!(attempts.token, None);
+
+        let mut token = client.to_vec();
+        token.extend_from_slice(&[7; BIND_SECRET_LEN]);
+        token.extend_from_slice(&hex("03 61 62 63 00 00 00 00"));
+        let attempts = RegisterAttempts::decode(&token).unwrap();
+        assert_eq!(attempts.token.unwrap().token.0, "abc");
+        assert_eq!(attempts.password, None);
+        // A prefix without a whole secret is malformed.
+        let short = &body[..client.to_vec().len() + BIND_SECRET_LEN - 1];
+        assert_eq!(
+            RegisterAttempts::decode(short),
+            Err(CodecError::MalformedLogin)
         );
     }
 
