@@ -224,6 +224,20 @@ fn streams_topics_and_partitions() {
     let audit = cli.json(&["topic", "get", "orders", "audit"]);
     assert_eq!(audit["options"]["enforce_fsync"], false);
     assert_eq!(audit["options"]["message_expiry"], 3_600_000_000_u64);
+    // What every newer SDK sends by default: shown as asked, and acknowledged after fsync
+    // all the same (only `enforce_fsync = false` gives page-cache acks).
+    cli.ok(&[
+        "topic",
+        "create",
+        "orders",
+        "sdk-default",
+        "--option",
+        "durability=replicated",
+    ]);
+    let sdk_default = cli.json(&["topic", "get", "orders", "sdk-default"]);
+    assert_eq!(sdk_default["options"]["durability"], "replicated");
+    assert_eq!(sdk_default["options"]["enforce_fsync"], true);
+    cli.ok(&["topic", "delete", "orders", "sdk-default"]);
     cli.ok(&["partition", "create", "orders", "paid", "2"]);
     assert_eq!(
         cli.json(&["topic", "get", "orders", "paid"])["partitions"]

@@ -87,6 +87,11 @@ pub struct TopicSettings {
     pub segment_size: u64,
     /// Acknowledge only after fsync.
     pub enforce_fsync: bool,
+    /// The `durability` word the topic shows (`true` = persisted): what the client asked, or
+    /// what `enforce_fsync` implies when it did not ask. It never weakens acks: `replicated`
+    /// asks for a majority's copy, and eddy's majority copies are fsynced, so only
+    /// `enforce_fsync = false` acknowledges from the page cache.
+    pub durability_persisted: bool,
     /// Messages buffered before a save.
     pub messages_required_to_save: u32,
     /// Bytes buffered before a save.
@@ -123,6 +128,7 @@ impl TopicSettings {
     /// (`enforce_fsync = true`) unless a topic opts out.
     pub const EDDY_DEFAULTS: Self = Self {
         enforce_fsync: true,
+        durability_persisted: true,
         consumer_offset_fsync: true,
         ..Self::REFERENCE_DEFAULTS
     };
@@ -134,6 +140,7 @@ impl TopicSettings {
         max_topic_size: UNLIMITED,
         segment_size: 1024 * 1024 * 1024,
         enforce_fsync: false,
+        durability_persisted: false,
         messages_required_to_save: 1024,
         size_of_messages_required_to_save: 1024 * 1024,
         preallocate_segments: false,
@@ -157,7 +164,9 @@ impl TopicSettings {
                 .to_le_bytes()
                 .to_vec(),
             keys::PREALLOCATE_SEGMENTS => vec![u8::from(self.preallocate_segments)],
-            keys::DURABILITY => durability_name(self.enforce_fsync).as_bytes().to_vec(),
+            keys::DURABILITY => durability_name(self.durability_persisted)
+                .as_bytes()
+                .to_vec(),
             keys::CONSUMER_OFFSET_DURABILITY => durability_name(self.consumer_offset_fsync)
                 .as_bytes()
                 .to_vec(),
@@ -195,8 +204,9 @@ pub struct TopicOptions {
     pub size_of_messages_required_to_save: Option<u64>,
     /// `preallocate_segments`.
     pub preallocate_segments: Option<bool>,
-    /// `durability` (`true` = persisted): the same setting as `enforce_fsync`, under the name
-    /// newer SDKs send.
+    /// `durability` (`true` = persisted), the newer SDKs' key: `persisted` is
+    /// `enforce_fsync = true`; `replicated` is shown as asked and acknowledged after fsync
+    /// all the same (a majority's copies are fsynced in eddy).
     pub durability: Option<bool>,
     /// `consumer_offset_durability` (`true` = persisted).
     pub consumer_offset_durability: Option<bool>,
@@ -314,13 +324,13 @@ impl TopicOptions {
             }
             parsed.absorb(&entry, spec.key)?;
         }
-        if let (Some(fsync), Some(durability)) = (parsed.enforce_fsync, parsed.durability) {
-            if fsync != durability {
-                return Err(invalid(
-                    keys::DURABILITY,
-                    "contradicts enforce_fsync (persisted is enforce_fsync = true)",
-                ));
-            }
+        // `persisted` with `enforce_fsync = false` asks for two things; `replicated` with
+        // `enforce_fsync = true` is met by the fsync.
+        if let (Some(false), Some(true)) = (parsed.enforce_fsync, parsed.durability) {
+            return Err(invalid(
+                keys::DURABILITY,
+                "contradicts enforce_fsync (persisted is enforce_fsync = true)",
+            ));
         }
         Ok(parsed)
     }
@@ -408,10 +418,16 @@ impl TopicOptions {
             message_expiry: self.message_expiry.unwrap_or(defaults.message_expiry),
             max_topic_size: self.max_topic_size.unwrap_or(defaults.max_topic_size),
             segment_size: self.segment_size.unwrap_or(defaults.segment_size),
+            // `persisted` asks for fsync; `replicated` is met by eddy's fsynced majority and
+            // weakens nothing (see `durability_persisted`).
             enforce_fsync: self
                 .enforce_fsync
-                .or(self.durability)
+                .or(self.durability.filter(|persisted| *persisted))
                 .unwrap_or(defaults.enforce_fsync),
+            durability_persisted: self
+                .durability
+                .or(self.enforce_fsync)
+                .unwrap_or(defaults.durability_persisted),
             messages_required_to_save: self
                 .messages_required_to_save
                 .unwrap_or(defaults.messages_required_to_save),
@@ -585,7 +601,7 @@ impl TopicOptions {
             max_topic_size: self.max_topic_size.xor(Some(settings.max_topic_size)),
             segment_size: self.segment_size.xor(Some(settings.segment_size)),
             enforce_fsync: self.enforce_fsync.xor(Some(settings.enforce_fsync)),
-            durability: self.durability.xor(Some(settings.enforce_fsync)),
+            durability: self.durability.xor(Some(settings.durability_persisted)),
             consumer_offset_durability: self
                 .consumer_offset_durability
                 .xor(Some(settings.consumer_offset_fsync)),
@@ -720,8 +736,9 @@ mod tests {
         }
     }
 
-    /// The keys newer SDKs send (issue 39): `durability` is `enforce_fsync` under another
-    /// name, `consumer_offset_durability` and `partition_resize_policy` settings of their own.
+    /// The keys newer SDKs send (issue 39): `durability = persisted` is `enforce_fsync =
+    /// true`, `replicated` is shown as asked but weakens no ack; `consumer_offset_durability`
+    /// and `partition_resize_policy` are settings of their own.
     #[test]
     fn durability_and_resize_policy() {
         let parsed = TopicOptions::parse(
@@ -739,9 +756,10 @@ mod tests {
         .unwrap();
         let settings = parsed.resolve(&TopicSettings::EDDY_DEFAULTS);
         assert!(
-            !settings.enforce_fsync,
-            "replicated is enforce_fsync = false"
+            settings.enforce_fsync,
+            "replicated (every newer SDK's default) keeps acks durable"
         );
+        assert!(!settings.durability_persisted);
         assert!(settings.consumer_offset_fsync);
         assert!(settings.fixed_partitions);
         let explicit = parsed.to_block();
@@ -751,8 +769,42 @@ mod tests {
             b"persisted"
         );
         let derived = parsed.derived_block(&settings);
-        assert_eq!(derived.get("enforce_fsync").unwrap().value, &[0]);
+        assert_eq!(derived.get("enforce_fsync").unwrap().value, &[1]);
         assert!(derived.get("durability").is_none());
+        // `enforce_fsync = false` alone is the one way to page-cache acks, and reads as
+        // replicated; `persisted` alone asks for fsync.
+        let page_cache = TopicOptions::parse(
+            &block(&[("enforce_fsync", ValueKind::Bool, &[0])]),
+            Mode::Create,
+        )
+        .unwrap();
+        let resolved = page_cache.resolve(&TopicSettings::EDDY_DEFAULTS);
+        assert!(!resolved.enforce_fsync && !resolved.durability_persisted);
+        assert_eq!(
+            page_cache
+                .derived_block(&resolved)
+                .get("durability")
+                .unwrap()
+                .value,
+            b"replicated"
+        );
+        let persisted = TopicOptions::parse(
+            &block(&[("durability", ValueKind::String, b"persisted")]),
+            Mode::Create,
+        )
+        .unwrap()
+        .resolve(&TopicSettings::REFERENCE_DEFAULTS);
+        assert!(persisted.enforce_fsync && persisted.durability_persisted);
+        let both = TopicOptions::parse(
+            &block(&[
+                ("durability", ValueKind::String, b"replicated"),
+                ("enforce_fsync", ValueKind::Bool, &[1]),
+            ]),
+            Mode::Create,
+        )
+        .unwrap()
+        .resolve(&TopicSettings::EDDY_DEFAULTS);
+        assert!(both.enforce_fsync && !both.durability_persisted);
         // The defaults: persisted both ways, mutable.
         let defaults = TopicOptions::default().resolve(&TopicSettings::EDDY_DEFAULTS);
         assert!(defaults.enforce_fsync && defaults.consumer_offset_fsync);

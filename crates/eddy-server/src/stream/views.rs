@@ -105,6 +105,8 @@ pub fn settings_of(config: &TopicConfig) -> TopicSettings {
         max_topic_size: config.max_topic_size.unwrap_or(UNLIMITED),
         segment_size: config.segment_size,
         enforce_fsync: config.enforce_fsync,
+        // What the acks imply, unless the topic's explicit options name a word.
+        durability_persisted: config.enforce_fsync,
         messages_required_to_save: config.messages_required_to_save,
         size_of_messages_required_to_save: config.size_of_messages_required_to_save,
         preallocate_segments: config.preallocate_segments,
