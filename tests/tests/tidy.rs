@@ -336,7 +336,7 @@ fn architecture_docs() -> Vec<(String, String)> {
     let mut records: Vec<String> = std::fs::read_dir(root().join("docs/decisions"))
         .expect("docs/decisions/")
         .map(|e| e.unwrap().file_name().into_string().unwrap())
-        .filter(|name| name.ends_with(".md"))
+        .filter(|name| std::path::Path::new(name).extension() == Some("md".as_ref()))
         .map(|name| format!("docs/decisions/{name}"))
         .collect();
     records.sort();
