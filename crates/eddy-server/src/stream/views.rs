@@ -371,6 +371,8 @@ mod tests {
             message_expiry: 5_000_000,
             max_topic_size: 10 << 30,
             enforce_fsync: false,
+            // Derived from the acks when the topic's explicit options name no word.
+            durability_persisted: false,
             compression_algorithm: Compression::Gzip,
             ..defaults
         };
