@@ -44,7 +44,7 @@ pub const FLAG_REPLICATED: u16 = 1;
 /// Bytes of a replicated record's entry index.
 pub const REPLICATED_INDEX_LEN: usize = 8;
 /// Bytes of a write part's header (before its stored event bytes).
-pub const WRITE_PART_HEADER_LEN: usize = 48 + 8 + 8 + 1 + 4 + 8 * 4 + 1 + 4 + 4;
+pub const WRITE_PART_HEADER_LEN: usize = 48 + 8 + 8 + 1 + EncodedEvents::SUMMARY_LEN;
 /// Bytes of one encoded event before its value.
 pub const EVENT_HEADER_LEN: usize = 8 + 1 + 16 + 8 + 8 + 8 + 1 + 12 + 4;
 /// Bytes of one delete part.
@@ -125,6 +125,79 @@ pub struct EncodedEvents {
     pub raw_len: u32,
     /// The stored bytes.
     pub stored: Bytes,
+}
+
+impl EncodedEvents {
+    /// Bytes of the summary in front of the stored bytes: count, the client sequence and
+    /// timestamp ranges, the compression byte, the raw and the stored length.
+    pub(crate) const SUMMARY_LEN: usize = 4 + 8 * 4 + 1 + 4 + 4;
+
+    /// Writes the summary, then the stored bytes: the one layout of a batch's events, in a
+    /// record and in a replicated command. An `elided` part (a compacted record's, its bytes
+    /// gone) writes its original stored length and the elided flag, and no bytes.
+    pub(crate) fn put(&self, out: &mut BytesMut, elided: Option<u32>) {
+        out.put_u32_le(self.count);
+        out.put_u64_le(self.min_client_seq);
+        out.put_u64_le(self.max_client_seq);
+        out.put_u64_le(self.min_event_timestamp);
+        out.put_u64_le(self.max_event_timestamp);
+        let flag = if elided.is_some() { ELIDED_FLAG } else { 0 };
+        out.put_u8(self.compression.code() | flag);
+        out.put_u32_le(self.raw_len);
+        out.put_u32_le(elided.unwrap_or(u32::try_from(self.stored.len()).unwrap_or(u32::MAX)));
+        out.put_slice(&self.stored);
+    }
+
+    /// Reads what [`EncodedEvents::put`] wrote, with every check of the summary: 1 to
+    /// [`MAX_EVENTS_PER_BATCH`] events, ranges in order, a raw length that holds their headers
+    /// and at most [`MAX_BATCH_BYTES`], stored bytes no longer than that and equal to the raw
+    /// length when uncompressed. Only where `may_elide` (a compacted record) may the part be
+    /// elided; then its original stored length comes back beside empty events.
+    pub(crate) fn read(
+        r: &mut Reader<'_>,
+        may_elide: bool,
+    ) -> Result<(Self, Option<u32>), Corruption> {
+        let count = r.u32()?;
+        let min_client_seq = r.u64()?;
+        let max_client_seq = r.u64()?;
+        let min_event_timestamp = r.u64()?;
+        let max_event_timestamp = r.u64()?;
+        let code = r.u8()?;
+        let elided = may_elide && code & ELIDED_FLAG != 0;
+        let compression = Compression::from_code(if elided { code & !ELIDED_FLAG } else { code })?;
+        let raw_len = r.u32()?;
+        let stored_len = r.u32()?;
+        if count == 0
+            || count > MAX_EVENTS_PER_BATCH
+            || raw_len > MAX_BATCH_BYTES
+            || (raw_len as usize) < count as usize * EVENT_HEADER_LEN
+            || min_client_seq > max_client_seq
+            || min_event_timestamp > max_event_timestamp
+        {
+            return Err(Corruption::BadHeaderField("batch summary"));
+        }
+        if stored_len > MAX_BATCH_BYTES
+            || (compression == Compression::None && stored_len != raw_len)
+        {
+            return Err(Corruption::BadHeaderField("stored length"));
+        }
+        let stored = if elided {
+            Bytes::new()
+        } else {
+            r.take(stored_len as usize)?
+        };
+        let events = Self {
+            count,
+            min_client_seq,
+            max_client_seq,
+            min_event_timestamp,
+            max_event_timestamp,
+            compression,
+            raw_len,
+            stored,
+        };
+        Ok((events, elided.then_some(stored_len)))
+    }
 }
 
 /// One decoded write part.
@@ -328,16 +401,7 @@ pub fn encode_record(record: &EventRecord) -> Bytes {
                     Recreate::Fresh => 1,
                     Recreate::Continue => 2,
                 });
-                out.put_u32_le(p.events.count);
-                out.put_u64_le(p.events.min_client_seq);
-                out.put_u64_le(p.events.max_client_seq);
-                out.put_u64_le(p.events.min_event_timestamp);
-                out.put_u64_le(p.events.max_event_timestamp);
-                let elided = if p.elided.is_some() { ELIDED_FLAG } else { 0 };
-                out.put_u8(p.events.compression.code() | elided);
-                out.put_u32_le(p.events.raw_len);
-                out.put_u32_le(p.elided.unwrap_or(p.events.stored.len() as u32));
-                out.put_slice(&p.events.stored);
+                p.events.put(&mut out, p.elided);
             }
         }
         RecordBody::Trim { key, keep_from } => {
@@ -725,56 +789,17 @@ pub fn decode_record(tag: u32, payload: &Bytes) -> Result<EventRecord, Corruptio
                     2 => Recreate::Continue,
                     _ => return Err(Corruption::BadHeaderField("recreate")),
                 };
-                let count = r.u32()?;
-                let min_client_seq = r.u64()?;
-                let max_client_seq = r.u64()?;
-                let min_event_timestamp = r.u64()?;
-                let max_event_timestamp = r.u64()?;
-                let code = r.u8()?;
-                let elided = compacted && code & ELIDED_FLAG != 0;
-                let compression =
-                    Compression::from_code(if elided { code & !ELIDED_FLAG } else { code })?;
-                let raw_len = r.u32()?;
-                let stored_len = r.u32()? as usize;
+                let (events, elided) = EncodedEvents::read(&mut r, compacted)?;
                 if version == 0 || first_event_seq == 0 {
                     return Err(Corruption::BadHeaderField("version"));
                 }
-                if count == 0
-                    || count > MAX_EVENTS_PER_BATCH
-                    || raw_len > MAX_BATCH_BYTES
-                    || (raw_len as usize) < count as usize * EVENT_HEADER_LEN
-                    || min_client_seq > max_client_seq
-                    || min_event_timestamp > max_event_timestamp
-                {
-                    return Err(Corruption::BadHeaderField("batch summary"));
-                }
-                if compression == Compression::None && stored_len != raw_len as usize {
-                    return Err(Corruption::BadHeaderField("stored length"));
-                }
-                if stored_len > MAX_BATCH_BYTES as usize {
-                    return Err(Corruption::BadHeaderField("stored length"));
-                }
-                let stored = if elided {
-                    Bytes::new()
-                } else {
-                    r.take(stored_len)?
-                };
                 parts.push(WritePart {
                     key,
                     version,
                     first_event_seq,
                     recreate,
-                    events: EncodedEvents {
-                        count,
-                        min_client_seq,
-                        max_client_seq,
-                        min_event_timestamp,
-                        max_event_timestamp,
-                        compression,
-                        raw_len,
-                        stored,
-                    },
-                    elided: elided.then_some(stored_len as u32),
+                    events,
+                    elided,
                 });
             }
             if compacted && parts.iter().all(|p| p.elided.is_none()) {

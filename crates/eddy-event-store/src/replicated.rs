@@ -33,7 +33,7 @@ use bytes::{Buf, BufMut, Bytes, BytesMut};
 use eddy_log::{Completion, Corruption, IoOp};
 
 use crate::error::{EventStoreError, Refusal, Result};
-use crate::record::{self, put_key, put_opt_u128, Compression, EncodedEvents, Reader};
+use crate::record::{self, put_key, put_opt_u128, EncodedEvents, Reader};
 use crate::store::EventStore;
 use crate::types::{
     AggregateDelete, AggregateWrite, DeleteOutcome, DeleteRequest, SchemaKey, SchemaRegistration,
@@ -45,7 +45,7 @@ pub const COMMAND_VERSION: u8 = 1;
 /// Bytes of a command's common header.
 const COMMAND_HEADER_LEN: usize = 1 + 1 + 16 + 17 + 8;
 /// Bytes of a write part before its stored events.
-const WRITE_PART_LEN: usize = 48 + 1 + 8 + 4 + 8 * 4 + 1 + 4 + 4;
+const WRITE_PART_LEN: usize = 48 + 1 + 8 + EncodedEvents::SUMMARY_LEN;
 /// Bytes of a delete part.
 const DELETE_PART_LEN: usize = 48 + 1 + 8;
 
@@ -141,15 +141,7 @@ impl Command {
                             | u8::from(w.enforce_client_idempotency) << 2,
                     );
                     out.put_u64_le(w.expected_version.unwrap_or(0));
-                    out.put_u32_le(e.count);
-                    out.put_u64_le(e.min_client_seq);
-                    out.put_u64_le(e.max_client_seq);
-                    out.put_u64_le(e.min_event_timestamp);
-                    out.put_u64_le(e.max_event_timestamp);
-                    out.put_u8(e.compression.code());
-                    out.put_u32_le(e.raw_len);
-                    out.put_u32_le(u32::try_from(e.stored.len()).unwrap_or(u32::MAX));
-                    out.put_slice(&e.stored);
+                    e.put(&mut out, None);
                 }
             }
             Command::Trim(t) => {
@@ -206,18 +198,8 @@ impl Command {
                         return Err(Corruption::BadHeaderField("write part flags"));
                     }
                     let expected_version = opt_u64(flags, 2, r.u64()?)?;
-                    let count = r.u32()?;
-                    let min_client_seq = r.u64()?;
-                    let max_client_seq = r.u64()?;
-                    let min_event_timestamp = r.u64()?;
-                    let max_event_timestamp = r.u64()?;
-                    let compression = Compression::from_code(r.u8()?)?;
-                    let raw_len = r.u32()?;
-                    let stored_len = r.u32()? as usize;
-                    let stored = r.take(stored_len)?;
-                    if count == 0 || count > record::MAX_EVENTS_PER_BATCH {
-                        return Err(Corruption::BadHeaderField("event count"));
-                    }
+                    // A command's events are never elided (only compaction elides).
+                    let (events, _) = EncodedEvents::read(&mut r, false)?;
                     parts.push((
                         AggregateWrite {
                             key,
@@ -226,16 +208,7 @@ impl Command {
                             expected_version,
                             enforce_client_idempotency: flags & 4 != 0,
                         },
-                        EncodedEvents {
-                            count,
-                            min_client_seq,
-                            max_client_seq,
-                            min_event_timestamp,
-                            max_event_timestamp,
-                            compression,
-                            raw_len,
-                            stored,
-                        },
+                        events,
                     ));
                 }
                 Command::Write {
