@@ -50,6 +50,7 @@
 use bytes::Bytes;
 use eddy_wire::event::ProtocolVersion;
 
+mod cursor;
 mod error;
 mod error_code;
 mod frame;

@@ -15,44 +15,32 @@
 
 use bytes::Bytes;
 
+use super::cursor::Cursor;
 use super::error::DecodeError;
 
 /// Reads V2 values from a body, never past its end, never panicking.
 #[derive(Debug)]
-pub(crate) struct V2Reader<'a> {
-    buf: &'a [u8],
-    pos: usize,
-    owner: Option<&'a Bytes>,
+pub(crate) struct V2Reader<'a>(Cursor<'a>);
+
+impl<'a> std::ops::Deref for V2Reader<'a> {
+    type Target = Cursor<'a>;
+
+    fn deref(&self) -> &Cursor<'a> {
+        &self.0
+    }
+}
+
+impl std::ops::DerefMut for V2Reader<'_> {
+    fn deref_mut(&mut self) -> &mut Self::Target {
+        &mut self.0
+    }
 }
 
 impl<'a> V2Reader<'a> {
     /// A reader over `buf`; with `owner` (the `Bytes` that `buf` is), byte fields are
     /// zero-copy slices of it instead of copies.
     pub(crate) fn new(buf: &'a [u8], owner: Option<&'a Bytes>) -> Self {
-        debug_assert!(owner.is_none_or(|o| o.as_ref() == buf));
-        Self { buf, pos: 0, owner }
-    }
-
-    pub(crate) fn offset(&self) -> usize {
-        self.pos
-    }
-
-    pub(crate) fn remaining(&self) -> usize {
-        self.buf.len() - self.pos
-    }
-
-    pub(crate) fn take(&mut self, n: usize) -> Result<&'a [u8], DecodeError> {
-        let available = self.remaining();
-        if n > available {
-            return Err(DecodeError::UnexpectedEnd {
-                offset: self.pos,
-                needed: n,
-                available,
-            });
-        }
-        let out = &self.buf[self.pos..self.pos + n];
-        self.pos += n;
-        Ok(out)
+        Self(Cursor::new(buf, owner))
     }
 
     fn array<const N: usize>(&mut self) -> Result<[u8; N], DecodeError> {
@@ -82,7 +70,7 @@ impl<'a> V2Reader<'a> {
     }
 
     pub(crate) fn bool(&mut self) -> Result<bool, DecodeError> {
-        let offset = self.pos;
+        let offset = self.offset();
         match self.u8()? {
             0 => Ok(false),
             1 => Ok(true),
@@ -92,7 +80,7 @@ impl<'a> V2Reader<'a> {
 
     /// An `Option` tag: `true` when a value follows.
     pub(crate) fn option_tag(&mut self) -> Result<bool, DecodeError> {
-        let offset = self.pos;
+        let offset = self.offset();
         match self.u8()? {
             0 => Ok(false),
             1 => Ok(true),
@@ -103,7 +91,7 @@ impl<'a> V2Reader<'a> {
     /// A u64 count of elements that each take at least `min_element_len` bytes; refused when
     /// the rest of the body cannot hold them.
     pub(crate) fn count(&mut self, min_element_len: usize) -> Result<usize, DecodeError> {
-        let offset = self.pos;
+        let offset = self.offset();
         let count = self.u64()?;
         let available = self.remaining();
         let fits = usize::try_from(count)
@@ -122,16 +110,13 @@ impl<'a> V2Reader<'a> {
 
     fn length_prefixed(&mut self) -> Result<(usize, &'a [u8]), DecodeError> {
         let len = self.count(1)?;
-        let start = self.pos;
+        let start = self.offset();
         Ok((start, self.take(len)?))
     }
 
     pub(crate) fn bytes(&mut self) -> Result<Bytes, DecodeError> {
-        let (start, raw) = self.length_prefixed()?;
-        Ok(match self.owner {
-            Some(owner) => owner.slice(start..start + raw.len()),
-            None => Bytes::copy_from_slice(raw),
-        })
+        let len = self.count(1)?;
+        self.take_bytes(len)
     }
 
     pub(crate) fn string(&mut self) -> Result<String, DecodeError> {

@@ -13,6 +13,7 @@
 
 use bytes::Bytes;
 
+use super::cursor::Cursor;
 use super::error::DecodeError;
 
 const NIL: u8 = 0xc0;
@@ -74,40 +75,27 @@ enum Int {
 
 /// Reads V3 values from a body, never past its end, never panicking.
 #[derive(Debug)]
-pub(crate) struct V3Reader<'a> {
-    buf: &'a [u8],
-    pos: usize,
-    owner: Option<&'a Bytes>,
+pub(crate) struct V3Reader<'a>(Cursor<'a>);
+
+impl<'a> std::ops::Deref for V3Reader<'a> {
+    type Target = Cursor<'a>;
+
+    fn deref(&self) -> &Cursor<'a> {
+        &self.0
+    }
+}
+
+impl std::ops::DerefMut for V3Reader<'_> {
+    fn deref_mut(&mut self) -> &mut Self::Target {
+        &mut self.0
+    }
 }
 
 impl<'a> V3Reader<'a> {
     /// A reader over `buf`; with `owner` (the `Bytes` that `buf` is), byte fields are
     /// zero-copy slices of it.
     pub(crate) fn new(buf: &'a [u8], owner: Option<&'a Bytes>) -> Self {
-        debug_assert!(owner.is_none_or(|o| o.as_ref() == buf));
-        Self { buf, pos: 0, owner }
-    }
-
-    pub(crate) fn offset(&self) -> usize {
-        self.pos
-    }
-
-    pub(crate) fn remaining(&self) -> usize {
-        self.buf.len() - self.pos
-    }
-
-    fn take(&mut self, n: usize) -> Result<&'a [u8], DecodeError> {
-        let available = self.remaining();
-        if n > available {
-            return Err(DecodeError::UnexpectedEnd {
-                offset: self.pos,
-                needed: n,
-                available,
-            });
-        }
-        let out = &self.buf[self.pos..self.pos + n];
-        self.pos += n;
-        Ok(out)
+        Self(Cursor::new(buf, owner))
     }
 
     fn be(&mut self, n: usize) -> Result<u64, DecodeError> {
@@ -117,22 +105,8 @@ impl<'a> V3Reader<'a> {
             .fold(0u64, |acc, &b| (acc << 8) | u64::from(b)))
     }
 
-    /// The next marker without consuming it.
-    pub(crate) fn peek(&self) -> Result<u8, DecodeError> {
-        self.buf
-            .get(self.pos)
-            .copied()
-            .ok_or(DecodeError::UnexpectedEnd {
-                offset: self.pos,
-                needed: 1,
-                available: 0,
-            })
-    }
-
     fn marker(&mut self) -> Result<u8, DecodeError> {
-        let m = self.peek()?;
-        self.pos += 1;
-        Ok(m)
+        Ok(self.take(1)?[0])
     }
 
     fn unexpected(offset: usize, marker: u8, expected: &'static str) -> DecodeError {
@@ -174,7 +148,7 @@ impl<'a> V3Reader<'a> {
 
     /// An unsigned integer of at most `max` (any integer marker holding a non-negative value).
     pub(crate) fn uint(&mut self, max: u64, target: &'static str) -> Result<u64, DecodeError> {
-        let offset = self.pos;
+        let offset = self.offset();
         let marker = self.marker()?;
         match self.int_after(offset, marker, target)? {
             Int::Unsigned(v) if v <= max => Ok(v),
@@ -184,7 +158,7 @@ impl<'a> V3Reader<'a> {
 
     /// A `u128`: `c4 10` + 16 big-endian bytes, or a non-negative integer.
     pub(crate) fn u128(&mut self) -> Result<u128, DecodeError> {
-        let offset = self.pos;
+        let offset = self.offset();
         let marker = self.marker()?;
         if marker == BIN8 {
             let len = self.be(1)? as usize;
@@ -209,7 +183,7 @@ impl<'a> V3Reader<'a> {
     }
 
     pub(crate) fn bool(&mut self) -> Result<bool, DecodeError> {
-        let offset = self.pos;
+        let offset = self.offset();
         match self.marker()? {
             FALSE => Ok(false),
             TRUE => Ok(true),
@@ -220,7 +194,7 @@ impl<'a> V3Reader<'a> {
     /// Consumes a nil marker if one is next.
     pub(crate) fn nil(&mut self) -> Result<bool, DecodeError> {
         if self.peek()? == NIL {
-            self.pos += 1;
+            self.take(1)?;
             Ok(true)
         } else {
             Ok(false)
@@ -268,7 +242,7 @@ impl<'a> V3Reader<'a> {
 
     /// An array header whose elements take at least `min_element_len` bytes each.
     pub(crate) fn array_len(&mut self, min_element_len: usize) -> Result<usize, DecodeError> {
-        let offset = self.pos;
+        let offset = self.offset();
         let marker = self.marker()?;
         let len = self
             .array_len_after(marker)?
@@ -278,7 +252,7 @@ impl<'a> V3Reader<'a> {
 
     /// A map header whose entries take at least `min_entry_len` bytes each.
     pub(crate) fn map_len(&mut self, min_entry_len: usize) -> Result<usize, DecodeError> {
-        let offset = self.pos;
+        let offset = self.offset();
         let marker = self.marker()?;
         let len = self
             .map_len_after(marker)?
@@ -293,7 +267,7 @@ impl<'a> V3Reader<'a> {
         fields: usize,
         required: usize,
     ) -> Result<StructForm, DecodeError> {
-        let offset = self.pos;
+        let offset = self.offset();
         let marker = self.marker()?;
         if let Some(len) = self.array_len_after(marker)? {
             if len < required || len > fields {
@@ -330,18 +304,23 @@ impl<'a> V3Reader<'a> {
         }
     }
 
-    /// The payload of a str or bin value, with its offset.
-    fn raw_str_or_bin(&mut self) -> Result<(usize, &'a [u8]), DecodeError> {
-        let offset = self.pos;
+    /// The length of a str or bin value, its marker and length read.
+    fn str_or_bin_len(&mut self) -> Result<usize, DecodeError> {
+        let offset = self.offset();
         let marker = self.marker()?;
-        let len = match marker {
+        Ok(match marker {
             0xa0..=0xbf => usize::from(marker & 0x1f),
             STR8 | BIN8 => self.be(1)? as usize,
             STR16 | BIN16 => self.be(2)? as usize,
             STR32 | BIN32 => self.be(4)? as usize,
             m => return Err(Self::unexpected(offset, m, "str or bin")),
-        };
-        let start = self.pos;
+        })
+    }
+
+    /// The payload of a str or bin value, with its offset.
+    fn raw_str_or_bin(&mut self) -> Result<(usize, &'a [u8]), DecodeError> {
+        let len = self.str_or_bin_len()?;
+        let start = self.offset();
         Ok((start, self.take(len)?))
     }
 
@@ -364,11 +343,8 @@ impl<'a> V3Reader<'a> {
             }
             return Ok(Bytes::from(out));
         }
-        let (start, raw) = self.raw_str_or_bin()?;
-        Ok(match self.owner {
-            Some(owner) => owner.slice(start..start + raw.len()),
-            None => Bytes::copy_from_slice(raw),
-        })
+        let len = self.str_or_bin_len()?;
+        self.take_bytes(len)
     }
 
     /// Skips one complete value of any kind, iteratively.
@@ -376,7 +352,7 @@ impl<'a> V3Reader<'a> {
         let mut pending: usize = 1;
         while pending > 0 {
             pending -= 1;
-            let offset = self.pos;
+            let offset = self.offset();
             let marker = self.marker()?;
             let skip = match marker {
                 0x00..=0x7f | 0xe0..=0xff | NIL | FALSE | TRUE => 0,
