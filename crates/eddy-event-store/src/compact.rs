@@ -66,11 +66,12 @@ use bytes::Bytes;
 use eddy_log::{RecordMeta, SegmentRewrite, SegmentSummary};
 
 use crate::error::{EventStoreError, Result};
+use crate::keys::key_version;
 use crate::record::{
     decode_record, encode_record, EventRecord, RecordBody, WritePart, COMPACTED_TIP_LEN, TAG_WRITE,
 };
 use crate::shard::Shard;
-use crate::state::{key_version, AggState};
+use crate::state::AggState;
 use crate::types::AggregateKey;
 
 /// Default seconds between two compaction passes (`--compaction-check-interval-secs`).

@@ -15,7 +15,7 @@ use crate::record::{
     decode_record, encode_record, EventCodec, EventRecord, RecordBody, TAG_DELETE, TAG_SCHEMA,
     TAG_TRIM, TAG_WRITE,
 };
-use crate::state::{self, derive_update};
+use crate::state::derive_update;
 use crate::types::{AggregateKey, NewEvent, SchemaKey};
 
 /// The dictionary the fuzzer's codec uses for `ZstdDict` parts.
@@ -92,9 +92,9 @@ pub fn fuzz_event_index(data: &[u8]) {
         return;
     }
     for key in [
-        state::key_agg(&AggregateKey::new(1, 2, 3)),
-        state::key_org(1),
-        state::key_version(&AggregateKey::new(1, 2, 3), 1),
+        crate::keys::key_agg(&AggregateKey::new(1, 2, 3)),
+        crate::keys::key_org(1),
+        crate::keys::key_version(&AggregateKey::new(1, 2, 3), 1),
     ] {
         let _ = index.get(&key);
     }
@@ -221,9 +221,9 @@ pub fn event_index_seeds() -> Vec<(String, Vec<u8>)> {
         let mut entries: HashMap<Vec<u8>, Vec<u8>> = HashMap::new();
         for i in 0..n {
             let k = AggregateKey::new(1, 2, u128::from(i));
-            entries.insert(state::key_agg(&k), vec![i as u8; 129]);
-            entries.insert(state::key_version(&k, 1), i.to_le_bytes().to_vec());
-            entries.insert(state::key_org(u128::from(i % 3)), Vec::new());
+            entries.insert(crate::keys::key_agg(&k), vec![i as u8; 129]);
+            entries.insert(crate::keys::key_version(&k, 1), i.to_le_bytes().to_vec());
+            entries.insert(crate::keys::key_org(u128::from(i % 3)), Vec::new());
         }
         index.apply(&entries.into_iter().collect(), 7, false);
         index.flush_all().expect("flushes");

@@ -182,6 +182,7 @@ pub mod error;
 #[doc(hidden)]
 pub mod fuzzing;
 pub mod index;
+pub(crate) mod keys;
 mod memtable;
 pub mod placement;
 pub(crate) mod record;

@@ -28,7 +28,7 @@ use std::ops::Bound;
 use bytes::Bytes;
 use hashbrown::HashTable;
 
-use crate::state::{KIND_AGG, KIND_ORG, KIND_TYPE, KIND_VERSION, VERSION_PREFIX_LEN};
+use crate::keys::{KIND_AGG, KIND_ORG, KIND_TYPE, KIND_VERSION, VERSION_PREFIX_LEN};
 
 use crate::FastMap as HashMap;
 

@@ -58,8 +58,8 @@ use eddy_log::{
 };
 
 use crate::error::{EventStoreError, Result};
+use crate::keys::bloom_key;
 use crate::memtable::Memtable;
-use crate::state::bloom_key;
 use format::{parse_run_name, BLOOM_BITS_PER_KEY, ENTRY_OVERHEAD, MAX_FROZEN, MAX_RUNS};
 use manifest::{decode_manifest, encode_manifest, Manifest};
 use run::{Entries, Run, RunIter, RunWriter};

@@ -9,7 +9,7 @@ use eddy_log::{next_owner_id, Cache, Corruption, IoOp, OpenMode, StorageBackend,
 use xxhash_rust::xxh3::xxh3_64;
 
 use crate::error::{EventStoreError, Result};
-use crate::state::{bloom_key, is_point_key, KIND_VERSION, MAX_KEY_LEN, VERSION_PREFIX_LEN};
+use crate::keys::{bloom_key, is_point_key, KIND_VERSION, MAX_KEY_LEN, VERSION_PREFIX_LEN};
 
 use super::format::{
     le_u32, le_u64, run_file_name, BLOCK_TARGET, BLOOM_BITS_PER_KEY, FOOTER_LEN, FOOTER_MAGIC,

@@ -34,13 +34,12 @@ use eddy_log::{lock, Completion, Corruption, Log, RecordMeta};
 
 use crate::error::{EventStoreError, Refusal, Result};
 use crate::index::Index;
+use crate::keys::{agg_key_bytes, key_schema, mark_key_bytes};
 use crate::record::{
     chain_tip, decode_record, encode_record, DeletePart, EncodedEvents, EventCodec, EventRecord,
     RecordBody, WritePart, RECORD_HEADER_LEN, REPLICATED_INDEX_LEN, WRITE_PART_HEADER_LEN,
 };
-use crate::state::{
-    agg_key_bytes, decode_schema, derive_update, key_schema, mark_key_bytes, AggState, Mark,
-};
+use crate::state::{decode_schema, derive_update, AggState, Mark};
 use crate::types::{
     AggregateDelete, AggregateKey, AggregateWrite, DeleteOutcome, SchemaKey, SchemaRegistration,
     StoredSchema, TrimOutcome, TrimRequest, WriteOutcome,

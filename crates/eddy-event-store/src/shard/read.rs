@@ -7,8 +7,8 @@ use std::collections::HashSet;
 use eddy_log::Corruption;
 
 use crate::error::{EventStoreError, Refusal, Result};
+use crate::keys::{key_version, parse_version_key, KIND_VERSION};
 use crate::record::{decode_record, EventRecord, RecordBody, WritePart};
-use crate::state::{key_version, parse_version_key, KIND_VERSION};
 use crate::types::{AggregateKey, EventBatch, ReadPage, ReadQuery};
 
 use super::{corrupt_in, Shard};

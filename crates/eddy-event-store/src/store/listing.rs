@@ -5,9 +5,10 @@
 use std::path::PathBuf;
 
 use crate::error::{EventStoreError, Result};
-use crate::state::{
-    key_hash, parse_agg_key, parse_org_key, parse_type_key, AggState, KIND_AGG, KIND_ORG, KIND_TYPE,
+use crate::keys::{
+    key_hash, parse_agg_key, parse_org_key, parse_type_key, KIND_AGG, KIND_ORG, KIND_TYPE,
 };
+use crate::state::AggState;
 use crate::types::{AggregateListItem, AggregateTypeItem, ListPage};
 
 use super::config::MAX_LIST_PAGE;

@@ -91,7 +91,7 @@ pub(super) fn replay(shard: &Shard, from: u64) -> Result<(u64, [u8; 32])> {
                 |k, c| {
                     shard
                         .index
-                        .get_with(&state::mark_key_bytes(k, c), state::Mark::decode)?
+                        .get_with(&crate::keys::mark_key_bytes(k, c), state::Mark::decode)?
                         .transpose()
                         .map_err(corrupt(s))
                 },
