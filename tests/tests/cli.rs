@@ -197,6 +197,34 @@ fn status_of_a_running_server_and_of_a_stopped_one() {
     );
 }
 
+/// A single node is a cluster of one: itself, up, holding no replicated group; a user without
+/// `read_servers` is refused.
+#[test]
+fn cluster_status_of_a_single_node() {
+    let eddy = server();
+    let cli = Cli::new(&eddy);
+    let members = cli.json(&["cluster", "status"]);
+    assert_eq!(members.as_array().unwrap().len(), 1, "{members}");
+    assert_eq!(members[0]["id"], 1);
+    assert_eq!(members[0]["state"], "up");
+    assert_eq!(members[0]["groups"], 0);
+    assert_eq!(members[0]["tls"], false);
+    assert_eq!(
+        members[0]["address"],
+        eddy.addrs().stream.to_string().as_str()
+    );
+    assert_eq!(
+        cli.json(&["cluster", "status", "--groups"]),
+        Value::Array(vec![])
+    );
+    cli.ok(&["user", "create", "reader", "reader-pass"]);
+    let denied = cli.fails(
+        &["cluster", "status", "-u", "reader", "-p", "reader-pass"],
+        REFUSED,
+    );
+    assert!(denied.contains("Unauthorized (code 41)"), "{denied}");
+}
+
 #[test]
 fn streams_topics_and_partitions() {
     let eddy = server();

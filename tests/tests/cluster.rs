@@ -175,6 +175,45 @@ async fn three_nodes_lose_their_leader_without_losing_an_acknowledged_batch() {
         }
         roles.sort();
         assert_eq!(roles, ["follower", "follower", "leader"]);
+        // `eddy cluster status` through a follower agrees: every member up over mutual TLS,
+        // one metadata leader (the one clients are sent to), every group led by someone.
+        let members = cluster_status_cli(follower, false);
+        assert_eq!(members.len(), 3, "{members:?}");
+        assert!(
+            members
+                .iter()
+                .all(|m| m["state"] == "up" && m["tls"] == true),
+            "{members:?}"
+        );
+        let leaders: Vec<_> = members
+            .iter()
+            .filter(|m| m["metadata"] == "leader")
+            .collect();
+        assert_eq!(leaders.len(), 1, "{members:?}");
+        assert!(
+            leaders[0]["address"]
+                .as_str()
+                .unwrap()
+                .ends_with(&format!(":{leader_port}")),
+            "{members:?}"
+        );
+        let groups = cluster_status_cli(follower, true);
+        assert!(
+            groups.iter().any(|g| g["group"] == "metadata"),
+            "{groups:?}"
+        );
+        assert!(
+            groups
+                .iter()
+                .any(|g| g["group"].as_str().unwrap().starts_with("partition ")),
+            "{groups:?}"
+        );
+        assert!(
+            groups
+                .iter()
+                .all(|g| g["leader"].is_u64() && g["replicas"].as_array().unwrap().len() == 3),
+            "{groups:?}"
+        );
         let mut acked: Vec<String> = Vec::new();
         let mut attempt = 0u32;
         for n in 0..10 {
@@ -190,6 +229,7 @@ async fn three_nodes_lose_their_leader_without_losing_an_acknowledged_batch() {
             .expect("the leader is one of the nodes");
         nodes[dead].as_mut().unwrap().eddy.kill();
         let killed_at = Instant::now();
+        let survivor = live(&nodes, &[dead])[0];
         for n in 0..10 {
             acked.push(
                 send_with_retry(&live(&nodes, &[dead]), &format!("after-{n}"), &mut attempt).await,
@@ -202,6 +242,18 @@ async fn three_nodes_lose_their_leader_without_losing_an_acknowledged_batch() {
                 );
             }
         }
+
+        // The dead member is listed, as unreachable, by the survivors.
+        let members = cluster_status_cli(survivor, false);
+        assert_eq!(members.len(), 3, "{members:?}");
+        assert_eq!(
+            members
+                .iter()
+                .filter(|m| m["state"].as_str().unwrap().starts_with("unreachable"))
+                .count(),
+            1,
+            "{members:?}"
+        );
 
         // The old leader restarts on its directory and catches up. Then a follower loses its
         // data directory and comes back empty: its peers notice (a new incarnation), it does not
@@ -489,6 +541,41 @@ async fn delete_segments_cuts_every_member_at_the_same_offset() {
 /// talks to the address it is given: no move to the leader), with `strategy` (`--first`,
 /// `--last`, ...) and `-n 1`: the message's offset and payload, or why not (while the member
 /// cannot answer).
+/// `eddy cluster status -o json` (with `--groups`: the groups table) through `stream`, as
+/// root: the rows it printed.
+fn cluster_status_cli(stream: SocketAddr, groups: bool) -> Vec<serde_json::Value> {
+    let home = tempfile::tempdir().unwrap();
+    let mut cmd = std::process::Command::new(eddy_tests::server_bin!());
+    for (k, _) in std::env::vars() {
+        if k.starts_with("EDDY_") {
+            cmd.env_remove(k);
+        }
+    }
+    cmd.args(["cluster", "status", "-o", "json"]);
+    if groups {
+        cmd.arg("--groups");
+    }
+    let out = cmd
+        .env("EDDY_STREAM_ADDR", stream.to_string())
+        .env("EDDY_USERNAME", "iggy")
+        .env("EDDY_PASSWORD", "iggy")
+        .env("HOME", home.path())
+        .env("XDG_CONFIG_HOME", home.path())
+        .stdin(std::process::Stdio::null())
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "eddy cluster status: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    serde_json::from_slice::<serde_json::Value>(&out.stdout)
+        .unwrap()
+        .as_array()
+        .unwrap()
+        .clone()
+}
+
 fn poll_member(stream: SocketAddr, strategy: &str) -> Result<(u64, String), String> {
     let home = tempfile::tempdir().map_err(|e| e.to_string())?;
     let mut cmd = std::process::Command::new(eddy_tests::server_bin!());

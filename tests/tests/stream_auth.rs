@@ -56,6 +56,7 @@ fn sample(code: CommandCode) -> Request {
         C::GetClusterMetadata => {
             Request::GetClusterMetadata(get_cluster_metadata::GetClusterMetadata)
         }
+        C::GetClusterStatus => Request::GetClusterStatus(cluster_status::GetClusterStatus),
         C::DescribeOptions => Request::DescribeOptions(describe_options::DescribeOptions {
             scope: eddy_options::Scope::Topic,
         }),

@@ -12,6 +12,7 @@ use std::time::{Duration, SystemTime, UNIX_EPOCH};
 use bytes::{Bytes, BytesMut};
 use eddy_codec::stream::codec::{LongString, ShortString, ToEnd, WireDecode, WireEncode};
 use eddy_codec::stream::commands::change_password::ChangePassword;
+use eddy_codec::stream::commands::cluster_status::{ClusterStatus, GetClusterStatus};
 use eddy_codec::stream::commands::create_partitions::CreatePartitions;
 use eddy_codec::stream::commands::create_personal_access_token::CreatePersonalAccessToken;
 use eddy_codec::stream::commands::create_stream::CreateStream;
@@ -344,6 +345,12 @@ impl StreamClient {
     /// `GET_CLUSTER_METADATA`.
     pub async fn cluster_metadata(&mut self) -> Result<ClusterMetadata, ClientError> {
         self.call(&GetClusterMetadata).await
+    }
+
+    /// `EDDY_CLUSTER_STATUS`: what the connected member knows of the cluster (eddy's own
+    /// command; needs the `read_servers` permission).
+    pub async fn cluster_status(&mut self) -> Result<ClusterStatus, ClientError> {
+        self.call(&GetClusterStatus).await
     }
 
     /// `GET_STREAMS`.

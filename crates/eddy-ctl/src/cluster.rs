@@ -1,6 +1,7 @@
 //! `eddy cluster`: operator commands for a cluster. `certs` writes the certificates members
 //! present to each other on the replication port (mutual TLS): a cluster CA and one
-//! certificate per member naming its node id ([`eddy_wire::peer::member_name`]).
+//! certificate per member naming its node id ([`eddy_wire::peer::member_name`]); `status`
+//! asks the members what they know (see `cluster_status`).
 
 use std::io::Write;
 use std::net::IpAddr;
@@ -27,6 +28,8 @@ pub struct ClusterArgs {
 pub enum ClusterCommand {
     /// Write a cluster CA and a certificate per member for the replication port (mTLS).
     Certs(CertsArgs),
+    /// The members, their roles, the groups each leads and how far behind each one is.
+    Status(crate::cluster_status::StatusArgs),
 }
 
 /// `eddy cluster certs`.
@@ -60,9 +63,25 @@ pub struct CertsArgs {
     pub force: bool,
 }
 
-/// Runs `eddy cluster ...`.
+/// Whether the subcommand talks to a server (and so runs on the async runtime).
+pub fn needs_server(args: &ClusterArgs) -> bool {
+    matches!(args.command, ClusterCommand::Status(_))
+}
+
+/// Runs the subcommands that talk to a server.
+pub async fn run_remote(args: &ClusterArgs, out: &mut dyn Write) -> Result<(), CtlError> {
+    match &args.command {
+        ClusterCommand::Status(status) => crate::cluster_status::run(status, out).await,
+        ClusterCommand::Certs(_) => run(args, out),
+    }
+}
+
+/// Runs `eddy cluster ...` that need no server (`certs`).
 pub fn run(args: &ClusterArgs, out: &mut dyn Write) -> Result<(), CtlError> {
     match &args.command {
+        ClusterCommand::Status(_) => Err(CtlError::Failed(
+            "cluster status runs on the async runtime".into(),
+        )),
         ClusterCommand::Certs(certs) => {
             let written = write_certs(certs)?;
             for path in written {

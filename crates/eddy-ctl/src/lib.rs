@@ -3,7 +3,8 @@
 //! - `eddy status`: is the server up, its version, uptime, role, storage use.
 //! - Streams (Iggy protocol): `stream`, `topic`, `partition`, `send`, `poll`, `tail`, `user`,
 //!   `token`.
-//! - Cluster operators: `cluster certs` (the members' certificates for the replication port).
+//! - Cluster operators: `cluster certs` (the members' certificates for the replication port),
+//!   `cluster status` (members, roles, groups led, lag).
 //! - Events (Celeriant protocol): `events write|read|details|trim|delete|orgs|types|aggregates|
 //!   watch|schema`.
 //!
@@ -16,6 +17,7 @@
 
 pub mod bench;
 pub mod cluster;
+pub mod cluster_status;
 pub mod conn;
 pub mod error;
 pub mod events;
@@ -165,17 +167,26 @@ percentiles) to --out.",
   eddy bench compare eddy-bench/events-1/result.json eddy-bench/events-2/result.json"
     ))]
     Bench(bench::BenchArgs),
-    /// Cluster operations: `certs` writes the members' replication-port certificates.
+    /// Cluster operations: `certs` writes the members' replication-port certificates,
+    /// `status` shows the members, their roles and lag.
     #[command(long_about = help(
         "Cluster operations. `certs` writes a cluster CA (ca.pem, ca.key) and a certificate and
 key per member (node-N.pem, node-N.key) naming its node id, for the replication port's
 mutual TLS (--peer-tls-cert, --peer-tls-key, --peer-tls-ca of `eddy serve`). Keys are written
 0600; existing files are kept unless --force. With --ca-cert/--ca-key it signs with an
-existing CA: how a member's certificate is renewed, or a new member's issued. Runs locally:
-no server is contacted.",
+existing CA: how a member's certificate is renewed, or a new member's issued. It runs
+locally: no server is contacted.
+`status` asks the member it connects to what it knows of the cluster (EDDY_CLUSTER_STATUS,
+which needs the read_servers permission), then every member that one names, with the same
+credentials: each member's state, its role in the metadata group and term, the groups it
+holds and leads, and its lag (the most entries any group's leader reports it behind). With
+--groups it lists every group instead: leader, term, commit index, replicas and their lag.
+A single node is a cluster of one.",
         "Examples:
   eddy cluster certs --out ./certs --nodes 1,2,3 --hosts 10.0.0.1,10.0.0.2,10.0.0.3
-  eddy cluster certs --out ./certs --nodes 2 --ca-cert certs/ca.pem --ca-key certs/ca.key --force"
+  eddy cluster certs --out ./certs --nodes 2 --ca-cert certs/ca.pem --ca-key certs/ca.key --force
+  eddy cluster status --addr 10.0.0.1 --username root
+  eddy cluster status --groups -o json"
     ))]
     Cluster(cluster::ClusterArgs),
 }
@@ -201,7 +212,7 @@ pub fn run(command: &Command) -> ExitCode {
 pub fn execute(command: &Command, out: &mut dyn Write) -> Result<(), CtlError> {
     match command {
         Command::Bench(args) => return bench::run(args, out),
-        Command::Cluster(args) => return cluster::run(args, out),
+        Command::Cluster(args) if !cluster::needs_server(args) => return cluster::run(args, out),
         _ => {}
     }
     let runtime = tokio::runtime::Builder::new_multi_thread()
@@ -222,7 +233,7 @@ pub fn execute(command: &Command, out: &mut dyn Write) -> Result<(), CtlError> {
             Command::Token(args) => streams::token(args, out).await,
             Command::Events(args) => events::run(args, out).await,
             Command::Bench(args) => bench::run(args, out),
-            Command::Cluster(args) => cluster::run(args, out),
+            Command::Cluster(args) => cluster::run_remote(args, out).await,
         }
     });
     // Watch and tail tasks may still be blocked on sockets: do not wait for them.

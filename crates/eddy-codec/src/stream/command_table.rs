@@ -121,6 +121,9 @@ pub enum CommandCode {
     LeaveConsumerGroup = 605,
     /// 606.
     SyncConsumerGroup = 606,
+    /// 9000: eddy's own (Iggy uses no code at or above 9000): what a member knows of the
+    /// cluster, for `eddy cluster status`.
+    GetClusterStatus = 9000,
 }
 
 /// What a command requires of the caller (spec §7.8). `Stream*` variants are checked against
@@ -230,7 +233,7 @@ use RequiredPermission as P;
 const READ: Option<Operation> = Some(Operation::NonReplicated);
 
 /// The table, ordered by code.
-pub const COMMANDS: [CommandSpec; 55] = [
+pub const COMMANDS: [CommandSpec; 56] = [
     row(C::Ping, "PING", READ, true, P::None),
     row(C::GetStats, "GET_STATS", READ, false, P::ReadServers),
     row(
@@ -546,6 +549,15 @@ pub const COMMANDS: [CommandSpec; 55] = [
         READ,
         false,
         P::Authenticated,
+    ),
+    // Served without the metadata barrier, like GET_CLUSTER_METADATA: a member cut off
+    // from a quorum still says what it sees.
+    row(
+        C::GetClusterStatus,
+        "EDDY_CLUSTER_STATUS",
+        READ,
+        false,
+        P::ReadServers,
     ),
 ];
 

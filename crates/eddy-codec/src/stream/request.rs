@@ -7,13 +7,14 @@ use super::codec::{WireDecode, WireEncode};
 use super::command_table::CommandCode;
 use super::commands::login_register::RegisterAttempts;
 use super::commands::{
-    change_password::ChangePassword, create_consumer_group::CreateConsumerGroup,
-    create_partitions::CreatePartitions, create_personal_access_token::CreatePersonalAccessToken,
-    create_stream::CreateStream, create_topic::CreateTopic, create_user::CreateUser,
-    delete_consumer_group::DeleteConsumerGroup, delete_consumer_offset::DeleteConsumerOffset,
-    delete_partitions::DeletePartitions, delete_personal_access_token::DeletePersonalAccessToken,
-    delete_segments::DeleteSegments, delete_stream::DeleteStream, delete_topic::DeleteTopic,
-    delete_user::DeleteUser, describe_options::DescribeOptions, fetch_messages::FetchMessages,
+    change_password::ChangePassword, cluster_status::GetClusterStatus,
+    create_consumer_group::CreateConsumerGroup, create_partitions::CreatePartitions,
+    create_personal_access_token::CreatePersonalAccessToken, create_stream::CreateStream,
+    create_topic::CreateTopic, create_user::CreateUser, delete_consumer_group::DeleteConsumerGroup,
+    delete_consumer_offset::DeleteConsumerOffset, delete_partitions::DeletePartitions,
+    delete_personal_access_token::DeletePersonalAccessToken, delete_segments::DeleteSegments,
+    delete_stream::DeleteStream, delete_topic::DeleteTopic, delete_user::DeleteUser,
+    describe_options::DescribeOptions, fetch_messages::FetchMessages,
     flush_unsaved_buffer::FlushUnsavedBuffer, get_client::GetClient, get_clients::GetClients,
     get_cluster_metadata::GetClusterMetadata, get_consumer_group::GetConsumerGroup,
     get_consumer_groups::GetConsumerGroups, get_consumer_offset::GetConsumerOffset, get_me::GetMe,
@@ -149,6 +150,7 @@ requests! {
     JoinConsumerGroup(JoinConsumerGroup),
     LeaveConsumerGroup(LeaveConsumerGroup),
     SyncConsumerGroup(SyncConsumerGroup),
+    GetClusterStatus(GetClusterStatus),
 }
 
 /// Where a request header sends its body (spec §2.3).

@@ -494,8 +494,9 @@ pub async fn start(
         me,
     )
     .with_forwarder(transport.forwarder());
-    let streams =
-        ClusterStreams::new(runner, groups, view).with_directory(transport.directory().clone());
+    let streams = ClusterStreams::new(runner, groups, view)
+        .with_directory(transport.directory().clone())
+        .with_identity(me, transport.authenticates());
     tracing::info!(node_id = me, members = ?members, "cluster member started");
     Ok(Member {
         streams,

@@ -86,6 +86,9 @@ pub struct ClusterStreams {
     pending: Arc<Mutex<Pending>>,
     next_id: Arc<AtomicU64>,
     directory: super::transport::Directory,
+    /// This member's id, and whether its replication port authenticates members.
+    me: u64,
+    peer_tls: bool,
 }
 
 impl std::fmt::Debug for ClusterStreams {
@@ -180,6 +183,106 @@ impl ClusterStreams {
             pending: Arc::default(),
             next_id: Arc::default(),
             directory: super::transport::Directory::default(),
+            me: 0,
+            peer_tls: false,
+        }
+    }
+
+    /// Who this member is (for `EDDY_CLUSTER_STATUS`).
+    #[must_use]
+    pub fn with_identity(mut self, me: u64, peer_tls: bool) -> Self {
+        self.me = me;
+        self.peer_tls = peer_tls;
+        self
+    }
+
+    /// What this member knows of the cluster (`EDDY_CLUSTER_STATUS`): the members it has
+    /// heard from or replicates to, and every group it holds with its role, indexes and, where
+    /// it leads, each other member's lag. Blocks briefly (the statuses are read on the Raft
+    /// thread): call it off the async workers.
+    pub fn status(&self) -> eddy_codec::stream::commands::cluster_status::ClusterStatus {
+        use eddy_codec::stream::codec::{Counted, LongString};
+        use eddy_codec::stream::commands::cluster_status::{
+            ClusterStatus, GroupState, MemberLag, MemberState, GROUP_EVENT_SHARD, GROUP_METADATA,
+            GROUP_PARTITION, ROLE_CANDIDATE, ROLE_FOLLOWER, ROLE_LEADER,
+        };
+        let statuses = self.runner.statuses();
+        let partitions: std::collections::HashMap<u64, PartitionAddr> = self
+            .groups
+            .all()
+            .into_iter()
+            .map(|(addr, uid)| (uid, addr))
+            .collect();
+        let mut members: std::collections::BTreeMap<u64, MemberState> = self
+            .directory
+            .all()
+            .into_iter()
+            .map(|(id, info)| {
+                let address = info.hello.prop(super::transport::props::STREAM);
+                let state = MemberState {
+                    id,
+                    stream_address: LongString::new(address.unwrap_or_default()),
+                    connected: info.connected || id == self.me,
+                };
+                (id, state)
+            })
+            .collect();
+        let mut groups = Vec::with_capacity(statuses.len());
+        for (gid, status) in statuses {
+            let (kind, id, addr) = if gid == METADATA_GROUP {
+                (GROUP_METADATA, 0, None)
+            } else if gid.0 >= super::events::EVENT_GROUP_BASE {
+                (
+                    GROUP_EVENT_SHARD,
+                    gid.0 - super::events::EVENT_GROUP_BASE,
+                    None,
+                )
+            } else {
+                let uid = gid.0 - 1;
+                (GROUP_PARTITION, uid, partitions.get(&uid).copied())
+            };
+            let lag = status
+                .matched
+                .iter()
+                .filter(|(member, _)| *member != self.me)
+                .map(|&(member, matched)| {
+                    // A member the leader replicates to but never heard from still counts.
+                    members.entry(member).or_insert_with(|| MemberState {
+                        id: member,
+                        stream_address: LongString::default(),
+                        connected: false,
+                    });
+                    MemberLag {
+                        member,
+                        behind: status.last_index.saturating_sub(matched),
+                    }
+                })
+                .collect();
+            groups.push(GroupState {
+                kind,
+                id,
+                stream_id: addr.map_or(0, |a| a.stream_id),
+                topic_id: addr.map_or(0, |a| a.topic_id),
+                partition_id: addr.map_or(0, |a| a.partition_id),
+                role: match status.role {
+                    Role::Leader => ROLE_LEADER,
+                    Role::Candidate => ROLE_CANDIDATE,
+                    Role::Follower => ROLE_FOLLOWER,
+                },
+                leader: status.leader.unwrap_or(0),
+                term: status.term,
+                commit: status.commit,
+                applied: status.applied,
+                last_index: status.last_index,
+                failed: status.failed,
+                lag: Counted(lag),
+            });
+        }
+        ClusterStatus {
+            node_id: self.me,
+            peer_tls: self.peer_tls,
+            members: Counted(members.into_values().collect()),
+            groups: Counted(groups),
         }
     }
 

@@ -157,7 +157,12 @@ async fn handle_command(
         // TransientNotAccepted instead of stale data. Writes are ordered by their own
         // proposal. The cluster's member list answers from what this member knows (its
         // leader only once confirmed): the SDK probes it to find the leader.
-        if operation == Operation::NonReplicated && code != CommandCode::GetClusterMetadata {
+        if operation == Operation::NonReplicated
+            && !matches!(
+                code,
+                CommandCode::GetClusterMetadata | CommandCode::GetClusterStatus
+            )
+        {
             cluster.linearize_metadata().await?;
         }
     }
@@ -322,6 +327,7 @@ async fn run(ctx: Ctx<'_>, request: Request, on: Resource) -> Result<Outcome, St
         Request::GetStats(_) => Ok(system::get_stats(ctx)),
         Request::GetSnapshot(r) => system::snapshot(ctx, r).await,
         Request::GetClusterMetadata(_) => Ok(system::cluster_metadata(ctx).await),
+        Request::GetClusterStatus(_) => Ok(system::cluster_status(ctx).await),
         Request::DescribeOptions(r) => Ok(system::describe_options(r)),
         Request::GetMe(_) => system::get_client(ctx, ctx.client_id),
         Request::GetClient(r) => {

@@ -106,6 +106,8 @@ pub const MAX_POLL_BYTES: u64 = 64 * 1024 * 1024;
 pub struct NodeInfo {
     /// The address clients reach the stream port on.
     pub stream_addr: SocketAddr,
+    /// This node's id (`--node-id`; a single node's is 1 unless set).
+    pub id: u64,
 }
 
 /// What keeps a slow or silent stream-protocol peer from holding a connection (and its
@@ -192,7 +194,10 @@ impl StreamState {
             ))),
             creation: tokio::sync::Mutex::new(()),
             balanced: Mutex::new(HashMap::new()),
-            node: NodeInfo { stream_addr },
+            node: NodeInfo {
+                stream_addr,
+                id: config.node_id,
+            },
             max_frame_size: config.stream_max_frame_size,
             limits: ConnectionLimits::from_config(config),
             login: throttle::LoginThrottle::new(config),

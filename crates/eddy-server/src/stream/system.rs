@@ -1,6 +1,7 @@
 //! System commands: stats, cluster metadata, describe options, me, client, clients.
 
 use eddy_codec::stream::codec::{Counted, LongString, ToEnd, F32};
+use eddy_codec::stream::commands::cluster_status::{ClusterStatus, MemberState};
 use eddy_codec::stream::commands::describe_options::{DescribeOptions, OptionsCatalog};
 use eddy_codec::stream::commands::get_cluster_metadata::{
     ClusterMetadata, ClusterNode, ROLE_FOLLOWER, ROLE_LEADER, STATUS_HEALTHY,
@@ -155,6 +156,29 @@ fn cluster_members(cluster: &crate::cluster::streams::ClusterStreams, confirmed:
     Outcome::payload(&ClusterMetadata {
         name: LongString::new("eddy-cluster"),
         nodes: Counted(nodes),
+    })
+}
+
+/// `EDDY_CLUSTER_STATUS`: what this member knows of the cluster; a single node is a cluster
+/// of one member, itself, holding no replicated group.
+pub(crate) async fn cluster_status(ctx: Ctx<'_>) -> Outcome {
+    if let Some(cluster) = &ctx.state.cluster {
+        let cluster = cluster.clone();
+        let status = tokio::task::spawn_blocking(move || cluster.status())
+            .await
+            .unwrap_or_else(|join| std::panic::resume_unwind(join.into_panic()));
+        return Outcome::payload(&status);
+    }
+    let node = &ctx.state.node;
+    Outcome::payload(&ClusterStatus {
+        node_id: node.id,
+        peer_tls: false,
+        members: Counted(vec![MemberState {
+            id: node.id,
+            stream_address: LongString::new(node.stream_addr.to_string()),
+            connected: true,
+        }]),
+        groups: Counted(Vec::new()),
     })
 }
 
