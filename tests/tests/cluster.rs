@@ -197,7 +197,19 @@ async fn three_nodes_lose_their_leader_without_losing_an_acknowledged_batch() {
                 .ends_with(&format!(":{leader_port}")),
             "{members:?}"
         );
-        let groups = cluster_status_cli(follower, true);
+        // A group just created (the topic's partition) elects its leader within a moment.
+        let led = |groups: &[serde_json::Value]| {
+            groups
+                .iter()
+                .all(|g| g["leader"].is_u64() && g["replicas"].as_array().unwrap().len() == 3)
+        };
+        let started = Instant::now();
+        let mut groups = cluster_status_cli(follower, true);
+        while !led(&groups) && started.elapsed() < Duration::from_secs(15) {
+            tokio::time::sleep(Duration::from_millis(200)).await;
+            groups = cluster_status_cli(follower, true);
+        }
+        assert!(led(&groups), "every group has a leader: {groups:?}");
         assert!(
             groups.iter().any(|g| g["group"] == "metadata"),
             "{groups:?}"
@@ -206,12 +218,6 @@ async fn three_nodes_lose_their_leader_without_losing_an_acknowledged_batch() {
             groups
                 .iter()
                 .any(|g| g["group"].as_str().unwrap().starts_with("partition ")),
-            "{groups:?}"
-        );
-        assert!(
-            groups
-                .iter()
-                .all(|g| g["leader"].is_u64() && g["replicas"].as_array().unwrap().len() == 3),
             "{groups:?}"
         );
         let mut acked: Vec<String> = Vec::new();
