@@ -197,6 +197,40 @@ fn status_of_a_running_server_and_of_a_stopped_one() {
     );
 }
 
+/// `--replicated-durability memory` gives `durability = replicated` Iggy's meaning (page-cache
+/// acks on a single node); an explicit `enforce_fsync` still decides, and `persisted` stays
+/// fsynced.
+#[test]
+fn replicated_durability_memory_takes_iggys_meaning() {
+    let eddy = Eddy::start_with(
+        server_bin!(),
+        Options {
+            args: vec!["--replicated-durability".into(), "memory".into()],
+            ..Options::default()
+        },
+    );
+    let cli = Cli::new(&eddy);
+    cli.ok(&["stream", "create", "s"]);
+    for (topic, options, fsync) in [
+        ("replicated", &["durability=replicated"][..], false),
+        (
+            "replicated-fsync",
+            &["durability=replicated", "enforce_fsync=true"][..],
+            true,
+        ),
+        ("persisted", &["durability=persisted"][..], true),
+        ("unsaid", &[][..], true),
+    ] {
+        let mut args = vec!["topic", "create", "s", topic];
+        for option in options {
+            args.extend(["--option", option]);
+        }
+        cli.ok(&args);
+        let got = cli.json(&["topic", "get", "s", topic]);
+        assert_eq!(got["options"]["enforce_fsync"], fsync, "{topic}: {got}");
+    }
+}
+
 /// A single node is a cluster of one: itself, up, holding no replicated group; a user without
 /// `read_servers` is refused.
 #[test]

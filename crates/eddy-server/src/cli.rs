@@ -282,6 +282,12 @@ pub struct ServeArgs {
     /// always.
     #[arg(long, env = "EDDY_FSYNC_DELAY_WHEN", default_value = "busy", value_parser = ["busy", "always"])]
     pub fsync_delay_when: String,
+    /// What a topic created with durability = replicated (every newer Iggy SDK's default)
+    /// acknowledges after: fsync (as persisted: an acknowledged send is on disk, on a majority
+    /// in a cluster) or memory (Iggy's meaning: a majority holds it in memory; on a single
+    /// node, the page cache). enforce_fsync = false asks for memory acks either way.
+    #[arg(long, env = "EDDY_REPLICATED_DURABILITY", default_value = "fsync", value_parser = ["fsync", "memory"])]
+    pub replicated_durability: String,
     /// Largest stream-protocol frame in bytes, header included; a larger one closes its
     /// connection unread.
     #[arg(long, env = "EDDY_STREAM_MAX_FRAME_SIZE", default_value_t = cfg::DEFAULT_STREAM_MAX_FRAME_SIZE)]

@@ -193,6 +193,21 @@ pub enum FsyncDelayWhen {
     Always,
 }
 
+/// What a topic created with `durability = replicated` acknowledges after
+/// (`--replicated-durability`). Every newer Iggy SDK sends `replicated` unless told
+/// otherwise, so this decides whether their topics keep eddy's promise that an ack is on disk.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, Default)]
+#[serde(rename_all = "lowercase")]
+pub enum ReplicatedDurability {
+    /// After fdatasync, as `persisted` (on a majority in a cluster): stronger than
+    /// `replicated` asks, and eddy's promise.
+    #[default]
+    Fsync,
+    /// Iggy's meaning: once a majority holds it in memory; on a single node, the page cache
+    /// (the topic's `enforce_fsync` is false, synced by the background flush).
+    Memory,
+}
+
 /// Client certificate policy when TLS is on.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, Default)]
 #[serde(rename_all = "lowercase")]
@@ -362,6 +377,9 @@ pub struct ServerConfig {
     pub fsync_delay_us: u64,
     /// When the window applies: only while the CPUs are saturated (`busy`), or `always`.
     pub fsync_delay_when: FsyncDelayWhen,
+    /// What a topic created with `durability = replicated` acknowledges after: `fsync`
+    /// (default) or `memory` (see [`ReplicatedDurability`]).
+    pub replicated_durability: ReplicatedDurability,
     /// Cap on a stream-protocol frame, header included: a larger frame closes its connection
     /// before its body is read.
     pub stream_max_frame_size: u32,
@@ -477,6 +495,7 @@ impl Default for ServerConfig {
             shard_log_segment_bytes: DEFAULT_SHARD_LOG_SEGMENT_BYTES,
             fsync_delay_us: DEFAULT_FSYNC_DELAY_US,
             fsync_delay_when: FsyncDelayWhen::Busy,
+            replicated_durability: ReplicatedDurability::Fsync,
             stream_max_frame_size: DEFAULT_STREAM_MAX_FRAME_SIZE,
             stream_heartbeat_interval_ms: DEFAULT_STREAM_HEARTBEAT_INTERVAL_MS,
             node_id: 1,
@@ -596,6 +615,7 @@ impl std::fmt::Debug for ServerConfig {
             .field("shard_log_segment_bytes", &self.shard_log_segment_bytes)
             .field("fsync_delay_us", &self.fsync_delay_us)
             .field("fsync_delay_when", &self.fsync_delay_when)
+            .field("replicated_durability", &self.replicated_durability)
             .field("stream_max_frame_size", &self.stream_max_frame_size)
             .field(
                 "stream_heartbeat_interval_ms",

@@ -168,6 +168,9 @@ pub struct StreamState {
     pub(crate) appends: crate::offload::InFlight,
     /// Heartbeat interval (`None`: stale clients are never evicted).
     pub heartbeat: Option<Duration>,
+    /// Topics created with `durability = replicated` acknowledge from memory
+    /// (`--replicated-durability memory`), not after fsync.
+    pub replicated_in_memory: bool,
     /// Start time, µs since the epoch.
     pub started_at_us: u64,
     started: std::time::Instant,
@@ -205,6 +208,8 @@ impl StreamState {
             appends: crate::offload::InFlight::default(),
             heartbeat: (config.stream_heartbeat_interval_ms > 0)
                 .then(|| Duration::from_millis(config.stream_heartbeat_interval_ms)),
+            replicated_in_memory: config.replicated_durability
+                == crate::config::ReplicatedDurability::Memory,
             started_at_us: crate::clock::now_micros(),
             started: std::time::Instant::now(),
             data_dir: config.data_dir.clone(),

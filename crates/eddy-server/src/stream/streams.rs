@@ -165,8 +165,16 @@ pub(crate) async fn create_topic(
             count: request.partitions_count,
         });
     }
-    let settings =
+    let mut settings =
         options.validate_create(request.partitions_count, &TopicSettings::EDDY_DEFAULTS)?;
+    // `replicated` acks after fsync unless the operator chose Iggy's meaning; an explicit
+    // `enforce_fsync` decides either way.
+    if ctx.state.replicated_in_memory
+        && options.durability == Some(false)
+        && options.enforce_fsync.is_none()
+    {
+        settings.enforce_fsync = false;
+    }
     let name = request.name.into_string();
     let id = {
         let _creating = ctx.state.creation.lock().await;
