@@ -365,38 +365,14 @@ impl Partition {
         max_bytes: u64,
     ) -> Result<Polled> {
         self.check_not_stopped()?;
-        let stats = self.stats();
-        let partition_id = self.addr.partition_id;
-        if stats.messages == 0 || count == 0 {
-            return Ok(Polled::empty(partition_id, stats.current_offset));
-        }
-        let current = stats.current_offset;
-        let start = match strategy {
-            PollStrategy::Offset(v) => v,
-            PollStrategy::First => stats.first_offset,
-            PollStrategy::Last => current.saturating_sub(u64::from(count) - 1),
-            PollStrategy::Next => stored_offset.map_or(0, |o| o.saturating_add(1)),
-            PollStrategy::Timestamp(t) => match self.offset_at_timestamp(t)? {
-                Some(offset) => offset,
-                None => return Ok(Polled::empty(partition_id, current)),
-            },
-        };
-        if start > current {
-            return Ok(Polled::empty(partition_id, current));
-        }
-        let start = start.max(stats.first_offset);
-        let end = start.saturating_add(u64::from(count)).min(current + 1);
-        let batches = self.read(start, end - start, max_bytes)?;
-        // The byte limit can stop early: serve only what the batches hold.
-        let end = batches.last().map_or(start, |b| b.end_offset().min(end));
-        let start = batches.first().map_or(start, |b| b.base_offset.max(start));
-        Ok(Polled {
-            partition_id,
-            current_offset: current,
-            start_offset: start,
-            end_offset: end,
-            batches,
-        })
+        crate::replicated::poll_batches(
+            self,
+            self.addr.partition_id,
+            strategy,
+            count,
+            stored_offset,
+            max_bytes,
+        )
     }
 
     /// Applies retention; returns the deleted segments. Never blocks appends.

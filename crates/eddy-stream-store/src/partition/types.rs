@@ -200,7 +200,7 @@ impl Polled {
         Some(last.end_offset().min(self.end_offset) - 1)
     }
 
-    pub(super) fn empty(partition_id: u32, current_offset: u64) -> Self {
+    pub(crate) fn empty(partition_id: u32, current_offset: u64) -> Self {
         Polled {
             partition_id,
             current_offset,

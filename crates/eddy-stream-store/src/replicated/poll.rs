@@ -1,9 +1,8 @@
 //! The poll strategies (stream protocol 7.5), written once for every partition kind.
 //!
-//! [`poll_batches`] is `Partition::poll`'s logic over the three reads a poll needs
-//! ([`PollSource`]); [`Partition`] and [`ReplicatedPartition`](super::ReplicatedPartition) both
-//! implement it, so the two answer every poll the same way (a test checks that they do on the
-//! same batches).
+//! [`poll_batches`] is the one poll logic, over the three reads a poll needs ([`PollSource`]):
+//! `Partition::poll` and [`ReplicatedPartition`](super::ReplicatedPartition)'s poll both call
+//! it, so the two answer every poll the same way.
 
 use crate::error::StreamStoreError;
 use crate::partition::{Partition, PartitionStats, PollStrategy, Polled, StoredBatch};
@@ -29,16 +28,6 @@ pub trait PollSource {
     ) -> Result<Vec<StoredBatch>, Self::Error>;
 }
 
-fn empty(partition_id: u32, current_offset: u64) -> Polled {
-    Polled {
-        partition_id,
-        current_offset,
-        start_offset: 0,
-        end_offset: 0,
-        batches: Vec::new(),
-    }
-}
-
 /// Polls per the stream protocol's rules (7.5): `stored_offset` is the consumer's stored
 /// offset, used by [`PollStrategy::Next`]. At most `count` messages and roughly `max_bytes` of
 /// batches are returned (at least one batch when any message qualifies).
@@ -52,7 +41,7 @@ pub fn poll_batches<S: PollSource + ?Sized>(
 ) -> Result<Polled, S::Error> {
     let stats = source.poll_stats();
     if stats.messages == 0 || count == 0 {
-        return Ok(empty(partition_id, stats.current_offset));
+        return Ok(Polled::empty(partition_id, stats.current_offset));
     }
     let current = stats.current_offset;
     let start = match strategy {
@@ -62,11 +51,11 @@ pub fn poll_batches<S: PollSource + ?Sized>(
         PollStrategy::Next => stored_offset.map_or(0, |o| o.saturating_add(1)),
         PollStrategy::Timestamp(t) => match source.first_offset_at(t)? {
             Some(offset) => offset,
-            None => return Ok(empty(partition_id, current)),
+            None => return Ok(Polled::empty(partition_id, current)),
         },
     };
     if start > current {
-        return Ok(empty(partition_id, current));
+        return Ok(Polled::empty(partition_id, current));
     }
     let start = start.max(stats.first_offset);
     let end = start.saturating_add(u64::from(count)).min(current + 1);
