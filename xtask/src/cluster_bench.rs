@@ -9,6 +9,10 @@
 //! ~20-byte event per request, acknowledged once durable). The single node is started by the bench itself; the cluster is
 //! three `eddy serve` processes on 127.0.0.1-3, and the bench runs against the leader
 //! (`--running`). Server CPU per message is read from `/proc/<pid>/stat` of every node.
+//!
+//! `--events --via-follower` compares instead the TLS cluster written through its leader and
+//! through a follower, which forwards every event change to its shard's leader over the peer
+//! link: the forwarding hop's throughput and CPU per write, as ratios.
 
 use std::io::{Read as _, Write as _};
 use std::net::{SocketAddr, TcpStream};
@@ -22,7 +26,7 @@ use anyhow::{bail, Context, Result};
 const SHAPE_FLAGS: &[&str] = &["--producers", "--batches", "--messages", "--size"];
 /// Shape flags passed through to `eddy bench events`.
 const EVENT_SHAPE_FLAGS: &[&str] = &["--connections", "--seconds"];
-const USAGE: &str = "usage: cargo xtask cluster-bench [--producers N] [--batches N] [--messages N] [--size BYTES] | --events [--connections N] [--seconds S]";
+const USAGE: &str = "usage: cargo xtask cluster-bench [--producers N] [--batches N] [--messages N] [--size BYTES] | --events [--via-follower] [--connections N] [--seconds S]";
 
 struct Figures {
     name: String,
@@ -176,13 +180,19 @@ fn start_cluster(
 
 pub fn run(eddy: &Path, scratch: &Path, args: &[String]) -> Result<()> {
     let events = args.iter().any(|a| a == "--events");
+    let via_follower = args.iter().any(|a| a == "--via-follower");
+    if via_follower && !events {
+        bail!("--via-follower measures event forwarding: give --events too\n{USAGE}");
+    }
     let (kind, flags, unit) = if events {
         ("events", EVENT_SHAPE_FLAGS, "write")
     } else {
         ("streams", SHAPE_FLAGS, "message")
     };
     let mut shape: Vec<String> = Vec::new();
-    let mut it = args.iter().filter(|a| *a != "--events");
+    let mut it = args
+        .iter()
+        .filter(|a| *a != "--events" && *a != "--via-follower");
     while let Some(a) = it.next() {
         if flags.contains(&a.as_str()) {
             shape.push(a.clone());
@@ -238,12 +248,23 @@ pub fn run(eddy: &Path, scratch: &Path, args: &[String]) -> Result<()> {
         bail!("eddy cluster certs failed ({issued})");
     }
     let mut measured = Vec::new();
-    for (label, tls) in [
-        ("peer TLS", Some(certs.as_path())),
-        ("plaintext peers", None),
-    ] {
-        eprintln!("== three-node cluster on 127.0.0.1-3, {label} ({what} to the leader)");
-        measured.push((label, measure_cluster(eddy, scratch, tls, &bench)?));
+    // Either peer TLS against plaintext (both to the leader), or (--via-follower) the same
+    // TLS cluster written through its leader and through a follower, which forwards every
+    // event change to the shard's leader: the forwarding hop's cost.
+    let setups: [(&str, Option<&Path>, Target); 2] = if via_follower {
+        [
+            ("via the leader", Some(certs.as_path()), Target::Leader),
+            ("via a follower", Some(certs.as_path()), Target::Follower),
+        ]
+    } else {
+        [
+            ("peer TLS", Some(certs.as_path()), Target::Leader),
+            ("plaintext peers", None, Target::Leader),
+        ]
+    };
+    for (label, tls, target) in setups {
+        eprintln!("== three-node cluster on 127.0.0.1-3, {label} ({what})");
+        measured.push((label, measure_cluster(eddy, scratch, tls, target, &bench)?));
     }
     let (rate, per) = if events {
         ("writes/s", "write")
@@ -281,21 +302,24 @@ pub fn run(eddy: &Path, scratch: &Path, args: &[String]) -> Result<()> {
             eprintln!(
                 "node {} ({}): server CPU {cpu:.2} µs per {unit} (over all runs)",
                 i + 1,
-                if i == run.leader {
-                    "leader"
-                } else {
-                    "follower"
+                match (i == run.leader, i == run.target) {
+                    (true, _) => "leader",
+                    (false, true) => "follower, written to",
+                    (false, false) => "follower",
                 },
             );
         }
     }
-    if let [(_, tls), (_, plain)] = measured.as_slice() {
+    if let [(first, a), (second, b)] = measured.as_slice() {
         let sum = |r: &ClusterRun| r.runs.iter().map(|f| f.msgs_per_sec).sum::<f64>();
         let cpu = |r: &ClusterRun| r.cpu_per_item.iter().sum::<f64>();
         eprintln!(
-            "\npeer TLS / plaintext in this command: {rate} {:.2}, cluster CPU per {unit} {:.2}",
-            sum(tls) / sum(plain).max(1.0),
-            cpu(tls) / cpu(plain).max(f64::MIN_POSITIVE)
+            "\n{first} / {second} in this command: {rate} {:.2}, cluster CPU per {unit} {:.2} \
+             ({:.2} / {:.2} µs)",
+            sum(a) / sum(b).max(1.0),
+            cpu(a) / cpu(b).max(f64::MIN_POSITIVE),
+            cpu(a),
+            cpu(b)
         );
     }
     eprintln!("results under {}", scratch.display());
@@ -308,6 +332,17 @@ struct ClusterRun {
     /// Each node's server CPU per message or write, in µs, over all runs.
     cpu_per_item: Vec<f64>,
     leader: usize,
+    /// The node the bench wrote to.
+    target: usize,
+}
+
+/// Which member the bench writes to.
+#[derive(Clone, Copy)]
+enum Target {
+    /// The metadata group's leader (which leads every group).
+    Leader,
+    /// A follower: it forwards event changes to the shard's leader.
+    Follower,
 }
 
 /// Starts a three-node cluster (peer TLS from `certs`, else plaintext), runs `bench` against
@@ -316,9 +351,14 @@ fn measure_cluster(
     eddy: &Path,
     scratch: &Path,
     certs: Option<&Path>,
+    target: Target,
     bench: &dyn Fn(&[String], &Path) -> Result<()>,
 ) -> Result<ClusterRun> {
-    let name = if certs.is_some() { "tls" } else { "plain" };
+    let name = match (certs.is_some(), target) {
+        (true, Target::Leader) => "tls",
+        (true, Target::Follower) => "tls-follower",
+        (false, _) => "plain",
+    };
     let (cluster, addrs) = start_cluster(eddy, &scratch.join(format!("cluster-{name}")), certs)?;
     let deadline = Instant::now() + Duration::from_secs(30);
     let leader = loop {
@@ -341,17 +381,21 @@ fn measure_cluster(
         .map(|&p| cpu_seconds(p))
         .collect::<Result<_>>()?;
     let out = scratch.join(format!("cluster-{name}-results"));
+    let to = match target {
+        Target::Leader => leader,
+        Target::Follower => (leader + 1) % addrs.len(),
+    };
     bench(
         &[
             "--running".to_owned(),
             "--stream-addr".to_owned(),
-            addrs[leader].stream.to_string(),
+            addrs[to].stream.to_string(),
             "--event-addr".to_owned(),
-            addrs[leader].client.to_string(),
+            addrs[to].client.to_string(),
             "--http-addr".to_owned(),
-            addrs[leader].http.to_string(),
+            addrs[to].http.to_string(),
             "--server-pid".to_owned(),
-            pids[leader].to_string(),
+            pids[to].to_string(),
         ],
         &out,
     )?;
@@ -373,6 +417,7 @@ fn measure_cluster(
         runs,
         cpu_per_item,
         leader,
+        target: to,
     })
 }
 

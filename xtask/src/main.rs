@@ -11,7 +11,9 @@
 //! - `cargo xtask cluster-bench [--producers N] [--batches N] [--messages N] [--size B]`:
 //!   durable producers against one node and a local three-node cluster in one command, the
 //!   cluster's throughput as a ratio of the single node's, server CPU per message per node;
-//!   `--events [--connections N] [--seconds S]` does the same for durable event writes.
+//!   `--events [--connections N] [--seconds S]` does the same for durable event writes, and
+//!   `--events --via-follower` compares writes through the leader and through a follower
+//!   (which forwards each change to its shard's leader).
 //! - `cargo xtask train-dict`: train the event protocol's default zstd dictionary.
 //! - `cargo xtask sim [ARGS...]`: a campaign of the deterministic cluster simulator
 //!   (`--seeds N [--start S] [--nodes 3|5] [--faults none|light|heavy]`, or `--seed S` to replay
@@ -99,7 +101,9 @@ fn print_help() {
          cluster-bench [ARGS...] durable producers: one node, then a local 3-node cluster's\n\
                                  leader; ratios and CPU per message per node (--producers N\n\
                                  --batches N --messages N --size B; --events [--connections N\n\
-                                 --seconds S]: durable event writes instead; --eddy PATH:\n\
+                                 --seconds S]: durable event writes instead, and with\n\
+                                 --via-follower through the leader against a follower;\n\
+                                 --eddy PATH:\n\
                                  measure that binary, for an A/B against another build)\n\
          train-dict [--check]    train the default zstd dictionary of the event protocol\n\
                                  (--check: retrain and compare with the committed one)\n\
