@@ -78,7 +78,7 @@ fn cpu_seconds(pid: u32) -> Result<f64> {
     Ok((utime + stime) / 100.0)
 }
 
-fn http_get(addr: SocketAddr, path: &str) -> Option<(u16, String)> {
+pub(crate) fn http_get(addr: SocketAddr, path: &str) -> Option<(u16, String)> {
     let mut s = TcpStream::connect_timeout(&addr, Duration::from_millis(500)).ok()?;
     s.set_read_timeout(Some(Duration::from_secs(2))).ok()?;
     write!(s, "GET {path} HTTP/1.0\r\nHost: x\r\n\r\n").ok()?;
@@ -92,8 +92,8 @@ fn http_get(addr: SocketAddr, path: &str) -> Option<(u16, String)> {
     Some((status, content))
 }
 
-struct Cluster {
-    children: Vec<Child>,
+pub(crate) struct Cluster {
+    pub(crate) children: Vec<Child>,
 }
 
 impl Drop for Cluster {
@@ -112,15 +112,15 @@ fn free_port() -> Result<u16> {
 }
 
 /// A node's stream, event (client) and HTTP addresses.
-struct NodeAddrs {
-    stream: SocketAddr,
-    client: SocketAddr,
-    http: SocketAddr,
+pub(crate) struct NodeAddrs {
+    pub(crate) stream: SocketAddr,
+    pub(crate) client: SocketAddr,
+    pub(crate) http: SocketAddr,
 }
 
 /// Starts three nodes in `dir` (with peer TLS from `certs`, else plaintext); returns them
 /// and their addresses.
-fn start_cluster(
+pub(crate) fn start_cluster(
     eddy: &Path,
     dir: &Path,
     certs: Option<&Path>,

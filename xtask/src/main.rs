@@ -14,6 +14,8 @@
 //!   `--events [--connections N] [--seconds S]` does the same for durable event writes, and
 //!   `--events --via-follower` compares writes through the leader and through a follower
 //!   (which forwards each change to its shard's leader).
+//! - `cargo xtask catch-up [--mib N]`: a follower stopped while N MiB are written, then resumed:
+//!   its catch-up rate and the Raft threads' longest turns and stalls, before and after.
 //! - `cargo xtask train-dict`: train the event protocol's default zstd dictionary.
 //! - `cargo xtask sim [ARGS...]`: a campaign of the deterministic cluster simulator
 //!   (`--seeds N [--start S] [--nodes 3|5] [--faults none|light|heavy]`, or `--seed S` to replay
@@ -24,6 +26,7 @@
 //! - `cargo xtask event-load [ARGS...]`: `eddy bench events` on a release build, with the
 //!   PostgreSQL OCC-append comparison and the network floor.
 
+mod catch_up;
 mod chaos;
 mod cluster_bench;
 mod train_dict;
@@ -77,6 +80,14 @@ fn main() -> Result<()> {
             };
             cluster_bench::run(&eddy, &cluster_bench::scratch(&target), &rest)
         }
+        "catch-up" => {
+            let target = build_release_eddy()?;
+            catch_up::run(
+                &target.join("release").join("eddy"),
+                &target.join("catch-up"),
+                rest,
+            )
+        }
         "sim" => sim(rest),
         "chaos" => chaos::run(rest),
         "help" | "--help" | "-h" => {
@@ -105,6 +116,9 @@ fn print_help() {
                                  --via-follower through the leader against a follower;\n\
                                  --eddy PATH:\n\
                                  measure that binary, for an A/B against another build)\n\
+         catch-up [--mib N]      a follower stopped while N MiB (512) are written, then\n\
+                                 resumed: catch-up rate, Raft-thread longest turns and\n\
+                                 stalls per member (--producers P --size B)\n\
          train-dict [--check]    train the default zstd dictionary of the event protocol\n\
                                  (--check: retrain and compare with the committed one)\n\
          sim [ARGS...]           deterministic simulation campaign (release build of eddy-sim):\n\
