@@ -309,6 +309,35 @@ async fn scenario() {
         .await
         .expect("a 300 kB write through a follower");
     assert_eq!(taken.max_aggregate_version, Some(1));
+    // Many writers on the follower at once are all forwarded: the follower bounds its
+    // connections to the leader (and its dials, under the leader's cap on handshakes from one
+    // address) and queues the rest, instead of failing them over to NOT_LEADER.
+    let burst: Vec<_> = (0..150u64)
+        .map(|w| {
+            let addr = addrs[follower].clone();
+            tokio::spawn(async move {
+                let mut c = CeleriantClient::connect(&addr)
+                    .await
+                    .map_err(|e| format!("{e:?}"))?
+                    .with_timeout(REQUEST_LIMIT);
+                c.write_events(key(5000 + w), vec![event(5000 + w, 1)], 1)
+                    .await
+                    .map_err(|e| format!("{e:?}"))
+            })
+        })
+        .collect();
+    let mut refused = Vec::new();
+    for writer in burst {
+        if let Err(e) = writer.await.unwrap() {
+            refused.push(e);
+        }
+    }
+    assert!(
+        refused.is_empty(),
+        "{} of 150 refused: {:?}",
+        refused.len(),
+        &refused[..refused.len().min(3)]
+    );
     // A pool that knows only a follower is served there too.
     let pool = Arc::new(CeleriantPool::new(
         PoolOptions::new(addrs[follower].clone())

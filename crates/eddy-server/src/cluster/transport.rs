@@ -223,8 +223,13 @@ pub const FORWARD_TIMEOUT: Duration = Duration::from_secs(10);
 /// How long a connection may wait idle in a [`Forwarder`]'s pool (the peer closes one that
 /// sent nothing for [`FETCH_TIMEOUT`]).
 const FORWARD_IDLE: Duration = Duration::from_secs(20);
-/// Idle connections a [`Forwarder`] keeps per peer.
-const FORWARD_POOL: usize = 16;
+/// Connections a [`Forwarder`] has open to one peer at most, each carrying one request at a
+/// time; more requests wait for one (within [`FORWARD_TIMEOUT`]). Under the peer's
+/// `--max-peer-connections` with room to spare, so forwarding under load never trips it.
+pub const FORWARD_CONNECTIONS: usize = 32;
+/// Connections a [`Forwarder`] opens to one peer at once: below the peer's
+/// [`MAX_UNAUTHENTICATED_PER_ADDRESS`], which refuses more handshakes from one address.
+const FORWARD_DIALS: usize = 4;
 
 /// A pooled connection of a [`Forwarder`]: since when it waits, and its read buffer.
 type IdleConnection = (Instant, PeerStream, BytesMut);
@@ -239,6 +244,18 @@ pub struct Forwarder {
     peers: Arc<BTreeMap<NodeId, SocketAddr>>,
     tls: Option<PeerTls>,
     idle: Arc<Mutex<HashMap<NodeId, Vec<IdleConnection>>>>,
+    lanes: Arc<BTreeMap<NodeId, Lane>>,
+}
+
+/// What bounds the forwarding to one peer: connections in use, and dials in progress.
+#[derive(Debug)]
+struct Lane {
+    connections: tokio::sync::Semaphore,
+    dials: tokio::sync::Semaphore,
+}
+
+fn busy(what: &str) -> std::io::Error {
+    std::io::Error::new(std::io::ErrorKind::TimedOut, what.to_owned())
 }
 
 impl Forwarder {
@@ -248,15 +265,29 @@ impl Forwarder {
     /// # Errors
     /// Not a peer, unreachable, not proved to be that member, or no answer in time.
     pub async fn request(&self, peer: NodeId, request: &[u8]) -> std::io::Result<Bytes> {
+        let lane = self
+            .lanes
+            .get(&peer)
+            .ok_or_else(|| std::io::Error::other(format!("node {peer} is not a peer")))?;
+        // At most FORWARD_CONNECTIONS requests to a peer at once; the others wait their turn.
+        let _in_use = tokio::time::timeout(FORWARD_TIMEOUT, lane.connections.acquire())
+            .await
+            .map_err(|_| busy("every forwarding connection to the leader stayed busy"))?
+            .map_err(std::io::Error::other)?;
         let pooled = {
             let mut idle = eddy_log::lock(&self.idle);
             let conns = idle.entry(peer).or_default();
             conns.retain(|(since, _, _)| since.elapsed() < FORWARD_IDLE);
             conns.pop()
         };
-        let (mut conn, mut buf) = match pooled {
-            Some((_, conn, buf)) => (conn, buf),
-            None => (self.dial(peer).await?, BytesMut::with_capacity(4096)),
+        let (mut conn, mut buf) = if let Some((_, conn, buf)) = pooled {
+            (conn, buf)
+        } else {
+            let _dialing = tokio::time::timeout(HELLO_TIMEOUT, lane.dials.acquire())
+                .await
+                .map_err(|_| busy("no dial to the leader in time"))?
+                .map_err(std::io::Error::other)?;
+            (self.dial(peer).await?, BytesMut::with_capacity(4096))
         };
         let frame = wire::encode_fetch(self.node_id, self.cluster, request);
         let exchange = async {
@@ -274,7 +305,7 @@ impl Forwarder {
             })??;
         let mut idle = eddy_log::lock(&self.idle);
         let conns = idle.entry(peer).or_default();
-        if conns.len() < FORWARD_POOL {
+        if conns.len() < FORWARD_CONNECTIONS {
             conns.push((Instant::now(), conn, buf));
         }
         Ok(answer)
@@ -599,6 +630,18 @@ impl Transport {
             peers: Arc::clone(&self.peers),
             tls: self.tls.clone(),
             idle: Arc::default(),
+            lanes: Arc::new(
+                self.peers
+                    .keys()
+                    .map(|&peer| {
+                        let lane = Lane {
+                            connections: tokio::sync::Semaphore::new(FORWARD_CONNECTIONS),
+                            dials: tokio::sync::Semaphore::new(FORWARD_DIALS),
+                        };
+                        (peer, lane)
+                    })
+                    .collect(),
+            ),
         }
     }
 
