@@ -51,6 +51,8 @@ fn signal(pid: u32, sig: &str) -> Result<()> {
 }
 
 /// The largest lag any group's leader reports for `member` (None until every group answers).
+/// `eddy cluster status --groups` asks every member and shows each group as its leader
+/// reports it, wherever leadership moved.
 fn lag_of(eddy: &Path, via: &NodeAddrs, member: u64) -> Option<u64> {
     let out = Command::new(eddy)
         .args(["cluster", "status", "--groups", "-o", "json"])
@@ -66,8 +68,11 @@ fn lag_of(eddy: &Path, via: &NodeAddrs, member: u64) -> Option<u64> {
     let groups: serde_json::Value = serde_json::from_slice(&out.stdout).ok()?;
     let mut worst = 0;
     for group in groups.as_array()? {
-        // A group without a leader reports no lag: not caught up as far as we can tell.
-        group["leader"].as_u64()?;
+        // A group without a leader reports no lag: not caught up as far as we can tell. A
+        // group the member now leads (it caught up and won an election) has it all.
+        if group["leader"].as_u64()? == member {
+            continue;
+        }
         worst = worst.max(group["lag"][member.to_string()].as_u64()?);
     }
     Some(worst)
@@ -138,7 +143,7 @@ pub fn run(eddy: &Path, scratch: &Path, args: &[String]) -> Result<()> {
     let written_at = Instant::now();
     let status = Command::new(eddy)
         .args(["bench", "streams", "--mode", "durable", "--no-consumers"])
-        .args(["--no-raw-baseline", "--running"])
+        .args(["--no-raw-baseline", "--running", "--keep"])
         .arg("--dir")
         .arg(scratch.join("bench"))
         .arg("--out")

@@ -63,6 +63,10 @@ pub struct StreamShape {
     /// Skip the raw write+fdatasync baseline of the disk.
     #[arg(long)]
     pub no_raw_baseline: bool,
+    /// Keep the streams written instead of deleting them at the end (to measure what a
+    /// server does with the data afterwards: a follower's catch-up, retention).
+    #[arg(long)]
+    pub keep: bool,
 }
 
 impl StreamShape {
@@ -520,7 +524,9 @@ pub async fn suite(shape: &StreamShape, target: &Target) -> Result<Suite, CtlErr
         if !shape.no_consumers {
             suite.runs.push(phase(shape, target, prefix, false).await?);
         }
-        teardown(shape, target, prefix).await?;
+        if !shape.keep {
+            teardown(shape, target, prefix).await?;
+        }
     }
     Ok(suite)
 }
@@ -556,6 +562,7 @@ mod tests {
             mode: Mode::Both,
             no_consumers: false,
             no_raw_baseline: false,
+            keep: false,
         };
         shape.check().unwrap();
         assert_eq!(shape.modes(), [true, false]);
