@@ -268,7 +268,8 @@ async fn three_nodes_lose_their_leader_without_losing_an_acknowledged_batch() {
         nodes[dead].as_mut().unwrap().eddy.crash_restart();
         let wiped = (0..3).find(|&i| i != dead).unwrap();
         let third = (0..3).find(|&i| i != dead && i != wiped).unwrap();
-        tokio::time::sleep(Duration::from_secs(2)).await;
+        let third_stream = nodes[third].as_ref().unwrap().stream;
+        caught_up(third_stream, dead as u64 + 1).await;
         {
             let node = nodes[wiped].as_mut().unwrap();
             node.eddy.kill();
@@ -283,7 +284,22 @@ async fn three_nodes_lose_their_leader_without_losing_an_acknowledged_batch() {
             );
         }
         acked.push(send_with_retry(&live(&nodes, &[]), "while-rebuilding", &mut attempt).await);
-        tokio::time::sleep(Duration::from_secs(3)).await;
+        // Rebuilt (its rebuilding mark gone, so it votes again) and holding every entry.
+        let mark = nodes[wiped]
+            .as_ref()
+            .unwrap()
+            .eddy
+            .data_dir()
+            .join("raft/rebuilding");
+        let deadline = Instant::now() + Duration::from_secs(60);
+        while mark.exists() {
+            assert!(
+                Instant::now() < deadline,
+                "the wiped member was never rebuilt"
+            );
+            tokio::time::sleep(Duration::from_millis(200)).await;
+        }
+        caught_up(third_stream, wiped as u64 + 1).await;
         nodes[third].as_mut().unwrap().eddy.kill();
         for n in 0..5 {
             acked.push(
@@ -580,6 +596,28 @@ fn cluster_status_cli(stream: SocketAddr, groups: bool) -> Vec<serde_json::Value
         .as_array()
         .unwrap()
         .clone()
+}
+
+/// Waits (up to 60 s) until every group's leader, as `eddy cluster status --groups` through
+/// `via` shows them, reports `member` no entry behind (or `member` leads the group).
+async fn caught_up(via: SocketAddr, member: u64) {
+    let deadline = Instant::now() + Duration::from_secs(60);
+    loop {
+        let groups = cluster_status_cli(via, true);
+        let done = !groups.is_empty()
+            && groups.iter().all(|g| {
+                g["leader"].as_u64() == Some(member)
+                    || (g["leader"].is_u64() && g["lag"][member.to_string()] == 0)
+            });
+        if done {
+            return;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "member {member} never caught up: {groups:?}"
+        );
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
 }
 
 fn poll_member(stream: SocketAddr, strategy: &str) -> Result<(u64, String), String> {

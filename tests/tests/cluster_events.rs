@@ -304,11 +304,39 @@ async fn scenario() {
     let big =
         celeriant_client_tokio::json_event(1, &serde_json::json!({"blob": "x".repeat(300_000)}))
             .expect("event encodes");
-    let taken = direct
-        .write_events(key(probe + 2), vec![big], 1)
-        .await
-        .expect("a 300 kB write through a follower");
-    assert_eq!(taken.max_aggregate_version, Some(1));
+    // Retried while the shard's group cannot commit (ServerBusy: its leadership moving right
+    // after start), as a client would; a retry of a write that landed finds version 1.
+    let deadline = Instant::now() + Duration::from_secs(30);
+    let taken = loop {
+        match direct
+            .write_events_with(
+                key(probe + 2),
+                vec![big.clone()],
+                1,
+                WriteEventsOptions {
+                    allow_create: true,
+                    expected_version: Some(0),
+                    enforce_client_idempotency: true,
+                },
+            )
+            .await
+        {
+            Ok(r) => break r.max_aggregate_version,
+            Err(ClientError::Server(ServerError::Write { error_message, .. }))
+                if error_message.contains("\"current_aggregate_version\":1") =>
+            {
+                break Some(1)
+            }
+            Err(e) => {
+                assert!(
+                    Instant::now() < deadline,
+                    "a 300 kB write through a follower: {e:?}"
+                );
+                tokio::time::sleep(Duration::from_millis(200)).await;
+            }
+        }
+    };
+    assert_eq!(taken, Some(1));
     // Many writers on the follower at once are all forwarded: the follower bounds its
     // connections to the leader (and its dials, under the leader's cap on handshakes from one
     // address) and queues the rest, instead of failing them over to NOT_LEADER.
@@ -320,9 +348,34 @@ async fn scenario() {
                     .await
                     .map_err(|e| format!("{e:?}"))?
                     .with_timeout(REQUEST_LIMIT);
-                c.write_events(key(5000 + w), vec![event(5000 + w, 1)], 1)
-                    .await
-                    .map_err(|e| format!("{e:?}"))
+                // A redirect is the failure this checks; backpressure (ServerBusy) is retried
+                // as a client would, idempotently.
+                let deadline = Instant::now() + Duration::from_secs(30);
+                loop {
+                    let written = c
+                        .write_events_with(
+                            key(5000 + w),
+                            vec![event(5000 + w, 1)],
+                            1,
+                            WriteEventsOptions {
+                                allow_create: true,
+                                expected_version: Some(0),
+                                enforce_client_idempotency: true,
+                            },
+                        )
+                        .await;
+                    match written {
+                        Ok(_) => return Ok(()),
+                        Err(ClientError::Server(ServerError::Write { error_message, .. }))
+                            if error_message.contains("\"current_aggregate_version\":1") =>
+                        {
+                            return Ok(())
+                        }
+                        Err(e @ ClientError::NotLeader { .. }) => return Err(format!("{e:?}")),
+                        Err(e) if Instant::now() > deadline => return Err(format!("{e:?}")),
+                        Err(_) => tokio::time::sleep(Duration::from_millis(100)).await,
+                    }
+                }
             })
         })
         .collect();
