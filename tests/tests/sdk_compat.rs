@@ -840,5 +840,9 @@ fn python_smoke() {
         .expect("run the Python smoke");
     print!("{}", String::from_utf8_lossy(&output.stdout));
     eprint!("{}", String::from_utf8_lossy(&output.stderr));
-    assert!(output.status.success(), "the Python smoke failed");
+    assert!(
+        output.status.success(),
+        "the Python smoke failed ({})",
+        output.status
+    );
 }
