@@ -340,7 +340,9 @@ async fn scenario() {
     // Many writers on the follower at once are all forwarded: the follower bounds its
     // connections to the leader (and its dials, under the leader's cap on handshakes from one
     // address) and queues the rest, instead of failing them over to NOT_LEADER.
-    let burst: Vec<_> = (0..150u64)
+    // (60 at once: well past the leader's 8 handshakes per address, and within what the
+    // follower's 32 connections carry in the forward timeout on a loaded CI machine.)
+    let burst: Vec<_> = (0..60u64)
         .map(|w| {
             let addr = addrs[follower].clone();
             tokio::spawn(async move {
@@ -387,7 +389,7 @@ async fn scenario() {
     }
     assert!(
         refused.is_empty(),
-        "{} of 150 refused: {:?}",
+        "{} of 60 refused: {:?}",
         refused.len(),
         &refused[..refused.len().min(3)]
     );

@@ -340,11 +340,15 @@ async fn apply_change(svc: &EventService, change: Change) -> Result<EventRespons
             // Another member leads the shard: it takes the change from here, so a client
             // connected to any member is served (the published client's bare connection
             // does not follow redirects).
-            if let Ok(response) = cluster
+            match cluster
                 .forward(prepared.shard, correlation_id, &prepared.command)
                 .await
             {
-                return Ok(response);
+                Ok(response) => return Ok(response),
+                // The client gets the redirect; the operator sees why it was not served here.
+                Err(e) => {
+                    tracing::warn!(shard = prepared.shard, error = %e, "a change could not be forwarded to its shard's leader; answered with a redirect");
+                }
             }
         }
         submitted.map_err(|e| cluster_error(kind, e, placement))
