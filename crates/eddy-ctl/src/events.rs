@@ -298,82 +298,15 @@ fn now_millis() -> u64 {
 /// Runs `eddy events`.
 pub async fn run(args: &EventsArgs, out: &mut dyn Write) -> Result<(), CtlError> {
     let settings = args.conn.resolve()?;
-    let human = settings.format == Format::Table;
+    let format = settings.format;
     if let EventsCommand::Watch(watch_args) = &args.command {
         return watch(&settings, watch_args, out).await;
     }
     let mut client = settings.event_client().await?;
     match &args.command {
-        EventsCommand::Write(w) => {
-            let key = parse_key(&w.key)?;
-            if w.event_type == 0 {
-                return Err(CtlError::Usage("--event-type 0 is reserved".into()));
-            }
-            let payloads = payloads(w)?;
-            if payloads.is_empty() {
-                return Err(CtlError::Usage("no events to write".into()));
-            }
-            let now = now_millis();
-            let first_seq = w.idempotency_key.unwrap_or(0);
-            let events: Vec<Event> = payloads
-                .into_iter()
-                .enumerate()
-                .map(|(i, payload)| Event {
-                    client_seq: first_seq + i as u64,
-                    event_seq: 0,
-                    event_id: None,
-                    event_timestamp: now,
-                    event_type_major: w.event_type,
-                    event_type_minor: w.event_minor,
-                    event_value: Bytes::from(payload),
-                    iv: None,
-                })
-                .collect();
-            let count = events.len();
-            let options = WriteOptions {
-                expected_version: w.expected_version,
-                idempotent: w.idempotency_key.is_some(),
-                allow_create: !w.no_create,
-                user_id: None,
-            };
-            let version = client
-                .write_events(key, events, w.client_id, &options)
-                .await
-                .context(|| format!("write to aggregate {}", w.key))?;
-            let record = Record::new()
-                .field("aggregate", key_text(&key))
-                .field("events", count)
-                .field("version", version.map_or(Value::Null, |v| json!(v)));
-            print_record(out, settings.format, &record).map_err(CtlError::Output)
-        }
-        EventsCommand::Read(r) => read(&mut client, r, settings.format, out).await,
-        EventsCommand::Details { key } => {
-            let aggregate = parse_key(key)?;
-            let d = client
-                .details(aggregate)
-                .await
-                .context(|| format!("details of aggregate {key}"))?;
-            let record = Record::new()
-                .field("aggregate", key_text(&aggregate))
-                .field("min_version", d.min_aggregate_version)
-                .field("max_version", d.max_aggregate_version)
-                .field("max_event_seq", d.max_event_seq)
-                .field("deleted", d.is_deleted)
-                .field("allow_recreate", d.allow_recreate)
-                .field(
-                    "last_write",
-                    if human {
-                        // Server timestamps are epoch milliseconds (the default precision).
-                        json!(output::timestamp_micros(
-                            d.last_server_timestamp.saturating_mul(1000)
-                        ))
-                    } else {
-                        json!(d.last_server_timestamp)
-                    },
-                )
-                .field("last_client_id", d.last_client_id.to_string());
-            print_record(out, settings.format, &record).map_err(CtlError::Output)
-        }
+        EventsCommand::Write(w) => write(&mut client, w, format, out).await,
+        EventsCommand::Read(r) => read(&mut client, r, format, out).await,
+        EventsCommand::Details { key } => details(&mut client, key, format, out).await,
         EventsCommand::Trim {
             key,
             keep_from,
@@ -381,7 +314,7 @@ pub async fn run(args: &EventsArgs, out: &mut dyn Write) -> Result<(), CtlError>
         } => {
             output::act(
                 out,
-                settings.format,
+                format,
                 client.trim(parse_key(key)?, *keep_from, *client_id),
                 format!("trim aggregate {key}"),
                 format!("trimmed {key} below version {keep_from}"),
@@ -402,110 +335,27 @@ pub async fn run(args: &EventsArgs, out: &mut dyn Write) -> Result<(), CtlError>
             };
             output::act(
                 out,
-                settings.format,
+                format,
                 client.delete(parse_key(key)?, options, *client_id),
                 format!("delete aggregate {key}"),
                 format!("deleted {key}"),
             )
             .await
         }
-        EventsCommand::Orgs => {
-            let mut orgs = BTreeSet::new();
-            for shard in 0..client.num_shards().await? {
-                let mut cursor = None;
-                loop {
-                    let page = client
-                        .list_orgs(shard, cursor)
-                        .await
-                        .context(|| format!("list orgs of shard {shard}"))?;
-                    orgs.extend(page.orgs.iter().map(|o| o.org_id));
-                    match page.next_cursor {
-                        Some(c) if Some(c) != cursor => cursor = Some(c),
-                        _ => break,
-                    }
-                }
-            }
-            let mut table = Table::new(vec!["org"]);
-            for org in orgs {
-                table.push(vec![json!(org.to_string())]);
-            }
-            print_table(out, settings.format, &table).map_err(CtlError::Output)
-        }
-        EventsCommand::Types { org } => {
-            let mut types = BTreeSet::new();
-            for shard in 0..client.num_shards().await? {
-                let mut cursor = None;
-                loop {
-                    let page = client
-                        .list_aggregate_types(shard, *org, cursor)
-                        .await
-                        .context(|| format!("list aggregate types of shard {shard}"))?;
-                    types.extend(
-                        page.aggregate_types
-                            .iter()
-                            .map(|t| (t.org_id, t.aggregate_type_id)),
-                    );
-                    match page.next_cursor {
-                        Some(c) if Some(c) != cursor => cursor = Some(c),
-                        _ => break,
-                    }
-                }
-            }
-            let mut table = Table::new(vec!["org", "type"]);
-            for (org, kind) in types {
-                table.push(vec![json!(org.to_string()), json!(kind.to_string())]);
-            }
-            print_table(out, settings.format, &table).map_err(CtlError::Output)
-        }
+        EventsCommand::Orgs => orgs(&mut client, format, out).await,
+        EventsCommand::Types { org } => types(&mut client, *org, format, out).await,
         EventsCommand::Aggregates {
             org,
             aggregate_type,
             include_deleted,
         } => {
-            let mut found = BTreeMap::new();
-            for shard in 0..client.num_shards().await? {
-                let mut cursor = None;
-                loop {
-                    let page = client
-                        .list_aggregates(shard, *org, *aggregate_type, cursor)
-                        .await
-                        .context(|| format!("list aggregates of shard {shard}"))?;
-                    for a in page.aggregates {
-                        // Items may repeat across pages; the newest page's numbers win.
-                        found.insert((a.org_id, a.aggregate_type_id, a.aggregate_id), a);
-                    }
-                    match page.next_cursor {
-                        Some(c) if Some(c) != cursor => cursor = Some(c),
-                        _ => break,
-                    }
-                }
-            }
-            let mut table = Table::new(vec![
-                "aggregate",
-                "min_version",
-                "max_version",
-                "batches",
-                "size",
-                "deleted",
-            ]);
-            for a in found.values().filter(|a| *include_deleted || !a.is_deleted) {
-                table.push(vec![
-                    json!(format!(
-                        "{}/{}/{}",
-                        a.org_id, a.aggregate_type_id, a.aggregate_id
-                    )),
-                    json!(a.min_aggregate_version),
-                    json!(a.max_aggregate_version),
-                    json!(a.event_batch_count),
-                    if human {
-                        json!(output::bytes(a.compressed_size))
-                    } else {
-                        json!(a.compressed_size)
-                    },
-                    json!(a.is_deleted),
-                ]);
-            }
-            print_table(out, settings.format, &table).map_err(CtlError::Output)
+            aggregates(
+                &mut client,
+                (*org, *aggregate_type, *include_deleted),
+                format,
+                out,
+            )
+            .await
         }
         EventsCommand::Schema(SchemaCommand::Register {
             org,
@@ -516,31 +366,258 @@ pub async fn run(args: &EventsArgs, out: &mut dyn Write) -> Result<(), CtlError>
             file,
             client_id,
         }) => {
-            let text = match (schema, file) {
-                (Some(text), _) => text.clone(),
-                (None, Some(path)) => {
-                    std::fs::read_to_string(path).map_err(|source| CtlError::Io {
-                        what: "read",
-                        path: path.clone(),
-                        source,
-                    })?
-                }
-                (None, None) => {
-                    return Err(CtlError::Usage("give the schema text or --file".into()))
-                }
-            };
-            serde_json::from_str::<Value>(&text)
-                .map_err(|e| CtlError::Usage(format!("the schema is not JSON: {e}")))?;
             let key = SchemaKey {
                 org_id: *org,
                 aggregate_type_id: *aggregate_type,
                 event_type_major: *event_type,
                 event_type_minor: *minor,
             };
-            output::act(out, settings.format, client.register_schema(key, text, *client_id), format!("register the schema of event type {event_type}.{minor}"), format!("registered the schema of {org}/{aggregate_type} event type {event_type}.{minor}")).await
+            register_schema(
+                &mut client,
+                key,
+                (schema.as_ref(), file.as_ref()),
+                *client_id,
+                format,
+                out,
+            )
+            .await
         }
         EventsCommand::Watch(_) => unreachable!("handled above"),
     }
+}
+
+/// `eddy events write`.
+async fn write(
+    client: &mut EventClient,
+    w: &WriteArgs,
+    format: Format,
+    out: &mut dyn Write,
+) -> Result<(), CtlError> {
+    let key = parse_key(&w.key)?;
+    if w.event_type == 0 {
+        return Err(CtlError::Usage("--event-type 0 is reserved".into()));
+    }
+    let payloads = payloads(w)?;
+    if payloads.is_empty() {
+        return Err(CtlError::Usage("no events to write".into()));
+    }
+    let now = now_millis();
+    let first_seq = w.idempotency_key.unwrap_or(0);
+    let events: Vec<Event> = payloads
+        .into_iter()
+        .enumerate()
+        .map(|(i, payload)| Event {
+            client_seq: first_seq + i as u64,
+            event_seq: 0,
+            event_id: None,
+            event_timestamp: now,
+            event_type_major: w.event_type,
+            event_type_minor: w.event_minor,
+            event_value: Bytes::from(payload),
+            iv: None,
+        })
+        .collect();
+    let count = events.len();
+    let options = WriteOptions {
+        expected_version: w.expected_version,
+        idempotent: w.idempotency_key.is_some(),
+        allow_create: !w.no_create,
+        user_id: None,
+    };
+    let version = client
+        .write_events(key, events, w.client_id, &options)
+        .await
+        .context(|| format!("write to aggregate {}", w.key))?;
+    let record = Record::new()
+        .field("aggregate", key_text(&key))
+        .field("events", count)
+        .field("version", version.map_or(Value::Null, |v| json!(v)));
+    print_record(out, format, &record).map_err(CtlError::Output)
+}
+
+/// `eddy events details`.
+async fn details(
+    client: &mut EventClient,
+    key: &str,
+    format: Format,
+    out: &mut dyn Write,
+) -> Result<(), CtlError> {
+    let human = format == Format::Table;
+    let aggregate = parse_key(key)?;
+    let d = client
+        .details(aggregate)
+        .await
+        .context(|| format!("details of aggregate {key}"))?;
+    let record = Record::new()
+        .field("aggregate", key_text(&aggregate))
+        .field("min_version", d.min_aggregate_version)
+        .field("max_version", d.max_aggregate_version)
+        .field("max_event_seq", d.max_event_seq)
+        .field("deleted", d.is_deleted)
+        .field("allow_recreate", d.allow_recreate)
+        .field(
+            "last_write",
+            if human {
+                // Server timestamps are epoch milliseconds (the default precision).
+                json!(output::timestamp_micros(
+                    d.last_server_timestamp.saturating_mul(1000)
+                ))
+            } else {
+                json!(d.last_server_timestamp)
+            },
+        )
+        .field("last_client_id", d.last_client_id.to_string());
+    print_record(out, format, &record).map_err(CtlError::Output)
+}
+
+/// `eddy events orgs`: every org of every shard, each once.
+async fn orgs(
+    client: &mut EventClient,
+    format: Format,
+    out: &mut dyn Write,
+) -> Result<(), CtlError> {
+    let mut orgs = BTreeSet::new();
+    for shard in 0..client.num_shards().await? {
+        let mut cursor = None;
+        loop {
+            let page = client
+                .list_orgs(shard, cursor)
+                .await
+                .context(|| format!("list orgs of shard {shard}"))?;
+            orgs.extend(page.orgs.iter().map(|o| o.org_id));
+            match page.next_cursor {
+                Some(c) if Some(c) != cursor => cursor = Some(c),
+                _ => break,
+            }
+        }
+    }
+    let mut table = Table::new(vec!["org"]);
+    for org in orgs {
+        table.push(vec![json!(org.to_string())]);
+    }
+    print_table(out, format, &table).map_err(CtlError::Output)
+}
+
+/// `eddy events types`: every aggregate type of every shard (of `org`, if given).
+async fn types(
+    client: &mut EventClient,
+    org: Option<u128>,
+    format: Format,
+    out: &mut dyn Write,
+) -> Result<(), CtlError> {
+    let mut types = BTreeSet::new();
+    for shard in 0..client.num_shards().await? {
+        let mut cursor = None;
+        loop {
+            let page = client
+                .list_aggregate_types(shard, org, cursor)
+                .await
+                .context(|| format!("list aggregate types of shard {shard}"))?;
+            types.extend(
+                page.aggregate_types
+                    .iter()
+                    .map(|t| (t.org_id, t.aggregate_type_id)),
+            );
+            match page.next_cursor {
+                Some(c) if Some(c) != cursor => cursor = Some(c),
+                _ => break,
+            }
+        }
+    }
+    let mut table = Table::new(vec!["org", "type"]);
+    for (org, kind) in types {
+        table.push(vec![json!(org.to_string()), json!(kind.to_string())]);
+    }
+    print_table(out, format, &table).map_err(CtlError::Output)
+}
+
+/// `eddy events aggregates`: `(org, aggregate type, include deleted)`.
+async fn aggregates(
+    client: &mut EventClient,
+    (org, aggregate_type, include_deleted): (Option<u128>, Option<u128>, bool),
+    format: Format,
+    out: &mut dyn Write,
+) -> Result<(), CtlError> {
+    let human = format == Format::Table;
+    let mut found = BTreeMap::new();
+    for shard in 0..client.num_shards().await? {
+        let mut cursor = None;
+        loop {
+            let page = client
+                .list_aggregates(shard, org, aggregate_type, cursor)
+                .await
+                .context(|| format!("list aggregates of shard {shard}"))?;
+            for a in page.aggregates {
+                // Items may repeat across pages; the newest page's numbers win.
+                found.insert((a.org_id, a.aggregate_type_id, a.aggregate_id), a);
+            }
+            match page.next_cursor {
+                Some(c) if Some(c) != cursor => cursor = Some(c),
+                _ => break,
+            }
+        }
+    }
+    let mut table = Table::new(vec![
+        "aggregate",
+        "min_version",
+        "max_version",
+        "batches",
+        "size",
+        "deleted",
+    ]);
+    for a in found.values().filter(|a| include_deleted || !a.is_deleted) {
+        table.push(vec![
+            json!(format!(
+                "{}/{}/{}",
+                a.org_id, a.aggregate_type_id, a.aggregate_id
+            )),
+            json!(a.min_aggregate_version),
+            json!(a.max_aggregate_version),
+            json!(a.event_batch_count),
+            if human {
+                json!(output::bytes(a.compressed_size))
+            } else {
+                json!(a.compressed_size)
+            },
+            json!(a.is_deleted),
+        ]);
+    }
+    print_table(out, format, &table).map_err(CtlError::Output)
+}
+
+/// `eddy events schema register`: the schema text, given or read from `file`.
+async fn register_schema(
+    client: &mut EventClient,
+    key: SchemaKey,
+    (schema, file): (Option<&String>, Option<&PathBuf>),
+    client_id: u128,
+    format: Format,
+    out: &mut dyn Write,
+) -> Result<(), CtlError> {
+    let text = match (schema, file) {
+        (Some(text), _) => text.clone(),
+        (None, Some(path)) => std::fs::read_to_string(path).map_err(|source| CtlError::Io {
+            what: "read",
+            path: path.clone(),
+            source,
+        })?,
+        (None, None) => return Err(CtlError::Usage("give the schema text or --file".into())),
+    };
+    serde_json::from_str::<Value>(&text)
+        .map_err(|e| CtlError::Usage(format!("the schema is not JSON: {e}")))?;
+    let (major, minor) = (key.event_type_major, key.event_type_minor);
+    let done = format!(
+        "registered the schema of {}/{} event type {major}.{minor}",
+        key.org_id, key.aggregate_type_id
+    );
+    output::act(
+        out,
+        format,
+        client.register_schema(key, text, client_id),
+        format!("register the schema of event type {major}.{minor}"),
+        done,
+    )
+    .await
 }
 
 async fn read(
