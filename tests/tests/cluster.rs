@@ -566,26 +566,11 @@ async fn delete_segments_cuts_every_member_at_the_same_offset() {
 /// `eddy cluster status -o json` (with `--groups`: the groups table) through `stream`, as
 /// root: the rows it printed.
 fn cluster_status_cli(stream: SocketAddr, groups: bool) -> Vec<serde_json::Value> {
-    let home = tempfile::tempdir().unwrap();
-    let mut cmd = std::process::Command::new(eddy_tests::server_bin!());
-    for (k, _) in std::env::vars() {
-        if k.starts_with("EDDY_") {
-            cmd.env_remove(k);
-        }
-    }
-    cmd.args(["cluster", "status", "-o", "json"]);
+    let mut args = vec!["cluster", "status", "-o", "json"];
     if groups {
-        cmd.arg("--groups");
+        args.push("--groups");
     }
-    let out = cmd
-        .env("EDDY_STREAM_ADDR", stream.to_string())
-        .env("EDDY_USERNAME", "iggy")
-        .env("EDDY_PASSWORD", "iggy")
-        .env("HOME", home.path())
-        .env("XDG_CONFIG_HOME", home.path())
-        .stdin(std::process::Stdio::null())
-        .output()
-        .unwrap();
+    let out = eddy_cli(stream, &args).unwrap();
     assert!(
         out.status.success(),
         "eddy cluster status: {}",
@@ -620,16 +605,30 @@ async fn caught_up(via: SocketAddr, member: u64) {
     }
 }
 
-fn poll_member(stream: SocketAddr, strategy: &str) -> Result<(u64, String), String> {
-    let home = tempfile::tempdir().map_err(|e| e.to_string())?;
+/// Runs `eddy ARGS` as root against the member whose stream port is `stream`, with nothing of
+/// this process's `EDDY_*` environment or the user's config file leaking in.
+fn eddy_cli(stream: SocketAddr, args: &[&str]) -> std::io::Result<std::process::Output> {
+    let home = tempfile::tempdir()?;
     let mut cmd = std::process::Command::new(eddy_tests::server_bin!());
     for (k, _) in std::env::vars() {
         if k.starts_with("EDDY_") {
             cmd.env_remove(k);
         }
     }
-    let out = cmd
-        .args([
+    cmd.args(args)
+        .env("EDDY_STREAM_ADDR", stream.to_string())
+        .env("EDDY_USERNAME", "iggy")
+        .env("EDDY_PASSWORD", "iggy")
+        .env("HOME", home.path())
+        .env("XDG_CONFIG_HOME", home.path())
+        .stdin(std::process::Stdio::null())
+        .output()
+}
+
+fn poll_member(stream: SocketAddr, strategy: &str) -> Result<(u64, String), String> {
+    let out = eddy_cli(
+        stream,
+        &[
             "poll",
             "s",
             "t",
@@ -640,15 +639,9 @@ fn poll_member(stream: SocketAddr, strategy: &str) -> Result<(u64, String), Stri
             "1",
             "-o",
             "json",
-        ])
-        .env("EDDY_STREAM_ADDR", stream.to_string())
-        .env("EDDY_USERNAME", "iggy")
-        .env("EDDY_PASSWORD", "iggy")
-        .env("HOME", home.path())
-        .env("XDG_CONFIG_HOME", home.path())
-        .stdin(std::process::Stdio::null())
-        .output()
-        .map_err(|e| e.to_string())?;
+        ],
+    )
+    .map_err(|e| e.to_string())?;
     if !out.status.success() {
         return Err(String::from_utf8_lossy(&out.stderr).into_owned());
     }

@@ -15,7 +15,7 @@ use std::time::{Duration, Instant};
 
 use anyhow::{bail, Context, Result};
 
-use crate::cluster_bench::{http_get, start_cluster, NodeAddrs};
+use crate::cluster_bench::{http_get, issue_certs, start_cluster, wait_for_leader, NodeAddrs};
 
 const USAGE: &str = "usage: cargo xtask catch-up [--mib N] [--producers P] [--size BYTES]";
 
@@ -100,30 +100,9 @@ pub fn run(eddy: &Path, scratch: &Path, args: &[String]) -> Result<()> {
     let batches = batches.max(1);
     let _ = std::fs::remove_dir_all(scratch);
     std::fs::create_dir_all(scratch)?;
-    let certs = scratch.join("certs");
-    let issued = Command::new(eddy)
-        .args(["cluster", "certs", "--out"])
-        .arg(&certs)
-        .args(["--nodes", "1,2,3"])
-        .stdout(Stdio::null())
-        .status()?;
-    if !issued.success() {
-        bail!("eddy cluster certs failed ({issued})");
-    }
+    let certs = issue_certs(eddy, scratch)?;
     let (cluster, addrs) = start_cluster(eddy, &scratch.join("cluster"), Some(&certs))?;
-    let deadline = Instant::now() + Duration::from_secs(30);
-    let leader = loop {
-        let found = addrs.iter().position(|a| {
-            http_get(a.http, "/health").is_some_and(|(s, b)| s == 200 && b.trim() == "leader")
-        });
-        if let Some(i) = found {
-            break i;
-        }
-        if Instant::now() > deadline {
-            bail!("no leader within 30 s");
-        }
-        std::thread::sleep(Duration::from_millis(200));
-    };
+    let leader = wait_for_leader(&addrs)?;
     std::thread::sleep(Duration::from_secs(2));
     let lagging = (leader + 1) % addrs.len();
     let pids: Vec<u32> = cluster

@@ -111,6 +111,38 @@ fn free_port() -> Result<u16> {
         .port())
 }
 
+/// Writes a CA and certificates for members 1-3 under `scratch/certs` (`eddy cluster certs`).
+pub(crate) fn issue_certs(eddy: &Path, scratch: &Path) -> Result<PathBuf> {
+    let certs = scratch.join("certs");
+    let issued = Command::new(eddy)
+        .args(["cluster", "certs", "--out"])
+        .arg(&certs)
+        .args(["--nodes", "1,2,3"])
+        .stdout(Stdio::null())
+        .status()?;
+    if !issued.success() {
+        bail!("eddy cluster certs failed ({issued})");
+    }
+    Ok(certs)
+}
+
+/// The index of the node whose `/health` names it the metadata leader, within 30 s.
+pub(crate) fn wait_for_leader(addrs: &[NodeAddrs]) -> Result<usize> {
+    let deadline = Instant::now() + Duration::from_secs(30);
+    loop {
+        let found = addrs.iter().position(|a| {
+            http_get(a.http, "/health").is_some_and(|(s, b)| s == 200 && b.trim() == "leader")
+        });
+        if let Some(i) = found {
+            return Ok(i);
+        }
+        if Instant::now() > deadline {
+            bail!("no leader within 30 s");
+        }
+        std::thread::sleep(Duration::from_millis(200));
+    }
+}
+
 /// A node's stream, event (client) and HTTP addresses.
 pub(crate) struct NodeAddrs {
     pub(crate) stream: SocketAddr,
@@ -237,16 +269,7 @@ pub fn run(eddy: &Path, scratch: &Path, args: &[String]) -> Result<()> {
     bench(&[], &single_out)?;
     let single = read_runs(&single_out)?;
 
-    let certs = scratch.join("certs");
-    let issued = Command::new(eddy)
-        .args(["cluster", "certs", "--out"])
-        .arg(&certs)
-        .args(["--nodes", "1,2,3"])
-        .stdout(Stdio::null())
-        .status()?;
-    if !issued.success() {
-        bail!("eddy cluster certs failed ({issued})");
-    }
+    let certs = issue_certs(eddy, scratch)?;
     let mut measured = Vec::new();
     // Either peer TLS against plaintext (both to the leader), or (--via-follower) the same
     // TLS cluster written through its leader and through a follower, which forwards every
@@ -360,19 +383,7 @@ fn measure_cluster(
         (false, _) => "plain",
     };
     let (cluster, addrs) = start_cluster(eddy, &scratch.join(format!("cluster-{name}")), certs)?;
-    let deadline = Instant::now() + Duration::from_secs(30);
-    let leader = loop {
-        let found = addrs.iter().position(|a| {
-            http_get(a.http, "/health").is_some_and(|(s, b)| s == 200 && b.trim() == "leader")
-        });
-        if let Some(i) = found {
-            break i;
-        }
-        if Instant::now() > deadline {
-            bail!("no leader within 30 s");
-        }
-        std::thread::sleep(Duration::from_millis(200));
-    };
+    let leader = wait_for_leader(&addrs)?;
     // The root user is created by the leader right after its election.
     std::thread::sleep(Duration::from_secs(2));
     let pids: Vec<u32> = cluster.children.iter().map(Child::id).collect();
