@@ -283,18 +283,28 @@ async fn scenario() {
     };
     assert_eq!(first.max_aggregate_version, Some(1));
     // Its refusals come back as the leader decided them: an OCC conflict, not a redirect.
-    let conflict = direct
-        .write_events_with(
-            key(probe),
-            vec![event(probe, 9)],
-            1,
-            WriteEventsOptions {
-                allow_create: true,
-                expected_version: Some(0),
-                enforce_client_idempotency: false,
-            },
-        )
-        .await;
+    // ServerBusy (the shard's leadership still moving right after start) is retried.
+    let deadline = Instant::now() + Duration::from_secs(30);
+    let conflict = loop {
+        let answer = direct
+            .write_events_with(
+                key(probe),
+                vec![event(probe, 9)],
+                1,
+                WriteEventsOptions {
+                    allow_create: true,
+                    expected_version: Some(0),
+                    enforce_client_idempotency: false,
+                },
+            )
+            .await;
+        match answer {
+            Err(ClientError::ServerBusy) if Instant::now() < deadline => {
+                tokio::time::sleep(Duration::from_millis(200)).await;
+            }
+            other => break other,
+        }
+    };
     assert!(
         matches!(&conflict, Err(ClientError::Server(ServerError::Write { error_message, .. }))
             if error_message.contains("\"current_aggregate_version\":1")),
