@@ -78,6 +78,7 @@ enum Command<O: Send + 'static> {
     AddGroup(
         GroupId,
         Box<dyn GroupStore<Outcome = O>>,
+        Option<Vec<NodeId>>,
         Box<dyn FnOnce(Result<(), NodeError>) + Send>,
     ),
     RemoveGroup(GroupId),
@@ -246,7 +247,21 @@ impl<O: Send + 'static> Runner<O> {
         store: Box<dyn GroupStore<Outcome = O>>,
         done: Box<dyn FnOnce(Result<(), NodeError>) + Send>,
     ) {
-        let _ = self.tx.send(Command::AddGroup(group, store, done));
+        let _ = self.tx.send(Command::AddGroup(group, store, None, done));
+    }
+
+    /// Adds a group founded on `voters` rather than the node's configured voters (see
+    /// [`Node::add_group_with_voters`]); `done` runs on the node thread.
+    pub fn add_group_with_voters(
+        &self,
+        group: GroupId,
+        store: Box<dyn GroupStore<Outcome = O>>,
+        voters: Vec<NodeId>,
+        done: Box<dyn FnOnce(Result<(), NodeError>) + Send>,
+    ) {
+        let _ = self
+            .tx
+            .send(Command::AddGroup(group, store, Some(voters), done));
     }
 
     /// Removes a group (its data was deleted).
@@ -348,8 +363,11 @@ fn run<O: Send + 'static>(
                     node.receive(from, messages);
                     drop(hold);
                 }
-                Command::AddGroup(group, store, done) => {
-                    let result = node.add_group(group, store);
+                Command::AddGroup(group, store, voters, done) => {
+                    let result = match voters {
+                        Some(voters) => node.add_group_with_voters(group, store, voters),
+                        None => node.add_group(group, store),
+                    };
                     if result.is_ok() {
                         view.set(
                             group,

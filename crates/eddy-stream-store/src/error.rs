@@ -170,6 +170,10 @@ pub enum MetadataError {
     /// An id counter is exhausted.
     #[error("{0} ids are exhausted")]
     IdsExhausted(Entity),
+    /// A placed operation ([`crate::metadata::MetadataOp::Placed`]) that does not create
+    /// partitions, or whose replicas are empty, too many or repeated.
+    #[error("invalid placement: {0}")]
+    Placement(&'static str),
 }
 
 /// The kinds of metadata entities, for error reporting.

@@ -300,15 +300,25 @@ impl PartitionGroups {
             Ok((store, group)) => {
                 inner.groups.insert(addr, Open { uid, group });
                 let gid = partition_group_id(uid);
-                runner.add_group(
-                    gid,
-                    Box::new(store),
+                let done: Box<dyn FnOnce(Result<(), eddy_consensus::NodeError>) + Send> =
                     Box::new(move |r| {
                         if let Err(e) = r {
                             tracing::error!(?addr, uid, error = %e, "cannot add a partition group");
                         }
-                    }),
-                );
+                    });
+                // Founded on the members its creation placed it on (the same on every
+                // member); one created before placement, on the cluster's founding members.
+                let placed = self
+                    .view
+                    .get()
+                    .and_then(|view| view.read(|s| s.replicas(uid).map(<[u64]>::to_vec)))
+                    .filter(|replicas| !replicas.is_empty());
+                match placed {
+                    Some(voters) => {
+                        runner.add_group_with_voters(gid, Box::new(store), voters, done);
+                    }
+                    None => runner.add_group(gid, Box::new(store), done),
+                }
                 // The metadata leader stands for a new partition's leadership at once (the
                 // others wait for an election timeout first): producers can send without
                 // waiting for one, and the SDK finds every leader on one node.

@@ -351,6 +351,19 @@ impl ClusterStreams {
         if !self.is_metadata_leader() {
             return Err(ClusterError::NotLeader("metadata group"));
         }
+        let placed;
+        let op = if matches!(
+            op,
+            MetadataOp::CreateTopic { .. } | MetadataOp::CreatePartitions { .. }
+        ) {
+            placed = MetadataOp::Placed {
+                replicas: self.placement().await?,
+                op: Box::new(op.clone()),
+            };
+            &placed
+        } else {
+            op
+        };
         let data = encode_op(op).map_err(|e| ClusterError::Encode(e.to_string()))?;
         match proposed(&self.runner, METADATA_GROUP, Bytes::from(data)).await? {
             ClusterOutcome::Metadata(MetadataApplied::Applied(effects)) => Ok(effects),
@@ -358,6 +371,20 @@ impl ClusterStreams {
             other => Err(ClusterError::Encode(format!(
                 "the metadata group answered {other:?}"
             ))),
+        }
+    }
+
+    /// The members a partition created now is founded on: the metadata group's voters as
+    /// this member (its leader) sees them. The creating operation carries them, so every
+    /// member founds the partition's group on the same voters whatever its own view.
+    async fn placement(&self) -> Result<Vec<u64>, ClusterError> {
+        let (tx, rx) = tokio::sync::oneshot::channel();
+        self.runner.with(move |node| {
+            let _ = tx.send(node.membership(METADATA_GROUP).map(|m| m.voters));
+        });
+        match rx.await {
+            Ok(Some(voters)) if !voters.is_empty() => Ok(voters),
+            _ => Err(ClusterError::NotLeader("metadata group")),
         }
     }
 

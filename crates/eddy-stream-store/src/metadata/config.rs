@@ -10,3 +10,5 @@ pub const MAX_PARTITIONS_PER_TOPIC: u32 = 1_000_000;
 pub const MAX_PARTITIONS_PER_OP: u32 = 1_000;
 /// Most personal access tokens per user.
 pub const MAX_TOKENS_PER_USER: usize = 100;
+/// Most members a partition may be placed on.
+pub const MAX_REPLICAS: usize = 64;

@@ -219,4 +219,16 @@ pub enum MetadataOp {
         /// Whose offset.
         consumer: ConsumerKey,
     },
+    /// A [`MetadataOp::CreateTopic`] or [`MetadataOp::CreatePartitions`] whose new partitions
+    /// live on `replicas` (cluster member ids): the founding voters of each new partition's
+    /// replication group, the same on every member because the operation carries them.
+    /// A partition created without this (a single node, or a cluster's log from before it)
+    /// lives on the cluster's founding members.
+    Placed {
+        /// The members the new partitions are founded on (1 to [`super::MAX_REPLICAS`],
+        /// distinct).
+        replicas: Vec<u64>,
+        /// The creating operation.
+        op: Box<MetadataOp>,
+    },
 }

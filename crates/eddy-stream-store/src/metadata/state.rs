@@ -9,6 +9,7 @@ use serde::{Deserialize, Serialize};
 use crate::error::MetadataError;
 use crate::partition::PartitionAddr;
 
+use super::config::MAX_REPLICAS;
 use super::op::MetadataOp;
 use super::records::{Effect, PartitionRecord, StreamRecord, TopicConfig, TopicRecord, UserRecord};
 use super::{groups, offsets, streams, topics, users};
@@ -22,6 +23,12 @@ pub struct MetadataState {
     pub users: BTreeMap<u32, UserRecord>,
     /// The next partition uid.
     pub next_partition_uid: u64,
+    /// The members each placed partition (by uid) was founded on; a partition missing here
+    /// lives on the cluster's founding members. Not part of the serde form: a snapshot
+    /// carries it in a section after the state (see `encoding`), so snapshots written before
+    /// it still decode.
+    #[serde(skip)]
+    pub placement: BTreeMap<u64, Vec<u64>>,
 }
 
 impl MetadataState {
@@ -90,8 +97,61 @@ impl MetadataState {
         })
     }
 
+    /// The members the partition with `uid` was founded on (`None`: the cluster's founding
+    /// members).
+    pub fn replicas(&self, uid: u64) -> Option<&[u64]> {
+        self.placement.get(&uid).map(Vec::as_slice)
+    }
+
     /// Validates and applies one operation. On error the state is unchanged.
     pub fn apply(&mut self, op: &MetadataOp) -> Result<Vec<Effect>, MetadataError> {
+        if let MetadataOp::Placed { replicas, op } = op {
+            return self.apply_placed(replicas, op);
+        }
+        let effects = self.apply_unplaced(op)?;
+        for effect in &effects {
+            if let Effect::DeletePartition { uid, .. } = effect {
+                self.placement.remove(uid);
+            }
+        }
+        Ok(effects)
+    }
+
+    /// Applies a creating operation whose new partitions live on `replicas`.
+    fn apply_placed(
+        &mut self,
+        replicas: &[u64],
+        op: &MetadataOp,
+    ) -> Result<Vec<Effect>, MetadataError> {
+        if !matches!(
+            op,
+            MetadataOp::CreateTopic { .. } | MetadataOp::CreatePartitions { .. }
+        ) {
+            return Err(MetadataError::Placement(
+                "only a topic or partition creation is placed",
+            ));
+        }
+        if replicas.is_empty() || replicas.len() > MAX_REPLICAS {
+            return Err(MetadataError::Placement(
+                "a partition lives on 1 to 64 members",
+            ));
+        }
+        let mut sorted = replicas.to_vec();
+        sorted.sort_unstable();
+        sorted.dedup();
+        if sorted.len() != replicas.len() {
+            return Err(MetadataError::Placement("a member is named twice"));
+        }
+        let effects = self.apply_unplaced(op)?;
+        for effect in &effects {
+            if let Effect::CreatePartition { uid, .. } = effect {
+                self.placement.insert(*uid, replicas.to_vec());
+            }
+        }
+        Ok(effects)
+    }
+
+    fn apply_unplaced(&mut self, op: &MetadataOp) -> Result<Vec<Effect>, MetadataError> {
         let mut effects = Vec::new();
         match op {
             MetadataOp::CreateStream { .. }
@@ -121,6 +181,11 @@ impl MetadataState {
             }
             MetadataOp::StoreConsumerOffset { .. } | MetadataOp::DeleteConsumerOffset { .. } => {
                 offsets::apply(&mut self.streams, op)?;
+            }
+            MetadataOp::Placed { .. } => {
+                return Err(MetadataError::Placement(
+                    "a placed operation inside another",
+                ));
             }
         }
         Ok(effects)

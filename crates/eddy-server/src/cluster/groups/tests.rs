@@ -282,3 +282,97 @@ fn partition_groups_follow_the_metadata_on_every_member() {
         m.runner.stop();
     }
 }
+
+/// The voters of `gid` as member `m` runs it.
+fn voters(m: &Member, gid: GroupId) -> Option<Vec<NodeId>> {
+    let (tx, rx) = mpsc::channel();
+    m.runner.with(move |node| {
+        let _ = tx.send(node.membership(gid).map(|s| s.voters));
+    });
+    rx.recv_timeout(Duration::from_secs(10)).unwrap()
+}
+
+#[test]
+fn a_placed_partition_is_founded_on_its_replicas_on_every_member_and_after_a_restart() {
+    let tmp = tempfile::tempdir().unwrap();
+    let pool = CommitPool::new(2).unwrap();
+    let peers: Peers = Arc::default();
+    peers.lock().unwrap().extend([None, None, None]);
+    let mut members: Vec<Option<Member>> = (1..=3)
+        .map(|id| Some(open_member(id, tmp.path(), &peers, &pool)))
+        .collect();
+    metadata(
+        &members,
+        &peers,
+        &MetadataOp::CreateStream {
+            id: 1,
+            name: "orders".into(),
+            created_at: 1,
+            options: vec![],
+        },
+    );
+    let out = metadata(
+        &members,
+        &peers,
+        &MetadataOp::Placed {
+            replicas: vec![1, 2],
+            op: Box::new(MetadataOp::CreateTopic {
+                stream_id: 1,
+                id: 1,
+                name: "t".into(),
+                created_at: 2,
+                partitions: 1,
+                config: crate::cluster::testkit::small_topic(),
+                explicit_options: vec![],
+                derived_options: vec![],
+            }),
+        },
+    );
+    assert!(
+        matches!(&out, MetadataApplied::Applied(e) if e.len() == 1),
+        "{out:?}"
+    );
+    let gid = partition_group_id(0);
+    for m in members.iter().flatten() {
+        testkit::eventually(
+            || voters(m, gid) == Some(vec![1, 2]),
+            || format!("voters {:?}", voters(m, gid)),
+        );
+    }
+    let out = produce(&members, &peers, P0, 1, b"placed");
+    assert!(matches!(out, ApplyOutcome::Appended { base_offset: 0, .. }));
+    // Member 3 holds no vote in it: it never leads it.
+    assert_ne!(testkit::leader(&peers, gid), 3);
+
+    // Enough metadata entries for a snapshot (every 8): a restarted member founds the group
+    // on the same voters from the placement the snapshot carries.
+    for id in 2..12 {
+        metadata(
+            &members,
+            &peers,
+            &MetadataOp::CreateStream {
+                id,
+                name: format!("s{id}"),
+                created_at: 3,
+                options: vec![],
+            },
+        );
+    }
+    for i in [0, 2] {
+        let gone = members[i].take().unwrap();
+        gone.runner.stop();
+        peers.lock().unwrap()[i] = None;
+        drop(gone);
+        members[i] = Some(open_member(i as u64 + 1, tmp.path(), &peers, &pool));
+        let m = members[i].as_ref().unwrap();
+        testkit::eventually(
+            || voters(m, gid) == Some(vec![1, 2]),
+            || format!("voters after a restart {:?}", voters(m, gid)),
+        );
+    }
+    let out = produce(&members, &peers, P0, 1, b"again");
+    assert!(matches!(out, ApplyOutcome::Appended { base_offset: 1, .. }));
+    for m in members.iter().flatten() {
+        m.runner.stop();
+    }
+}
