@@ -167,6 +167,55 @@ pub fn cluster_id(dir: &Path, derived: u64) -> std::io::Result<u64> {
     }
 }
 
+/// File holding the members the cluster was founded with (decimal ids, one per line): the
+/// founding voters of the metadata group, every event shard and every partition created
+/// without a placement.
+pub const FOUNDERS_FILE: &str = "founders";
+
+/// The members this member's cluster was founded with: read from [`FOUNDERS_FILE`] in `dir`,
+/// or, on the member's first start, `configured` (its `--node-id` and `--peer` ids, written
+/// durably). Once written the founders never change: every member must found each group on
+/// the same voters, whatever later happens to the members or to a member's `--peer` list.
+///
+/// # Errors
+/// The file cannot be read, parsed or written, or lists no member.
+pub fn founders(dir: &Path, configured: &[NodeId]) -> std::io::Result<Vec<NodeId>> {
+    let invalid = |what: String| std::io::Error::new(std::io::ErrorKind::InvalidData, what);
+    match std::fs::read_to_string(dir.join(FOUNDERS_FILE)) {
+        Ok(text) => {
+            let mut ids = text
+                .lines()
+                .map(str::trim)
+                .filter(|l| !l.is_empty())
+                .map(|l| {
+                    l.parse::<NodeId>()
+                        .map_err(|_| invalid(format!("{FOUNDERS_FILE}: {l:?} is not a member id")))
+                })
+                .collect::<std::io::Result<Vec<_>>>()?;
+            ids.sort_unstable();
+            ids.dedup();
+            if ids.is_empty() {
+                return Err(invalid(format!("{FOUNDERS_FILE} lists no member")));
+            }
+            Ok(ids)
+        }
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
+            let mut ids = configured.to_vec();
+            ids.sort_unstable();
+            ids.dedup();
+            let mut text = ids
+                .iter()
+                .map(ToString::to_string)
+                .collect::<Vec<_>>()
+                .join("\n");
+            text.push('\n');
+            write_durably(dir, FOUNDERS_FILE, &text)?;
+            Ok(ids)
+        }
+        Err(e) => Err(e),
+    }
+}
+
 /// Replaces `dir/name` with `text` durably (temporary file, fsync, rename, directory fsync).
 pub(crate) fn write_durably(dir: &Path, name: &str, text: &str) -> std::io::Result<()> {
     let tmp = dir.join(format!("{name}.tmp"));
@@ -305,6 +354,22 @@ mod tests {
             cluster: 0,
             props,
         }
+    }
+
+    #[test]
+    fn the_founders_are_written_once_and_kept_whatever_the_peer_list_says_later() {
+        let dir = tempfile::tempdir().unwrap();
+        assert_eq!(founders(dir.path(), &[3, 1, 2]).unwrap(), vec![1, 2, 3]);
+        assert_eq!(
+            std::fs::read_to_string(dir.path().join(FOUNDERS_FILE)).unwrap(),
+            "1\n2\n3\n"
+        );
+        // A later start with another list keeps the founders.
+        assert_eq!(founders(dir.path(), &[2, 3, 4]).unwrap(), vec![1, 2, 3]);
+        std::fs::write(dir.path().join(FOUNDERS_FILE), "1\nx\n").unwrap();
+        assert!(founders(dir.path(), &[1]).is_err());
+        std::fs::write(dir.path().join(FOUNDERS_FILE), "\n").unwrap();
+        assert!(founders(dir.path(), &[1]).is_err());
     }
 
     #[test]

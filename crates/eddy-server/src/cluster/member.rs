@@ -337,9 +337,16 @@ pub async fn start(
     let peer_tls = load_peer_tls(config)?;
     let peers = peer_addrs(config).await?;
     let me = config.node_id;
-    let mut members: Vec<NodeId> = peers.keys().copied().collect();
-    members.push(me);
-    members.sort_unstable();
+    let mut configured: Vec<NodeId> = peers.keys().copied().collect();
+    configured.push(me);
+    configured.sort_unstable();
+    let raft_dir = data_dir.join("raft");
+    std::fs::create_dir_all(&raft_dir).map_err(storage_error)?;
+    // Every group without a placement of its own is founded on these, on every member.
+    let members = super::incarnation::founders(&raft_dir, &configured).map_err(storage_error)?;
+    if members != configured {
+        tracing::warn!(founders = ?members, configured = ?configured, "this member's --node-id and --peer list differ from the members its cluster was founded with; groups keep their founders");
+    }
     let backend: Arc<dyn StorageBackend> =
         Arc::new(FsBackend::new(data_dir).map_err(storage_error)?);
     let log = LogConfig {
@@ -391,8 +398,6 @@ pub async fn start(
     .map_err(storage_error)?;
     let store = Replicated::open(raft_log, AsCluster(machine)).map_err(storage_error)?;
 
-    let raft_dir = data_dir.join("raft");
-    std::fs::create_dir_all(&raft_dir).map_err(storage_error)?;
     let members_fingerprint = fingerprint(&members);
     let cluster = super::incarnation::cluster_id(
         &raft_dir,
