@@ -174,6 +174,9 @@ pub enum MetadataError {
     /// partitions, or whose replicas are empty, too many or repeated.
     #[error("invalid placement: {0}")]
     Placement(&'static str),
+    /// The cluster member is not recorded.
+    #[error("member {0} is not a recorded cluster member")]
+    MemberNotFound(u64),
 }
 
 /// The kinds of metadata entities, for error reporting.

@@ -42,10 +42,13 @@ pub fn decode_op(bytes: &[u8]) -> Result<MetadataOp, EncodingError> {
 
 /// Marks the placement section after a state (see [`encode_state`]).
 const PLACEMENT_SECTION: u8 = 1;
+/// Marks the members section after a state (see [`encode_state`]).
+const MEMBERS_SECTION: u8 = 2;
 
-/// Encodes a state for a snapshot: the state's serde form, then, when any partition is
-/// placed, [`PLACEMENT_SECTION`] and the placement map (a snapshot written before placement
-/// existed ends after the state, and decodes with none).
+/// Encodes a state for a snapshot: the state's serde form, then the sections of what it
+/// holds beyond it, each a tag and a bincode map, in tag order and only when not empty:
+/// [`PLACEMENT_SECTION`] (placed partitions) and [`MEMBERS_SECTION`] (recorded members). A
+/// snapshot written before sections existed ends after the state, and decodes with none.
 pub fn encode_state(state: &MetadataState) -> Result<Vec<u8>, EncodingError> {
     let mut out =
         bincode::serde::encode_to_vec(state, snapshot_config()).map_err(EncodingError::Encode)?;
@@ -55,25 +58,46 @@ pub fn encode_state(state: &MetadataState) -> Result<Vec<u8>, EncodingError> {
             .map_err(EncodingError::Encode)?;
         out.extend_from_slice(&placement);
     }
+    if !state.members.is_empty() {
+        out.push(MEMBERS_SECTION);
+        let members = bincode::serde::encode_to_vec(&state.members, snapshot_config())
+            .map_err(EncodingError::Encode)?;
+        out.extend_from_slice(&members);
+    }
     Ok(out)
 }
 
-/// Decodes a snapshot state (all bytes must be consumed).
+/// Decodes one section's value, returning it and the bytes after it.
+fn decode_section<T: serde::de::DeserializeOwned>(
+    bytes: &[u8],
+) -> Result<(T, &[u8]), EncodingError> {
+    let (value, used) = bincode::serde::decode_from_slice(bytes, snapshot_config())
+        .map_err(EncodingError::Decode)?;
+    Ok((value, &bytes[used..]))
+}
+
+/// Decodes a snapshot state (all bytes must be consumed; sections in tag order, each once).
 pub fn decode_state(bytes: &[u8]) -> Result<MetadataState, EncodingError> {
-    let (mut state, used): (MetadataState, usize) =
-        bincode::serde::decode_from_slice(bytes, snapshot_config())
-            .map_err(EncodingError::Decode)?;
-    let rest = &bytes[used..];
-    if let Some((&PLACEMENT_SECTION, section)) = rest.split_first() {
-        let (placement, used): (std::collections::BTreeMap<u64, Vec<u64>>, usize) =
-            bincode::serde::decode_from_slice(section, snapshot_config())
-                .map_err(EncodingError::Decode)?;
-        if used != section.len() {
-            return Err(EncodingError::Trailing(section.len() - used));
+    let (mut state, mut rest): (MetadataState, &[u8]) = decode_section(bytes)?;
+    let mut last_tag = 0;
+    while let Some((&tag, section)) = rest.split_first() {
+        if tag <= last_tag {
+            return Err(EncodingError::Trailing(rest.len()));
         }
-        state.placement = placement;
-    } else if !rest.is_empty() {
-        return Err(EncodingError::Trailing(rest.len()));
+        last_tag = tag;
+        rest = match tag {
+            PLACEMENT_SECTION => {
+                let (placement, rest) = decode_section(section)?;
+                state.placement = placement;
+                rest
+            }
+            MEMBERS_SECTION => {
+                let (members, rest) = decode_section(section)?;
+                state.members = members;
+                rest
+            }
+            _ => return Err(EncodingError::Trailing(rest.len())),
+        };
     }
     Ok(state)
 }

@@ -231,4 +231,18 @@ pub enum MetadataOp {
         /// The creating operation.
         op: Box<MetadataOp>,
     },
+    /// Records a cluster member and the address of its replication port (a new member, or
+    /// one that moved). Members are in the metadata so that every member agrees on who may
+    /// speak on the replication port and where to reach it, whatever its `--peer` flags say.
+    SetMember {
+        /// Member id.
+        id: u64,
+        /// Its replication address (`host:port`, 1 to [`super::MAX_NAME_LEN`] bytes).
+        address: String,
+    },
+    /// Forgets a cluster member (it was removed from every group).
+    RemoveMember {
+        /// Member id.
+        id: u64,
+    },
 }

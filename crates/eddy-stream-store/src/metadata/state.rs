@@ -9,6 +9,7 @@ use serde::{Deserialize, Serialize};
 use crate::error::MetadataError;
 use crate::partition::PartitionAddr;
 
+use super::checks::check_name;
 use super::config::MAX_REPLICAS;
 use super::op::MetadataOp;
 use super::records::{Effect, PartitionRecord, StreamRecord, TopicConfig, TopicRecord, UserRecord};
@@ -29,6 +30,11 @@ pub struct MetadataState {
     /// it still decode.
     #[serde(skip)]
     pub placement: BTreeMap<u64, Vec<u64>>,
+    /// The cluster's members recorded by [`MetadataOp::SetMember`]: id to replication
+    /// address. Empty in a cluster whose metadata never recorded one (its members are the
+    /// ones its `--peer` flags name) and on a single node. Carried like `placement`.
+    #[serde(skip)]
+    pub members: BTreeMap<u64, String>,
 }
 
 impl MetadataState {
@@ -186,6 +192,18 @@ impl MetadataState {
                 return Err(MetadataError::Placement(
                     "a placed operation inside another",
                 ));
+            }
+            MetadataOp::SetMember { id, address } => {
+                check_name(address)?;
+                if *id == 0 {
+                    return Err(MetadataError::Placement("member id 0"));
+                }
+                self.members.insert(*id, address.clone());
+            }
+            MetadataOp::RemoveMember { id } => {
+                if self.members.remove(id).is_none() {
+                    return Err(MetadataError::MemberNotFound(*id));
+                }
             }
         }
         Ok(effects)

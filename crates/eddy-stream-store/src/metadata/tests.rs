@@ -431,3 +431,99 @@ fn placed_partitions_keep_their_members_until_deleted_and_through_a_snapshot() {
     let op = placed(more(3), vec![1, 2, 3]);
     assert_eq!(decode_op(&encode_op(&op).unwrap()).unwrap(), op);
 }
+
+#[test]
+fn cluster_members_are_recorded_and_travel_in_the_snapshot_beside_the_placement() {
+    let mut s = with_topic(1);
+    s.apply(&MetadataOp::SetMember {
+        id: 4,
+        address: "10.0.0.4:10001".into(),
+    })
+    .unwrap();
+    s.apply(&MetadataOp::SetMember {
+        id: 1,
+        address: "10.0.0.1:10001".into(),
+    })
+    .unwrap();
+    // A member that moved is recorded again.
+    s.apply(&MetadataOp::SetMember {
+        id: 4,
+        address: "10.0.0.9:10001".into(),
+    })
+    .unwrap();
+    assert_eq!(
+        s.members
+            .iter()
+            .map(|(k, v)| (*k, v.as_str()))
+            .collect::<Vec<_>>(),
+        vec![(1, "10.0.0.1:10001"), (4, "10.0.0.9:10001")]
+    );
+    let before = s.clone();
+    for bad in [
+        MetadataOp::SetMember {
+            id: 0,
+            address: "a:1".into(),
+        },
+        MetadataOp::SetMember {
+            id: 2,
+            address: String::new(),
+        },
+        MetadataOp::SetMember {
+            id: 2,
+            address: "x".repeat(MAX_NAME_LEN + 1),
+        },
+        MetadataOp::RemoveMember { id: 7 },
+    ] {
+        assert!(s.apply(&bad).is_err(), "{bad:?}");
+        assert_eq!(s, before);
+    }
+    s.apply(&MetadataOp::Placed {
+        replicas: vec![1, 4],
+        op: Box::new(MetadataOp::CreatePartitions {
+            stream_id: 0,
+            topic_id: 0,
+            count: 1,
+            created_at: 3,
+        }),
+    })
+    .unwrap();
+    let bytes = encode_state(&s).unwrap();
+    assert_eq!(decode_state(&bytes).unwrap(), s);
+    // Members alone (no placement section) decode too.
+    let mut members_only = with_topic(1);
+    members_only.members = s.members.clone();
+    let alone = encode_state(&members_only).unwrap();
+    assert_eq!(decode_state(&alone).unwrap(), members_only);
+    // A section twice, out of order, or of an unknown tag is refused.
+    let plain = encode_state(&with_topic(1)).unwrap();
+    let members_section = &alone[plain.len()..];
+    let mut placement_only = with_topic(1);
+    placement_only.placement = s.placement.clone();
+    let placed = encode_state(&placement_only).unwrap();
+    let placement_section = &placed[plain.len()..];
+    assert_eq!(
+        decode_state(&[&placed[..], members_section].concat()).unwrap(),
+        MetadataState {
+            members: s.members.clone(),
+            ..placement_only
+        }
+    );
+    for bad in [
+        [&alone[..], members_section].concat(),
+        [&plain[..], &[9u8][..]].concat(),
+        [&alone[..], placement_section].concat(),
+    ] {
+        assert!(decode_state(&bad).is_err());
+    }
+    s.apply(&MetadataOp::RemoveMember { id: 1 }).unwrap();
+    assert_eq!(s.members.keys().copied().collect::<Vec<_>>(), vec![4]);
+    for op in [
+        MetadataOp::SetMember {
+            id: 3,
+            address: "h:1".into(),
+        },
+        MetadataOp::RemoveMember { id: 3 },
+    ] {
+        assert_eq!(decode_op(&encode_op(&op).unwrap()).unwrap(), op);
+    }
+}
