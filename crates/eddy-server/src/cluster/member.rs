@@ -221,6 +221,8 @@ pub struct Member {
     failed_groups: Arc<std::sync::atomic::AtomicU64>,
     /// Each event shard's stop flag (set at a failed write, before its group fails).
     stopped_shards: Vec<Arc<std::sync::atomic::AtomicBool>>,
+    /// The recorded members the transport's peers were last made equal to.
+    followed: std::sync::Mutex<BTreeMap<u64, String>>,
 }
 
 impl std::fmt::Debug for Member {
@@ -513,6 +515,7 @@ pub async fn start(
         elections,
         failed_groups,
         stopped_shards,
+        followed: std::sync::Mutex::default(),
     })
 }
 
@@ -563,6 +566,7 @@ impl Member {
                 _ = every.tick() => {}
             }
             self.streams.maintain_partitions();
+            self.follow_recorded_members().await;
             align_to_metadata_leader(self.streams.runner(), self.events.group_ids());
             if self.inbox.rebuilding_marked() && self.caught_up().await {
                 match std::fs::remove_file(self.inbox.raft_dir.join(REBUILDING_FILE))
@@ -578,6 +582,40 @@ impl Member {
             if self.streams.is_metadata_leader() {
                 on_leader(self.streams.clone()).await;
             }
+        }
+    }
+
+    /// Makes the transport's peers the members the metadata records, once it records any
+    /// (before that, the `--peer` flags' members stay): a member added is dialled and
+    /// accepted, one removed no longer. An address that does not resolve keeps the member's
+    /// last known one.
+    async fn follow_recorded_members(&self) {
+        let recorded = self.streams.read(|s| s.members.clone());
+        if recorded.is_empty() || *eddy_log::lock(&self.followed) == recorded {
+            return;
+        }
+        let mut resolved_all = true;
+        let known = self.transport.peers().all();
+        let mut peers = BTreeMap::new();
+        for (&id, address) in &recorded {
+            let resolved = tokio::net::lookup_host(address.as_str())
+                .await
+                .ok()
+                .and_then(|mut a| a.next());
+            if let Some(addr) = resolved.or_else(|| known.get(&id).copied()) {
+                peers.insert(id, addr);
+            } else {
+                tracing::warn!(
+                    member = id,
+                    address,
+                    "a recorded member's address does not resolve"
+                );
+                resolved_all = false;
+            }
+        }
+        self.transport.set_peers(peers);
+        if resolved_all {
+            *eddy_log::lock(&self.followed) = recorded;
         }
     }
 

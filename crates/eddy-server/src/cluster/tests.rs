@@ -372,3 +372,49 @@ async fn the_port_caps_connections_and_closes_silent_ones() {
     }
     stop.cancel();
 }
+
+#[tokio::test]
+async fn a_member_added_at_run_time_is_dialled_and_accepted_and_one_removed_is_not() {
+    let l1 = TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let l3 = TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let (a1, a3) = (l1.local_addr().unwrap(), l3.local_addr().unwrap());
+    // Node 1 starts with no peer; node 3 knows node 1.
+    let t1 = Transport::new(hello(1, &[1]), BTreeMap::new(), None, 16);
+    let t3 = Transport::new(hello(3, &[1]), BTreeMap::from([(1, a1)]), None, 16);
+    let (r1, r3) = (Arc::new(Recorder::default()), Arc::new(Recorder::default()));
+    let stop = CancellationToken::new();
+    serve(l1, &t1, &r1, &stop);
+    serve(l3, &t3, &r3, &stop);
+    let o1 = t1.start_outbound(&r1, &stop);
+    let o3 = t3.start_outbound(&r3, &stop);
+    // Not yet a peer of node 1: refused at the greeting.
+    wait_for(|| !r3.unreachable.lock().unwrap().is_empty()).await;
+    o3.send(1, &[(GroupId(5), Bytes::from_static(b"too early"))]);
+    tokio::time::sleep(Duration::from_millis(100)).await;
+    assert!(!r1.got(b"too early"));
+
+    // Added (and its own address listed too, which is left out): dialled and accepted.
+    assert!(t1.set_peers(BTreeMap::from([(1, a1), (3, a3)])));
+    assert!(!t1.set_peers(BTreeMap::from([(3, a3)])), "nothing changed");
+    assert_eq!(t1.peers().all(), BTreeMap::from([(3, a3)]));
+    wait_for(|| t1.directory().get(3).is_some_and(|p| p.connected)).await;
+    wait_for(|| t3.directory().get(1).is_some_and(|p| p.connected)).await;
+    o1.send(3, &[(GroupId(5), Bytes::from_static(b"welcome"))]);
+    wait_for(|| r3.got(b"welcome")).await;
+    o3.send(1, &[(GroupId(5), Bytes::from_static(b"thanks"))]);
+    wait_for(|| r1.got(b"thanks")).await;
+
+    // Removed: nothing more is sent to it, and it is refused when it greets again.
+    assert!(t1.set_peers(BTreeMap::new()));
+    o1.send(3, &[(GroupId(5), Bytes::from_static(b"after removal"))]);
+    let forwarder = t1.forwarder();
+    assert!(forwarder.request(3, b"x").await.is_err());
+    let t3b = Transport::new(hello(3, &[1]), BTreeMap::from([(1, a1)]), None, 16);
+    let r3b = Arc::new(Recorder::default());
+    let _o3b = t3b.start_outbound(&r3b, &stop);
+    wait_for(|| !r3b.unreachable.lock().unwrap().is_empty()).await;
+    assert!(!t3b.directory().get(1).is_some_and(|p| p.connected));
+    tokio::time::sleep(Duration::from_millis(100)).await;
+    assert!(!r3.got(b"after removal"));
+    stop.cancel();
+}

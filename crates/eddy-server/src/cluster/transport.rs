@@ -28,7 +28,7 @@
 use std::collections::{BTreeMap, HashMap};
 use std::net::{IpAddr, SocketAddr};
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::{Arc, Mutex, PoisonError, RwLock};
+use std::sync::{Arc, Mutex, OnceLock, PoisonError, RwLock};
 use std::time::{Duration, Instant};
 
 use bytes::{Bytes, BytesMut};
@@ -234,6 +234,63 @@ const FORWARD_DIALS: usize = 4;
 /// A pooled connection of a [`Forwarder`]: since when it waits, and its read buffer.
 type IdleConnection = (Instant, PeerStream, BytesMut);
 
+/// The members this node exchanges with and their replication addresses: the `--peer`
+/// flags at start, then kept equal to the members the metadata records
+/// ([`Transport::set_peers`]). Only a member in it may greet this node; a dial reads its
+/// address at each attempt, so a member that moved is reached at its new address.
+#[derive(Debug, Clone, Default)]
+pub struct PeerBook(Arc<RwLock<BTreeMap<NodeId, SocketAddr>>>);
+
+impl PeerBook {
+    /// A book of `peers`.
+    pub fn new(peers: BTreeMap<NodeId, SocketAddr>) -> Self {
+        PeerBook(Arc::new(RwLock::new(peers)))
+    }
+
+    /// A member's address (`None`: not a peer).
+    pub fn get(&self, peer: NodeId) -> Option<SocketAddr> {
+        self.0
+            .read()
+            .unwrap_or_else(PoisonError::into_inner)
+            .get(&peer)
+            .copied()
+    }
+
+    /// Whether `peer` is a peer.
+    pub fn contains(&self, peer: NodeId) -> bool {
+        self.get(peer).is_some()
+    }
+
+    /// Every peer and its address.
+    pub fn all(&self) -> BTreeMap<NodeId, SocketAddr> {
+        self.0
+            .read()
+            .unwrap_or_else(PoisonError::into_inner)
+            .clone()
+    }
+
+    fn replace(&self, peers: BTreeMap<NodeId, SocketAddr>) {
+        *self.0.write().unwrap_or_else(PoisonError::into_inner) = peers;
+    }
+}
+
+/// Each dialled peer's queue of encoded Raft frames.
+type Queues = Arc<RwLock<BTreeMap<NodeId, mpsc::Sender<Bytes>>>>;
+
+/// Starts a peer's dialling task and queue.
+#[derive(Clone)]
+struct Dialer(Arc<dyn Fn(NodeId) + Send + Sync>);
+
+impl std::fmt::Debug for Dialer {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("Dialer")
+    }
+}
+
+fn not_a_peer(peer: NodeId) -> std::io::Error {
+    std::io::Error::other(format!("node {peer} is not a peer"))
+}
+
 /// Requests to peers from the runtime (changes forwarded to their shard's leader): over the
 /// same authenticated out-of-band connections as fetches, kept open in a small pool per
 /// peer, one request at a time on each.
@@ -241,10 +298,10 @@ type IdleConnection = (Instant, PeerStream, BytesMut);
 pub struct Forwarder {
     node_id: NodeId,
     cluster: u64,
-    peers: Arc<BTreeMap<NodeId, SocketAddr>>,
+    peers: PeerBook,
     tls: Option<PeerTls>,
     idle: Arc<Mutex<HashMap<NodeId, Vec<IdleConnection>>>>,
-    lanes: Arc<BTreeMap<NodeId, Lane>>,
+    lanes: Arc<Mutex<BTreeMap<NodeId, Arc<Lane>>>>,
 }
 
 /// What bounds the forwarding to one peer: connections in use, and dials in progress.
@@ -265,10 +322,15 @@ impl Forwarder {
     /// # Errors
     /// Not a peer, unreachable, not proved to be that member, or no answer in time.
     pub async fn request(&self, peer: NodeId, request: &[u8]) -> std::io::Result<Bytes> {
-        let lane = self
-            .lanes
-            .get(&peer)
-            .ok_or_else(|| std::io::Error::other(format!("node {peer} is not a peer")))?;
+        if !self.peers.contains(peer) {
+            return Err(not_a_peer(peer));
+        }
+        let lane = Arc::clone(eddy_log::lock(&self.lanes).entry(peer).or_insert_with(|| {
+            Arc::new(Lane {
+                connections: tokio::sync::Semaphore::new(FORWARD_CONNECTIONS),
+                dials: tokio::sync::Semaphore::new(FORWARD_DIALS),
+            })
+        }));
         // At most FORWARD_CONNECTIONS requests to a peer at once; the others wait their turn.
         let _in_use = tokio::time::timeout(FORWARD_TIMEOUT, lane.connections.acquire())
             .await
@@ -312,10 +374,7 @@ impl Forwarder {
     }
 
     async fn dial(&self, peer: NodeId) -> std::io::Result<PeerStream> {
-        let addr = *self
-            .peers
-            .get(&peer)
-            .ok_or_else(|| std::io::Error::other(format!("node {peer} is not a peer")))?;
+        let addr = self.peers.get(peer).ok_or_else(|| not_a_peer(peer))?;
         let opening = async {
             let socket = TcpStream::connect(addr).await?;
             socket.set_nodelay(true)?;
@@ -355,7 +414,7 @@ pub const FETCH_TIMEOUT: Duration = Duration::from_secs(30);
 pub struct Fetcher {
     node_id: NodeId,
     cluster: u64,
-    peers: Arc<BTreeMap<NodeId, SocketAddr>>,
+    peers: PeerBook,
     tls: Option<PeerTls>,
 }
 
@@ -384,11 +443,8 @@ impl Fetcher {
     /// # Errors
     /// Not a peer, or it cannot be reached.
     pub fn connect(&self, peer: NodeId) -> std::io::Result<FetchConnection> {
-        let addr = self
-            .peers
-            .get(&peer)
-            .ok_or_else(|| std::io::Error::other(format!("node {peer} is not a peer")))?;
-        let socket = std::net::TcpStream::connect_timeout(addr, HELLO_TIMEOUT)?;
+        let addr = self.peers.get(peer).ok_or_else(|| not_a_peer(peer))?;
+        let socket = std::net::TcpStream::connect_timeout(&addr, HELLO_TIMEOUT)?;
         socket.set_nodelay(true)?;
         socket.set_read_timeout(Some(FETCH_TIMEOUT))?;
         socket.set_write_timeout(Some(FETCH_TIMEOUT))?;
@@ -434,14 +490,15 @@ impl FetchConnection {
 /// The sending half: one queue per peer, fed from the consensus thread.
 #[derive(Debug, Clone)]
 pub struct Outbox {
-    queues: Arc<BTreeMap<NodeId, mpsc::Sender<Bytes>>>,
+    queues: Queues,
     dropped: Arc<AtomicU64>,
 }
 
 impl Outbox {
     /// Queues a batch for a peer; drops it (and counts) when the queue is full.
     pub fn send(&self, to: NodeId, batch: &[(GroupId, Bytes)]) {
-        let Some(queue) = self.queues.get(&to) else {
+        let queues = self.queues.read().unwrap_or_else(PoisonError::into_inner);
+        let Some(queue) = queues.get(&to) else {
             return;
         };
         if queue.try_send(wire::encode_raft(batch)).is_err() {
@@ -543,7 +600,11 @@ enum Refusal {
 #[derive(Debug, Clone)]
 pub struct Transport {
     me: Hello,
-    peers: Arc<BTreeMap<NodeId, SocketAddr>>,
+    peers: PeerBook,
+    /// Starts the dialling task of a peer added at run time (set by `start_outbound`).
+    dialer: Arc<OnceLock<Dialer>>,
+    /// Each dialled peer's queue (the [`Outbox`]'s).
+    queues: Queues,
     directory: Directory,
     incarnations: Option<Arc<super::incarnation::Incarnations>>,
     tls: Option<PeerTls>,
@@ -564,7 +625,9 @@ impl Transport {
         directory.connected(me.node_id, true);
         Transport {
             me,
-            peers: Arc::new(peers),
+            peers: PeerBook::new(peers),
+            dialer: Arc::default(),
+            queues: Arc::default(),
             directory,
             incarnations: None,
             tls,
@@ -627,21 +690,10 @@ impl Transport {
         Forwarder {
             node_id: self.me.node_id,
             cluster: self.me.cluster,
-            peers: Arc::clone(&self.peers),
+            peers: self.peers.clone(),
             tls: self.tls.clone(),
             idle: Arc::default(),
-            lanes: Arc::new(
-                self.peers
-                    .keys()
-                    .map(|&peer| {
-                        let lane = Lane {
-                            connections: tokio::sync::Semaphore::new(FORWARD_CONNECTIONS),
-                            dials: tokio::sync::Semaphore::new(FORWARD_DIALS),
-                        };
-                        (peer, lane)
-                    })
-                    .collect(),
-            ),
+            lanes: Arc::default(),
         }
     }
 
@@ -650,7 +702,7 @@ impl Transport {
         Fetcher {
             node_id: self.me.node_id,
             cluster: self.me.cluster,
-            peers: Arc::clone(&self.peers),
+            peers: self.peers.clone(),
             tls: self.tls.clone(),
         }
     }
@@ -704,24 +756,74 @@ impl Transport {
     }
 
     /// Starts one dialling task per peer; returns the queues the consensus thread sends on.
+    /// A peer added later ([`Transport::set_peers`]) gets its task and queue then.
     pub fn start_outbound<I: Inbox>(&self, inbox: &Arc<I>, stop: &CancellationToken) -> Outbox {
-        let mut queues = BTreeMap::new();
-        for (&peer, &addr) in self.peers.iter() {
+        let outbox = Outbox {
+            queues: Arc::clone(&self.queues),
+            dropped: Arc::default(),
+        };
+        let (transport, inbox, stop) = (self.clone(), Arc::clone(inbox), stop.clone());
+        let queues = Arc::clone(&outbox.queues);
+        let dialer = Dialer(Arc::new(move |peer| {
             let (tx, rx) = mpsc::channel(PEER_QUEUE_FRAMES);
-            queues.insert(peer, tx);
+            queues
+                .write()
+                .unwrap_or_else(PoisonError::into_inner)
+                .insert(peer, tx);
             tokio::spawn(dial_loop(
-                self.clone(),
+                transport.clone(),
                 peer,
-                addr,
                 rx,
-                Arc::clone(inbox),
+                Arc::clone(&inbox),
                 stop.clone(),
             ));
+        }));
+        for peer in self.peers.all().into_keys() {
+            (dialer.0)(peer);
         }
-        Outbox {
-            queues: Arc::new(queues),
-            dropped: Arc::default(),
+        let _ = self.dialer.set(dialer);
+        outbox
+    }
+
+    /// The peers now: their ids and replication addresses.
+    pub fn peers(&self) -> &PeerBook {
+        &self.peers
+    }
+
+    /// Makes `peers` this node's peers (this node itself is left out): a new one is dialled,
+    /// one that moved is redialled at its new address, one no longer listed is no longer
+    /// dialled nor accepted (its connections end when they next fail or it greets again).
+    /// Returns whether anything changed.
+    pub fn set_peers(&self, mut peers: BTreeMap<NodeId, SocketAddr>) -> bool {
+        peers.remove(&self.me.node_id);
+        let before = self.peers.all();
+        if before == peers {
+            return false;
         }
+        self.peers.replace(peers.clone());
+        for (peer, addr) in &peers {
+            match before.get(peer) {
+                None => {
+                    tracing::info!(peer, %addr, "a member joined this node's peers");
+                    if let Some(dial) = self.dialer.get() {
+                        (dial.0)(*peer);
+                    }
+                }
+                Some(old) if old != addr => {
+                    tracing::info!(peer, from = %old, to = %addr, "a peer's replication address changed");
+                }
+                Some(_) => {}
+            }
+        }
+        for peer in before.keys().filter(|p| !peers.contains_key(p)) {
+            tracing::info!(peer, "a member left this node's peers");
+            // Its dialling task ends with its queue.
+            self.queues
+                .write()
+                .unwrap_or_else(PoisonError::into_inner)
+                .remove(peer);
+        }
+        true
     }
 
     /// Accepts connections on the replication port until `stop` fires, each served by
@@ -802,7 +904,7 @@ impl Transport {
                     )));
                 }
             }
-            if !self.peers.contains_key(&claimed) {
+            if !self.peers.contains(claimed) {
                 return Err(Refusal::Identity(format!(
                     "it claimed to be node {claimed}, which is not a member"
                 )));
@@ -1012,7 +1114,7 @@ impl Transport {
         if hello.prop(props::MEMBERS) != self.me.prop(props::MEMBERS) {
             return Err("it was configured with other members (its --peer list differs)");
         }
-        if !self.peers.contains_key(&hello.node_id) {
+        if !self.peers.contains(hello.node_id) {
             return Err("its node id is not a configured peer");
         }
         let (theirs, ours) = (hello.prop(props::EVENTS), self.me.prop(props::EVENTS));
@@ -1076,7 +1178,6 @@ enum FrameError {
 async fn dial_loop<I: Inbox>(
     transport: Transport,
     peer: NodeId,
-    addr: SocketAddr,
     mut rx: mpsc::Receiver<Bytes>,
     inbox: Arc<I>,
     stop: CancellationToken,
@@ -1087,6 +1188,12 @@ async fn dial_loop<I: Inbox>(
         if stop.is_cancelled() {
             return;
         }
+        // Read at each attempt: a member that moved is dialled at its new address, and one
+        // that left is no longer dialled (a member added again gets a new task).
+        let Some(addr) = transport.peers.get(peer) else {
+            tracing::info!(peer, "no longer a peer: not dialled any more");
+            return;
+        };
         match connect(&transport, peer, addr, &*inbox).await {
             Ok(mut socket) => {
                 backoff = Duration::from_millis(50);
