@@ -1138,3 +1138,217 @@ async fn an_isolated_leader_serves_no_read() {
     )
     .await;
 }
+
+/// `eddy cluster add/remove ...` as root through `stream`: its stdout, or why it failed.
+fn cluster_change_cli(stream: SocketAddr, args: &[&str]) -> Result<String, String> {
+    let mut all = vec!["cluster"];
+    all.extend_from_slice(args);
+    all.extend_from_slice(&["--wait", "120"]);
+    let out = eddy_cli(stream, &all).map_err(|e| e.to_string())?;
+    if out.status.success() {
+        Ok(String::from_utf8_lossy(&out.stdout).into_owned())
+    } else {
+        Err(String::from_utf8_lossy(&out.stderr).into_owned())
+    }
+}
+
+/// Sends one message with `payload` through any of `addrs` (retried while the cluster
+/// elects); the SDK follows the leader.
+async fn send_one(addrs: &[SocketAddr], payload: &str) {
+    let deadline = Instant::now() + Duration::from_secs(60);
+    loop {
+        for &addr in addrs {
+            let client = IggyClient::builder()
+                .with_tcp()
+                .with_server_address(addr.to_string())
+                .with_reconnection_max_retries(Some(0))
+                .build()
+                .expect("client builds");
+            if client.connect().await.is_err() || client.login_user("iggy", "iggy").await.is_err() {
+                continue;
+            }
+            let mut messages = vec![IggyMessage::builder()
+                .payload(payload.as_bytes().to_vec().into())
+                .build()
+                .expect("message")];
+            let sent = client
+                .send_messages(
+                    &id(0),
+                    &id(0),
+                    &Partitioning::partition_id(0),
+                    &mut messages,
+                )
+                .await;
+            if sent.is_ok() {
+                return;
+            }
+        }
+        assert!(Instant::now() < deadline, "no member took {payload:?}");
+        tokio::time::sleep(Duration::from_millis(300)).await;
+    }
+}
+
+/// Waits until the member at `stream` serves `payload` as partition 0's last message.
+async fn serves_last(stream: SocketAddr, payload: &str) {
+    let deadline = Instant::now() + Duration::from_secs(60);
+    loop {
+        match poll_member(stream, "--last") {
+            Ok((_, p)) if p == payload => return,
+            other => assert!(
+                Instant::now() < deadline,
+                "{stream} does not serve {payload:?} last: {other:?}"
+            ),
+        }
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+}
+
+/// Writes event `version` (allowing creation at version 1) of aggregate 9/9/1 through any
+/// of the event ports `addrs`, retried while the cluster elects (a write that landed while
+/// its answer was lost finds its version taken).
+async fn write_event(addrs: &[SocketAddr], version: u64) {
+    use celeriant_client_tokio::{CeleriantClient, ClientError, ServerError, WriteEventsOptions};
+    let key = celeriant_wal::aggregate_key::AggregateKey::new(9, 9, 1);
+    let deadline = Instant::now() + Duration::from_secs(60);
+    loop {
+        for &addr in addrs {
+            let Ok(c) = CeleriantClient::connect(&addr.to_string()).await else {
+                continue;
+            };
+            let mut c = c.with_timeout(Duration::from_secs(10));
+            let event = celeriant_client_tokio::json_event(1, &serde_json::json!({ "v": version }))
+                .expect("event encodes");
+            let written = c
+                .write_events_with(
+                    key.clone(),
+                    vec![event],
+                    1,
+                    WriteEventsOptions {
+                        allow_create: version == 1,
+                        expected_version: Some(version - 1),
+                        enforce_client_idempotency: false,
+                    },
+                )
+                .await;
+            match written {
+                Ok(_) => return,
+                Err(ClientError::Server(ServerError::Write { error_message, .. }))
+                    if error_message
+                        .contains(&format!("\"current_aggregate_version\":{version}")) =>
+                {
+                    return
+                }
+                Err(_) => {}
+            }
+        }
+        assert!(Instant::now() < deadline, "no member took event {version}");
+        tokio::time::sleep(Duration::from_millis(300)).await;
+    }
+}
+
+/// Waits until the member at event port `addr` serves aggregate 9/9/1 at `version`.
+async fn serves_event(addr: SocketAddr, version: u64) {
+    use celeriant_msg::request::requests::AggregateDetailsRequest;
+    let deadline = Instant::now() + Duration::from_secs(60);
+    loop {
+        if let Ok(c) = celeriant_client_tokio::CeleriantClient::connect(&addr.to_string()).await {
+            let mut c = c.with_timeout(Duration::from_secs(10));
+            let details = c
+                .aggregate_details(AggregateDetailsRequest {
+                    correlation_id: None,
+                    aggregate_key: celeriant_wal::aggregate_key::AggregateKey::new(9, 9, 1),
+                })
+                .await;
+            if details.is_ok_and(|d| d.max_aggregate_version >= version) {
+                return;
+            }
+        }
+        assert!(
+            Instant::now() < deadline,
+            "{addr} does not serve event {version}"
+        );
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_member_added_at_run_time_votes_and_a_removed_one_is_not_needed() {
+    within(Duration::from_secs(300), async {
+        let plan = cluster_support::Plan::new(3, 4);
+        let mut nodes: Vec<Option<Node>> = (0..3)
+            .map(|i| Some(plan.start(i, 0..3, &[], false)))
+            .collect();
+        let client = client_via(nodes[0].as_ref().unwrap().stream).await;
+        client.create_stream("s").await.expect("create stream");
+        client
+            .create_topic(
+                &id(0),
+                "t",
+                &TopicCreateOptions {
+                    partitions_count: Some(1),
+                    ..TopicCreateOptions::default()
+                },
+            )
+            .await
+            .expect("create topic");
+        let founders: Vec<SocketAddr> = nodes.iter().flatten().map(|n| n.stream).collect();
+        send_one(&founders, "before").await;
+        let events: Vec<SocketAddr> = nodes
+            .iter()
+            .flatten()
+            .map(|n| n.eddy.addrs().client)
+            .collect();
+        write_event(&events, 1).await;
+
+        // Add member 4: the command records it and waits for its catch-up; the new process
+        // joins with the founders as --peer, learning the cluster's id from them.
+        let via = founders[1];
+        let replication = plan.replication(3);
+        let adding = tokio::task::spawn_blocking(move || {
+            cluster_change_cli(via, &["add", &format!("4={replication}")])
+        });
+        let fourth = plan.start(3, 0..3, &[], true);
+        let added = adding.await.unwrap().expect("eddy cluster add 4");
+        assert!(added.contains("add member 4"), "{added}");
+        eprintln!("{added}");
+        let fourth_stream = fourth.stream;
+        let fourth_events = fourth.eddy.addrs().client;
+        nodes.push(Some(fourth));
+        // It holds what was written before it joined, and what is written now.
+        serves_last(fourth_stream, "before").await;
+        serves_event(fourth_events, 1).await;
+        send_one(&founders, "after-add").await;
+        serves_last(fourth_stream, "after-add").await;
+        caught_up(via, 4).await;
+        // Adding it again is refused with the reason.
+        let again = cluster_change_cli(via, &["add", &format!("4={}", plan.replication(3))]);
+        assert!(
+            again.as_ref().is_err_and(|e| e.contains("already")),
+            "{again:?}"
+        );
+
+        // Remove member 1 (whichever member leads), then stop it.
+        let removed = cluster_change_cli(fourth_stream, &["remove", "1"]).expect("remove 1");
+        assert!(removed.contains("remove member 1"), "{removed}");
+        eprintln!("{removed}");
+        nodes[0].take().unwrap().eddy.kill();
+        // Members 2, 3 and 4 vote now: with member 2 killed too, 3 and 4 are a majority,
+        // which they are only if member 4 votes.
+        nodes[1].take().unwrap().eddy.kill();
+        let rest: Vec<SocketAddr> = nodes.iter().flatten().map(|n| n.stream).collect();
+        send_one(&rest, "after-remove").await;
+        for &member in &rest {
+            serves_last(member, "after-remove").await;
+        }
+        let events: Vec<SocketAddr> = nodes
+            .iter()
+            .flatten()
+            .map(|n| n.eddy.addrs().client)
+            .collect();
+        write_event(&events, 2).await;
+        for &member in &events {
+            serves_event(member, 2).await;
+        }
+    })
+    .await;
+}

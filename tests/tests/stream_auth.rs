@@ -57,6 +57,14 @@ fn sample(code: CommandCode) -> Request {
             Request::GetClusterMetadata(get_cluster_metadata::GetClusterMetadata)
         }
         C::GetClusterStatus => Request::GetClusterStatus(cluster_status::GetClusterStatus),
+        // On this single node both answer that there is no cluster to change.
+        C::AddClusterMember => Request::AddClusterMember(cluster_change::AddClusterMember {
+            id: 9,
+            replication_address: LongString::new("127.0.0.1:1"),
+        }),
+        C::RemoveClusterMember => {
+            Request::RemoveClusterMember(cluster_change::RemoveClusterMember { id: 9 })
+        }
         C::DescribeOptions => Request::DescribeOptions(describe_options::DescribeOptions {
             scope: eddy_options::Scope::Topic,
         }),
@@ -504,6 +512,7 @@ async fn permission_matrix_from_the_command_table() {
             if !matches!(
                 spec.permission,
                 RequiredPermission::ReadServers
+                    | RequiredPermission::ManageServers
                     | RequiredPermission::ReadUsers
                     | RequiredPermission::SelfOrReadUsers
                     | RequiredPermission::ManageUsers

@@ -123,6 +123,7 @@ fn grants(caller: &Caller<'_>, required: RequiredPermission, resource: &Resource
         g.manage_streams || g.manage_topics || s(|s| s.manage_stream || s.manage_topics);
     match required {
         RequiredPermission::ReadServers => g.manage_servers || g.read_servers,
+        RequiredPermission::ManageServers => g.manage_servers,
         RequiredPermission::SelfOrReadUsers => is_self || g.manage_users || g.read_users,
         RequiredPermission::ReadUsers => g.manage_users || g.read_users,
         RequiredPermission::ManageUsers => g.manage_users,
@@ -175,6 +176,7 @@ pub fn minimal_grant(required: RequiredPermission, resource: &Resource) -> Optio
     let topic_id = resource.topic_id.unwrap_or(0);
     match required {
         RequiredPermission::ReadServers => p.global.read_servers = true,
+        RequiredPermission::ManageServers => p.global.manage_servers = true,
         RequiredPermission::SelfOrReadUsers | RequiredPermission::ReadUsers => {
             p.global.read_users = true;
         }

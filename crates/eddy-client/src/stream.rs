@@ -12,6 +12,9 @@ use std::time::{Duration, SystemTime, UNIX_EPOCH};
 use bytes::{Bytes, BytesMut};
 use eddy_codec::stream::codec::{LongString, ShortString, ToEnd, WireDecode, WireEncode};
 use eddy_codec::stream::commands::change_password::ChangePassword;
+use eddy_codec::stream::commands::cluster_change::{
+    AddClusterMember, ClusterMemberChanged, RemoveClusterMember,
+};
 use eddy_codec::stream::commands::cluster_status::{ClusterStatus, GetClusterStatus};
 use eddy_codec::stream::commands::create_partitions::CreatePartitions;
 use eddy_codec::stream::commands::create_personal_access_token::CreatePersonalAccessToken;
@@ -351,6 +354,45 @@ impl StreamClient {
     /// command; needs the `read_servers` permission).
     pub async fn cluster_status(&mut self) -> Result<ClusterStatus, ClientError> {
         self.call(&GetClusterStatus).await
+    }
+
+    /// `EDDY_CLUSTER_ADD_MEMBER` (eddy's own; `manage_servers`): adds member `id`, whose
+    /// replication port is at `replication_address`, to every replicated group. Sent to the
+    /// metadata leader (another member answers `TransientNotAccepted`); the answer comes once
+    /// the new member has caught up, so it waits up to `wait`.
+    pub async fn add_cluster_member(
+        &mut self,
+        id: u64,
+        replication_address: &str,
+        wait: Duration,
+    ) -> Result<ClusterMemberChanged, ClientError> {
+        let request = AddClusterMember {
+            id,
+            replication_address: LongString::new(replication_address),
+        };
+        self.call_waiting(&request, wait).await
+    }
+
+    /// `EDDY_CLUSTER_REMOVE_MEMBER` (eddy's own; `manage_servers`): removes member `id` from
+    /// every replicated group, waiting up to `wait`.
+    pub async fn remove_cluster_member(
+        &mut self,
+        id: u64,
+        wait: Duration,
+    ) -> Result<ClusterMemberChanged, ClientError> {
+        self.call_waiting(&RemoveClusterMember { id }, wait).await
+    }
+
+    /// [`Self::call`] with its own deadline for the answer.
+    async fn call_waiting<C: Command>(
+        &mut self,
+        request: &C,
+        wait: Duration,
+    ) -> Result<C::Reply, ClientError> {
+        let usual = std::mem::replace(&mut self.timeout, wait);
+        let answer = self.call(request).await;
+        self.timeout = usual;
+        answer
     }
 
     /// `GET_STREAMS`.

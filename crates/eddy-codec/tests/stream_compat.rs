@@ -207,7 +207,11 @@ fn command_and_operation_tables_agree() {
         CommandCode::FetchMessages,
     ];
     // eddy's own, at or above 9000 where Iggy has no code.
-    let own = [CommandCode::GetClusterStatus];
+    let own = [
+        CommandCode::GetClusterStatus,
+        CommandCode::AddClusterMember,
+        CommandCode::RemoveClusterMember,
+    ];
     assert!(own.iter().all(|c| c.code() >= 9000));
     assert_eq!(
         COMMANDS.len(),

@@ -30,6 +30,12 @@ pub enum ClusterCommand {
     Certs(CertsArgs),
     /// The members, their roles, the groups each leads and how far behind each one is.
     Status(crate::cluster_status::StatusArgs),
+    /// Add a member (a learner on every group, a voter once caught up).
+    Add(crate::cluster_change::AddArgs),
+    /// Remove a member from every group.
+    Remove(crate::cluster_change::RemoveArgs),
+    /// Replace a member by a new one: add the new, then remove the old.
+    Replace(crate::cluster_change::ReplaceArgs),
 }
 
 /// `eddy cluster certs`.
@@ -65,13 +71,16 @@ pub struct CertsArgs {
 
 /// Whether the subcommand talks to a server (and so runs on the async runtime).
 pub fn needs_server(args: &ClusterArgs) -> bool {
-    matches!(args.command, ClusterCommand::Status(_))
+    !matches!(args.command, ClusterCommand::Certs(_))
 }
 
 /// Runs the subcommands that talk to a server.
 pub async fn run_remote(args: &ClusterArgs, out: &mut dyn Write) -> Result<(), CtlError> {
     match &args.command {
         ClusterCommand::Status(status) => crate::cluster_status::run(status, out).await,
+        ClusterCommand::Add(add) => crate::cluster_change::add(add, out).await,
+        ClusterCommand::Remove(remove) => crate::cluster_change::remove(remove, out).await,
+        ClusterCommand::Replace(replace) => crate::cluster_change::replace(replace, out).await,
         ClusterCommand::Certs(_) => run(args, out),
     }
 }
@@ -79,8 +88,11 @@ pub async fn run_remote(args: &ClusterArgs, out: &mut dyn Write) -> Result<(), C
 /// Runs `eddy cluster ...` that need no server (`certs`).
 pub fn run(args: &ClusterArgs, out: &mut dyn Write) -> Result<(), CtlError> {
     match &args.command {
-        ClusterCommand::Status(_) => Err(CtlError::Failed(
-            "cluster status runs on the async runtime".into(),
+        ClusterCommand::Status(_)
+        | ClusterCommand::Add(_)
+        | ClusterCommand::Remove(_)
+        | ClusterCommand::Replace(_) => Err(CtlError::Failed(
+            "this cluster command runs on the async runtime".into(),
         )),
         ClusterCommand::Certs(certs) => {
             let written = write_certs(certs)?;

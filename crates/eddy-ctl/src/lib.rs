@@ -17,6 +17,7 @@
 
 pub mod bench;
 pub mod cluster;
+pub mod cluster_change;
 pub mod cluster_status;
 pub mod conn;
 pub mod error;
@@ -168,7 +169,7 @@ percentiles) to --out.",
     ))]
     Bench(bench::BenchArgs),
     /// Cluster operations: `certs` writes the members' replication-port certificates,
-    /// `status` shows the members, their roles and lag.
+    /// `status` shows the members, their roles and lag, `add`/`remove`/`replace` change them.
     #[command(long_about = help(
         "Cluster operations. `certs` writes a cluster CA (ca.pem, ca.key) and a certificate and
 key per member (node-N.pem, node-N.key) naming its node id, for the replication port's
@@ -181,12 +182,18 @@ which needs the read_servers permission), then every member that one names, with
 credentials: each member's state, its role in the metadata group and term, the groups it
 holds and leads, and its lag (the most entries any group's leader reports it behind). With
 --groups it lists every group instead: leader, term, commit index, replicas and their lag.
-A single node is a cluster of one.",
+A single node is a cluster of one.
+`add ID=HOST:PORT` adds a member (start it with `eddy serve --node-id ID --join --peer ...`):
+a learner on every group, a voter once caught up; `remove ID` takes one out of every group;
+`replace OLD NEW=HOST:PORT` adds the new member, then removes the old. They need the
+manage_servers permission, go to the metadata leader and return once the change is complete.",
         "Examples:
   eddy cluster certs --out ./certs --nodes 1,2,3 --hosts 10.0.0.1,10.0.0.2,10.0.0.3
   eddy cluster certs --out ./certs --nodes 2 --ca-cert certs/ca.pem --ca-key certs/ca.key --force
   eddy cluster status --addr 10.0.0.1 --username root
-  eddy cluster status --groups -o json"
+  eddy cluster status --groups -o json
+  eddy cluster add 4=10.0.0.4:10001 --addr 10.0.0.1 --username root
+  eddy cluster replace 1 5=10.0.0.5:10001 --addr 10.0.0.2 --username root"
     ))]
     Cluster(cluster::ClusterArgs),
 }

@@ -306,6 +306,10 @@ pub struct ServeArgs {
     #[arg(long = "peer", id = "peers", env = "EDDY_PEERS", value_name = "ID=HOST:PORT", value_delimiter = ',', action = clap::ArgAction::Append)]
     pub peers: Vec<String>,
 
+    /// Join the cluster of the --peer members as a new member (after `eddy cluster add ID=HOST:PORT` on one of them): the cluster's id and founders come from them at the first start.
+    #[arg(long, env = "EDDY_JOIN", default_value_t = false, num_args = 0..=1, default_missing_value = "true")]
+    pub join: bool,
+
     /// Host clients are sent to for this node (redirects, cluster metadata) [default: --host].
     #[arg(long, env = "EDDY_ADVERTISE_HOST", value_name = "HOST")]
     pub advertise_host: Option<String>,

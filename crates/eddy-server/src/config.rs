@@ -390,6 +390,9 @@ pub struct ServerConfig {
     pub node_id: u64,
     /// The other members, `ID=HOST:REPLICATION_PORT` each. None: a single node.
     pub peers: Vec<String>,
+    /// Join the cluster of `peers` as a new member: at the first start, its id and founders
+    /// come from them (once `eddy cluster add` recorded this member).
+    pub join: bool,
     /// Host clients are sent to for this node (redirects, cluster metadata). Unset: `host`.
     pub advertise_host: Option<String>,
     /// Address the replication port binds. Unset: `host`.
@@ -500,6 +503,7 @@ impl Default for ServerConfig {
             stream_heartbeat_interval_ms: DEFAULT_STREAM_HEARTBEAT_INTERVAL_MS,
             node_id: 1,
             peers: Vec::new(),
+            join: false,
             advertise_host: None,
             replication_host: None,
             peer_tls_cert: None,
@@ -623,6 +627,7 @@ impl std::fmt::Debug for ServerConfig {
             )
             .field("node_id", &self.node_id)
             .field("peers", &self.peers)
+            .field("join", &self.join)
             .field("advertise_host", &self.advertise_host)
             .field("replication_host", &self.replication_host)
             .field("peer_tls_cert", &self.peer_tls_cert)

@@ -615,6 +615,7 @@ impl Server {
                     stream: addrs.stream,
                     client: addrs.client,
                     http: addrs.http,
+                    replication: addrs.replication,
                 },
                 events.store(),
             )

@@ -124,6 +124,10 @@ pub enum CommandCode {
     /// 9000: eddy's own (Iggy uses no code at or above 9000): what a member knows of the
     /// cluster, for `eddy cluster status`.
     GetClusterStatus = 9000,
+    /// 9001: eddy's own: adds a member to the cluster (`eddy cluster add`).
+    AddClusterMember = 9001,
+    /// 9002: eddy's own: removes a member from the cluster (`eddy cluster remove`).
+    RemoveClusterMember = 9002,
 }
 
 /// What a command requires of the caller (spec §7.8). `Stream*` variants are checked against
@@ -144,6 +148,8 @@ pub enum RequiredPermission {
     Unavailable,
     /// Global `manage_servers` or `read_servers`.
     ReadServers,
+    /// Global `manage_servers` (eddy's cluster membership changes).
+    ManageServers,
     /// The caller itself, or global `read_users`/`manage_users` (`GET_USER`).
     SelfOrReadUsers,
     /// Global `read_users` or `manage_users`.
@@ -233,7 +239,7 @@ use RequiredPermission as P;
 const READ: Option<Operation> = Some(Operation::NonReplicated);
 
 /// The table, ordered by code.
-pub const COMMANDS: [CommandSpec; 56] = [
+pub const COMMANDS: [CommandSpec; 58] = [
     row(C::Ping, "PING", READ, true, P::None),
     row(C::GetStats, "GET_STATS", READ, false, P::ReadServers),
     row(
@@ -550,14 +556,29 @@ pub const COMMANDS: [CommandSpec; 56] = [
         false,
         P::Authenticated,
     ),
-    // Served without the metadata barrier, like GET_CLUSTER_METADATA: a member cut off
-    // from a quorum still says what it sees.
+    // eddy's own, sent as non-replicated requests routed by their code (Iggy has no
+    // operation byte for them). The status is served without the metadata barrier, like
+    // GET_CLUSTER_METADATA: a member cut off from a quorum still says what it sees.
     row(
         C::GetClusterStatus,
         "EDDY_CLUSTER_STATUS",
         READ,
         false,
         P::ReadServers,
+    ),
+    row(
+        C::AddClusterMember,
+        "EDDY_CLUSTER_ADD_MEMBER",
+        READ,
+        false,
+        P::ManageServers,
+    ),
+    row(
+        C::RemoveClusterMember,
+        "EDDY_CLUSTER_REMOVE_MEMBER",
+        READ,
+        false,
+        P::ManageServers,
     ),
 ];
 

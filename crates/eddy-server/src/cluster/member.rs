@@ -242,6 +242,8 @@ pub struct Advertised {
     pub client: SocketAddr,
     /// HTTP.
     pub http: SocketAddr,
+    /// The replication port (recorded in the metadata when members change).
+    pub replication: SocketAddr,
 }
 
 fn storage_error(e: impl std::fmt::Display) -> ConfigError {
@@ -322,6 +324,28 @@ async fn peer_addrs(config: &ServerConfig) -> Result<BTreeMap<NodeId, SocketAddr
     Ok(out)
 }
 
+/// A new member's first start (`--join`): asks the `peers` for the cluster's id and founders
+/// and keeps them in `raft_dir`, so this member founds every group as the others did.
+async fn join_cluster(
+    raft_dir: &Path,
+    peers: &BTreeMap<NodeId, SocketAddr>,
+    me: NodeId,
+    tls: Option<&PeerTls>,
+) -> Result<(), ConfigError> {
+    tracing::info!(node_id = me, "joining the cluster of the --peer members");
+    let joined =
+        super::transport::join(peers, me, tls)
+            .await
+            .map_err(|e| ConfigError::Invalid {
+                key: "join",
+                reason: format!("no member let this one join: {e}"),
+            })?;
+    super::incarnation::cluster_id(raft_dir, joined.cluster).map_err(storage_error)?;
+    super::incarnation::founders(raft_dir, &joined.founders).map_err(storage_error)?;
+    tracing::info!(cluster = format!("{:016x}", joined.cluster), founders = ?joined.founders, by = joined.by, "joined: this member now catches up as a learner");
+    Ok(())
+}
+
 /// Starts this node's member of the cluster `config` describes, its groups under
 /// `data_dir/raft/`: the metadata group, a group per stream partition and one per shard of
 /// `events`.
@@ -344,6 +368,9 @@ pub async fn start(
     configured.sort_unstable();
     let raft_dir = data_dir.join("raft");
     std::fs::create_dir_all(&raft_dir).map_err(storage_error)?;
+    if config.join && !raft_dir.join(super::incarnation::FOUNDERS_FILE).exists() {
+        join_cluster(&raft_dir, &peers, me, peer_tls.as_ref()).await?;
+    }
     // Every group without a placement of its own is founded on these, on every member.
     let members = super::incarnation::founders(&raft_dir, &configured).map_err(storage_error)?;
     if members != configured {
@@ -424,6 +451,14 @@ pub async fn start(
             (props::EVENTS.into(), events_layout(events.config())),
             (props::MEMBERS.into(), format!("{members_fingerprint:016x}")),
             (props::BOOT.into(), format!("{boot:016x}")),
+            (
+                props::FOUNDERS.into(),
+                members
+                    .iter()
+                    .map(ToString::to_string)
+                    .collect::<Vec<_>>()
+                    .join(","),
+            ),
         ],
     };
     let (incarnations, fresh) =
@@ -503,7 +538,8 @@ pub async fn start(
     .with_forwarder(transport.forwarder());
     let streams = ClusterStreams::new(runner, groups, view)
         .with_directory(transport.directory().clone())
-        .with_identity(me, transport.authenticates());
+        .with_identity(me, transport.authenticates())
+        .with_membership(transport.peers().clone(), advertise(advertised.replication));
     tracing::info!(node_id = me, members = ?members, "cluster member started");
     Ok(Member {
         streams,

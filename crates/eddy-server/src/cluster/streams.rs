@@ -58,6 +58,9 @@ pub enum ClusterError {
     /// An entry could not be encoded (a bug).
     #[error("cannot encode the entry: {0}")]
     Encode(String),
+    /// A membership change was refused or did not complete.
+    #[error("{0}")]
+    Membership(String),
 }
 
 impl ClusterError {
@@ -89,6 +92,9 @@ pub struct ClusterStreams {
     /// This member's id, and whether its replication port authenticates members.
     me: u64,
     peer_tls: bool,
+    /// The transport's peers, and this member's replication address (membership changes).
+    peers: super::transport::PeerBook,
+    replication: String,
 }
 
 impl std::fmt::Debug for ClusterStreams {
@@ -185,6 +191,8 @@ impl ClusterStreams {
             directory: super::transport::Directory::default(),
             me: 0,
             peer_tls: false,
+            peers: super::transport::PeerBook::default(),
+            replication: String::new(),
         }
     }
 
@@ -548,5 +556,6 @@ impl ClusterStreams {
     }
 }
 
+mod membership;
 #[cfg(test)]
 mod tests;

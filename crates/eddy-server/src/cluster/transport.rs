@@ -93,6 +93,124 @@ pub mod props {
     pub const BOOT: &str = "boot";
     /// In an answering greeting: why the dialler is refused.
     pub const REFUSED: &str = "refused";
+    /// The ids the sender's cluster was founded with (`1,2,3`): what a joining member
+    /// founds its groups on.
+    pub const FOUNDERS: &str = "founders";
+    /// In a greeting: the sender is a new member asking to join (its cluster id is
+    /// [`JOINING`]); it is answered a greeting and the connection closes.
+    pub const JOIN: &str = "join";
+}
+
+/// The cluster id a joining member greets with: it learns the real one from the answer.
+pub const JOINING: u64 = 0;
+
+/// What a joining member learns from a member of the cluster it joins.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Joined {
+    /// The cluster's id.
+    pub cluster: u64,
+    /// The ids it was founded with.
+    pub founders: Vec<NodeId>,
+    /// The member that answered.
+    pub by: NodeId,
+}
+
+/// How long a joining member keeps asking before it gives up.
+pub const JOIN_PATIENCE: Duration = Duration::from_secs(300);
+
+/// Asks the members at `peers`, in turn, for the cluster's id and founders, as member `me`
+/// (with peer TLS, proved by its certificate). A member answers only once the cluster
+/// recorded `me` (`eddy cluster add`): until then every one refuses, and this keeps asking,
+/// up to [`JOIN_PATIENCE`].
+///
+/// # Errors
+/// No member answered within [`JOIN_PATIENCE`]: the last refusal or failure.
+pub async fn join(
+    peers: &BTreeMap<NodeId, SocketAddr>,
+    me: NodeId,
+    tls: Option<&PeerTls>,
+) -> std::io::Result<Joined> {
+    let deadline = Instant::now() + JOIN_PATIENCE;
+    let mut last = std::io::Error::other("no member to ask (give their addresses with --peer)");
+    let mut told = false;
+    loop {
+        for (&peer, &addr) in peers {
+            match ask_to_join(peer, addr, me, tls).await {
+                Ok(joined) => return Ok(joined),
+                Err(e) => {
+                    tracing::debug!(peer, %addr, error = %e, "a member did not let this one join");
+                    last = e;
+                }
+            }
+        }
+        if Instant::now() >= deadline {
+            return Err(last);
+        }
+        if !told {
+            tracing::warn!(error = %last, "waiting to be added to the cluster (eddy cluster add {me}=HOST:PORT on a member)");
+            told = true;
+        }
+        tokio::time::sleep(Duration::from_secs(1)).await;
+    }
+}
+
+async fn ask_to_join(
+    peer: NodeId,
+    addr: SocketAddr,
+    me: NodeId,
+    tls: Option<&PeerTls>,
+) -> std::io::Result<Joined> {
+    let asking = async {
+        let socket = TcpStream::connect(addr).await?;
+        socket.set_nodelay(true)?;
+        let mut socket = match tls {
+            Some(tls) => tls.connect(socket, peer).await?,
+            None => PeerStream::Plain(socket),
+        };
+        let hello = Hello {
+            node_id: me,
+            cluster: JOINING,
+            props: vec![(props::JOIN.into(), "1".into())],
+        };
+        write_flushed(&mut socket, &wire::encode_hello(&hello)).await?;
+        let mut buf = BytesMut::with_capacity(4096);
+        read_frame(&mut socket, &mut buf, wire::decode_first)
+            .await
+            .map_err(std::io::Error::other)
+    };
+    let answer = tokio::time::timeout(HELLO_TIMEOUT, asking)
+        .await
+        .map_err(|_| std::io::Error::new(std::io::ErrorKind::TimedOut, "no answer in time"))??;
+    let Some(Frame::Hello(hello)) = answer else {
+        return Err(std::io::Error::other(
+            "closed without an answer: not a recorded member yet, or not proved to be it",
+        ));
+    };
+    if hello.node_id != peer {
+        return Err(std::io::Error::other(format!(
+            "expected node {peer} at {addr}, found node {}",
+            hello.node_id
+        )));
+    }
+    if let Some(reason) = hello.prop(props::REFUSED) {
+        return Err(std::io::Error::other(reason.to_owned()));
+    }
+    let founders = hello
+        .prop(props::FOUNDERS)
+        .map(|f| {
+            f.split(',')
+                .map(|id| id.trim().parse::<NodeId>())
+                .collect::<Result<Vec<_>, _>>()
+        })
+        .transpose()
+        .map_err(|_| std::io::Error::other("the answer's founders do not parse"))?
+        .filter(|f| !f.is_empty())
+        .ok_or_else(|| std::io::Error::other("the answer names no founders"))?;
+    Ok(Joined {
+        cluster: hello.cluster,
+        founders,
+        by: peer,
+    })
 }
 
 /// The fingerprint of a member list: its sorted ids, hashed.
@@ -909,7 +1027,9 @@ impl Transport {
                     "it claimed to be node {claimed}, which is not a member"
                 )));
             }
-            if cluster != self.me.cluster {
+            let joining = cluster == JOINING
+                && matches!(&frame, Frame::Hello(h) if h.prop(props::JOIN).is_some());
+            if cluster != self.me.cluster && !joining {
                 return Err(Refusal::Identity(format!(
                     "member {claimed} belongs to another cluster (cluster id {cluster:016x}, \
                      this one is {:016x})",
@@ -965,6 +1085,16 @@ impl Transport {
             }
             Frame::Raft(_) | Frame::Answer(_) => return,
         };
+        if hello.prop(props::JOIN).is_some() {
+            // A recorded (and, with peer TLS, proved) member joining: it learns the cluster's
+            // id and founders from this greeting, then dials again as a member.
+            tracing::info!(
+                peer = from,
+                "a new member asked to join; told the cluster's id and founders"
+            );
+            let _ = write_flushed(&mut socket, &wire::encode_hello(&self.hello())).await;
+            return;
+        }
         if let Err(reason) = self.check(&hello) {
             tracing::error!(peer = from, reason, "refusing a replication peer");
             counters.refused_identity.fetch_add(1, Ordering::Relaxed);

@@ -328,6 +328,8 @@ async fn run(ctx: Ctx<'_>, request: Request, on: Resource) -> Result<Outcome, St
         Request::GetSnapshot(r) => system::snapshot(ctx, r).await,
         Request::GetClusterMetadata(_) => Ok(system::cluster_metadata(ctx).await),
         Request::GetClusterStatus(_) => Ok(system::cluster_status(ctx).await),
+        Request::AddClusterMember(r) => system::change_members(ctx, Some(r), None).await,
+        Request::RemoveClusterMember(r) => system::change_members(ctx, None, Some(r)).await,
         Request::DescribeOptions(r) => Ok(system::describe_options(r)),
         Request::GetMe(_) => system::get_client(ctx, ctx.client_id),
         Request::GetClient(r) => {

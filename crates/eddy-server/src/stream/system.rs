@@ -1,6 +1,9 @@
 //! System commands: stats, cluster metadata, describe options, me, client, clients.
 
 use eddy_codec::stream::codec::{Counted, LongString, ToEnd, F32};
+use eddy_codec::stream::commands::cluster_change::{
+    AddClusterMember, ClusterMemberChanged, RemoveClusterMember,
+};
 use eddy_codec::stream::commands::cluster_status::{ClusterStatus, MemberState};
 use eddy_codec::stream::commands::describe_options::{DescribeOptions, OptionsCatalog};
 use eddy_codec::stream::commands::get_cluster_metadata::{
@@ -180,6 +183,51 @@ pub(crate) async fn cluster_status(ctx: Ctx<'_>) -> Outcome {
         }]),
         groups: Counted(Vec::new()),
     })
+}
+
+/// `EDDY_CLUSTER_ADD_MEMBER` / `EDDY_CLUSTER_REMOVE_MEMBER`: changes the cluster's members
+/// on its metadata leader (see `cluster::streams::membership`). A refusal or an unfinished
+/// change is answered with its reason; a member that does not lead the metadata group
+/// answers `TransientNotAccepted`.
+pub(crate) async fn change_members(
+    ctx: Ctx<'_>,
+    add: Option<AddClusterMember>,
+    remove: Option<RemoveClusterMember>,
+) -> Result<Outcome, StreamError> {
+    let Some(cluster) = &ctx.state.cluster else {
+        return Ok(Outcome::payload(&ClusterMemberChanged {
+            complete: false,
+            groups: 0,
+            message: LongString::new(
+                "this server runs as a single node (no --peer): it has no cluster to change",
+            ),
+        }));
+    };
+    let changed = match (add, remove) {
+        (Some(add), _) => cluster.add_member(add.id, add.replication_address.0).await,
+        (None, Some(remove)) => cluster.remove_member(remove.id).await,
+        (None, None) => {
+            return Err(StreamError::Unavailable {
+                command: eddy_codec::stream::command_table::CommandCode::AddClusterMember,
+            })
+        }
+    };
+    match changed {
+        Ok(groups) => Ok(Outcome::payload(&ClusterMemberChanged {
+            complete: true,
+            groups,
+            message: LongString::new(""),
+        })),
+        Err(e) if e.is_transient() => Err(e.into()),
+        Err(e) => {
+            tracing::warn!(error = %e, "a cluster membership change was refused or did not complete");
+            Ok(Outcome::payload(&ClusterMemberChanged {
+                complete: false,
+                groups: 0,
+                message: LongString::new(e.to_string()),
+            }))
+        }
+    }
 }
 
 /// `DESCRIBE_OPTIONS`: the catalog of a scope with eddy's defaults.

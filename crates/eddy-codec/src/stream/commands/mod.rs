@@ -102,6 +102,7 @@ impl Field for TrailingOptions {
 }
 
 pub mod change_password;
+pub mod cluster_change;
 pub mod cluster_status;
 pub mod create_consumer_group;
 pub mod create_partitions;
