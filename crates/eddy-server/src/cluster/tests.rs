@@ -418,3 +418,63 @@ async fn a_member_added_at_run_time_is_dialled_and_accepted_and_one_removed_is_n
     assert!(!r3.got(b"after removal"));
     stop.cancel();
 }
+
+#[tokio::test]
+async fn only_a_recorded_member_learns_the_cluster_id_and_founders_by_joining() {
+    let l1 = TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let a1 = l1.local_addr().unwrap();
+    let mut me = hello(1, &[1, 2]);
+    me.props.push((props::FOUNDERS.into(), "1,2".into()));
+    // Member 1 records member 4 (as the metadata would), not member 5.
+    let t1 = Transport::new(me, BTreeMap::new(), None, 16);
+    t1.set_peers(BTreeMap::from([(4, "127.0.0.1:9".parse().unwrap())]));
+    let r1 = Arc::new(Recorder::default());
+    let stop = CancellationToken::new();
+    serve(l1, &t1, &r1, &stop);
+    let peers = BTreeMap::from([(1, a1)]);
+
+    let joined = super::transport::join(&peers, 4, None).await.unwrap();
+    assert_eq!(joined.cluster, 77);
+    assert_eq!(joined.founders, vec![1, 2]);
+    assert_eq!(joined.by, 1);
+
+    // A stranger gets nothing: the connection closes without a greeting, and no Raft
+    // message of it reaches member 1.
+    let mut socket = TcpStream::connect(a1).await.unwrap();
+    let stranger = Hello {
+        node_id: 5,
+        cluster: super::transport::JOINING,
+        props: vec![(props::JOIN.into(), "1".into())],
+    };
+    socket
+        .write_all(&wire::encode_hello(&stranger))
+        .await
+        .unwrap();
+    let mut buf = Vec::new();
+    let read = tokio::time::timeout(Duration::from_secs(5), socket.read_to_end(&mut buf)).await;
+    assert!(matches!(read, Ok(Ok(0))), "{read:?} {buf:?}");
+    // A recorded member's join greeting is answered and the connection closed: it cannot
+    // carry Raft messages.
+    let mut socket = TcpStream::connect(a1).await.unwrap();
+    let joiner = Hello {
+        node_id: 4,
+        ..stranger
+    };
+    socket
+        .write_all(&wire::encode_hello(&joiner))
+        .await
+        .unwrap();
+    socket
+        .write_all(&wire::encode_raft(&[(
+            GroupId(0),
+            Bytes::from_static(b"smuggled"),
+        )]))
+        .await
+        .ok();
+    let mut answer = Vec::new();
+    let _ = tokio::time::timeout(Duration::from_secs(5), socket.read_to_end(&mut answer)).await;
+    assert!(!answer.is_empty(), "a recorded joiner is answered");
+    tokio::time::sleep(Duration::from_millis(100)).await;
+    assert!(!r1.got(b"smuggled"));
+    stop.cancel();
+}
