@@ -1190,13 +1190,19 @@ async fn send_one(addrs: &[SocketAddr], payload: &str) {
 
 /// Waits until the member at `stream` serves `payload` as partition 0's last message.
 async fn serves_last(stream: SocketAddr, payload: &str) {
+    serves(stream, "--last", payload).await;
+}
+
+/// Waits until the member at `stream` serves `payload` as partition 0's message at
+/// `strategy` (`--first`, `--last`).
+async fn serves(stream: SocketAddr, strategy: &str, payload: &str) {
     let deadline = Instant::now() + Duration::from_secs(60);
     loop {
-        match poll_member(stream, "--last") {
+        match poll_member(stream, strategy) {
             Ok((_, p)) if p == payload => return,
             other => assert!(
                 Instant::now() < deadline,
-                "{stream} does not serve {payload:?} last: {other:?}"
+                "{stream} does not serve {payload:?} ({strategy}): {other:?}"
             ),
         }
         tokio::time::sleep(Duration::from_millis(200)).await;
@@ -1300,6 +1306,27 @@ async fn a_member_added_at_run_time_votes_and_a_removed_one_is_not_needed() {
             .collect();
         write_event(&events, 1).await;
 
+        // A producer writes throughout the changes; every message it was acknowledged must
+        // be there at the end.
+        let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+        let producer = {
+            let stop = std::sync::Arc::clone(&stop);
+            let mut targets: Vec<SocketAddr> = founders.clone();
+            targets.rotate_left(2);
+            tokio::spawn(async move {
+                let mut acked = Vec::new();
+                for n in 0..400 {
+                    if stop.load(std::sync::atomic::Ordering::Relaxed) {
+                        break;
+                    }
+                    let payload = format!("w-{n}");
+                    send_one(&targets, &payload).await;
+                    acked.push((payload, Instant::now()));
+                }
+                acked
+            })
+        };
+
         // Add member 4: the command records it and waits for its catch-up; the new process
         // joins with the founders as --peer, learning the cluster's id from them.
         let via = founders[1];
@@ -1314,11 +1341,9 @@ async fn a_member_added_at_run_time_votes_and_a_removed_one_is_not_needed() {
         let fourth_stream = fourth.stream;
         let fourth_events = fourth.eddy.addrs().client;
         nodes.push(Some(fourth));
-        // It holds what was written before it joined, and what is written now.
-        serves_last(fourth_stream, "before").await;
+        // It holds what was written before it joined.
+        serves(fourth_stream, "--first", "before").await;
         serves_event(fourth_events, 1).await;
-        send_one(&founders, "after-add").await;
-        serves_last(fourth_stream, "after-add").await;
         caught_up(via, 4).await;
         // Adding it again is refused with the reason.
         let again = cluster_change_cli(via, &["add", &format!("4={}", plan.replication(3))]);
@@ -1329,6 +1354,19 @@ async fn a_member_added_at_run_time_votes_and_a_removed_one_is_not_needed() {
 
         // Remove member 1 (whichever member leads), then stop it.
         let removed = cluster_change_cli(fourth_stream, &["remove", "1"]).expect("remove 1");
+        stop.store(true, std::sync::atomic::Ordering::Relaxed);
+        let acked = producer.await.unwrap();
+        assert!(!acked.is_empty());
+        let longest_gap = acked
+            .windows(2)
+            .map(|w| w[1].1 - w[0].1)
+            .max()
+            .unwrap_or_default();
+        eprintln!(
+            "{} messages acknowledged during the changes, longest gap between two {longest_gap:?}",
+            acked.len()
+        );
+        let acked: Vec<String> = acked.into_iter().map(|(p, _)| p).collect();
         assert!(removed.contains("remove member 1"), "{removed}");
         eprintln!("{removed}");
         nodes[0].take().unwrap().eddy.kill();
@@ -1339,6 +1377,20 @@ async fn a_member_added_at_run_time_votes_and_a_removed_one_is_not_needed() {
         send_one(&rest, "after-remove").await;
         for &member in &rest {
             serves_last(member, "after-remove").await;
+        }
+        // Every message acknowledged during the changes is there, once, on what remains.
+        let reader = client_via(fourth_stream).await;
+        let held: Vec<String> = all_messages(&reader)
+            .await
+            .into_iter()
+            .map(|(_, p)| p)
+            .collect();
+        for payload in &acked {
+            assert_eq!(
+                held.iter().filter(|p| *p == payload).count(),
+                1,
+                "{payload} acknowledged during the changes: {held:?}"
+            );
         }
         let events: Vec<SocketAddr> = nodes
             .iter()
