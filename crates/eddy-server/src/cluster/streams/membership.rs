@@ -76,7 +76,9 @@ impl ClusterStreams {
             ));
         }
         let metadata = self.group_membership(METADATA_GROUP).await?;
-        if metadata.voters.contains(&id) {
+        // A member that votes somewhere but not everywhere is an add that stopped half-way
+        // (its leader changed): this one continues it.
+        if metadata.voters.contains(&id) && self.votes_everywhere(id).await {
             return Err(ClusterError::Membership(format!(
                 "member {id} is a member already"
             )));
@@ -89,7 +91,9 @@ impl ClusterStreams {
                 ClusterError::Membership(format!("{address:?} does not resolve to an address"))
             })?;
         self.record_current_members(&metadata).await?;
-        self.commit(&MetadataOp::SetMember { id, address }).await?;
+        if self.read(|s| s.members.get(&id) != Some(&address)) {
+            self.commit(&MetadataOp::SetMember { id, address }).await?;
+        }
         tracing::info!(
             member = id,
             "adding a member: a learner on every group, then a voter"
@@ -265,6 +269,18 @@ impl ClusterStreams {
             Ok(Some((last, Some(matched)))) => last.saturating_sub(matched) <= PROMOTE_WITHIN,
             _ => false,
         }
+    }
+
+    /// Whether `id` is a voter of every group this member runs.
+    async fn votes_everywhere(&self, id: NodeId) -> bool {
+        for group in self.group_ids().await {
+            match self.group_membership(group).await {
+                Ok(m) if !m.voters.contains(&id) => return false,
+                // A voter here, or the group is gone meanwhile.
+                Ok(_) | Err(_) => {}
+            }
+        }
+        true
     }
 
     /// Every group this member runs.
