@@ -97,7 +97,7 @@ pub mod props {
     /// founds its groups on.
     pub const FOUNDERS: &str = "founders";
     /// In a greeting: the sender is a new member asking to join (its cluster id is
-    /// [`JOINING`]); it is answered a greeting and the connection closes.
+    /// [`super::JOINING`]); it is answered a greeting and the connection closes.
     pub const JOIN: &str = "join";
 }
 

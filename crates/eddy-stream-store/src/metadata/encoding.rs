@@ -47,7 +47,7 @@ const MEMBERS_SECTION: u8 = 2;
 
 /// Encodes a state for a snapshot: the state's serde form, then the sections of what it
 /// holds beyond it, each a tag and a bincode map, in tag order and only when not empty:
-/// [`PLACEMENT_SECTION`] (placed partitions) and [`MEMBERS_SECTION`] (recorded members). A
+/// `PLACEMENT_SECTION` (placed partitions) and `MEMBERS_SECTION` (recorded members). A
 /// snapshot written before sections existed ends after the state, and decodes with none.
 pub fn encode_state(state: &MetadataState) -> Result<Vec<u8>, EncodingError> {
     let mut out =

@@ -65,7 +65,7 @@ impl ClusterStreams {
     ///
     /// # Errors
     /// Not the metadata leader, `id` is a member already, the metadata refused the record,
-    /// or the change did not complete within [`CHANGE_PATIENCE`].
+    /// or the change did not complete within `CHANGE_PATIENCE` (10 minutes).
     pub async fn add_member(&self, id: NodeId, address: String) -> Result<u32, ClusterError> {
         if !self.is_metadata_leader() {
             return Err(ClusterError::NotLeader("metadata group"));
@@ -107,7 +107,7 @@ impl ClusterStreams {
     /// # Errors
     /// Not the metadata leader (also when asked to remove itself: it hands its leaderships
     /// over first), `id` is no member, its removal would leave a group without voters, or the
-    /// change did not complete within [`CHANGE_PATIENCE`].
+    /// change did not complete within `CHANGE_PATIENCE` (10 minutes).
     pub async fn remove_member(&self, id: NodeId) -> Result<u32, ClusterError> {
         if !self.is_metadata_leader() {
             return Err(ClusterError::NotLeader("metadata group"));
