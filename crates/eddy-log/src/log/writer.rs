@@ -67,36 +67,55 @@ impl Job for LogInner {
     fn run_turn(&self) -> bool {
         self.hold_for_group();
         let mut writer = lock(&self.writer);
-        let (items, room_waiters): (Vec<Item>, usize) = {
-            let mut adm = lock(&self.admission);
-            let mut taken = Vec::new();
-            let mut bytes = 0u64;
-            while let Some(item) = adm.queue.front() {
-                let size = match item {
-                    Item::Append(r) => r.header.record_len(),
-                    _ => 0,
-                };
-                if !taken.is_empty() && bytes + size > self.config.max_group_bytes {
-                    break;
-                }
-                bytes += size;
-                let item = adm.queue.pop_front().expect("front exists");
-                if let Item::Append(r) = &item {
-                    adm.queued_bytes -= r.header.record_len();
-                }
-                taken.push(item);
-            }
-            if taken.is_empty() {
-                adm.scheduled = false;
-                return false;
-            }
-            (taken, adm.room_waiters)
+        let Some((items, room_waiters)) = self.take_items() else {
+            return false;
         };
         if room_waiters > 0 {
             self.room.notify_all();
         }
-
         writer.hold_target = 0;
+        self.run_items(&mut writer, items);
+        let hold_target = writer.hold_target;
+        drop(writer);
+        self.end_turn(hold_target)
+    }
+}
+
+impl LogInner {
+    /// Takes this turn's items off the admission queue: at least one, then more while the
+    /// appends among them stay within `max_group_bytes`. Returns them with the number of
+    /// appenders waiting for room (which the caller wakes); `None`, with the log marked
+    /// unscheduled, when the queue is empty. Called under the writer lock.
+    fn take_items(&self) -> Option<(Vec<Item>, usize)> {
+        let mut adm = lock(&self.admission);
+        let mut taken = Vec::new();
+        let mut bytes = 0u64;
+        while let Some(item) = adm.queue.front() {
+            let size = match item {
+                Item::Append(r) => r.header.record_len(),
+                _ => 0,
+            };
+            if !taken.is_empty() && bytes + size > self.config.max_group_bytes {
+                break;
+            }
+            bytes += size;
+            let item = adm.queue.pop_front().expect("front exists");
+            if let Item::Append(r) = &item {
+                adm.queued_bytes -= r.header.record_len();
+            }
+            taken.push(item);
+        }
+        if taken.is_empty() {
+            adm.scheduled = false;
+            return None;
+        }
+        Some((taken, adm.room_waiters))
+    }
+
+    /// Runs a turn's items in order: appends gather into a group, which is committed before
+    /// each control item (flush, purge, truncation) and at the end. Once a write fails, every
+    /// later item of the turn is refused with its failure.
+    fn run_items(&self, writer: &mut Writer, items: Vec<Item>) {
         let mut group = Group::new();
         // Set once a write failed in this turn: every later item of the turn is refused with it.
         let mut refused: Option<Refusal> = writer.failed.clone().map(Refusal::Failed);
@@ -107,56 +126,74 @@ impl Job for LogInner {
             }
             match item {
                 Item::Append(record) => {
-                    let needs_roll = writer.active.has_records || !group.records.is_empty();
-                    let len_after_group = writer.active.len + group.bytes;
-                    if needs_roll && len_after_group >= self.config.segment_size {
-                        let outcome = self
-                            .commit_group(&mut writer, &mut group)
-                            .and_then(|()| self.roll(&mut writer).map_err(|f| (f, Vec::new())));
-                        if let Err((failure, records)) = outcome {
-                            let kind = self.handle_failure(&mut writer, failure);
-                            for r in records.into_iter().chain(std::iter::once(record)) {
-                                r.done.complete(Err(self.error_for(&kind)));
-                            }
-                            refused = Some(kind);
-                            continue;
-                        }
-                    }
-                    Self::push_record(&writer, &mut group, record);
+                    self.append_item(writer, &mut group, record, &mut refused);
                 }
                 Item::Flush(done) => {
-                    self.write_pending_index(&mut writer);
+                    self.write_pending_index(writer);
                     let outcome = self
-                        .commit_group(&mut writer, &mut group)
-                        .and_then(|()| self.sync_active(&mut writer).map_err(|f| (f, Vec::new())));
-                    self.settle_control(&mut writer, outcome, done, &mut refused);
+                        .commit_group(writer, &mut group)
+                        .and_then(|()| self.sync_active(writer).map_err(|f| (f, Vec::new())));
+                    self.settle_control(writer, outcome, done, &mut refused);
                 }
                 Item::Purge { base, done } => {
-                    let outcome = self.commit_group(&mut writer, &mut group).and_then(|()| {
-                        self.purge_now(&mut writer, base)
-                            .map_err(|f| (f, Vec::new()))
-                    });
-                    self.settle_control(&mut writer, outcome, done, &mut refused);
+                    let outcome = self
+                        .commit_group(writer, &mut group)
+                        .and_then(|()| self.purge_now(writer, base).map_err(|f| (f, Vec::new())));
+                    self.settle_control(writer, outcome, done, &mut refused);
                 }
                 Item::Truncate { seq, done } => {
-                    let outcome = self.commit_group(&mut writer, &mut group).and_then(|()| {
-                        self.truncate_now(&mut writer, seq)
+                    let outcome = self.commit_group(writer, &mut group).and_then(|()| {
+                        self.truncate_now(writer, seq)
                             .map_err(|f| (WriteFailure::from_truncate(f, seq), Vec::new()))
                     });
-                    self.settle_control(&mut writer, outcome, done, &mut refused);
+                    self.settle_control(writer, outcome, done, &mut refused);
                 }
             }
         }
         if refused.is_none() {
-            if let Err((failure, records)) = self.commit_group(&mut writer, &mut group) {
-                let kind = self.handle_failure(&mut writer, failure);
+            if let Err((failure, records)) = self.commit_group(writer, &mut group) {
+                let kind = self.handle_failure(writer, failure);
                 for r in records {
                     r.done.complete(Err(self.error_for(&kind)));
                 }
             }
         }
-        let hold_target = writer.hold_target;
-        drop(writer);
+    }
+
+    /// Adds an append to the group. When the active segment is full (it or the group holds
+    /// records, and with the group it reaches `segment_size`), first commits the group and
+    /// rolls to a new segment; if that fails, reacts ([`LogInner::handle_failure`]), refuses
+    /// the group's unacknowledged records and this one, and sets `refused` for the rest of
+    /// the turn.
+    fn append_item(
+        &self,
+        writer: &mut Writer,
+        group: &mut Group,
+        record: PendingRecord,
+        refused: &mut Option<Refusal>,
+    ) {
+        let needs_roll = writer.active.has_records || !group.records.is_empty();
+        let len_after_group = writer.active.len + group.bytes;
+        if needs_roll && len_after_group >= self.config.segment_size {
+            let outcome = self
+                .commit_group(writer, group)
+                .and_then(|()| self.roll(writer).map_err(|f| (f, Vec::new())));
+            if let Err((failure, records)) = outcome {
+                let kind = self.handle_failure(writer, failure);
+                for r in records.into_iter().chain(std::iter::once(record)) {
+                    r.done.complete(Err(self.error_for(&kind)));
+                }
+                *refused = Some(kind);
+                return;
+            }
+        }
+        Self::push_record(writer, group, record);
+    }
+
+    /// Ends a turn, after the writer lock is released: `false` (the log unscheduled) when
+    /// nothing is queued, else `true` for another turn. That turn waits out a group-commit
+    /// window for `hold_target` appends when the window applies and only appends are queued.
+    fn end_turn(&self, hold_target: usize) -> bool {
         let mut adm = lock(&self.admission);
         if adm.queue.is_empty() {
             adm.scheduled = false;
