@@ -478,23 +478,26 @@ fn recover_tail(
             }
         }
     }
-    // Scan from the last entry that points at the record it claims.
+    scan_from_last_entry(ctx, file, base, len, is_last, loaded)
+}
+
+/// The second half of tail verification: scans from the last index entry that points at the
+/// record it claims to the end of the file, and counts the records before it. `None` (the
+/// caller verifies the whole segment) when no entry does, when the scan finds damage other
+/// than a zero tail of the newest segment (which is cut off here), when the scan finds no
+/// record past that entry, or when the records before it cannot be counted.
+fn scan_from_last_entry(
+    ctx: &mut Recovering<'_>,
+    file: &Arc<dyn StorageFile>,
+    base: u64,
+    len: u64,
+    is_last: bool,
+    loaded: &LoadedIndex,
+) -> Result<Option<Recovered>> {
     let name = segment_file_name(base);
-    let usable: Vec<IndexEntry> = loaded
-        .entries
-        .iter()
-        .copied()
-        .filter(|e| e.position + RECORD_HEADER_LEN as u64 <= len)
-        .collect();
-    let Some(last) = usable.last().copied() else {
+    let Some((usable, last)) = last_matching_entry(ctx, &**file, base, len, loaded)? else {
         return Ok(None);
     };
-    let raw = read_exact(&**file, last.position, RECORD_HEADER_LEN as u64)
-        .map_err(ctx.io(IoOp::Read, &name))?;
-    match RecordHeader::decode(&raw, last.position) {
-        Ok(h) if h.seq == last.seq && h.timestamp == last.timestamp => {}
-        _ => return Ok(None),
-    }
     let scan = scan_records(
         &**file,
         last.position,
@@ -537,6 +540,33 @@ fn recover_tail(
         owner: 0,
     };
     finish_segment(ctx, Arc::clone(file), state, index, Some(loaded)).map(Some)
+}
+
+/// The loaded index entries that lie within the file's `len` bytes, and the last of them,
+/// provided it points at the start of the record it names (same sequence number and
+/// timestamp); `None` otherwise.
+fn last_matching_entry(
+    ctx: &Recovering<'_>,
+    file: &dyn StorageFile,
+    base: u64,
+    len: u64,
+    loaded: &LoadedIndex,
+) -> Result<Option<(Vec<IndexEntry>, IndexEntry)>> {
+    let usable: Vec<IndexEntry> = loaded
+        .entries
+        .iter()
+        .copied()
+        .filter(|e| e.position + RECORD_HEADER_LEN as u64 <= len)
+        .collect();
+    let Some(last) = usable.last().copied() else {
+        return Ok(None);
+    };
+    let raw = read_exact(file, last.position, RECORD_HEADER_LEN as u64)
+        .map_err(ctx.io(IoOp::Read, &segment_file_name(base)))?;
+    match RecordHeader::decode(&raw, last.position) {
+        Ok(h) if h.seq == last.seq && h.timestamp == last.timestamp => Ok(Some((usable, last))),
+        _ => Ok(None),
+    }
 }
 
 /// Rewrites the index file when it differs from what recovery established.
