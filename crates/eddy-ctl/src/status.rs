@@ -127,58 +127,23 @@ fn role_and_peers(found: &Findings) -> (Value, Value) {
 }
 
 fn build(settings: &Settings, found: &Findings, human: bool) -> Record {
-    let size = |n: u64| {
-        if human {
-            json!(output::bytes(n))
-        } else {
-            json!(n)
-        }
-    };
     let mut r = Record::new().field("stream_addr", settings.stream_addr.clone());
     r = match &found.stream_ping {
         Ok(ms) => r
-            .field(
-                "stream",
-                if human {
-                    json!(format!("ok ({ms} ms)"))
-                } else {
-                    json!("ok")
-                },
-            )
+            .field("stream", port_up(human, *ms))
             .field("stream_ping_ms", *ms),
         Err(e) => r
-            .field(
-                "stream",
-                if human {
-                    json!(format!("down: {e}"))
-                } else {
-                    json!("down")
-                },
-            )
+            .field("stream", port_down(human, e))
             .field("stream_error", e.clone()),
     };
     r = r.field("event_addr", settings.event_addr.clone());
     r = match &found.event_ping {
         Ok((ms, shards)) => r
-            .field(
-                "events",
-                if human {
-                    json!(format!("ok ({ms} ms)"))
-                } else {
-                    json!("ok")
-                },
-            )
+            .field("events", port_up(human, *ms))
             .field("event_ping_ms", *ms)
             .field("event_shards", *shards),
         Err(e) => r
-            .field(
-                "events",
-                if human {
-                    json!(format!("down: {e}"))
-                } else {
-                    json!("down")
-                },
-            )
+            .field("events", port_down(human, e))
             .field("event_error", e.clone()),
     };
     r = r.field("http_addr", settings.http_addr.clone());
@@ -194,34 +159,10 @@ fn build(settings: &Settings, found: &Findings, human: bool) -> Record {
             },
         ),
     };
-    let metrics = found.metrics.as_deref().unwrap_or("");
-    let version = http::metric_label(metrics, "eddy_build_info", "version").or_else(|| {
-        found
-            .stats
-            .as_ref()
-            .and_then(|s| s.as_ref().ok())
-            .map(|s| s.iggy_server_version.0.clone())
-    });
-    r = r.field("version", version.map_or(Value::Null, Value::String));
-    let uptime = http::metric(metrics, "eddy_uptime_seconds", "")
-        .map(whole_seconds)
-        .or_else(|| {
-            found
-                .stats
-                .as_ref()
-                .and_then(|s| s.as_ref().ok())
-                .map(|s| s.run_time / 1_000_000)
-        });
-    r = r.field(
-        "uptime",
-        match uptime {
-            Some(s) if human => json!(output::duration(s)),
-            Some(s) => json!(s),
-            None => Value::Null,
-        },
-    );
+    r = with_version_and_uptime(r, found, human);
     let (role, peers) = role_and_peers(found);
     r = r.field("role", role).field("peers", peers);
+    let metrics = found.metrics.as_deref().unwrap_or("");
     if let Some(tls) = http::metric(metrics, "eddy_cluster_peer_tls", "") {
         r = r.field(
             "replication",
@@ -232,29 +173,76 @@ fn build(settings: &Settings, found: &Findings, human: bool) -> Record {
             },
         );
     }
-    match &found.stats {
-        Some(Ok(s)) => {
-            r = r
-                .field("server_pid", s.process_id)
-                .field("streams", s.streams_count)
-                .field("topics", s.topics_count)
-                .field("partitions", s.partitions_count)
-                .field("messages", s.messages_count)
-                .field("messages_size", size(s.messages_size_bytes))
-                .field("clients", s.clients_count)
-                .field("memory", size(s.memory_usage))
-                .field("disk_free", size(s.free_disk_space))
-                .field("disk_total", size(s.total_disk_space));
-        }
-        Some(Err(e)) => r = r.field("stats", format!("unavailable: {e}")),
-        None => {
-            r = r.field(
-                "stats",
-                "log in (--username/--password or --token) for stats and storage use",
-            );
-        }
+    with_stats(r, found.stats.as_ref(), human)
+}
+
+/// A reachable port's state: `ok`, with the ping time when `human`.
+fn port_up(human: bool, ms: f64) -> Value {
+    if human {
+        json!(format!("ok ({ms} ms)"))
+    } else {
+        json!("ok")
     }
-    r
+}
+
+/// An unreachable port's state: `down`, with the error when `human`.
+fn port_down(human: bool, error: &str) -> Value {
+    if human {
+        json!(format!("down: {error}"))
+    } else {
+        json!("down")
+    }
+}
+
+/// Adds the server's version and uptime: from the metrics when the HTTP port answered,
+/// else from the stats (when logged in); null when neither says.
+fn with_version_and_uptime(r: Record, found: &Findings, human: bool) -> Record {
+    let metrics = found.metrics.as_deref().unwrap_or("");
+    let stats = found.stats.as_ref().and_then(|s| s.as_ref().ok());
+    let version = http::metric_label(metrics, "eddy_build_info", "version")
+        .or_else(|| stats.map(|s| s.iggy_server_version.0.clone()));
+    let uptime = http::metric(metrics, "eddy_uptime_seconds", "")
+        .map(whole_seconds)
+        .or_else(|| stats.map(|s| s.run_time / 1_000_000));
+    r.field("version", version.map_or(Value::Null, Value::String))
+        .field(
+            "uptime",
+            match uptime {
+                Some(s) if human => json!(output::duration(s)),
+                Some(s) => json!(s),
+                None => Value::Null,
+            },
+        )
+}
+
+/// Adds the server's stats (sizes readable when `human`), or why there are none: they
+/// failed, or nobody logged in.
+fn with_stats(r: Record, stats: Option<&Result<Stats, String>>, human: bool) -> Record {
+    let size = |n: u64| {
+        if human {
+            json!(output::bytes(n))
+        } else {
+            json!(n)
+        }
+    };
+    match stats {
+        Some(Ok(s)) => r
+            .field("server_pid", s.process_id)
+            .field("streams", s.streams_count)
+            .field("topics", s.topics_count)
+            .field("partitions", s.partitions_count)
+            .field("messages", s.messages_count)
+            .field("messages_size", size(s.messages_size_bytes))
+            .field("clients", s.clients_count)
+            .field("memory", size(s.memory_usage))
+            .field("disk_free", size(s.free_disk_space))
+            .field("disk_total", size(s.total_disk_space)),
+        Some(Err(e)) => r.field("stats", format!("unavailable: {e}")),
+        None => r.field(
+            "stats",
+            "log in (--username/--password or --token) for stats and storage use",
+        ),
+    }
 }
 
 /// Runs `eddy status`; exits with the connection code when a protocol port is down.

@@ -741,16 +741,7 @@ pub fn decode_record(tag: u32, payload: &Bytes) -> Result<EventRecord, Corruptio
         _ => return Err(Corruption::BadHeaderField("record version")),
     };
     let kind = r.u8()?;
-    let expected_tag = match kind {
-        1 => TAG_WRITE,
-        2 => TAG_TRIM,
-        3 => TAG_DELETE,
-        4 => TAG_SCHEMA,
-        _ => return Err(Corruption::BadHeaderField("record kind")),
-    };
-    if expected_tag != tag {
-        return Err(Corruption::BadHeaderField("record kind disagrees with tag"));
-    }
+    check_kind(kind, tag)?;
     let flags = u16::from_le_bytes(r.array::<2>()?);
     if flags & !FLAG_REPLICATED != 0 {
         return Err(Corruption::BadHeaderField("record flags"));
@@ -776,83 +767,13 @@ pub fn decode_record(tag: u32, payload: &Bytes) -> Result<EventRecord, Corruptio
         None
     };
     let body = match kind {
-        1 => {
-            let n = r.count(WRITE_PART_HEADER_LEN)?;
-            let mut parts = Vec::with_capacity(n);
-            for _ in 0..n {
-                let key = r.key()?;
-                let version = r.u64()?;
-                let first_event_seq = r.u64()?;
-                let recreate = match r.u8()? {
-                    0 => Recreate::No,
-                    1 => Recreate::Fresh,
-                    2 => Recreate::Continue,
-                    _ => return Err(Corruption::BadHeaderField("recreate")),
-                };
-                let (events, elided) = EncodedEvents::read(&mut r, compacted)?;
-                if version == 0 || first_event_seq == 0 {
-                    return Err(Corruption::BadHeaderField("version"));
-                }
-                parts.push(WritePart {
-                    key,
-                    version,
-                    first_event_seq,
-                    recreate,
-                    events,
-                    elided,
-                });
-            }
-            if compacted && parts.iter().all(|p| p.elided.is_none()) {
-                return Err(Corruption::BadHeaderField(
-                    "compacted record elides nothing",
-                ));
-            }
-            RecordBody::Write(parts)
-        }
+        1 => RecordBody::Write(read_write_parts(&mut r, compacted)?),
         2 => RecordBody::Trim {
             key: r.key()?,
             keep_from: r.u64()?,
         },
-        3 => {
-            let n = r.count(DELETE_PART_LEN)?;
-            let mut parts = Vec::with_capacity(n);
-            for _ in 0..n {
-                let key = r.key()?;
-                let flags = r.u8()?;
-                if flags > 3 {
-                    return Err(Corruption::BadHeaderField("delete flags"));
-                }
-                parts.push(DeletePart {
-                    key,
-                    allow_recreate: flags & 1 != 0,
-                    allow_sequence_continuation: flags & 2 != 0,
-                    version: r.u64()?,
-                });
-            }
-            RecordBody::Delete(parts)
-        }
-        _ => {
-            let key = SchemaKey {
-                org_id: r.u128()?,
-                aggregate_type_id: r.u128()?,
-                event_type_major: r.u64()?,
-                event_type_minor: r.u64()?,
-            };
-            let schema_type = r.u8()?;
-            let len = r.u32()? as usize;
-            if len > MAX_SCHEMA_BYTES {
-                return Err(Corruption::BadHeaderField("schema length"));
-            }
-            let schema = r.take(len)?;
-            if std::str::from_utf8(&schema).is_err() {
-                return Err(Corruption::BadHeaderField("schema text"));
-            }
-            RecordBody::Schema {
-                key,
-                schema_type,
-                schema,
-            }
-        }
+        3 => RecordBody::Delete(read_delete_parts(&mut r)?),
+        _ => read_schema(&mut r)?,
     };
     if r.pos != payload.len() {
         return Err(Corruption::BadHeaderField("trailing record bytes"));
@@ -864,5 +785,103 @@ pub fn decode_record(tag: u32, payload: &Bytes) -> Result<EventRecord, Corruptio
         body,
         compacted_tip,
         raft_index,
+    })
+}
+
+/// A record's kind byte must name a kind (1 write, 2 trim, 3 delete, 4 schema) and match
+/// the log tag it is stored under.
+fn check_kind(kind: u8, tag: u32) -> Result<(), Corruption> {
+    let expected_tag = match kind {
+        1 => TAG_WRITE,
+        2 => TAG_TRIM,
+        3 => TAG_DELETE,
+        4 => TAG_SCHEMA,
+        _ => return Err(Corruption::BadHeaderField("record kind")),
+    };
+    if expected_tag != tag {
+        return Err(Corruption::BadHeaderField("record kind disagrees with tag"));
+    }
+    Ok(())
+}
+
+/// Reads a write record's parts. In a compacted record (`compacted`) a part's events may be
+/// elided, and at least one part must be.
+fn read_write_parts(r: &mut Reader<'_>, compacted: bool) -> Result<Vec<WritePart>, Corruption> {
+    let n = r.count(WRITE_PART_HEADER_LEN)?;
+    let mut parts = Vec::with_capacity(n);
+    for _ in 0..n {
+        let key = r.key()?;
+        let version = r.u64()?;
+        let first_event_seq = r.u64()?;
+        let recreate = match r.u8()? {
+            0 => Recreate::No,
+            1 => Recreate::Fresh,
+            2 => Recreate::Continue,
+            _ => return Err(Corruption::BadHeaderField("recreate")),
+        };
+        let (events, elided) = EncodedEvents::read(r, compacted)?;
+        if version == 0 || first_event_seq == 0 {
+            return Err(Corruption::BadHeaderField("version"));
+        }
+        parts.push(WritePart {
+            key,
+            version,
+            first_event_seq,
+            recreate,
+            events,
+            elided,
+        });
+    }
+    if compacted && parts.iter().all(|p| p.elided.is_none()) {
+        return Err(Corruption::BadHeaderField(
+            "compacted record elides nothing",
+        ));
+    }
+    Ok(parts)
+}
+
+/// Reads a delete record's parts (flags: bit 0 allow recreate, bit 1 allow sequence
+/// continuation; no others).
+fn read_delete_parts(r: &mut Reader<'_>) -> Result<Vec<DeletePart>, Corruption> {
+    let n = r.count(DELETE_PART_LEN)?;
+    let mut parts = Vec::with_capacity(n);
+    for _ in 0..n {
+        let key = r.key()?;
+        let flags = r.u8()?;
+        if flags > 3 {
+            return Err(Corruption::BadHeaderField("delete flags"));
+        }
+        parts.push(DeletePart {
+            key,
+            allow_recreate: flags & 1 != 0,
+            allow_sequence_continuation: flags & 2 != 0,
+            version: r.u64()?,
+        });
+    }
+    Ok(parts)
+}
+
+/// Reads a schema record's body: its key, format code and text (UTF-8, at most
+/// [`MAX_SCHEMA_BYTES`]).
+fn read_schema(r: &mut Reader<'_>) -> Result<RecordBody, Corruption> {
+    let key = SchemaKey {
+        org_id: r.u128()?,
+        aggregate_type_id: r.u128()?,
+        event_type_major: r.u64()?,
+        event_type_minor: r.u64()?,
+    };
+    let schema_type = r.u8()?;
+    let len = r.u32()? as usize;
+    if len > MAX_SCHEMA_BYTES {
+        return Err(Corruption::BadHeaderField("schema length"));
+    }
+    let schema = r.take(len)?;
+    if std::str::from_utf8(&schema).is_err() {
+        return Err(Corruption::BadHeaderField("schema text"));
+    }
+    Ok(RecordBody::Schema {
+        key,
+        schema_type,
+        schema,
     })
 }

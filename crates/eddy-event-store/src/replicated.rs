@@ -188,36 +188,12 @@ impl Command {
         let user_id = r.opt_u128()?;
         let now = r.u64()?;
         let command = match kind {
-            1 => {
-                let n = r.count(WRITE_PART_LEN)?;
-                let mut parts = Vec::with_capacity(n);
-                for _ in 0..n {
-                    let key = r.key()?;
-                    let flags = r.u8()?;
-                    if flags & !0b111 != 0 {
-                        return Err(Corruption::BadHeaderField("write part flags"));
-                    }
-                    let expected_version = opt_u64(flags, 2, r.u64()?)?;
-                    // A command's events are never elided (only compaction elides).
-                    let (events, _) = EncodedEvents::read(&mut r, false)?;
-                    parts.push((
-                        AggregateWrite {
-                            key,
-                            events: Vec::new(),
-                            allow_create: flags & 1 != 0,
-                            expected_version,
-                            enforce_client_idempotency: flags & 4 != 0,
-                        },
-                        events,
-                    ));
-                }
-                Command::Write {
-                    client_id,
-                    user_id,
-                    now,
-                    parts,
-                }
-            }
+            1 => Command::Write {
+                client_id,
+                user_id,
+                now,
+                parts: read_write_parts(&mut r)?,
+            },
             2 => Command::Trim(TrimRequest {
                 key: r.key()?,
                 keep_from_version: r.u64()?,
@@ -225,44 +201,14 @@ impl Command {
                 user_id,
                 now,
             }),
-            3 => {
-                let n = r.count(DELETE_PART_LEN)?;
-                let mut deletes = Vec::with_capacity(n);
-                for _ in 0..n {
-                    let key = r.key()?;
-                    let flags = r.u8()?;
-                    if flags & !0b111 != 0 {
-                        return Err(Corruption::BadHeaderField("delete part flags"));
-                    }
-                    deletes.push(AggregateDelete {
-                        key,
-                        allow_recreate: flags & 1 != 0,
-                        allow_sequence_continuation: flags & 2 != 0,
-                        expected_version: opt_u64(flags, 4, r.u64()?)?,
-                    });
-                }
-                Command::Delete(DeleteRequest {
-                    client_id,
-                    user_id,
-                    deletes,
-                    now,
-                })
-            }
+            3 => Command::Delete(DeleteRequest {
+                client_id,
+                user_id,
+                deletes: read_deletes(&mut r)?,
+                now,
+            }),
             4 => {
-                let key = SchemaKey {
-                    org_id: r.u128()?,
-                    aggregate_type_id: r.u128()?,
-                    event_type_major: r.u64()?,
-                    event_type_minor: r.u64()?,
-                };
-                let schema_type = r.u8()?;
-                let len = r.u32()? as usize;
-                if len > record::MAX_SCHEMA_BYTES {
-                    return Err(Corruption::BadHeaderField("schema length"));
-                }
-                let text = r.take(len)?;
-                let schema = String::from_utf8(text.to_vec())
-                    .map_err(|_| Corruption::BadHeaderField("schema text"))?;
+                let (key, schema_type, schema) = read_schema(&mut r)?;
                 Command::RegisterSchema(SchemaRegistration {
                     key,
                     schema_type,
@@ -279,6 +225,78 @@ impl Command {
         }
         Ok(command)
     }
+}
+
+/// Reads a write command's parts: each aggregate write (flags: bit 0 allow create, bit 1 an
+/// expected version follows, bit 2 enforce client idempotency; no others) with its events,
+/// still encoded. The events stay out of the [`AggregateWrite`] (its list is empty).
+fn read_write_parts(
+    r: &mut Reader<'_>,
+) -> Result<Vec<(AggregateWrite, EncodedEvents)>, Corruption> {
+    let n = r.count(WRITE_PART_LEN)?;
+    let mut parts = Vec::with_capacity(n);
+    for _ in 0..n {
+        let key = r.key()?;
+        let flags = r.u8()?;
+        if flags & !0b111 != 0 {
+            return Err(Corruption::BadHeaderField("write part flags"));
+        }
+        let expected_version = opt_u64(flags, 2, r.u64()?)?;
+        // A command's events are never elided (only compaction elides).
+        let (events, _) = EncodedEvents::read(r, false)?;
+        parts.push((
+            AggregateWrite {
+                key,
+                events: Vec::new(),
+                allow_create: flags & 1 != 0,
+                expected_version,
+                enforce_client_idempotency: flags & 4 != 0,
+            },
+            events,
+        ));
+    }
+    Ok(parts)
+}
+
+/// Reads a delete command's deletes (flags: bit 0 allow recreate, bit 1 allow sequence
+/// continuation, bit 2 an expected version follows; no others).
+fn read_deletes(r: &mut Reader<'_>) -> Result<Vec<AggregateDelete>, Corruption> {
+    let n = r.count(DELETE_PART_LEN)?;
+    let mut deletes = Vec::with_capacity(n);
+    for _ in 0..n {
+        let key = r.key()?;
+        let flags = r.u8()?;
+        if flags & !0b111 != 0 {
+            return Err(Corruption::BadHeaderField("delete part flags"));
+        }
+        deletes.push(AggregateDelete {
+            key,
+            allow_recreate: flags & 1 != 0,
+            allow_sequence_continuation: flags & 2 != 0,
+            expected_version: opt_u64(flags, 4, r.u64()?)?,
+        });
+    }
+    Ok(deletes)
+}
+
+/// Reads a schema registration's key, format code and text (UTF-8, at most
+/// [`record::MAX_SCHEMA_BYTES`]).
+fn read_schema(r: &mut Reader<'_>) -> Result<(SchemaKey, u8, String), Corruption> {
+    let key = SchemaKey {
+        org_id: r.u128()?,
+        aggregate_type_id: r.u128()?,
+        event_type_major: r.u64()?,
+        event_type_minor: r.u64()?,
+    };
+    let schema_type = r.u8()?;
+    let len = r.u32()? as usize;
+    if len > record::MAX_SCHEMA_BYTES {
+        return Err(Corruption::BadHeaderField("schema length"));
+    }
+    let text = r.take(len)?;
+    let schema =
+        String::from_utf8(text.to_vec()).map_err(|_| Corruption::BadHeaderField("schema text"))?;
+    Ok((key, schema_type, schema))
 }
 
 impl EventStore {

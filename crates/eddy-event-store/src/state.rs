@@ -12,7 +12,7 @@ use crate::index::EntryBatch;
 use crate::keys::{
     agg_key_bytes, key_org, key_schema, key_type, mark_key_bytes, version_key_bytes,
 };
-use crate::record::{EventRecord, RecordBody, Recreate};
+use crate::record::{DeletePart, EventRecord, RecordBody, Recreate, WritePart};
 use crate::types::{
     AggregateDetails, AggregateKey, AggregateListItem, SchemaKey, StoredSchema, WatchEvent,
     WatchOperation,
@@ -335,131 +335,42 @@ pub(crate) fn derive_update<E>(
         }),
         ..Update::default()
     };
-    let touch = |s: &mut AggState| {
-        s.last_seq = seq;
-        s.last_server_ts = ts;
-        s.last_client_id = record.client_id;
-        s.last_user_id = record.user_id;
-    };
+    let stamp = Stamp { seq, ts, record };
     match &record.body {
         RecordBody::Write(parts) => {
             for p in parts {
                 let before = prior(&p.key)?;
-                let mut s = before.unwrap_or_default();
-                let (expected_version, expected_seq) = match (before, p.recreate) {
-                    (None, Recreate::No) => (1, 1),
-                    (Some(b), Recreate::No) if !b.deleted => (
-                        b.version.saturating_add(1),
-                        b.max_event_seq.saturating_add(1),
-                    ),
-                    (Some(b), Recreate::Fresh) if b.deleted && b.allow_recreate => (1, 1),
-                    (Some(b), Recreate::Continue) if b.deleted && b.allow_recreate => (
-                        b.version.saturating_add(1),
-                        b.max_event_seq.saturating_add(1),
-                    ),
-                    _ => {
-                        return Err(corrupt(Corruption::BadHeaderField(
-                            "write disagrees with aggregate state",
-                        )))
-                    }
-                };
-                if p.version != expected_version || p.first_event_seq != expected_seq {
-                    return Err(corrupt(Corruption::NonContiguous {
-                        expected: expected_version,
-                        found: p.version,
-                    }));
+                let (state, recreated_fresh) =
+                    written_state(before, p, &stamp).map_err(&corrupt)?;
+                if recreated_fresh {
+                    up.deaths += 1;
                 }
-                // A new aggregate and a fresh incarnation start every figure afresh (the old
-                // incarnation's batches are unreadable); a continued incarnation makes them
-                // readable again and keeps counting them.
-                let created = before.is_none();
-                let fresh = match (before, p.recreate) {
-                    (None, _) => true,
-                    (Some(_), Recreate::Fresh) => {
-                        up.deaths += 1;
-                        true
-                    }
-                    _ => false,
-                };
-                if fresh {
-                    s.floor = 1;
-                    s.first_event_seq = 1;
-                    s.batch_count = 0;
-                    s.first_server_ts = ts;
-                    s.min_event_ts = p.events.min_event_timestamp;
-                    s.max_event_ts = p.events.max_event_timestamp;
-                    s.compressed = 0;
-                    s.uncompressed = 0;
-                }
-                s.deleted = false;
-                s.allow_recreate = false;
-                s.allow_continuation = false;
-                s.version = p.version;
-                s.max_event_seq = p
-                    .first_event_seq
-                    .checked_add(u64::from(p.events.count) - 1)
-                    .ok_or_else(|| corrupt(Corruption::BadHeaderField("event_seq")))?;
-                s.batch_count = s.batch_count.saturating_add(1);
-                s.min_event_ts = s.min_event_ts.min(p.events.min_event_timestamp);
-                s.max_event_ts = s.max_event_ts.max(p.events.max_event_timestamp);
-                s.compressed = s.compressed.saturating_add(p.stored_len());
-                s.uncompressed = s.uncompressed.saturating_add(u64::from(p.events.raw_len));
-                touch(&mut s);
                 // An aggregate that never existed has no marks: no lookup needed.
                 let old = if before.is_some() {
                     mark(&p.key, record.client_id)?
                 } else {
                     None
                 };
-                let raised = old
-                    .is_none_or(|m| p.events.max_client_seq > m.client_seq)
-                    .then_some((
-                        record.client_id,
-                        Mark {
-                            client_seq: p.events.max_client_seq,
-                            version: p.version,
-                        },
-                    ));
                 up.changes.push(AggChange {
                     key: p.key,
-                    state: s,
-                    mark: raised,
+                    state,
+                    mark: raised_mark(old, record.client_id, p),
                     version: Some(p.version),
-                    created,
+                    created: before.is_none(),
                     kind: ChangeKind::Write,
                 });
             }
         }
         RecordBody::Trim { key, keep_from } => {
             up.deaths += 1;
-            let Some(mut s) = prior(key)?.filter(|s| !s.deleted) else {
-                return Err(corrupt(Corruption::BadHeaderField(
-                    "trim of a missing aggregate",
-                )));
-            };
-            if *keep_from <= s.floor || *keep_from > s.version {
-                return Err(corrupt(Corruption::BadHeaderField("trim out of range")));
-            }
-            s.floor = *keep_from;
-            touch(&mut s);
+            let s = trimmed_state(prior(key)?, *keep_from, &stamp).map_err(&corrupt)?;
             up.changes
                 .push(AggChange::of(*key, s, ChangeKind::Trim(*keep_from)));
         }
         RecordBody::Delete(parts) => {
             up.deaths += parts.len() as u64;
             for p in parts {
-                let Some(mut s) = prior(&p.key)?.filter(|s| !s.deleted) else {
-                    return Err(corrupt(Corruption::BadHeaderField(
-                        "delete of a missing aggregate",
-                    )));
-                };
-                if s.version != p.version {
-                    return Err(corrupt(Corruption::BadHeaderField("delete version")));
-                }
-                s.deleted = true;
-                s.allow_recreate = p.allow_recreate;
-                s.allow_continuation = p.allow_sequence_continuation;
-                touch(&mut s);
+                let s = deleted_state(prior(&p.key)?, p, &stamp).map_err(&corrupt)?;
                 up.changes.push(AggChange::of(p.key, s, ChangeKind::Delete));
             }
         }
@@ -482,4 +393,147 @@ pub(crate) fn derive_update<E>(
         }
     }
     Ok(up)
+}
+
+/// The record being derived (at log sequence `seq`, server timestamp `ts`): what it stamps
+/// on every aggregate it changes.
+struct Stamp<'a> {
+    seq: u64,
+    ts: u64,
+    record: &'a EventRecord,
+}
+
+impl Stamp<'_> {
+    /// Records the record as the aggregate's last change: its sequence number, server
+    /// timestamp, client and user.
+    fn touch(&self, s: &mut AggState) {
+        s.last_seq = self.seq;
+        s.last_server_ts = self.ts;
+        s.last_client_id = self.record.client_id;
+        s.last_user_id = self.record.user_id;
+    }
+}
+
+/// The version and first event sequence number a write must carry to an aggregate in state
+/// `before` (`None`: it never existed), or `None` when the write cannot apply to it at all.
+/// A new aggregate and a fresh recreate start at 1; a live aggregate and a continued recreate
+/// follow on; a recreate needs a deleted aggregate that allows it.
+fn expected_start(before: Option<AggState>, recreate: Recreate) -> Option<(u64, u64)> {
+    match (before, recreate) {
+        (None, Recreate::No) => Some((1, 1)),
+        (Some(b), Recreate::No) if !b.deleted => Some((
+            b.version.saturating_add(1),
+            b.max_event_seq.saturating_add(1),
+        )),
+        (Some(b), Recreate::Fresh) if b.deleted && b.allow_recreate => Some((1, 1)),
+        (Some(b), Recreate::Continue) if b.deleted && b.allow_recreate => Some((
+            b.version.saturating_add(1),
+            b.max_event_seq.saturating_add(1),
+        )),
+        _ => None,
+    }
+}
+
+/// The state after write part `p` of an aggregate in state `before` (`None`: it never
+/// existed), and whether the write recreated it afresh (a death: the old incarnation's
+/// batches become unreadable). The part's version and first event sequence number must
+/// follow on from `before` ([`expected_start`]).
+fn written_state(
+    before: Option<AggState>,
+    p: &WritePart,
+    stamp: &Stamp<'_>,
+) -> Result<(AggState, bool), Corruption> {
+    let mut s = before.unwrap_or_default();
+    let Some((expected_version, expected_seq)) = expected_start(before, p.recreate) else {
+        return Err(Corruption::BadHeaderField(
+            "write disagrees with aggregate state",
+        ));
+    };
+    if p.version != expected_version || p.first_event_seq != expected_seq {
+        return Err(Corruption::NonContiguous {
+            expected: expected_version,
+            found: p.version,
+        });
+    }
+    // A new aggregate and a fresh incarnation start every figure afresh (the old
+    // incarnation's batches are unreadable); a continued incarnation makes them
+    // readable again and keeps counting them.
+    let recreated_fresh = before.is_some() && p.recreate == Recreate::Fresh;
+    if before.is_none() || recreated_fresh {
+        s.floor = 1;
+        s.first_event_seq = 1;
+        s.batch_count = 0;
+        s.first_server_ts = stamp.ts;
+        s.min_event_ts = p.events.min_event_timestamp;
+        s.max_event_ts = p.events.max_event_timestamp;
+        s.compressed = 0;
+        s.uncompressed = 0;
+    }
+    s.deleted = false;
+    s.allow_recreate = false;
+    s.allow_continuation = false;
+    s.version = p.version;
+    s.max_event_seq = p
+        .first_event_seq
+        .checked_add(u64::from(p.events.count) - 1)
+        .ok_or(Corruption::BadHeaderField("event_seq"))?;
+    s.batch_count = s.batch_count.saturating_add(1);
+    s.min_event_ts = s.min_event_ts.min(p.events.min_event_timestamp);
+    s.max_event_ts = s.max_event_ts.max(p.events.max_event_timestamp);
+    s.compressed = s.compressed.saturating_add(p.stored_len());
+    s.uncompressed = s.uncompressed.saturating_add(u64::from(p.events.raw_len));
+    stamp.touch(&mut s);
+    Ok((s, recreated_fresh))
+}
+
+/// The client mark write part `p` sets for `client_id`, given the client's mark `old` on the
+/// aggregate: raised to the part's highest client sequence number when that is above `old`
+/// (or there is none), else `None` (the mark stays).
+fn raised_mark(old: Option<Mark>, client_id: u128, p: &WritePart) -> Option<(u128, Mark)> {
+    old.is_none_or(|m| p.events.max_client_seq > m.client_seq)
+        .then_some((
+            client_id,
+            Mark {
+                client_seq: p.events.max_client_seq,
+                version: p.version,
+            },
+        ))
+}
+
+/// The state after trimming an aggregate in state `prior` to floor `keep_from`: the aggregate
+/// must exist, not be deleted, and the floor must rise without passing its version.
+fn trimmed_state(
+    prior: Option<AggState>,
+    keep_from: u64,
+    stamp: &Stamp<'_>,
+) -> Result<AggState, Corruption> {
+    let Some(mut s) = prior.filter(|s| !s.deleted) else {
+        return Err(Corruption::BadHeaderField("trim of a missing aggregate"));
+    };
+    if keep_from <= s.floor || keep_from > s.version {
+        return Err(Corruption::BadHeaderField("trim out of range"));
+    }
+    s.floor = keep_from;
+    stamp.touch(&mut s);
+    Ok(s)
+}
+
+/// The state after delete part `p` of an aggregate in state `prior`: it must exist, not be
+/// deleted already, and be at the part's version.
+fn deleted_state(
+    prior: Option<AggState>,
+    p: &DeletePart,
+    stamp: &Stamp<'_>,
+) -> Result<AggState, Corruption> {
+    let Some(mut s) = prior.filter(|s| !s.deleted) else {
+        return Err(Corruption::BadHeaderField("delete of a missing aggregate"));
+    };
+    if s.version != p.version {
+        return Err(Corruption::BadHeaderField("delete version"));
+    }
+    s.deleted = true;
+    s.allow_recreate = p.allow_recreate;
+    s.allow_continuation = p.allow_sequence_continuation;
+    stamp.touch(&mut s);
+    Ok(s)
 }

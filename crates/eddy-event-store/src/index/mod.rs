@@ -46,7 +46,7 @@ mod tests;
 
 use std::collections::BTreeMap;
 use std::io;
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Condvar, Mutex, RwLock};
 
@@ -206,6 +206,118 @@ pub(crate) struct IndexOpen {
     pub rebuilt: bool,
 }
 
+/// Reads the index's manifest in `dir`: `None` when there is none, or when it is too long or
+/// does not decode (the index is then unusable).
+fn read_manifest(backend: &dyn StorageBackend, dir: &Path) -> Result<Option<Manifest>> {
+    let path = dir.join(MANIFEST);
+    let f = match backend.open(&path, OpenMode::Existing) {
+        Ok(f) => f,
+        Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(None),
+        Err(e) => return Err(EventStoreError::io(IoOp::Open, path, e)),
+    };
+    let len = f
+        .len()
+        .map_err(|e| EventStoreError::io(IoOp::Len, &path, e))?;
+    if len > (36 + MAX_RUNS * 8) as u64 {
+        return Ok(None);
+    }
+    let mut b = vec![0u8; len as usize];
+    f.read_at(0, &mut b)
+        .map_err(|e| EventStoreError::io(IoOp::Read, &path, e))?;
+    Ok(decode_manifest(&b))
+}
+
+/// The runs an index opens with ([`load_runs`]).
+struct LoadedRuns {
+    runs: Vec<Arc<Run>>,
+    /// The ids of `runs` (none when the index starts empty).
+    keep: Vec<u64>,
+    /// The next run id (past every id the manifest has handed out).
+    next_id: u64,
+    /// Replay the log from here.
+    checkpoint: u64,
+    /// The index is unusable and starts empty.
+    rebuilt: bool,
+}
+
+/// Opens the runs `manifest` lists. When one fails to open, the index is unusable: it starts
+/// empty (`rebuilt`), keeping only the manifest's next run id. Without a manifest it starts
+/// empty too, and counts as rebuilt when `dir` holds a manifest or run file (one that did not
+/// decode, or left behind).
+fn load_runs(
+    backend: &dyn StorageBackend,
+    dir: &Path,
+    manifest: Option<&Manifest>,
+) -> Result<LoadedRuns> {
+    let Some(m) = manifest else {
+        let rebuilt = backend
+            .list(dir)
+            .map_err(|e| EventStoreError::io(IoOp::List, dir, e))?
+            .iter()
+            .any(|e| e.name == MANIFEST || parse_run_name(&e.name).is_some());
+        return Ok(LoadedRuns {
+            runs: Vec::new(),
+            keep: Vec::new(),
+            next_id: 1,
+            checkpoint: 0,
+            rebuilt,
+        });
+    };
+    let loaded: Result<Vec<Run>> = m
+        .runs
+        .iter()
+        .map(|id| Run::open(backend, dir, *id))
+        .collect();
+    match loaded {
+        Ok(l) => Ok(LoadedRuns {
+            runs: l.into_iter().map(Arc::new).collect(),
+            keep: m.runs.clone(),
+            next_id: m.next_id,
+            checkpoint: m.checkpoint,
+            rebuilt: false,
+        }),
+        Err(e) => {
+            tracing::warn!(dir = %dir.display(), error = %e, "event index unusable; rebuilding it from the log");
+            Ok(LoadedRuns {
+                runs: Vec::new(),
+                keep: Vec::new(),
+                next_id: m.next_id,
+                checkpoint: 0,
+                rebuilt: true,
+            })
+        }
+    }
+}
+
+/// Removes every file in `dir` but the runs in `listed` and, with `keep_manifest`, the
+/// manifest; directories stay. A removed run file's id still counts: `next_id` moves past it,
+/// so no id is ever handed out twice.
+fn remove_unlisted(
+    backend: &dyn StorageBackend,
+    dir: &Path,
+    listed: &[u64],
+    keep_manifest: bool,
+    next_id: &mut u64,
+) -> Result<()> {
+    for entry in backend
+        .list(dir)
+        .map_err(|e| EventStoreError::io(IoOp::List, dir, e))?
+    {
+        let is_listed = parse_run_name(&entry.name).is_some_and(|id| listed.contains(&id));
+        let is_manifest = entry.name == MANIFEST && keep_manifest;
+        if !is_listed && !is_manifest && !entry.is_dir {
+            if let Some(id) = parse_run_name(&entry.name) {
+                *next_id = (*next_id).max(id + 1);
+            }
+            let path = dir.join(&entry.name);
+            backend
+                .remove_file(&path)
+                .map_err(|e| EventStoreError::io(IoOp::Remove, &path, e))?;
+        }
+    }
+    Ok(())
+}
+
 impl Index {
     fn read_guard(&self) -> std::sync::RwLockReadGuard<'_, View> {
         read_lock(&self.view)
@@ -223,71 +335,17 @@ impl Index {
         budget: u64,
     ) -> Result<(Index, IndexOpen)> {
         create_dir_durable(&*backend, &dir)?;
-        let manifest = match backend.open(&dir.join(MANIFEST), OpenMode::Existing) {
-            Ok(f) => {
-                let len = f
-                    .len()
-                    .map_err(|e| EventStoreError::io(IoOp::Len, dir.join(MANIFEST), e))?;
-                if len > (36 + MAX_RUNS * 8) as u64 {
-                    None
-                } else {
-                    let mut b = vec![0u8; len as usize];
-                    f.read_at(0, &mut b)
-                        .map_err(|e| EventStoreError::io(IoOp::Read, dir.join(MANIFEST), e))?;
-                    decode_manifest(&b)
-                }
-            }
-            Err(e) if e.kind() == io::ErrorKind::NotFound => None,
-            Err(e) => return Err(EventStoreError::io(IoOp::Open, dir.join(MANIFEST), e)),
-        };
-        let mut runs = Vec::new();
-        let mut rebuilt = false;
-        let mut keep: Vec<u64> = Vec::new();
-        let mut next_id = 1;
-        let mut checkpoint = 0;
-        if let Some(m) = &manifest {
-            let loaded: Result<Vec<Run>> = m
-                .runs
-                .iter()
-                .map(|id| Run::open(&*backend, &dir, *id))
-                .collect();
-            match loaded {
-                Ok(l) => {
-                    runs = l.into_iter().map(Arc::new).collect();
-                    keep.clone_from(&m.runs);
-                    next_id = m.next_id;
-                    checkpoint = m.checkpoint;
-                }
-                Err(e) => {
-                    tracing::warn!(dir = %dir.display(), error = %e, "event index unusable; rebuilding it from the log");
-                    rebuilt = true;
-                    next_id = m.next_id;
-                }
-            }
-        } else {
-            rebuilt = backend
-                .list(&dir)
-                .map_err(|e| EventStoreError::io(IoOp::List, &dir, e))?
-                .iter()
-                .any(|e| e.name == MANIFEST || parse_run_name(&e.name).is_some());
-        }
+        let manifest = read_manifest(&*backend, &dir)?;
+        let LoadedRuns {
+            runs,
+            keep,
+            mut next_id,
+            checkpoint,
+            rebuilt,
+        } = load_runs(&*backend, &dir, manifest.as_ref())?;
         // Remove whatever the manifest does not list (orphans, temporaries, a wiped index).
-        for entry in backend
-            .list(&dir)
-            .map_err(|e| EventStoreError::io(IoOp::List, &dir, e))?
-        {
-            let listed = parse_run_name(&entry.name).is_some_and(|id| keep.contains(&id));
-            let is_manifest = entry.name == MANIFEST && manifest.is_some() && !rebuilt;
-            if !listed && !is_manifest && !entry.is_dir {
-                if let Some(id) = parse_run_name(&entry.name) {
-                    next_id = next_id.max(id + 1);
-                }
-                let path = dir.join(&entry.name);
-                backend
-                    .remove_file(&path)
-                    .map_err(|e| EventStoreError::io(IoOp::Remove, &path, e))?;
-            }
-        }
+        let keep_manifest = manifest.is_some() && !rebuilt;
+        remove_unlisted(&*backend, &dir, &keep, keep_manifest, &mut next_id)?;
         let index = Index {
             dir,
             backend,

@@ -9,9 +9,11 @@
 
 use std::path::Path;
 
-use eddy_log::{IoOp, LogError, OpenMode, StorageBackend};
+use eddy_log::{write_atomic, Corruption, IoOp, LogError, OpenMode, StorageBackend};
 
-use crate::error::{EventStoreError, Result};
+use crate::error::{EventStoreError, Refusal, Result};
+
+use super::config::EventStoreConfig;
 
 /// Name of the immutable settings file.
 pub const META_FILE: &str = "META";
@@ -86,4 +88,66 @@ pub(super) fn read_small(
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(None),
         Err(e) => Err(EventStoreError::io(IoOp::Open, path, e)),
     }
+}
+
+impl Meta {
+    /// The settings `config` asks for (the dictionary by its BLAKE3; all zeros for none).
+    pub(super) fn wanted(config: &EventStoreConfig) -> Meta {
+        let dictionary = config
+            .dictionary
+            .as_ref()
+            .map_or([0u8; 32], |d| *blake3::hash(d).as_bytes());
+        Meta {
+            num_shards: config.num_shards,
+            routing: config.routing_rule.code(),
+            reserve: config.reserve_coordinator_shard,
+            dictionary,
+        }
+    }
+}
+
+/// Creates `<root>/META` with `wanted` when there is none (`true`), else checks that the
+/// stored settings are `wanted` (`false`): they are fixed when the store is created, and the
+/// first that differs (in file order) is refused.
+pub(super) fn create_or_check_meta(
+    backend: &dyn StorageBackend,
+    root: &Path,
+    wanted: &Meta,
+) -> Result<bool> {
+    let meta_path = root.join(META_FILE);
+    let Some(bytes) = read_small(backend, &meta_path, 4096)? else {
+        write_atomic(backend, root, META_FILE, &encode_meta(wanted))?;
+        return Ok(true);
+    };
+    let stored = decode_meta(&bytes)
+        .ok_or_else(|| EventStoreError::corrupt(&meta_path, 0, Corruption::FileChecksum))?;
+    let mismatch = |field, stored: u64, requested: u64| {
+        Err(Refusal::ImmutableConfig {
+            field,
+            stored,
+            requested,
+        }
+        .into())
+    };
+    if stored.num_shards != wanted.num_shards {
+        return mismatch(
+            "num_shards",
+            u64::from(stored.num_shards),
+            u64::from(wanted.num_shards),
+        );
+    }
+    if stored.routing != wanted.routing {
+        return mismatch("routing_rule", stored.routing, wanted.routing);
+    }
+    if stored.reserve != wanted.reserve {
+        return mismatch(
+            "reserve_coordinator_shard",
+            u64::from(stored.reserve),
+            u64::from(wanted.reserve),
+        );
+    }
+    if stored.dictionary != wanted.dictionary {
+        return Err(Refusal::DictionaryMismatch.into());
+    }
+    Ok(false)
 }

@@ -5,6 +5,7 @@ mod config;
 mod flusher;
 mod listing;
 mod meta;
+mod open;
 mod replay;
 
 #[cfg(test)]
@@ -17,15 +18,13 @@ use std::sync::{Arc, Mutex};
 use std::thread::JoinHandle;
 
 use eddy_log::{
-    create_dir_durable, lock, write_atomic, Cache, CommitPool, CommitStats, Completion, Corruption,
-    IoOp, Log, LogConfig, OpenOptions, StorageBackend,
+    create_dir_durable, lock, Cache, CommitPool, CommitStats, Completion, IoOp, StorageBackend,
 };
 
 use crate::compact::{self, CompactionPolicy, CompactionReport, PassMark, SegmentReclaim};
 use crate::error::{EventStoreError, Refusal, Result};
-use crate::index::Index;
 use crate::placement::Placement;
-use crate::record::{self, EncodedEvents, EventCodec, GENESIS_TIP};
+use crate::record::{self, EncodedEvents, EventCodec};
 use crate::schema::Schemas;
 use crate::shard::{FlushSignal, Shard};
 use crate::types::{
@@ -33,10 +32,10 @@ use crate::types::{
     ReadQuery, SchemaKey, SchemaRegistration, StoredSchema, TrimOutcome, TrimRequest, WriteOutcome,
     WriteRequest,
 };
-use crate::watch::{self, SubscriptionId, WatchFilter, WatchSink};
-use flusher::{run_flusher, run_merger, Flusher};
-use meta::{decode_meta, encode_meta, read_small, Meta, META_FILE};
-use replay::replay;
+use crate::watch::{SubscriptionId, WatchFilter, WatchSink};
+use flusher::Flusher;
+use meta::{create_or_check_meta, Meta};
+use open::{check_shard_config, shard_log_config, start_index_threads, ShardOpener};
 
 pub use config::{
     EventStoreConfig, EventStoreRecovery, EventStoreStats, DEFAULT_EVENT_INDEX_INTERVAL,
@@ -102,70 +101,12 @@ impl EventStore {
         pool: &CommitPool,
         cache: Arc<Cache>,
     ) -> Result<(EventStore, EventStoreRecovery)> {
-        if config.num_shards == 0 || config.num_shards > MAX_SHARDS {
-            return Err(EventStoreError::InvalidConfig {
-                field: "num_shards",
-                value: u64::from(config.num_shards),
-            });
-        }
-        if config.reserve_coordinator_shard && config.num_shards < 2 {
-            return Err(EventStoreError::InvalidConfig {
-                field: "reserve_coordinator_shard",
-                value: 1,
-            });
-        }
+        check_shard_config(&config)?;
         let root = PathBuf::from("events");
         create_dir_durable(&*backend, &root)?;
-        let dict_hash = config
-            .dictionary
-            .as_ref()
-            .map_or([0u8; 32], |d| *blake3::hash(d).as_bytes());
-        let wanted = Meta {
-            num_shards: config.num_shards,
-            routing: config.routing_rule.code(),
-            reserve: config.reserve_coordinator_shard,
-            dictionary: dict_hash,
-        };
         let mut recovery = EventStoreRecovery::default();
-        let meta_path = root.join(META_FILE);
-        match read_small(&*backend, &meta_path, 4096)? {
-            None => {
-                write_atomic(&*backend, &root, META_FILE, &encode_meta(&wanted))?;
-                recovery.created = true;
-            }
-            Some(bytes) => {
-                let stored = decode_meta(&bytes).ok_or_else(|| {
-                    EventStoreError::corrupt(&meta_path, 0, Corruption::FileChecksum)
-                })?;
-                let mismatch = |field, stored: u64, requested: u64| {
-                    Err(Refusal::ImmutableConfig {
-                        field,
-                        stored,
-                        requested,
-                    }
-                    .into())
-                };
-                if stored.num_shards != wanted.num_shards {
-                    return mismatch(
-                        "num_shards",
-                        u64::from(stored.num_shards),
-                        u64::from(wanted.num_shards),
-                    );
-                }
-                if stored.routing != wanted.routing {
-                    return mismatch("routing_rule", stored.routing, wanted.routing);
-                }
-                if stored.reserve != wanted.reserve {
-                    return mismatch(
-                        "reserve_coordinator_shard",
-                        u64::from(stored.reserve),
-                        u64::from(wanted.reserve),
-                    );
-                }
-                if stored.dictionary != wanted.dictionary {
-                    return Err(Refusal::DictionaryMismatch.into());
-                }
-            }
+        if create_or_check_meta(&*backend, &root, &Meta::wanted(&config))? {
+            recovery.created = true;
         }
 
         // A shard waiting out its group-commit window holds a pool thread: give every shard one.
@@ -177,98 +118,27 @@ impl EventStore {
             config.dictionary.clone(),
         ));
         let flusher = Arc::new(Flusher::default());
-        let log_config = LogConfig {
-            segment_size: config.segment_size,
-            index_interval: config.index_interval,
-            verify_on_open: config.verify_on_open,
-            group_window: config.fsync_delay,
-            preallocate: config.preallocate,
-            durability: config.durability,
-            ..LogConfig::default()
+        let opener = ShardOpener {
+            backend: &backend,
+            root: &root,
+            config: &config,
+            log_config: shard_log_config(&config),
+            pool,
+            cache: &cache,
+            codec: &codec,
+            flusher: &flusher,
+            stats: &stats,
         };
         let mut shards = Vec::with_capacity(config.num_shards as usize);
         for id in 0..config.num_shards {
-            let (index, opened) = Index::open(
-                Arc::clone(&backend),
-                root.join(format!("index-{id:03}")),
-                Arc::clone(&cache),
-                config.memtable_bytes,
-            )?;
-            let index = Arc::new(index);
-            let watchers = Arc::new(watch::Watchers::new(config.max_subscribers_per_shard));
-            let signal: Arc<dyn FlushSignal> = Arc::clone(&flusher) as Arc<dyn FlushSignal>;
-            let (hook, pending) = Shard::hook(id, &index, &watchers, signal);
-            let (log, report) = Log::open(
-                Arc::clone(&backend),
-                root.join(format!("shard-{id:03}")),
-                log_config,
-                pool,
-                Arc::clone(&cache),
-                OpenOptions {
-                    hook: Some(hook),
-                    stats: Some(Arc::clone(&stats)),
-                    cipher: config.cipher.clone(),
-                    window_gate: config.fsync_delay_gate.clone(),
-                    ..OpenOptions::default()
-                },
-            )?;
-            recovery.logs.push(report);
-            index.set_log(&log);
-            let mut rebuilt = opened.rebuilt;
-            let bounds = log.bounds();
-            let mut from = opened.checkpoint;
-            if from > bounds.next || from < bounds.first {
-                tracing::warn!(
-                    shard = id,
-                    checkpoint = from,
-                    log_end = bounds.next,
-                    "event index disagrees with its log; rebuilding it"
-                );
-                index.reset()?;
-                from = bounds.first;
-                rebuilt = true;
-            }
-            if rebuilt {
-                recovery.rebuilt.push(id);
-            }
-            let shard = Shard::new(
-                id,
-                log,
-                index,
-                Arc::clone(&codec),
-                watchers,
-                pending,
-                GENESIS_TIP,
-            );
-            let (replayed, tip) = replay(&shard, from)?;
-            shard.set_tip(tip);
-            shard.set_raft_through(crate::replicated::last_raft_index(&shard)?);
-            recovery.replayed.push(replayed);
-            shards.push(shard);
+            shards.push(opener.open(id, &mut recovery)?);
         }
-        let indexes: Vec<Arc<Index>> = shards.iter().map(|s| Arc::clone(&s.index)).collect();
         let merger = Arc::new(Flusher::default());
-        let mut threads = Vec::new();
-        if config.index_threads {
-            for index in &indexes {
-                index.set_served(true);
-            }
-            let (flusher, flush_merger, flush_indexes) =
-                (Arc::clone(&flusher), Arc::clone(&merger), indexes.clone());
-            threads.push(
-                std::thread::Builder::new()
-                    .name("eddy-events-flush".into())
-                    .spawn(move || run_flusher(&flusher, &flush_merger, &flush_indexes))
-                    .map_err(|e| EventStoreError::io(IoOp::Open, root.join("index"), e))?,
-            );
-            let merger = Arc::clone(&merger);
-            threads.push(
-                std::thread::Builder::new()
-                    .name("eddy-events-merge".into())
-                    .spawn(move || run_merger(&merger, &indexes))
-                    .map_err(|e| EventStoreError::io(IoOp::Open, root.join("index"), e))?,
-            );
-        }
+        let threads = if config.index_threads {
+            start_index_threads(&root, &flusher, &merger, &shards)?
+        } else {
+            Vec::new()
+        };
         let marks = vec![PassMark::new(); config.num_shards as usize];
         let placement = Placement::new(
             config.num_shards,

@@ -5,7 +5,7 @@ use std::sync::Arc;
 
 use bytes::Bytes;
 
-use eddy_log::MemBackend;
+use eddy_log::{Corruption, MemBackend};
 
 use super::*;
 use crate::error::EventStoreError;

@@ -40,6 +40,67 @@ pub(super) struct ReadTarget {
     pub(super) active: Option<(Arc<dyn StorageFile>, u64)>,
 }
 
+/// The records one [`Log::read`] attempt gathers, and its limits.
+struct ReadBatch {
+    /// Records wholly before this sequence number are skipped.
+    from_seq: u64,
+    /// Full once the records cover this many sequence numbers at or after `from_seq`...
+    max_seqs: u64,
+    /// ...or hold at least this many payload bytes.
+    max_bytes: u64,
+    /// Sequence numbers at or after `from_seq` covered so far.
+    covered: u64,
+    /// Payload bytes so far.
+    bytes: u64,
+    out: Vec<StoredRecord>,
+}
+
+impl ReadBatch {
+    /// Adds a record that ends past `from_seq` (its payload already opened).
+    fn push(&mut self, header: &RecordHeader, payload: Bytes) {
+        let start = header.seq.max(self.from_seq);
+        self.covered += header.end_seq() - start;
+        self.bytes += u64::from(header.payload_len);
+        self.out.push(StoredRecord {
+            meta: RecordMeta {
+                seq: header.seq,
+                count: header.count,
+                timestamp: header.timestamp,
+                tag: header.tag,
+                len: header.payload_len,
+            },
+            payload,
+        });
+    }
+
+    fn is_full(&self) -> bool {
+        self.covered >= self.max_seqs || self.bytes >= self.max_bytes
+    }
+}
+
+/// How far [`Log::read_chunk`] got through one chunk.
+struct ChunkRead {
+    /// Bytes of whole records taken (or skipped) from the chunk's start.
+    consumed: usize,
+    /// At least one whole record was in the chunk.
+    progressed: bool,
+    /// The batch filled up: the read is done.
+    full: bool,
+}
+
+/// How many bytes the first read of a segment takes: up to the index entry past the wanted
+/// range (`end_hint`) when known, and at least an estimate from the segment's average bytes
+/// per sequence number for the batch's limits; within [`MIN_READ_CHUNK`]..[`MAX_READ_CHUNK`].
+fn first_read_len(target: &ReadTarget, pos: u64, end_hint: Option<u64>, batch: &ReadBatch) -> u64 {
+    let per_seq = (target.len - SEGMENT_HEADER_LEN as u64) / (target.end - target.base).max(1);
+    let estimate = per_seq
+        .saturating_mul(batch.max_seqs.saturating_add(1))
+        .min(batch.max_bytes.saturating_add(per_seq));
+    end_hint
+        .map_or(estimate, |hint| hint.saturating_sub(pos).max(estimate))
+        .clamp(MIN_READ_CHUNK, MAX_READ_CHUNK)
+}
+
 impl Log {
     /// The readable range.
     pub fn bounds(&self) -> LogBounds {
@@ -153,12 +214,17 @@ impl Log {
         max_seqs: u64,
         max_bytes: u64,
     ) -> Result<Option<Vec<StoredRecord>>> {
-        let mut out = Vec::new();
+        let mut batch = ReadBatch {
+            from_seq,
+            max_seqs,
+            max_bytes,
+            covered: 0,
+            bytes: 0,
+            out: Vec::new(),
+        };
         if max_seqs == 0 {
-            return Ok(Some(out));
+            return Ok(Some(batch.out));
         }
-        let mut covered = 0u64;
-        let mut bytes = 0u64;
         for target in self.targets_from(from_seq) {
             let (file, start_pos, index_hint) = if let Some((file, pos)) = &target.active {
                 (Arc::clone(file), *pos, None)
@@ -172,49 +238,31 @@ impl Log {
                 let next = sealed.index.get(i).map(|e| e.position);
                 (Arc::clone(&sealed.file), pos, next)
             };
-            let done = self.read_segment(
-                &target,
-                &*file,
-                start_pos,
-                index_hint,
-                from_seq,
-                max_seqs,
-                max_bytes,
-                &mut covered,
-                &mut bytes,
-                &mut out,
-            )?;
+            let done = self.read_segment(&target, &*file, start_pos, index_hint, &mut batch)?;
             if done {
                 break;
             }
         }
-        Ok(Some(out))
+        Ok(Some(batch.out))
     }
 
-    #[allow(clippy::too_many_arguments)]
+    /// Reads the records of one segment version (`target`, whose file is `file`) from the
+    /// record at `start_pos` into `batch`, skipping those wholly before its `from_seq`, and
+    /// checking that sequence numbers run on. `end_hint` is the position of the index entry
+    /// past the wanted range, when known, to size the first read. Returns whether the batch
+    /// is full (`true`) or the segment's visible end was reached (`false`).
     fn read_segment(
         &self,
         target: &ReadTarget,
         file: &dyn StorageFile,
         start_pos: u64,
         end_hint: Option<u64>,
-        from_seq: u64,
-        max_seqs: u64,
-        max_bytes: u64,
-        covered: &mut u64,
-        bytes: &mut u64,
-        out: &mut Vec<StoredRecord>,
+        batch: &mut ReadBatch,
     ) -> Result<bool> {
         let path = || self.inner.dir.join(segment_file_name(target.base));
         let mut pos = start_pos;
         // First read: up to the index entry past the wanted range, or a size estimate.
-        let per_seq = (target.len - SEGMENT_HEADER_LEN as u64) / (target.end - target.base).max(1);
-        let estimate = per_seq
-            .saturating_mul(max_seqs.saturating_add(1))
-            .min(max_bytes.saturating_add(per_seq));
-        let mut want = end_hint
-            .map_or(estimate, |hint| hint.saturating_sub(pos).max(estimate))
-            .clamp(MIN_READ_CHUNK, MAX_READ_CHUNK);
+        let mut want = first_read_len(target, pos, end_hint, batch);
         let mut expected_seq: Option<u64> = None;
         while pos < target.len {
             if target.len - pos < RECORD_HEADER_LEN as u64 {
@@ -224,69 +272,12 @@ impl Log {
             let len = want.min(target.len - pos);
             let chunk =
                 read_exact(file, pos, len).map_err(|e| LogError::io(IoOp::Read, path(), e))?;
-            let mut off = 0usize;
-            let mut progressed = false;
-            while off + RECORD_HEADER_LEN <= chunk.len() {
-                let at = pos + off as u64;
-                let header = RecordHeader::decode(&chunk[off..off + RECORD_HEADER_LEN], at)
-                    .map_err(|kind| LogError::corrupt(path(), at, kind))?;
-                if let Some(expected) = expected_seq {
-                    if header.seq != expected {
-                        return Err(LogError::corrupt(
-                            path(),
-                            at,
-                            Corruption::NonContiguous {
-                                expected,
-                                found: header.seq,
-                            },
-                        ));
-                    }
-                }
-                let record_len = usize::try_from(header.record_len()).unwrap_or(usize::MAX);
-                if off + record_len > chunk.len() {
-                    if at + header.record_len() > target.len {
-                        return Err(LogError::corrupt(path(), at, Corruption::Truncated));
-                    }
-                    break;
-                }
-                progressed = true;
-                expected_seq = Some(header.end_seq());
-                let payload_range = off + RECORD_HEADER_LEN..off + record_len;
-                off += record_len;
-                if header.end_seq() <= from_seq {
-                    continue;
-                }
-                let payload = chunk.slice(payload_range);
-                if self.inner.config.verify_on_read {
-                    header
-                        .verify_payload(&payload)
-                        .map_err(|kind| LogError::corrupt(path(), at, kind))?;
-                }
-                let payload = reveal(
-                    self.inner.cipher.as_ref(),
-                    (header.seq, header.count, header.tag),
-                    payload,
-                )
-                .map_err(|kind| LogError::corrupt(path(), at, kind))?;
-                let start = header.seq.max(from_seq);
-                *covered += header.end_seq() - start;
-                *bytes += u64::from(header.payload_len);
-                out.push(StoredRecord {
-                    meta: RecordMeta {
-                        seq: header.seq,
-                        count: header.count,
-                        timestamp: header.timestamp,
-                        tag: header.tag,
-                        len: header.payload_len,
-                    },
-                    payload,
-                });
-                if *covered >= max_seqs || *bytes >= max_bytes {
-                    return Ok(true);
-                }
+            let read = self.read_chunk(target, &chunk, pos, &mut expected_seq, batch)?;
+            if read.full {
+                return Ok(true);
             }
-            pos += off as u64;
-            if progressed {
+            pos += read.consumed as u64;
+            if read.progressed {
                 want = (want * 2).min(MAX_READ_CHUNK);
             } else {
                 // The next record is larger than the chunk: read exactly it.
@@ -298,6 +289,80 @@ impl Log {
             }
         }
         Ok(false)
+    }
+
+    /// Takes the whole records of `chunk` (read at `pos` of `target`'s file) into `batch`,
+    /// stopping early once the batch is full; a record cut off by the chunk's end is left for
+    /// the next read (unless it runs past the visible end: corruption). Each record's sequence
+    /// number must follow `expected_seq` (when set), which moves past it; its payload is
+    /// verified when configured, and opened with the log's cipher.
+    fn read_chunk(
+        &self,
+        target: &ReadTarget,
+        chunk: &Bytes,
+        pos: u64,
+        expected_seq: &mut Option<u64>,
+        batch: &mut ReadBatch,
+    ) -> Result<ChunkRead> {
+        let path = || self.inner.dir.join(segment_file_name(target.base));
+        let mut off = 0usize;
+        let mut progressed = false;
+        while off + RECORD_HEADER_LEN <= chunk.len() {
+            let at = pos + off as u64;
+            let header = RecordHeader::decode(&chunk[off..off + RECORD_HEADER_LEN], at)
+                .map_err(|kind| LogError::corrupt(path(), at, kind))?;
+            if let Some(expected) = *expected_seq {
+                if header.seq != expected {
+                    return Err(LogError::corrupt(
+                        path(),
+                        at,
+                        Corruption::NonContiguous {
+                            expected,
+                            found: header.seq,
+                        },
+                    ));
+                }
+            }
+            let record_len = usize::try_from(header.record_len()).unwrap_or(usize::MAX);
+            if off + record_len > chunk.len() {
+                if at + header.record_len() > target.len {
+                    return Err(LogError::corrupt(path(), at, Corruption::Truncated));
+                }
+                break;
+            }
+            progressed = true;
+            *expected_seq = Some(header.end_seq());
+            let payload_range = off + RECORD_HEADER_LEN..off + record_len;
+            off += record_len;
+            if header.end_seq() <= batch.from_seq {
+                continue;
+            }
+            let payload = chunk.slice(payload_range);
+            if self.inner.config.verify_on_read {
+                header
+                    .verify_payload(&payload)
+                    .map_err(|kind| LogError::corrupt(path(), at, kind))?;
+            }
+            let payload = reveal(
+                self.inner.cipher.as_ref(),
+                (header.seq, header.count, header.tag),
+                payload,
+            )
+            .map_err(|kind| LogError::corrupt(path(), at, kind))?;
+            batch.push(&header, payload);
+            if batch.is_full() {
+                return Ok(ChunkRead {
+                    consumed: off,
+                    progressed,
+                    full: true,
+                });
+            }
+        }
+        Ok(ChunkRead {
+            consumed: off,
+            progressed,
+            full: false,
+        })
     }
 
     /// Reads the one visible record containing sequence number `seq` with small reads (8 KiB

@@ -219,34 +219,8 @@ pub(super) fn recover_segment(
         .backend
         .open(&path, OpenMode::Existing)
         .map_err(ctx.io(IoOp::Open, &name))?;
-    let mut len = file.len().map_err(ctx.io(IoOp::Len, &name))?;
-
-    // Segment header.
-    let header_bytes = if len >= SEGMENT_HEADER_LEN as u64 {
-        Some(read_exact(&*file, 0, SEGMENT_HEADER_LEN as u64).map_err(ctx.io(IoOp::Read, &name))?)
-    } else {
-        None
-    };
-    match header_bytes.as_deref().map(decode_segment_header) {
-        Some(Ok(found)) if found == base => {}
-        Some(Ok(_)) => {
-            return Err(LogError::corrupt(path, 0, Corruption::NameMismatch));
-        }
-        // A crash while creating the newest segment leaves it short or zero-filled: nothing in
-        // it was ever acknowledged. Rewrite it.
-        _ if is_last && len <= SEGMENT_HEADER_LEN as u64 => {
-            file.truncate(0).map_err(ctx.io(IoOp::Truncate, &name))?;
-            file.append(&[&encode_segment_header(base)])
-                .map_err(ctx.io(IoOp::Append, &name))?;
-            file.sync().map_err(ctx.io(IoOp::Sync, &name))?;
-            ctx.report.torn_tail = Some((path.clone(), 0, len));
-            len = SEGMENT_HEADER_LEN as u64;
-        }
-        Some(Err(kind)) => return Err(LogError::corrupt(path, 0, kind)),
-        None => {
-            return Err(LogError::corrupt(path, 0, Corruption::BadSegmentHeader));
-        }
-    }
+    let len = file.len().map_err(ctx.io(IoOp::Len, &name))?;
+    let len = check_segment_header(ctx, &*file, base, len, is_last)?;
 
     let loaded = load_index(ctx.backend, &ctx.path(&index_file_name(base)), base, len)?;
     let seal_wanted = !is_last;
@@ -262,34 +236,8 @@ pub(super) fn recover_segment(
         .as_ref()
         .map(|l| l.entries.clone())
         .unwrap_or_default();
-    let mut pending = checked.iter().peekable();
-    let mut index_matches = loaded.is_some();
-    let scan = scan_records(
-        &*file,
-        SEGMENT_HEADER_LEN as u64,
-        base,
-        len,
-        ctx.config.index_interval,
-        None,
-        |pos, header| {
-            while let Some(entry) = pending.peek() {
-                match entry.position.cmp(&pos) {
-                    std::cmp::Ordering::Less => index_matches = false, // inside a record
-                    std::cmp::Ordering::Equal => {
-                        if entry.seq != header.seq || entry.timestamp != header.timestamp {
-                            index_matches = false;
-                        }
-                    }
-                    std::cmp::Ordering::Greater => break,
-                }
-                pending.next();
-            }
-        },
-    )
-    .map_err(ctx.io(IoOp::Read, &name))?;
-    if pending.next().is_some() {
-        index_matches = false; // entries past the last verified record
-    }
+    let known = loaded.is_some().then_some(checked.as_slice());
+    let (scan, index_matches) = scan_segment(ctx, &*file, base, len, known)?;
     ctx.report.bytes_verified += scan.end_pos - SEGMENT_HEADER_LEN as u64;
     let end_pos = settle_damage(ctx, &file, &path, len, is_last, scan.damage.clone())?;
     debug_assert_eq!(end_pos, scan.end_pos);
@@ -314,6 +262,85 @@ pub(super) fn recover_segment(
         owner: 0, // set by `open_shared` once the log has its id
     };
     finish_segment(ctx, file, state, index, loaded.as_ref())
+}
+
+/// Checks the segment header of `file` (segment `base`, `len` bytes) and returns the
+/// segment's length. A header naming another base is corruption, and so is a missing or
+/// undecodable one, except in the newest segment (`is_last`) when it is no longer than a
+/// header: a crash while creating it leaves it short or zero-filled, with nothing in it ever
+/// acknowledged, so the header is written again and synced (a torn tail in the report).
+fn check_segment_header(
+    ctx: &mut Recovering<'_>,
+    file: &dyn StorageFile,
+    base: u64,
+    len: u64,
+    is_last: bool,
+) -> Result<u64> {
+    let name = segment_file_name(base);
+    let path = ctx.path(&name);
+    let header_bytes = if len >= SEGMENT_HEADER_LEN as u64 {
+        Some(read_exact(file, 0, SEGMENT_HEADER_LEN as u64).map_err(ctx.io(IoOp::Read, &name))?)
+    } else {
+        None
+    };
+    match header_bytes.as_deref().map(decode_segment_header) {
+        Some(Ok(found)) if found == base => Ok(len),
+        Some(Ok(_)) => Err(LogError::corrupt(path, 0, Corruption::NameMismatch)),
+        // A crash while creating the newest segment leaves it short or zero-filled: nothing in
+        // it was ever acknowledged. Rewrite it.
+        _ if is_last && len <= SEGMENT_HEADER_LEN as u64 => {
+            file.truncate(0).map_err(ctx.io(IoOp::Truncate, &name))?;
+            file.append(&[&encode_segment_header(base)])
+                .map_err(ctx.io(IoOp::Append, &name))?;
+            file.sync().map_err(ctx.io(IoOp::Sync, &name))?;
+            ctx.report.torn_tail = Some((path.clone(), 0, len));
+            Ok(SEGMENT_HEADER_LEN as u64)
+        }
+        Some(Err(kind)) => Err(LogError::corrupt(path, 0, kind)),
+        None => Err(LogError::corrupt(path, 0, Corruption::BadSegmentHeader)),
+    }
+}
+
+/// Scans every record of segment `base` (`len` bytes of `file`) and tells whether `known`,
+/// the entries of its loaded index (`None`: it has none), match what the scan found: each at
+/// a record's start with that record's sequence number and timestamp, none past the last
+/// good record. An I/O error is returned; damage is left in the scan for the caller.
+fn scan_segment(
+    ctx: &Recovering<'_>,
+    file: &dyn StorageFile,
+    base: u64,
+    len: u64,
+    known: Option<&[IndexEntry]>,
+) -> Result<(Scan, bool)> {
+    let mut pending = known.unwrap_or_default().iter().peekable();
+    let mut index_matches = known.is_some();
+    let scan = scan_records(
+        file,
+        SEGMENT_HEADER_LEN as u64,
+        base,
+        len,
+        ctx.config.index_interval,
+        None,
+        |pos, header| {
+            while let Some(entry) = pending.peek() {
+                match entry.position.cmp(&pos) {
+                    std::cmp::Ordering::Less => index_matches = false, // inside a record
+                    std::cmp::Ordering::Equal => {
+                        if entry.seq != header.seq || entry.timestamp != header.timestamp {
+                            index_matches = false;
+                        }
+                    }
+                    std::cmp::Ordering::Greater => break,
+                }
+                pending.next();
+            }
+        },
+    )
+    .map_err(ctx.io(IoOp::Read, &segment_file_name(base)))?;
+    if pending.next().is_some() {
+        index_matches = false; // entries past the last verified record
+    }
+    Ok((scan, index_matches))
 }
 
 /// Decides what a damaged record means and acts on it: a torn tail (or, with repair, interior
@@ -451,23 +478,26 @@ fn recover_tail(
             }
         }
     }
-    // Scan from the last entry that points at the record it claims.
+    scan_from_last_entry(ctx, file, base, len, is_last, loaded)
+}
+
+/// The second half of tail verification: scans from the last index entry that points at the
+/// record it claims to the end of the file, and counts the records before it. `None` (the
+/// caller verifies the whole segment) when no entry does, when the scan finds damage other
+/// than a zero tail of the newest segment (which is cut off here), when the scan finds no
+/// record past that entry, or when the records before it cannot be counted.
+fn scan_from_last_entry(
+    ctx: &mut Recovering<'_>,
+    file: &Arc<dyn StorageFile>,
+    base: u64,
+    len: u64,
+    is_last: bool,
+    loaded: &LoadedIndex,
+) -> Result<Option<Recovered>> {
     let name = segment_file_name(base);
-    let usable: Vec<IndexEntry> = loaded
-        .entries
-        .iter()
-        .copied()
-        .filter(|e| e.position + RECORD_HEADER_LEN as u64 <= len)
-        .collect();
-    let Some(last) = usable.last().copied() else {
+    let Some((usable, last)) = last_matching_entry(ctx, &**file, base, len, loaded)? else {
         return Ok(None);
     };
-    let raw = read_exact(&**file, last.position, RECORD_HEADER_LEN as u64)
-        .map_err(ctx.io(IoOp::Read, &name))?;
-    match RecordHeader::decode(&raw, last.position) {
-        Ok(h) if h.seq == last.seq && h.timestamp == last.timestamp => {}
-        _ => return Ok(None),
-    }
     let scan = scan_records(
         &**file,
         last.position,
@@ -510,6 +540,33 @@ fn recover_tail(
         owner: 0,
     };
     finish_segment(ctx, Arc::clone(file), state, index, Some(loaded)).map(Some)
+}
+
+/// The loaded index entries that lie within the file's `len` bytes, and the last of them,
+/// provided it points at the start of the record it names (same sequence number and
+/// timestamp); `None` otherwise.
+fn last_matching_entry(
+    ctx: &Recovering<'_>,
+    file: &dyn StorageFile,
+    base: u64,
+    len: u64,
+    loaded: &LoadedIndex,
+) -> Result<Option<(Vec<IndexEntry>, IndexEntry)>> {
+    let usable: Vec<IndexEntry> = loaded
+        .entries
+        .iter()
+        .copied()
+        .filter(|e| e.position + RECORD_HEADER_LEN as u64 <= len)
+        .collect();
+    let Some(last) = usable.last().copied() else {
+        return Ok(None);
+    };
+    let raw = read_exact(file, last.position, RECORD_HEADER_LEN as u64)
+        .map_err(ctx.io(IoOp::Read, &segment_file_name(base)))?;
+    match RecordHeader::decode(&raw, last.position) {
+        Ok(h) if h.seq == last.seq && h.timestamp == last.timestamp => Ok(Some((usable, last))),
+        _ => Ok(None),
+    }
 }
 
 /// Rewrites the index file when it differs from what recovery established.

@@ -9,9 +9,9 @@ use std::sync::Arc;
 use bytes::{Bytes, BytesMut};
 
 use crate::cache::{next_owner_id, SealedSegment};
-use crate::cipher::reveal;
+use crate::cipher::{reveal, Cipher};
 use crate::error::{Corruption, IoOp, LogError, Result};
-use crate::file::{OpenMode, StorageFile};
+use crate::file::{OpenMode, StorageBackend, StorageFile};
 use crate::format::{
     encode_index_header, encode_segment_header, index_file_name, segment_file_name, IndexEntry,
     IndexKind, RecordHeader, INDEX_ENTRY_LEN, INDEX_HEADER_LEN, MAX_RECORD_PAYLOAD,
@@ -21,7 +21,7 @@ use crate::sync::{lock, write_lock};
 
 use super::read::ReadTarget;
 use super::segment_files::{read_exact, SCAN_CHUNK};
-use super::state::Log;
+use super::state::{Log, LogInner};
 use super::types::RecordMeta;
 
 /// What [`Log::rewrite_sealed`] did to one segment.
@@ -125,6 +125,26 @@ struct NewSegment {
 }
 
 impl NewSegment {
+    /// Creates the new version's file at `path` (which must not exist) with the segment
+    /// header of `base` buffered, not yet written.
+    fn create(inner: &LogInner, path: &Path, base: u64) -> Result<NewSegment> {
+        let file = inner
+            .backend
+            .open(path, OpenMode::CreateNew)
+            .map_err(|e| LogError::io(IoOp::Open, path, e))?;
+        let mut new = NewSegment {
+            file,
+            path: path.to_path_buf(),
+            buf: BytesMut::with_capacity(REWRITE_CHUNK + RECORD_HEADER_LEN),
+            written: 0,
+            index: Vec::new(),
+            last_index_pos: None,
+            interval: inner.config.index_interval,
+        };
+        new.buf.extend_from_slice(&encode_segment_header(base));
+        Ok(new)
+    }
+
     fn io(&self, op: IoOp) -> impl Fn(io::Error) -> LogError + '_ {
         move |e| LogError::io(op, &self.path, e)
     }
@@ -227,6 +247,8 @@ impl Log {
         }
     }
 
+    /// [`Log::rewrite_sealed`] with `rewrite`'s errors already [`LogError`]s: the protocol
+    /// documented there, one step per helper.
     fn rewrite_sealed_with(
         &self,
         base: u64,
@@ -234,9 +256,47 @@ impl Log {
     ) -> Result<Option<SegmentRewrite>> {
         let inner = &self.inner;
         let _one = lock(&inner.rewriting);
-        let (target, max_ts, old) = loop {
+        let Some(source) = self.rewrite_source(base)? else {
+            return Ok(None);
+        };
+        let paths = RewritePaths::new(&inner.dir, base);
+        paths.discard(&*inner.backend);
+        let mut report = SegmentRewrite {
+            base,
+            old_bytes: source.target.len,
+            new_bytes: source.target.len,
+            ..SegmentRewrite::default()
+        };
+        let new = match self.write_new_version(&source, &paths, &mut report, &mut rewrite) {
+            Ok(Some(new)) => new,
+            Ok(None) => {
+                paths.discard(&*inner.backend);
+                return Ok(Some(report));
+            }
+            Err(e) => {
+                paths.discard(&*inner.backend);
+                return Err(e);
+            }
+        };
+        report.new_bytes = new.len();
+        if !self.install_new_version(&source.target, &paths, new)? {
+            return Ok(None);
+        }
+        if let Err(e) = inner.backend.sync_dir(&inner.dir) {
+            // Either version of the segment is a correct segment: a lost rename only loses the
+            // space it reclaimed.
+            tracing::warn!(dir = %inner.dir.display(), error = %e, "syncing a rewritten segment's directory failed");
+        }
+        Ok(Some(report))
+    }
+
+    /// The version of sealed segment `base` the rewrite starts from; `None` when `base` is not
+    /// a sealed segment of this log. A version that changes between reading the view and
+    /// loading its file is not the current one: the view is read again.
+    fn rewrite_source(&self, base: u64) -> Result<Option<RewriteSource>> {
+        loop {
             let (target, max_ts) = {
-                let view = lock(&inner.view);
+                let view = lock(&self.inner.view);
                 let Some(seg) = view.segments.iter().find(|s| s.base == base && s.sealed) else {
                     return Ok(None);
                 };
@@ -251,188 +311,249 @@ impl Log {
                 (target, seg.max_ts)
             };
             if let Some(old) = self.sealed(&target)? {
-                break (target, max_ts, old);
-            }
-        };
-        let log_path = inner.dir.join(segment_file_name(base));
-        let index_path = inner.dir.join(index_file_name(base));
-        let log_tmp = inner
-            .dir
-            .join(format!("{}.rewrite.tmp", segment_file_name(base)));
-        let index_tmp = inner
-            .dir
-            .join(format!("{}.rewrite.tmp", index_file_name(base)));
-        let discard = || {
-            let _ = inner.backend.remove_file(&log_tmp);
-            let _ = inner.backend.remove_file(&index_tmp);
-        };
-        discard();
-        let mut report = SegmentRewrite {
-            base,
-            old_bytes: target.len,
-            new_bytes: target.len,
-            ..SegmentRewrite::default()
-        };
-        let written = (|| -> Result<Option<NewSegment>> {
-            let file = inner
-                .backend
-                .open(&log_tmp, OpenMode::CreateNew)
-                .map_err(|e| LogError::io(IoOp::Open, &log_tmp, e))?;
-            let mut new = NewSegment {
-                file,
-                path: log_tmp.clone(),
-                buf: BytesMut::with_capacity(REWRITE_CHUNK + RECORD_HEADER_LEN),
-                written: 0,
-                index: Vec::new(),
-                last_index_pos: None,
-                interval: inner.config.index_interval,
-            };
-            new.buf.extend_from_slice(&encode_segment_header(base));
-            visit_records(
-                &*old.file,
-                &log_path,
-                (base, target.end, target.len),
-                |at, header, payload| {
-                    report.records += 1;
-                    let meta = RecordMeta {
-                        seq: header.seq,
-                        count: header.count,
-                        timestamp: header.timestamp,
-                        tag: header.tag,
-                        len: header.payload_len,
-                    };
-                    // The caller sees (and replaces) plaintext; a replacement is sealed again.
-                    let record = (header.seq, header.count, header.tag);
-                    let plain = reveal(inner.cipher.as_ref(), record, payload.clone())
-                        .map_err(|kind| LogError::corrupt(&log_path, at, kind))?;
-                    let (payload, payload_crc) = match rewrite(&meta, &plain)? {
-                        None => (payload, header.payload_crc),
-                        Some(replaced) => {
-                            report.rewritten += 1;
-                            let replaced = match &inner.cipher {
-                                Some(c) => c.seal(header.seq, header.count, header.tag, &replaced),
-                                None => replaced,
-                            };
-                            let crc = crc32c::crc32c(&replaced);
-                            (replaced, crc)
-                        }
-                    };
-                    let payload_len = u32::try_from(payload.len())
-                        .ok()
-                        .filter(|len| *len <= MAX_RECORD_PAYLOAD)
-                        .ok_or(LogError::LimitExceeded {
-                            what: "rewritten record payload bytes",
-                            size: payload.len() as u64,
-                            limit: u64::from(MAX_RECORD_PAYLOAD),
-                        })?;
-                    let header = RecordHeader {
-                        payload_len,
-                        payload_crc,
-                        synced_len: 0,
-                        ..*header
-                    };
-                    new.push(&header, &payload)
-                },
-            )?;
-            if report.rewritten == 0 {
-                return Ok(None);
-            }
-            new.flush()?;
-            new.file.sync().map_err(new.io(IoOp::Sync))?;
-            let seal = IndexEntry {
-                seq: target.end,
-                timestamp: max_ts.unwrap_or(0),
-                position: new.len(),
-                kind: IndexKind::Seal,
-            };
-            let index_file = inner
-                .backend
-                .open(&index_tmp, OpenMode::CreateNew)
-                .map_err(|e| LogError::io(IoOp::Open, &index_tmp, e))?;
-            let mut bytes =
-                Vec::with_capacity(INDEX_HEADER_LEN + (new.index.len() + 1) * INDEX_ENTRY_LEN);
-            bytes.extend_from_slice(&encode_index_header(base));
-            for entry in new.index.iter().chain(std::iter::once(&seal)) {
-                bytes.extend_from_slice(&entry.encode());
-            }
-            index_file
-                .append(&[&bytes])
-                .and_then(|()| index_file.sync())
-                .map_err(|e| LogError::io(IoOp::Append, &index_tmp, e))?;
-            inner
-                .backend
-                .sync_dir(&inner.dir)
-                .map_err(|e| LogError::io(IoOp::SyncDir, &inner.dir, e))?;
-            Ok(Some(new))
-        })();
-        let new = match written {
-            Ok(Some(new)) => new,
-            Ok(None) => {
-                discard();
-                return Ok(Some(report));
-            }
-            Err(e) => {
-                discard();
-                return Err(e);
-            }
-        };
-        report.new_bytes = new.len();
-        let owner = next_owner_id();
-        {
-            let _swap = write_lock(&inner.swap);
-            let present = lock(&inner.view)
-                .segments
-                .iter()
-                .any(|s| s.base == base && s.owner == target.owner);
-            if !present {
-                // Deleted by retention or a purge meanwhile: nothing to replace.
-                discard();
-                return Ok(None);
-            }
-            // From here until the rename a crash leaves the old version without an index.
-            match inner.backend.remove_file(&index_path) {
-                Ok(()) => {}
-                Err(e) if e.kind() == io::ErrorKind::NotFound => {}
-                Err(e) => {
-                    discard();
-                    return Err(LogError::io(IoOp::Remove, &index_path, e));
-                }
-            }
-            if let Err(e) = inner.backend.rename(&log_tmp, &log_path) {
-                discard();
-                return Err(LogError::io(IoOp::Rename, &log_path, e));
-            }
-            // The file behind the name is the new version: the view and the cache follow.
-            {
-                let mut view = lock(&inner.view);
-                let seg = view
-                    .segments
-                    .iter_mut()
-                    .find(|s| s.base == base)
-                    .expect("segments leave the view only under the swap lock");
-                seg.len = report.new_bytes;
-                seg.owner = owner;
-            }
-            inner.cache.remove((target.owner, base));
-            inner.cache.insert(
-                (owner, base),
-                Arc::new(SealedSegment {
-                    file: new.file,
-                    index: new.index,
-                }),
-            );
-            if let Err(e) = inner.backend.rename(&index_tmp, &index_path) {
-                // Derived data: rebuilt at the next open; until then a load of this segment
-                // walks from its first record.
-                tracing::warn!(path = %index_path.display(), error = %e, "installing a rewritten segment's index failed");
-                let _ = inner.backend.remove_file(&index_tmp);
+                return Ok(Some(RewriteSource {
+                    target,
+                    max_ts,
+                    old,
+                }));
             }
         }
-        if let Err(e) = inner.backend.sync_dir(&inner.dir) {
-            // Either version of the segment is a correct segment: a lost rename only loses the
-            // space it reclaimed.
-            tracing::warn!(dir = %inner.dir.display(), error = %e, "syncing a rewritten segment's directory failed");
-        }
-        Ok(Some(report))
     }
+
+    /// Protocol step 1: passes every record of `source` through `rewrite` (counting into
+    /// `report`) and writes the new version to `paths.log_tmp`; then, unless no payload
+    /// changed (`None`: nothing synced), syncs it, writes and syncs its sealed index at
+    /// `paths.index_tmp`, and syncs the directory. The temporary files are the caller's to
+    /// remove on `None` and on error.
+    fn write_new_version(
+        &self,
+        source: &RewriteSource,
+        paths: &RewritePaths,
+        report: &mut SegmentRewrite,
+        rewrite: &mut impl FnMut(&RecordMeta, &Bytes) -> Result<Option<Bytes>>,
+    ) -> Result<Option<NewSegment>> {
+        let inner = &self.inner;
+        let target = &source.target;
+        let mut new = NewSegment::create(inner, &paths.log_tmp, target.base)?;
+        visit_records(
+            &*source.old.file,
+            &paths.log,
+            (target.base, target.end, target.len),
+            |at, header, payload| {
+                report.records += 1;
+                let cipher = inner.cipher.as_ref();
+                let (header, payload, replaced) =
+                    rewrite_record(cipher, (&paths.log, at), header, payload, rewrite)?;
+                if replaced {
+                    report.rewritten += 1;
+                }
+                new.push(&header, &payload)
+            },
+        )?;
+        if report.rewritten == 0 {
+            return Ok(None);
+        }
+        new.flush()?;
+        new.file.sync().map_err(new.io(IoOp::Sync))?;
+        let seal = IndexEntry {
+            seq: target.end,
+            timestamp: source.max_ts.unwrap_or(0),
+            position: new.len(),
+            kind: IndexKind::Seal,
+        };
+        write_sealed_index(
+            &*inner.backend,
+            &paths.index_tmp,
+            target.base,
+            &new.index,
+            &seal,
+        )?;
+        inner
+            .backend
+            .sync_dir(&inner.dir)
+            .map_err(|e| LogError::io(IoOp::SyncDir, &inner.dir, e))?;
+        Ok(Some(new))
+    }
+
+    /// Protocol step 2, under the swap lock: unless the segment left the view meanwhile
+    /// (retention or a purge: `false`), removes the old index, renames the new version over
+    /// `<base>.log` (the atomic switch), moves the view and the cache to it and renames the
+    /// new index into place. Syncing the directory is the caller's. On `false` and on error
+    /// the temporary files are removed.
+    fn install_new_version(
+        &self,
+        target: &ReadTarget,
+        paths: &RewritePaths,
+        new: NewSegment,
+    ) -> Result<bool> {
+        let inner = &self.inner;
+        let base = target.base;
+        let owner = next_owner_id();
+        let _swap = write_lock(&inner.swap);
+        let present = lock(&inner.view)
+            .segments
+            .iter()
+            .any(|s| s.base == base && s.owner == target.owner);
+        if !present {
+            // Deleted by retention or a purge meanwhile: nothing to replace.
+            paths.discard(&*inner.backend);
+            return Ok(false);
+        }
+        // From here until the rename a crash leaves the old version without an index.
+        match inner.backend.remove_file(&paths.index) {
+            Ok(()) => {}
+            Err(e) if e.kind() == io::ErrorKind::NotFound => {}
+            Err(e) => {
+                paths.discard(&*inner.backend);
+                return Err(LogError::io(IoOp::Remove, &paths.index, e));
+            }
+        }
+        if let Err(e) = inner.backend.rename(&paths.log_tmp, &paths.log) {
+            paths.discard(&*inner.backend);
+            return Err(LogError::io(IoOp::Rename, &paths.log, e));
+        }
+        self.adopt_new_version(target, owner, new);
+        if let Err(e) = inner.backend.rename(&paths.index_tmp, &paths.index) {
+            // Derived data: rebuilt at the next open; until then a load of this segment
+            // walks from its first record.
+            tracing::warn!(path = %paths.index.display(), error = %e, "installing a rewritten segment's index failed");
+            let _ = inner.backend.remove_file(&paths.index_tmp);
+        }
+        Ok(true)
+    }
+
+    /// Once the new version is the file behind the segment's name: points the view's entry
+    /// at it (its length, and `owner` as its new cache owner) and replaces the old version in
+    /// the cache with it. Runs under the swap lock, which keeps the segment in the view.
+    fn adopt_new_version(&self, target: &ReadTarget, owner: u64, new: NewSegment) {
+        let inner = &self.inner;
+        let base = target.base;
+        {
+            let mut view = lock(&inner.view);
+            let seg = view
+                .segments
+                .iter_mut()
+                .find(|s| s.base == base)
+                .expect("segments leave the view only under the swap lock");
+            seg.len = new.len();
+            seg.owner = owner;
+        }
+        inner.cache.remove((target.owner, base));
+        inner.cache.insert(
+            (owner, base),
+            Arc::new(SealedSegment {
+                file: new.file,
+                index: new.index,
+            }),
+        );
+    }
+}
+
+/// The segment version a rewrite reads: where it is in the log, its newest timestamp (for
+/// the seal entry of the new index) and its loaded file.
+struct RewriteSource {
+    target: ReadTarget,
+    max_ts: Option<u64>,
+    old: Arc<SealedSegment>,
+}
+
+/// The files of one segment's rewrite: the segment and its index, and the temporary names
+/// their new versions are written under.
+struct RewritePaths {
+    log: PathBuf,
+    index: PathBuf,
+    log_tmp: PathBuf,
+    index_tmp: PathBuf,
+}
+
+impl RewritePaths {
+    fn new(dir: &Path, base: u64) -> RewritePaths {
+        RewritePaths {
+            log: dir.join(segment_file_name(base)),
+            index: dir.join(index_file_name(base)),
+            log_tmp: dir.join(format!("{}.rewrite.tmp", segment_file_name(base))),
+            index_tmp: dir.join(format!("{}.rewrite.tmp", index_file_name(base))),
+        }
+    }
+
+    /// Removes both temporary files, ignoring errors (either may not exist; recovery removes
+    /// any left over).
+    fn discard(&self, backend: &dyn StorageBackend) {
+        let _ = backend.remove_file(&self.log_tmp);
+        let _ = backend.remove_file(&self.index_tmp);
+    }
+}
+
+/// One record of a rewrite: `rewrite` sees its metadata and plaintext and may return a new
+/// payload. Returns the header and stored payload to write, and whether the payload was
+/// replaced. A replacement is sealed again under the log's cipher and gets its own length and
+/// CRC in the header (at most [`MAX_RECORD_PAYLOAD`] bytes); `synced_len` is 0 either way.
+/// `at` is the record's position in the file at `path`, for a corruption error.
+fn rewrite_record(
+    cipher: Option<&Cipher>,
+    (path, at): (&Path, u64),
+    header: &RecordHeader,
+    payload: Bytes,
+    rewrite: &mut impl FnMut(&RecordMeta, &Bytes) -> Result<Option<Bytes>>,
+) -> Result<(RecordHeader, Bytes, bool)> {
+    let meta = RecordMeta {
+        seq: header.seq,
+        count: header.count,
+        timestamp: header.timestamp,
+        tag: header.tag,
+        len: header.payload_len,
+    };
+    // The caller sees (and replaces) plaintext; a replacement is sealed again.
+    let record = (header.seq, header.count, header.tag);
+    let plain = reveal(cipher, record, payload.clone())
+        .map_err(|kind| LogError::corrupt(path, at, kind))?;
+    let (payload, payload_crc, replaced) = match rewrite(&meta, &plain)? {
+        None => (payload, header.payload_crc, false),
+        Some(replaced) => {
+            let replaced = match cipher {
+                Some(c) => c.seal(header.seq, header.count, header.tag, &replaced),
+                None => replaced,
+            };
+            let crc = crc32c::crc32c(&replaced);
+            (replaced, crc, true)
+        }
+    };
+    let payload_len = u32::try_from(payload.len())
+        .ok()
+        .filter(|len| *len <= MAX_RECORD_PAYLOAD)
+        .ok_or(LogError::LimitExceeded {
+            what: "rewritten record payload bytes",
+            size: payload.len() as u64,
+            limit: u64::from(MAX_RECORD_PAYLOAD),
+        })?;
+    let header = RecordHeader {
+        payload_len,
+        payload_crc,
+        synced_len: 0,
+        ..*header
+    };
+    Ok((header, payload, replaced))
+}
+
+/// Writes a new sealed index for segment `base` at `path`: its header, `entries`, then
+/// `seal`, in one append, then syncs the file. `path` must not exist.
+fn write_sealed_index(
+    backend: &dyn StorageBackend,
+    path: &Path,
+    base: u64,
+    entries: &[IndexEntry],
+    seal: &IndexEntry,
+) -> Result<()> {
+    let index_file = backend
+        .open(path, OpenMode::CreateNew)
+        .map_err(|e| LogError::io(IoOp::Open, path, e))?;
+    let mut bytes = Vec::with_capacity(INDEX_HEADER_LEN + (entries.len() + 1) * INDEX_ENTRY_LEN);
+    bytes.extend_from_slice(&encode_index_header(base));
+    for entry in entries.iter().chain(std::iter::once(seal)) {
+        bytes.extend_from_slice(&entry.encode());
+    }
+    index_file
+        .append(&[&bytes])
+        .and_then(|()| index_file.sync())
+        .map_err(|e| LogError::io(IoOp::Append, path, e))
 }

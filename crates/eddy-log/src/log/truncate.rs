@@ -424,30 +424,56 @@ impl LogInner {
         segments: &[SegmentState],
         j: usize,
     ) -> std::result::Result<(), TruncateFailure> {
-        let backend = &*self.backend;
         let held = &segments[j];
         // No rewrite may rename a new version of a segment in between the load of the one
         // holding the cut and its removal or cut, nor while later ones go (see `swap`).
         let swap = read_lock(&self.swap);
         // Everything that can refuse the cut is checked before anything changes.
-        let keep = if seq >= held.end {
-            Keep::All
-        } else if seq == held.base {
-            Keep::Nothing
-        } else {
-            let loaded = self.load_sealed(held).map_err(fatal)?;
-            let (pos, last_ts) =
-                self.cut_point(&*loaded.file, &loaded.index, (held.base, held.len), seq)?;
-            let records = records_below(&*loaded.file, pos, held.len, held.records)
-                .map_err(TruncateFailure::Fatal)?;
-            Keep::Prefix {
-                pos,
-                last_ts,
-                records,
-                loaded,
-            }
-        };
-        write_atomic(backend, &self.dir, INTENT_FILE, &encode_intent(seq)).map_err(|e| {
+        let keep = self.plan_cut(held, seq)?;
+        self.record_intent(seq)?;
+        tracing::info!(dir = %self.dir.display(), from = seq, segments = segments.len() - j - 1, "truncating across segments");
+        let _in_progress = InProgress::start(&self.truncations);
+        let held_goes = matches!(keep, Keep::Nothing).then_some(held);
+        self.remove_doomed(&segments[j + 1..], held_goes)?;
+        let owner = next_owner_id();
+        self.cut_held(held, j, seq, &keep, owner)?;
+        self.start_after_cut(writer, seq, j, &keep, owner)?;
+        drop(swap);
+        Ok(())
+    }
+
+    /// What truncating from `seq` keeps of `held`, the sealed segment holding the cut (or
+    /// followed by the gap it falls in). For a prefix, loads the segment to find where the cut
+    /// starts, the prefix's last timestamp and its record count. Changes nothing.
+    fn plan_cut(
+        &self,
+        held: &SegmentState,
+        seq: u64,
+    ) -> std::result::Result<Keep, TruncateFailure> {
+        if seq >= held.end {
+            return Ok(Keep::All);
+        }
+        if seq == held.base {
+            return Ok(Keep::Nothing);
+        }
+        let loaded = self.load_sealed(held).map_err(fatal)?;
+        let (pos, last_ts) =
+            self.cut_point(&*loaded.file, &loaded.index, (held.base, held.len), seq)?;
+        let records = records_below(&*loaded.file, pos, held.len, held.records)
+            .map_err(TruncateFailure::Fatal)?;
+        Ok(Keep::Prefix {
+            pos,
+            last_ts,
+            records,
+            loaded,
+        })
+    }
+
+    /// Durably records the intent to truncate from `seq` ([`INTENT_FILE`]): until it is
+    /// removed, the next open cuts there again. Running out of space here changed nothing (a
+    /// refusal); any other failure is fatal.
+    fn record_intent(&self, seq: u64) -> std::result::Result<(), TruncateFailure> {
+        write_atomic(&*self.backend, &self.dir, INTENT_FILE, &encode_intent(seq)).map_err(|e| {
             match e {
                 // Only the temporary file's write can run out of space: nothing changed.
                 LogError::Io { source, .. } if is_no_space(&source) => {
@@ -455,61 +481,94 @@ impl LogInner {
                 }
                 other => fatal(other),
             }
-        })?;
-        tracing::info!(dir = %self.dir.display(), from = seq, segments = segments.len() - j - 1, "truncating across segments");
-        let _in_progress = InProgress::start(&self.truncations);
-        // Newest first; the directory is synced once, when the new segment is created (the
-        // intent covers a crash before that).
-        let doomed = segments[j + 1..].iter().rev();
-        let doomed = doomed.chain(matches!(keep, Keep::Nothing).then_some(held));
-        for seg in doomed {
+        })
+    }
+
+    /// Drops the segments a crossing truncation removes whole, newest first: those after the
+    /// one holding the cut (`later`), then that one too when nothing of it is kept (`held`).
+    /// Each leaves the cache, then its files go; the directory is synced once, when the new
+    /// segment is created (the intent covers a crash before that).
+    fn remove_doomed(
+        &self,
+        later: &[SegmentState],
+        held: Option<&SegmentState>,
+    ) -> std::result::Result<(), TruncateFailure> {
+        for seg in later.iter().rev().chain(held) {
             self.cache.remove((seg.owner, seg.base));
             self.remove_files(seg.base)
                 .map_err(TruncateFailure::Fatal)?;
         }
-        let owner = next_owner_id();
-        match &keep {
-            Keep::All | Keep::Nothing => {}
-            Keep::Prefix {
-                pos,
-                last_ts,
-                records,
-                loaded,
-            } => {
-                loaded.file.truncate(*pos).map_err(TruncateFailure::Fatal)?;
-                {
-                    // The file is cut: reads below the cut must not go past its new end, also
-                    // when what follows fails and fail-stops the log.
-                    let mut view = lock(&self.view);
-                    if let Some(seg) = view.segments.get_mut(j) {
-                        seg.end = seq;
-                        seg.len = *pos;
-                        seg.records = *records;
-                        seg.max_ts = *last_ts;
-                    }
-                }
-                loaded.file.sync().map_err(TruncateFailure::Fatal)?;
-                self.count_fsync();
-                let index: Vec<IndexEntry> = loaded
-                    .index
-                    .iter()
-                    .copied()
-                    .filter(|e| e.position < *pos)
-                    .collect();
-                let seal = IndexEntry {
-                    seq,
-                    timestamp: last_ts.unwrap_or(0),
-                    position: *pos,
-                    kind: IndexKind::Seal,
-                };
-                write_index(backend, &self.dir, held.base, &index, Some(seal)).map_err(fatal)?;
-                // A rewrite or reader holding the old version must not take it for this one.
-                self.cache.remove((held.owner, held.base));
-                let file = Arc::clone(&loaded.file);
-                self.cache
-                    .insert((owner, held.base), Arc::new(SealedSegment { file, index }));
+        Ok(())
+    }
+
+    /// When a prefix of segment `j` (`held`) is kept: cuts its file at the prefix's end and
+    /// shrinks its view entry to match, syncs the file, writes its new sealed index, and puts
+    /// the cut version in the cache under `owner` in place of the old one. Nothing otherwise.
+    fn cut_held(
+        &self,
+        held: &SegmentState,
+        j: usize,
+        seq: u64,
+        keep: &Keep,
+        owner: u64,
+    ) -> std::result::Result<(), TruncateFailure> {
+        let Keep::Prefix {
+            pos,
+            last_ts,
+            records,
+            loaded,
+        } = keep
+        else {
+            return Ok(());
+        };
+        loaded.file.truncate(*pos).map_err(TruncateFailure::Fatal)?;
+        {
+            // The file is cut: reads below the cut must not go past its new end, also
+            // when what follows fails and fail-stops the log.
+            let mut view = lock(&self.view);
+            if let Some(seg) = view.segments.get_mut(j) {
+                seg.end = seq;
+                seg.len = *pos;
+                seg.records = *records;
+                seg.max_ts = *last_ts;
             }
         }
+        loaded.file.sync().map_err(TruncateFailure::Fatal)?;
+        self.count_fsync();
+        let index: Vec<IndexEntry> = loaded
+            .index
+            .iter()
+            .copied()
+            .filter(|e| e.position < *pos)
+            .collect();
+        let seal = IndexEntry {
+            seq,
+            timestamp: last_ts.unwrap_or(0),
+            position: *pos,
+            kind: IndexKind::Seal,
+        };
+        write_index(&*self.backend, &self.dir, held.base, &index, Some(seal)).map_err(fatal)?;
+        // A rewrite or reader holding the old version must not take it for this one.
+        self.cache.remove((held.owner, held.base));
+        let file = Arc::clone(&loaded.file);
+        self.cache
+            .insert((owner, held.base), Arc::new(SealedSegment { file, index }));
+        Ok(())
+    }
+
+    /// Ends a crossing truncation at `seq`: creates the new active segment there, removes the
+    /// intent (failing to is fatal), and moves the writer to the new segment and the view to
+    /// what is left: the segments before `j`, segment `j` unless nothing of it is kept (a cut
+    /// one with its new end and cache owner `owner`), then the new active segment.
+    fn start_after_cut(
+        &self,
+        writer: &mut Writer,
+        seq: u64,
+        j: usize,
+        keep: &Keep,
+        owner: u64,
+    ) -> std::result::Result<(), TruncateFailure> {
+        let backend = &*self.backend;
         let (file, index_file) =
             create_segment(backend, &self.dir, seq).map_err(TruncateFailure::Fatal)?;
         // Until the intent is gone the next open would cut again, dropping what is appended
@@ -534,9 +593,9 @@ impl LogInner {
             } => {
                 let seg = view.segments.back_mut().expect("segment j is kept");
                 seg.end = seq;
-                seg.len = pos;
-                seg.records = records;
-                seg.max_ts = last_ts;
+                seg.len = *pos;
+                seg.records = *records;
+                seg.max_ts = *last_ts;
                 seg.owner = owner;
             }
         }
@@ -544,8 +603,6 @@ impl LogInner {
             .push_back(SegmentState::empty(seq, next_owner_id()));
         view.active_file = file;
         view.active_index = Vec::new();
-        drop(view);
-        drop(swap);
         Ok(())
     }
 

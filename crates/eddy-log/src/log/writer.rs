@@ -67,36 +67,55 @@ impl Job for LogInner {
     fn run_turn(&self) -> bool {
         self.hold_for_group();
         let mut writer = lock(&self.writer);
-        let (items, room_waiters): (Vec<Item>, usize) = {
-            let mut adm = lock(&self.admission);
-            let mut taken = Vec::new();
-            let mut bytes = 0u64;
-            while let Some(item) = adm.queue.front() {
-                let size = match item {
-                    Item::Append(r) => r.header.record_len(),
-                    _ => 0,
-                };
-                if !taken.is_empty() && bytes + size > self.config.max_group_bytes {
-                    break;
-                }
-                bytes += size;
-                let item = adm.queue.pop_front().expect("front exists");
-                if let Item::Append(r) = &item {
-                    adm.queued_bytes -= r.header.record_len();
-                }
-                taken.push(item);
-            }
-            if taken.is_empty() {
-                adm.scheduled = false;
-                return false;
-            }
-            (taken, adm.room_waiters)
+        let Some((items, room_waiters)) = self.take_items() else {
+            return false;
         };
         if room_waiters > 0 {
             self.room.notify_all();
         }
-
         writer.hold_target = 0;
+        self.run_items(&mut writer, items);
+        let hold_target = writer.hold_target;
+        drop(writer);
+        self.end_turn(hold_target)
+    }
+}
+
+impl LogInner {
+    /// Takes this turn's items off the admission queue: at least one, then more while the
+    /// appends among them stay within `max_group_bytes`. Returns them with the number of
+    /// appenders waiting for room (which the caller wakes); `None`, with the log marked
+    /// unscheduled, when the queue is empty. Called under the writer lock.
+    fn take_items(&self) -> Option<(Vec<Item>, usize)> {
+        let mut adm = lock(&self.admission);
+        let mut taken = Vec::new();
+        let mut bytes = 0u64;
+        while let Some(item) = adm.queue.front() {
+            let size = match item {
+                Item::Append(r) => r.header.record_len(),
+                _ => 0,
+            };
+            if !taken.is_empty() && bytes + size > self.config.max_group_bytes {
+                break;
+            }
+            bytes += size;
+            let item = adm.queue.pop_front().expect("front exists");
+            if let Item::Append(r) = &item {
+                adm.queued_bytes -= r.header.record_len();
+            }
+            taken.push(item);
+        }
+        if taken.is_empty() {
+            adm.scheduled = false;
+            return None;
+        }
+        Some((taken, adm.room_waiters))
+    }
+
+    /// Runs a turn's items in order: appends gather into a group, which is committed before
+    /// each control item (flush, purge, truncation) and at the end. Once a write fails, every
+    /// later item of the turn is refused with its failure.
+    fn run_items(&self, writer: &mut Writer, items: Vec<Item>) {
         let mut group = Group::new();
         // Set once a write failed in this turn: every later item of the turn is refused with it.
         let mut refused: Option<Refusal> = writer.failed.clone().map(Refusal::Failed);
@@ -107,56 +126,74 @@ impl Job for LogInner {
             }
             match item {
                 Item::Append(record) => {
-                    let needs_roll = writer.active.has_records || !group.records.is_empty();
-                    let len_after_group = writer.active.len + group.bytes;
-                    if needs_roll && len_after_group >= self.config.segment_size {
-                        let outcome = self
-                            .commit_group(&mut writer, &mut group)
-                            .and_then(|()| self.roll(&mut writer).map_err(|f| (f, Vec::new())));
-                        if let Err((failure, records)) = outcome {
-                            let kind = self.handle_failure(&mut writer, failure);
-                            for r in records.into_iter().chain(std::iter::once(record)) {
-                                r.done.complete(Err(self.error_for(&kind)));
-                            }
-                            refused = Some(kind);
-                            continue;
-                        }
-                    }
-                    Self::push_record(&writer, &mut group, record);
+                    self.append_item(writer, &mut group, record, &mut refused);
                 }
                 Item::Flush(done) => {
-                    self.write_pending_index(&mut writer);
+                    self.write_pending_index(writer);
                     let outcome = self
-                        .commit_group(&mut writer, &mut group)
-                        .and_then(|()| self.sync_active(&mut writer).map_err(|f| (f, Vec::new())));
-                    self.settle_control(&mut writer, outcome, done, &mut refused);
+                        .commit_group(writer, &mut group)
+                        .and_then(|()| self.sync_active(writer).map_err(|f| (f, Vec::new())));
+                    self.settle_control(writer, outcome, done, &mut refused);
                 }
                 Item::Purge { base, done } => {
-                    let outcome = self.commit_group(&mut writer, &mut group).and_then(|()| {
-                        self.purge_now(&mut writer, base)
-                            .map_err(|f| (f, Vec::new()))
-                    });
-                    self.settle_control(&mut writer, outcome, done, &mut refused);
+                    let outcome = self
+                        .commit_group(writer, &mut group)
+                        .and_then(|()| self.purge_now(writer, base).map_err(|f| (f, Vec::new())));
+                    self.settle_control(writer, outcome, done, &mut refused);
                 }
                 Item::Truncate { seq, done } => {
-                    let outcome = self.commit_group(&mut writer, &mut group).and_then(|()| {
-                        self.truncate_now(&mut writer, seq)
+                    let outcome = self.commit_group(writer, &mut group).and_then(|()| {
+                        self.truncate_now(writer, seq)
                             .map_err(|f| (WriteFailure::from_truncate(f, seq), Vec::new()))
                     });
-                    self.settle_control(&mut writer, outcome, done, &mut refused);
+                    self.settle_control(writer, outcome, done, &mut refused);
                 }
             }
         }
         if refused.is_none() {
-            if let Err((failure, records)) = self.commit_group(&mut writer, &mut group) {
-                let kind = self.handle_failure(&mut writer, failure);
+            if let Err((failure, records)) = self.commit_group(writer, &mut group) {
+                let kind = self.handle_failure(writer, failure);
                 for r in records {
                     r.done.complete(Err(self.error_for(&kind)));
                 }
             }
         }
-        let hold_target = writer.hold_target;
-        drop(writer);
+    }
+
+    /// Adds an append to the group. When the active segment is full (it or the group holds
+    /// records, and with the group it reaches `segment_size`), first commits the group and
+    /// rolls to a new segment; if that fails, reacts ([`LogInner::handle_failure`]), refuses
+    /// the group's unacknowledged records and this one, and sets `refused` for the rest of
+    /// the turn.
+    fn append_item(
+        &self,
+        writer: &mut Writer,
+        group: &mut Group,
+        record: PendingRecord,
+        refused: &mut Option<Refusal>,
+    ) {
+        let needs_roll = writer.active.has_records || !group.records.is_empty();
+        let len_after_group = writer.active.len + group.bytes;
+        if needs_roll && len_after_group >= self.config.segment_size {
+            let outcome = self
+                .commit_group(writer, group)
+                .and_then(|()| self.roll(writer).map_err(|f| (f, Vec::new())));
+            if let Err((failure, records)) = outcome {
+                let kind = self.handle_failure(writer, failure);
+                for r in records.into_iter().chain(std::iter::once(record)) {
+                    r.done.complete(Err(self.error_for(&kind)));
+                }
+                *refused = Some(kind);
+                return;
+            }
+        }
+        Self::push_record(writer, group, record);
+    }
+
+    /// Ends a turn, after the writer lock is released: `false` (the log unscheduled) when
+    /// nothing is queued, else `true` for another turn. That turn waits out a group-commit
+    /// window for `hold_target` appends when the window applies and only appends are queued.
+    fn end_turn(&self, hold_target: usize) -> bool {
         let mut adm = lock(&self.admission);
         if adm.queue.is_empty() {
             adm.scheduled = false;
@@ -343,56 +380,14 @@ impl LogInner {
             return Ok(());
         }
         let group = std::mem::replace(group, Group::new());
-        let start = writer.active.len;
-        let mut parts: Vec<&[u8]> = Vec::with_capacity(group.records.len() * 2);
-        for (header, record) in group.headers.iter().zip(&group.records) {
-            parts.push(header);
-            parts.push(&record.payload);
-        }
-        let chunk = self.config.preallocate;
-        if chunk > 0 && group.bytes <= chunk / 16 {
-            // Never past the segment's end, where it rolls (at least the group itself).
-            let room = self.config.segment_size.saturating_sub(start);
-            if let Err(e) = writer.active.file.preallocate(group.bytes, chunk.min(room)) {
-                // Only the saving is lost: the append below grows the file.
-                tracing::debug!(dir = %self.dir.display(), error = %e, "preallocating the active segment failed");
-            }
-        }
-        if let Err(e) = writer.active.file.append(&parts) {
-            drop(parts);
-            let no_space = is_no_space(&e);
-            let err = Arc::new(e);
-            // Take the partial write back so the next group starts at a record boundary.
-            let rolled_back = writer.active.file.truncate(start);
-            let failure = match rolled_back {
-                Ok(()) if no_space => WriteFailure::NoSpace(Arc::clone(&err)),
-                Ok(()) => WriteFailure::Fatal(Arc::clone(&err)),
-                Err(e2) => WriteFailure::Fatal(Arc::new(e2)),
-            };
+        if let Err(failure) = self.write_group(writer, &group) {
             return Err((failure, group.records));
         }
-        drop(parts);
         writer.active.len += group.bytes;
         let count = group.records.len() as u64;
-        self.counters.records.fetch_add(count, Ordering::Relaxed);
-        self.counters.groups.fetch_add(1, Ordering::Relaxed);
-        self.pool.stats.add_group(count, group.bytes);
-        if let Some(stats) = &self.store_stats {
-            stats.add_group(count, group.bytes);
-        }
+        self.count_group(count, group.bytes);
 
-        let sync_now = match self.config.durability {
-            Durability::Fsync => true,
-            Durability::Background {
-                max_unsynced_records,
-                max_unsynced_bytes,
-            } => {
-                writer.unsynced_records += count;
-                writer.unsynced_bytes += group.bytes;
-                writer.unsynced_records >= max_unsynced_records
-                    || writer.unsynced_bytes >= max_unsynced_bytes
-            }
-        };
+        let sync_now = self.sync_due(writer, count, group.bytes);
         let ack_before_sync = !matches!(self.config.durability, Durability::Fsync);
         if sync_now && !ack_before_sync {
             if let Err(failure) = self.sync_active(writer) {
@@ -409,7 +404,95 @@ impl LogInner {
             }
         }
 
-        // Index entries for the new records.
+        let new_entries = self.index_entries_for(writer, &group);
+        let index_grew = !new_entries.is_empty();
+        // Publish, then acknowledge.
+        self.publish_group(writer, &group, end_seq, new_entries);
+        if index_grew || writer.active.index_written < self.view_index_len() {
+            self.write_pending_index(writer);
+        }
+        if let Some(hook) = &self.hook {
+            hook.after_publish(end_seq);
+        }
+        if self.window_applies() {
+            // Writers queued now are not among the ones acknowledged next: once as many are
+            // queued as now plus this group, this group's writers are back.
+            writer.hold_target = lock(&self.admission).queue.len() + group.records.len();
+        }
+        acknowledge(group.records);
+        if sync_now && ack_before_sync {
+            self.sync_active(writer).map_err(|f| (f, Vec::new()))?;
+        }
+        Ok(())
+    }
+
+    /// Appends the group's records (each header, then its payload) to the active segment in
+    /// one write, first preallocating room when configured and the group is small. When the
+    /// append fails, truncates the segment back to where the group started, so the next group
+    /// starts at a record boundary: the failure is `NoSpace` when the disk was full and the
+    /// rollback worked, else `Fatal`. Leaves `writer.active.len` to the caller.
+    fn write_group(&self, writer: &Writer, group: &Group) -> Result<(), WriteFailure> {
+        let start = writer.active.len;
+        let mut parts: Vec<&[u8]> = Vec::with_capacity(group.records.len() * 2);
+        for (header, record) in group.headers.iter().zip(&group.records) {
+            parts.push(header);
+            parts.push(&record.payload);
+        }
+        let chunk = self.config.preallocate;
+        if chunk > 0 && group.bytes <= chunk / 16 {
+            // Never past the segment's end, where it rolls (at least the group itself).
+            let room = self.config.segment_size.saturating_sub(start);
+            if let Err(e) = writer.active.file.preallocate(group.bytes, chunk.min(room)) {
+                // Only the saving is lost: the append below grows the file.
+                tracing::debug!(dir = %self.dir.display(), error = %e, "preallocating the active segment failed");
+            }
+        }
+        let Err(e) = writer.active.file.append(&parts) else {
+            return Ok(());
+        };
+        let no_space = is_no_space(&e);
+        let err = Arc::new(e);
+        // Take the partial write back so the next group starts at a record boundary.
+        let rolled_back = writer.active.file.truncate(start);
+        Err(match rolled_back {
+            Ok(()) if no_space => WriteFailure::NoSpace(Arc::clone(&err)),
+            Ok(()) => WriteFailure::Fatal(Arc::clone(&err)),
+            Err(e2) => WriteFailure::Fatal(Arc::new(e2)),
+        })
+    }
+
+    /// Adds a written group of `count` records and `bytes` bytes to the log's, the pool's and
+    /// the owning store's counters.
+    fn count_group(&self, count: u64, bytes: u64) {
+        self.counters.records.fetch_add(count, Ordering::Relaxed);
+        self.counters.groups.fetch_add(1, Ordering::Relaxed);
+        self.pool.stats.add_group(count, bytes);
+        if let Some(stats) = &self.store_stats {
+            stats.add_group(count, bytes);
+        }
+    }
+
+    /// Whether the active segment is to be synced for a group of `count` records and `bytes`
+    /// bytes just written: always under `Fsync`; under `Background`, once the unsynced records
+    /// or bytes (which this adds the group to) reach their bound.
+    fn sync_due(&self, writer: &mut Writer, count: u64, bytes: u64) -> bool {
+        match self.config.durability {
+            Durability::Fsync => true,
+            Durability::Background {
+                max_unsynced_records,
+                max_unsynced_bytes,
+            } => {
+                writer.unsynced_records += count;
+                writer.unsynced_bytes += bytes;
+                writer.unsynced_records >= max_unsynced_records
+                    || writer.unsynced_bytes >= max_unsynced_bytes
+            }
+        }
+    }
+
+    /// The sparse index entries for the group's records: one for each record at least
+    /// `index_interval` bytes past the last indexed position (which this moves on).
+    fn index_entries_for(&self, writer: &mut Writer, group: &Group) -> Vec<IndexEntry> {
         let mut new_entries = Vec::new();
         for (record, position) in group.records.iter().zip(&group.positions) {
             if writer
@@ -426,9 +509,19 @@ impl LogInner {
                 writer.active.last_index_pos = Some(*position);
             }
         }
-        let index_grew = !new_entries.is_empty();
+        new_entries
+    }
 
-        // Publish, then acknowledge.
+    /// Makes a written group readable: the writer moves past it (next sequence number
+    /// `end_seq`, last timestamp), and the active segment's view entry takes its end, length,
+    /// record count and timestamps, and the active index its new entries.
+    fn publish_group(
+        &self,
+        writer: &mut Writer,
+        group: &Group,
+        end_seq: u64,
+        new_entries: Vec<IndexEntry>,
+    ) {
         let first_ts = group.records.first().map(|r| r.header.timestamp);
         let last_ts = group.records.last().map(|r| r.header.timestamp);
         writer.next_seq = end_seq;
@@ -436,47 +529,20 @@ impl LogInner {
             writer.last_ts = ts;
         }
         writer.active.has_records = true;
-        {
-            let mut view = lock(&self.view);
-            let seg = view
-                .segments
-                .back_mut()
-                .expect("a log always has a segment");
-            debug_assert_eq!(seg.base, writer.active.base);
-            seg.end = end_seq;
-            seg.len = writer.active.len;
-            seg.records += count;
-            if seg.first_ts.is_none() {
-                seg.first_ts = first_ts;
-            }
-            seg.max_ts = last_ts.or(seg.max_ts);
-            view.active_index.extend(new_entries);
+        let mut view = lock(&self.view);
+        let seg = view
+            .segments
+            .back_mut()
+            .expect("a log always has a segment");
+        debug_assert_eq!(seg.base, writer.active.base);
+        seg.end = end_seq;
+        seg.len = writer.active.len;
+        seg.records += group.records.len() as u64;
+        if seg.first_ts.is_none() {
+            seg.first_ts = first_ts;
         }
-        if index_grew || writer.active.index_written < self.view_index_len() {
-            self.write_pending_index(writer);
-        }
-        if let Some(hook) = &self.hook {
-            hook.after_publish(end_seq);
-        }
-        if self.window_applies() {
-            // Writers queued now are not among the ones acknowledged next: once as many are
-            // queued as now plus this group, this group's writers are back.
-            writer.hold_target = lock(&self.admission).queue.len() + group.records.len();
-        }
-        for record in group.records {
-            let meta = RecordMeta {
-                seq: record.header.seq,
-                count: record.header.count,
-                timestamp: record.header.timestamp,
-                tag: record.header.tag,
-                len: record.header.payload_len,
-            };
-            record.done.complete(Ok(meta));
-        }
-        if sync_now && ack_before_sync {
-            self.sync_active(writer).map_err(|f| (f, Vec::new()))?;
-        }
-        Ok(())
+        seg.max_ts = last_ts.or(seg.max_ts);
+        view.active_index.extend(new_entries);
     }
 
     fn view_index_len(&self) -> usize {
@@ -651,5 +717,19 @@ impl LogInner {
         view.active_file = file;
         view.active_index = Vec::new();
         Ok(())
+    }
+}
+
+/// Acknowledges every record of a published group with its metadata.
+fn acknowledge(records: Vec<PendingRecord>) {
+    for record in records {
+        let meta = RecordMeta {
+            seq: record.header.seq,
+            count: record.header.count,
+            timestamp: record.header.timestamp,
+            tag: record.header.tag,
+            len: record.header.payload_len,
+        };
+        record.done.complete(Ok(meta));
     }
 }

@@ -17,7 +17,7 @@
 //! to exercise deletion under crashes.
 
 use std::io::Write;
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 
@@ -82,7 +82,41 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         .nth(1)
         .ok_or("usage: crash_writer DIR")?
         .into();
-    let backend = Arc::new(FsBackend::new(&dir)?);
+    let store = open_store(&dir)?;
+    let out = Arc::new(Mutex::new(std::io::stdout()));
+    say(&out, "READY");
+    let seed = now_us() ^ u64::from(std::process::id()).rotate_left(32);
+    let counter = Arc::new(AtomicU64::new(0));
+
+    let mut handles = Vec::new();
+    for w in 0..WRITERS {
+        let store = Arc::clone(&store);
+        let out = Arc::clone(&out);
+        let counter = Arc::clone(&counter);
+        let rng = Rng(seed ^ (w + 1).wrapping_mul(0x9e37_79b9_7f4a_7c15) | 1);
+        handles.push(std::thread::spawn(move || {
+            append_until_refused(&store, &out, &counter, rng);
+        }));
+    }
+    {
+        // Metadata traffic: consumer offsets and short-lived streams.
+        let store = Arc::clone(&store);
+        let out = Arc::clone(&out);
+        let rng = Rng(seed.rotate_left(7) | 1);
+        handles.push(std::thread::spawn(move || {
+            metadata_until_refused(&store, &out, rng);
+        }));
+    }
+    for handle in handles {
+        let _ = handle.join();
+    }
+    Ok(())
+}
+
+/// Opens the store in `dir` with small metadata segments and frequent snapshots, creating
+/// stream 0 and its topic 0 ([`PARTITIONS`] partitions, small segments) when they are missing.
+fn open_store(dir: &Path) -> Result<Arc<StreamStore>, Box<dyn std::error::Error>> {
+    let backend = Arc::new(FsBackend::new(dir)?);
     let config = StreamStoreConfig {
         pool_threads: 4,
         metadata_segment_size: 16 * 1024,
@@ -119,106 +153,98 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
             }))
             .wait()?;
     }
-    let out = Arc::new(Mutex::new(std::io::stdout()));
-    say(&out, "READY");
-    let seed = now_us() ^ u64::from(std::process::id()).rotate_left(32);
-    let counter = Arc::new(AtomicU64::new(0));
+    Ok(store)
+}
 
-    let mut handles = Vec::new();
-    for w in 0..WRITERS {
-        let store = Arc::clone(&store);
-        let out = Arc::clone(&out);
-        let counter = Arc::clone(&counter);
-        handles.push(std::thread::spawn(move || {
-            let mut rng = Rng(seed ^ (w + 1).wrapping_mul(0x9e37_79b9_7f4a_7c15) | 1);
-            loop {
-                let partition = u32::try_from(rng.below(u64::from(PARTITIONS))).unwrap_or(0);
-                let count = u32::try_from(1 + rng.below(8)).unwrap_or(1);
-                let len = usize::try_from(16 + rng.below(1500)).unwrap_or(16);
-                let addr = PartitionAddr {
+/// One writer: appends random batches to random partitions of topic 0, reporting each
+/// acknowledgement (`ACK`), and every 200th append of all writers deletes a partition's
+/// oldest segment. Returns when the store refuses.
+fn append_until_refused(
+    store: &StreamStore,
+    out: &Mutex<std::io::Stdout>,
+    counter: &AtomicU64,
+    mut rng: Rng,
+) {
+    loop {
+        let partition = u32::try_from(rng.below(u64::from(PARTITIONS))).unwrap_or(0);
+        let count = u32::try_from(1 + rng.below(8)).unwrap_or(1);
+        let len = usize::try_from(16 + rng.below(1500)).unwrap_or(16);
+        let addr = PartitionAddr {
+            stream_id: 0,
+            topic_id: 0,
+            partition_id: partition,
+        };
+        let batch = StampWith {
+            count,
+            stamp: move |s: &Stamp| payload(s, count, len),
+        };
+        let Ok(ticket) = store.append(addr, batch, now_us()) else {
+            return;
+        };
+        let Ok(ack) = ticket.wait() else { return };
+        say(
+            out,
+            &format!(
+                "ACK {partition} {} {} {}",
+                ack.base_offset, ack.message_count, ack.len
+            ),
+        );
+        if counter.fetch_add(1, Ordering::Relaxed) % 200 == 199 {
+            // Now and then drop the oldest segment of a partition.
+            let _ = store
+                .commit(Operation::DeleteSegments { addr, count: 1 })
+                .wait();
+        }
+    }
+}
+
+/// The metadata writer: moves consumer 1's offset on partition 0 forward (`OFFSET`), then
+/// creates or deletes one of streams 1 to 3 (`STREAM`), reporting each once durable. Returns
+/// when the store refuses.
+fn metadata_until_refused(store: &StreamStore, out: &Mutex<std::io::Stdout>, mut rng: Rng) {
+    let mut offset = store
+        .consumer_offset(
+            PartitionAddr {
+                stream_id: 0,
+                topic_id: 0,
+                partition_id: 0,
+            },
+            ConsumerKey::Consumer(1),
+        )
+        .unwrap_or(0);
+    loop {
+        offset += 1 + rng.below(5);
+        let stored = store
+            .commit(Operation::Metadata(MetadataOp::StoreConsumerOffset {
+                addr: PartitionAddr {
                     stream_id: 0,
                     topic_id: 0,
-                    partition_id: partition,
-                };
-                let batch = StampWith {
-                    count,
-                    stamp: move |s: &Stamp| payload(s, count, len),
-                };
-                let Ok(ticket) = store.append(addr, batch, now_us()) else {
-                    return;
-                };
-                let Ok(ack) = ticket.wait() else { return };
-                say(
-                    &out,
-                    &format!(
-                        "ACK {partition} {} {} {}",
-                        ack.base_offset, ack.message_count, ack.len
-                    ),
-                );
-                if counter.fetch_add(1, Ordering::Relaxed) % 200 == 199 {
-                    // Now and then drop the oldest segment of a partition.
-                    let _ = store
-                        .commit(Operation::DeleteSegments { addr, count: 1 })
-                        .wait();
-                }
+                    partition_id: 0,
+                },
+                consumer: ConsumerKey::Consumer(1),
+                offset,
+                forward_only: true,
+            }))
+            .wait();
+        if stored.is_err() {
+            return;
+        }
+        say(out, &format!("OFFSET 1 {offset}"));
+        let id = u32::try_from(1 + rng.below(3)).unwrap_or(1);
+        let exists = store.read_metadata(|s| s.stream(id).is_some());
+        let op = if exists {
+            MetadataOp::DeleteStream { id }
+        } else {
+            MetadataOp::CreateStream {
+                id,
+                name: format!("tmp-{id}"),
+                created_at: now_us(),
+                options: vec![],
             }
-        }));
+        };
+        if store.commit(Operation::Metadata(op)).wait().is_err() {
+            return;
+        }
+        say(out, &format!("STREAM {id} {}", u8::from(!exists)));
     }
-    {
-        // Metadata traffic: consumer offsets and short-lived streams.
-        let store = Arc::clone(&store);
-        let out = Arc::clone(&out);
-        handles.push(std::thread::spawn(move || {
-            let mut rng = Rng(seed.rotate_left(7) | 1);
-            let mut offset = store
-                .consumer_offset(
-                    PartitionAddr {
-                        stream_id: 0,
-                        topic_id: 0,
-                        partition_id: 0,
-                    },
-                    ConsumerKey::Consumer(1),
-                )
-                .unwrap_or(0);
-            loop {
-                offset += 1 + rng.below(5);
-                let stored = store
-                    .commit(Operation::Metadata(MetadataOp::StoreConsumerOffset {
-                        addr: PartitionAddr {
-                            stream_id: 0,
-                            topic_id: 0,
-                            partition_id: 0,
-                        },
-                        consumer: ConsumerKey::Consumer(1),
-                        offset,
-                        forward_only: true,
-                    }))
-                    .wait();
-                if stored.is_err() {
-                    return;
-                }
-                say(&out, &format!("OFFSET 1 {offset}"));
-                let id = u32::try_from(1 + rng.below(3)).unwrap_or(1);
-                let exists = store.read_metadata(|s| s.stream(id).is_some());
-                let op = if exists {
-                    MetadataOp::DeleteStream { id }
-                } else {
-                    MetadataOp::CreateStream {
-                        id,
-                        name: format!("tmp-{id}"),
-                        created_at: now_us(),
-                        options: vec![],
-                    }
-                };
-                if store.commit(Operation::Metadata(op)).wait().is_err() {
-                    return;
-                }
-                say(&out, &format!("STREAM {id} {}", u8::from(!exists)));
-            }
-        }));
-    }
-    for handle in handles {
-        let _ = handle.join();
-    }
-    Ok(())
 }

@@ -132,45 +132,8 @@ impl Partition {
         } = open;
         // Durably: an acknowledged partition survives a crash with its directory.
         create_dir_durable(&*backend, &dir)?;
-        let state_path = dir.join(STATE_FILE);
-        let on_disk = match backend.open(&state_path, OpenMode::Existing) {
-            Ok(file) => {
-                let len = file
-                    .len()
-                    .map_err(|e| StreamStoreError::io(IoOp::Len, &state_path, e))?;
-                if len != STATE_LEN as u64 {
-                    return Err(StreamStoreError::corrupt(
-                        state_path,
-                        0,
-                        Corruption::Truncated,
-                    ));
-                }
-                let mut buf = [0u8; STATE_LEN];
-                file.read_at(0, &mut buf)
-                    .map_err(|e| StreamStoreError::io(IoOp::Read, &state_path, e))?;
-                let record = decode_state(&buf)
-                    .map_err(|kind| StreamStoreError::corrupt(&state_path, 0, kind))?;
-                if record.uid != uid {
-                    return Err(StreamStoreError::corrupt(
-                        state_path,
-                        16,
-                        Corruption::NameMismatch,
-                    ));
-                }
-                Some(record)
-            }
-            Err(e) if e.kind() == io::ErrorKind::NotFound => None,
-            Err(e) => return Err(StreamStoreError::io(IoOp::Open, &state_path, e)),
-        };
-        let reserve = match config.log.durability {
-            Durability::Fsync => 0,
-            Durability::Background {
-                max_unsynced_records,
-                ..
-            } => max_unsynced_records
-                .saturating_mul(4)
-                .max(MIN_FRONTIER_RESERVE),
-        };
+        let on_disk = read_state(&*backend, &dir.join(STATE_FILE), uid)?;
+        let reserve = frontier_reserve(config.log.durability);
         let state = Arc::new(StateFile {
             backend: Arc::clone(&backend),
             dir: dir.clone(),
@@ -183,34 +146,7 @@ impl Partition {
             persisted: AtomicU64::new(on_disk.map_or(0, |r| r.frontier)),
             reserve,
         });
-        let write_state = |record: StateRecord| state.write(record);
-        let mut frontier = on_disk.map_or(0, |r| r.frontier);
-        match on_disk {
-            None => write_state(StateRecord {
-                uid,
-                generation,
-                frontier: 0,
-            })?,
-            Some(record) if record.generation < generation => {
-                // An interrupted purge: finish it before anything else.
-                tracing::warn!(dir = %dir.display(), "redoing an interrupted purge");
-                remove_segments(&*backend, &dir)?;
-                write_state(StateRecord {
-                    uid,
-                    generation,
-                    frontier: 0,
-                })?;
-                frontier = 0;
-            }
-            Some(record) if record.generation > generation => {
-                return Err(StreamStoreError::corrupt(
-                    state_path,
-                    24,
-                    Corruption::NameMismatch,
-                ));
-            }
-            Some(_) => {}
-        }
+        let frontier = settle_generation(&state, on_disk, generation)?;
         let hook: Option<Arc<dyn CommitHook>> = match config.log.durability {
             Durability::Fsync => None,
             Durability::Background { .. } => Some(Arc::clone(&state) as Arc<dyn CommitHook>),
@@ -457,6 +393,99 @@ impl Partition {
         }
         Ok(())
     }
+}
+
+/// Reads partition `uid`'s state file at `state_path`; `None` when there is none. A file of
+/// the wrong length, one that does not decode, and one naming another uid are corruption.
+fn read_state(
+    backend: &dyn StorageBackend,
+    state_path: &Path,
+    uid: u64,
+) -> Result<Option<StateRecord>> {
+    let file = match backend.open(state_path, OpenMode::Existing) {
+        Ok(file) => file,
+        Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(None),
+        Err(e) => return Err(StreamStoreError::io(IoOp::Open, state_path, e)),
+    };
+    let len = file
+        .len()
+        .map_err(|e| StreamStoreError::io(IoOp::Len, state_path, e))?;
+    if len != STATE_LEN as u64 {
+        return Err(StreamStoreError::corrupt(
+            state_path,
+            0,
+            Corruption::Truncated,
+        ));
+    }
+    let mut buf = [0u8; STATE_LEN];
+    file.read_at(0, &mut buf)
+        .map_err(|e| StreamStoreError::io(IoOp::Read, state_path, e))?;
+    let record =
+        decode_state(&buf).map_err(|kind| StreamStoreError::corrupt(state_path, 0, kind))?;
+    if record.uid != uid {
+        return Err(StreamStoreError::corrupt(
+            state_path,
+            16,
+            Corruption::NameMismatch,
+        ));
+    }
+    Ok(Some(record))
+}
+
+/// How far the state file's frontier is kept ahead of acknowledged offsets: nothing when
+/// every group is synced before it is acknowledged; under background durability four times
+/// the unsynced-records bound, at least [`MIN_FRONTIER_RESERVE`].
+fn frontier_reserve(durability: Durability) -> u64 {
+    match durability {
+        Durability::Fsync => 0,
+        Durability::Background {
+            max_unsynced_records,
+            ..
+        } => max_unsynced_records
+            .saturating_mul(4)
+            .max(MIN_FRONTIER_RESERVE),
+    }
+}
+
+/// Brings the partition's state file (`on_disk`, as read at open) to the purge `generation`
+/// the metadata records, and returns the frontier the log's next offset must not fall below.
+/// Without a file, writes one at `generation`. An older generation on disk is an interrupted
+/// purge, finished now: the segments are removed and the state rewritten at `generation`
+/// with frontier 0. A newer one is corruption.
+fn settle_generation(
+    state: &StateFile,
+    on_disk: Option<StateRecord>,
+    generation: u64,
+) -> Result<u64> {
+    let uid = state.uid;
+    let mut frontier = on_disk.map_or(0, |r| r.frontier);
+    match on_disk {
+        None => state.write(StateRecord {
+            uid,
+            generation,
+            frontier: 0,
+        })?,
+        Some(record) if record.generation < generation => {
+            // An interrupted purge: finish it before anything else.
+            tracing::warn!(dir = %state.dir.display(), "redoing an interrupted purge");
+            remove_segments(&*state.backend, &state.dir)?;
+            state.write(StateRecord {
+                uid,
+                generation,
+                frontier: 0,
+            })?;
+            frontier = 0;
+        }
+        Some(record) if record.generation > generation => {
+            return Err(StreamStoreError::corrupt(
+                state.dir.join(STATE_FILE),
+                24,
+                Corruption::NameMismatch,
+            ));
+        }
+        Some(_) => {}
+    }
+    Ok(frontier)
 }
 
 /// Removes every segment and index file of a directory, oldest first.

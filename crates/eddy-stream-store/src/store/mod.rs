@@ -46,6 +46,7 @@
 
 mod config;
 mod metadata_log;
+mod open;
 mod operation;
 mod registry;
 mod retention;
@@ -53,26 +54,27 @@ pub(crate) mod snapshot;
 
 use std::collections::BTreeMap;
 use std::fmt;
-use std::path::{Path, PathBuf};
-use std::sync::mpsc;
+use std::path::PathBuf;
 use std::sync::{Arc, Mutex, RwLock};
 use std::thread::JoinHandle;
 
 use eddy_log::{
-    create_dir_durable, lock, read_lock, write_lock, Cache, CommitPool, CommitStats,
-    CommitStatsSnapshot, Completion, Corruption, Durability, IoOp, Log, OpenOptions,
-    RecoveryReport, StorageBackend,
+    lock, read_lock, Cache, CommitPool, CommitStats, CommitStatsSnapshot, Completion, Durability,
+    IoOp, RecoveryReport, StorageBackend,
 };
 
 use crate::error::{Result, StreamStoreError};
-use crate::metadata::{decode_op, ConsumerKey, MetadataState, TopicConfig};
+use crate::metadata::{ConsumerKey, MetadataState};
 use crate::partition::{
     AppendTicket, Partition, PartitionAddr, PollStrategy, Polled, StampableBatch,
 };
-use metadata_log::{applier, Job, MetaHook, MetaShared};
+use metadata_log::MetaShared;
+use open::{
+    open_known_partitions, recover_metadata, remove_unknown_partitions, start_applier,
+    RecoveredMetadata,
+};
 use operation::CommitInner;
-use registry::{open_partitions, Registry};
-use snapshot::read_snapshot;
+use registry::Registry;
 
 pub use config::StreamStoreConfig;
 pub use metadata_log::METADATA_TAG;
@@ -146,76 +148,11 @@ impl StreamStore {
         let mut recovery = StreamStoreRecovery::default();
 
         // Metadata: snapshot, then log replay.
-        create_dir_durable(&*backend, Path::new(METADATA_DIR))?;
-        let (snapshot_next, mut state) =
-            read_snapshot(&*backend)?.unwrap_or((0, MetadataState::default()));
-        let meta = Arc::new(MetaShared::new());
-        let (log, report) = Log::open(
-            Arc::clone(&backend),
-            PathBuf::from(METADATA_DIR),
-            config.metadata_log_config(),
-            pool,
-            Arc::clone(&cache),
-            OpenOptions {
-                initial_seq: snapshot_next,
-                min_next_seq: snapshot_next,
-                hook: Some(Arc::new(MetaHook {
-                    shared: Arc::clone(&meta),
-                })),
-                stats: Some(Arc::clone(&stats)),
-                // Names, settings and hashes: no message is ever in the metadata log.
-                cipher: None,
-                window_gate: None,
-            },
-        )?;
-        recovery.metadata = report;
-        let bounds = log.bounds();
-        if bounds.first > snapshot_next {
-            // Operations between the snapshot and the log's first record are missing.
-            return Err(StreamStoreError::corrupt(
-                Path::new(METADATA_DIR).join(eddy_log::format::segment_file_name(bounds.first)),
-                0,
-                Corruption::NonContiguous {
-                    expected: snapshot_next,
-                    found: bounds.first,
-                },
-            ));
-        }
-        let mut next = snapshot_next;
-        while next < bounds.next {
-            let records = log.read(next, u64::MAX, REPLAY_CHUNK_BYTES)?;
-            let Some(last) = records.last() else {
-                break;
-            };
-            let chunk_end = last.meta.end_seq();
-            for record in records {
-                if record.meta.seq < next {
-                    continue;
-                }
-                let op =
-                    decode_op(&record.payload).map_err(|source| StreamStoreError::Encoding {
-                        action: "decode",
-                        path: PathBuf::from(METADATA_DIR),
-                        source,
-                    })?;
-                // An operation that was accepted once is accepted again (apply is
-                // deterministic); a refusal here means the log and snapshot disagree.
-                state.apply(&op).map_err(StreamStoreError::Metadata)?;
-                recovery.replayed_ops += 1;
-            }
-            next = chunk_end;
-        }
-        let applied_to = bounds.next.max(snapshot_next);
-        *lock(&meta.applied) = applied_to;
-        write_lock(&meta.durable).clone_from(&state);
-        {
-            let mut pending = lock(&meta.pending);
-            pending.state = state.clone();
-            pending.epoch = Some(0);
-        }
-        meta.log
-            .set(log)
-            .unwrap_or_else(|_| unreachable!("the metadata log is set once"));
+        let RecoveredMetadata {
+            meta,
+            state,
+            snapshot_next,
+        } = recover_metadata(&backend, &config, pool, &cache, &stats, &mut recovery)?;
 
         // Partitions: open what the metadata knows, remove what it does not.
         let registry = Arc::new(Registry {
@@ -226,54 +163,11 @@ impl StreamStore {
             config: config.clone(),
             partitions: RwLock::new(BTreeMap::new()),
         });
-        create_dir_durable(&*backend, Path::new(PARTITIONS_DIR))?;
-        let known: std::collections::BTreeSet<String> = state
-            .partitions()
-            .map(|(_, p, _)| format!("{:020}", p.uid))
-            .collect();
-        for entry in backend
-            .list(Path::new(PARTITIONS_DIR))
-            .map_err(|e| StreamStoreError::io(IoOp::List, PARTITIONS_DIR, e))?
-        {
-            if entry.is_dir && !known.contains(&entry.name) {
-                let dir = Path::new(PARTITIONS_DIR).join(&entry.name);
-                backend
-                    .remove_dir_all(&dir)
-                    .map_err(|e| StreamStoreError::io(IoOp::Remove, &dir, e))?;
-                recovery.removed_partitions.push(dir);
-            }
-        }
-        if !recovery.removed_partitions.is_empty() {
-            backend
-                .sync_dir(Path::new(PARTITIONS_DIR))
-                .map_err(|e| StreamStoreError::io(IoOp::SyncDir, PARTITIONS_DIR, e))?;
-        }
-        let wanted: Vec<(PartitionAddr, u64, TopicConfig, u64)> = state
-            .partitions()
-            .map(|(addr, p, config)| (addr, p.uid, *config, p.purge_generation))
-            .collect();
-        let opened = open_partitions(&registry, &wanted, config.pool_threads)?;
-        {
-            let mut map = write_lock(&registry.partitions);
-            for (addr, partition, report) in opened {
-                map.insert(addr, partition);
-                recovery.partitions.push((addr, report));
-            }
-        }
+        remove_unknown_partitions(&*backend, &state, &mut recovery.removed_partitions)?;
+        open_known_partitions(&registry, &state, &mut recovery.partitions)?;
 
         // The applier thread.
-        let (tx, rx) = mpsc::channel::<Job>();
-        *lock(&meta.jobs) = Some(tx);
-        let applier = {
-            let meta = Arc::clone(&meta);
-            let registry = Arc::clone(&registry);
-            let backend = Arc::clone(&backend);
-            let config = config.clone();
-            std::thread::Builder::new()
-                .name("eddy-storage-applier".into())
-                .spawn(move || applier(&rx, &meta, &registry, &*backend, &config, snapshot_next))
-                .map_err(|e| StreamStoreError::io(IoOp::Open, "applier thread", e))?
-        };
+        let applier = start_applier(&meta, &registry, &backend, &config, snapshot_next)?;
         Ok((
             StreamStore {
                 backend,
@@ -290,7 +184,7 @@ impl StreamStore {
 
 impl StreamStore {
     #[cfg(test)]
-    fn meta_log(&self) -> &Log {
+    fn meta_log(&self) -> &eddy_log::Log {
         self.meta.log()
     }
 
