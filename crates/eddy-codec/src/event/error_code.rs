@@ -894,9 +894,18 @@ mod tests {
                 .chars()
                 .all(|c| c.is_ascii_uppercase() || c == '_'));
         }
-        assert_eq!(ErrorCode::ALL.len(), 71);
-        assert_eq!(ErrorCode::from_code(2014), None);
-        assert_eq!(ErrorCode::from_code(4008), None);
+        // 71 of 0.2.0 and 2014, 2015, 4008 of 0.3.0.
+        assert_eq!(ErrorCode::ALL.len(), 74);
+        assert_eq!(
+            ErrorCode::from_code(2014),
+            Some(ErrorCode::WriteMalformedGuardEntry)
+        );
+        assert_eq!(
+            ErrorCode::from_code(4008),
+            Some(ErrorCode::DeleteConflictResponseTooLarge)
+        );
+        assert_eq!(ErrorCode::from_code(2016), None);
+        assert_eq!(ErrorCode::from_code(4009), None);
         let closing: Vec<u32> = ErrorCode::ALL
             .iter()
             .filter(|c| c.after_error() == AfterError::Close)
