@@ -207,6 +207,7 @@ fn sample_responses() -> Vec<EventResponse> {
             ServerError::WriteOptimisticConcurrencyViolation {
                 expected_version: 0,
                 current_aggregate_version: 1,
+                conflicts: Vec::new(),
             }
             .to_response(Some(6)),
         ),

@@ -172,6 +172,7 @@ fn example_b_error_response_2003() {
     let error = ServerError::WriteOptimisticConcurrencyViolation {
         expected_version: 0,
         current_aggregate_version: 1,
+        conflicts: Vec::new(),
     }
     .to_response(Some(2));
     let message = br#"{"expected_version":0,"current_aggregate_version":1}"#;

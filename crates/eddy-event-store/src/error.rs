@@ -12,6 +12,56 @@ use eddy_log::{Corruption, IoOp, LogError};
 use crate::placement::RoutingRule;
 use crate::types::AggregateKey;
 
+/// One part of [`Refusal::VersionConflicts`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct VersionMismatch {
+    /// The part.
+    pub part: usize,
+    /// The aggregate.
+    pub key: AggregateKey,
+    /// What the request expected.
+    pub expected: u64,
+    /// The current version (write-ahead).
+    pub current: u64,
+}
+
+impl Refusal {
+    /// Every version conflict of an OCC refusal (one for [`Refusal::VersionConflict`]), in
+    /// part order; empty for other refusals.
+    pub fn version_conflicts(&self) -> Vec<VersionMismatch> {
+        match self {
+            Self::VersionConflict {
+                part,
+                key,
+                expected,
+                current,
+            } => vec![VersionMismatch {
+                part: *part,
+                key: *key,
+                expected: *expected,
+                current: *current,
+            }],
+            Self::VersionConflicts { conflicts } => conflicts.clone(),
+            _ => Vec::new(),
+        }
+    }
+
+    /// The OCC refusal of `conflicts` (in part order, at least one).
+    pub(crate) fn of_conflicts(mut conflicts: Vec<VersionMismatch>) -> Self {
+        if conflicts.len() == 1 {
+            let c = conflicts.remove(0);
+            Self::VersionConflict {
+                part: c.part,
+                key: c.key,
+                expected: c.expected,
+                current: c.current,
+            }
+        } else {
+            Self::VersionConflicts { conflicts }
+        }
+    }
+}
+
 /// Everything the event store can answer with besides success: a [`Refusal`] of the request
 /// (nothing was written; the server answers with the refusal's own code) or a failure of the
 /// storage underneath.
@@ -91,9 +141,16 @@ pub enum Refusal {
         /// The second occurrence.
         part: usize,
     },
-    /// A part has no events (2000).
+    /// A part has no events and no `expected_version` (2000).
     #[error("part {part} has no events")]
     EmptyEvents {
+        /// The part.
+        part: usize,
+    },
+    /// A part without events that is not a guard (it allows create or enforces idempotency),
+    /// or a write whose parts are all guards (2014; 2000 for a 0.2.0 client).
+    #[error("part {part} has no events and is not a guard of a write that appends")]
+    MalformedGuard {
         /// The part.
         part: usize,
     },
@@ -130,6 +187,15 @@ pub enum Refusal {
         part: usize,
         /// The aggregate.
         key: AggregateKey,
+    },
+    /// Several parts' `expected_version` differ from their aggregates' versions (write: 2003;
+    /// delete: 4002), in part order: after the first conflicting part the request's other
+    /// parts are checked for their versions only, so a client learns every stale guard at
+    /// once. One conflict alone is [`Refusal::VersionConflict`].
+    #[error("{} parts expected other versions than their aggregates are at", .conflicts.len())]
+    VersionConflicts {
+        /// Every conflicting part, at least two.
+        conflicts: Vec<VersionMismatch>,
     },
     /// `expected_version` differs from the current version (write: 2003; delete: 4002).
     #[error("expected version {expected} but the aggregate is at {current}")]

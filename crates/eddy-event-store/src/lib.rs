@@ -198,7 +198,7 @@ pub use compact::{
     CompactionPolicy, CompactionReport, SegmentReclaim, DEFAULT_COMPACTION_CHECK_INTERVAL_SECS,
     DEFAULT_COMPACTION_MIN_RECLAIMABLE_RATIO,
 };
-pub use error::{EventStoreError, Refusal, Result};
+pub use error::{EventStoreError, Refusal, Result, VersionMismatch};
 pub use index::IndexStats;
 pub use placement::{Placement, RoutingRule};
 pub use record::{

@@ -54,12 +54,13 @@ pub struct NewEvent {
     pub iv: Option<[u8; 12]>,
 }
 
-/// The part of a write that targets one aggregate; becomes exactly one batch.
+/// The part of a write that targets one aggregate; becomes exactly one batch, unless it is a
+/// guard ([`AggregateWrite::is_guard`]).
 #[derive(Debug, Clone, PartialEq, Eq, Default)]
 pub struct AggregateWrite {
     /// The aggregate.
     pub key: AggregateKey,
-    /// The batch's events, in order (at least one).
+    /// The batch's events, in order (at least one, except in a guard).
     pub events: Vec<NewEvent>,
     /// May create the aggregate when it never existed.
     pub allow_create: bool,
@@ -67,6 +68,18 @@ pub struct AggregateWrite {
     pub expected_version: Option<u64>,
     /// Refuse when the smallest `client_seq` is not above this client's high-water mark.
     pub enforce_client_idempotency: bool,
+}
+
+impl AggregateWrite {
+    /// A guard (the 0.3.0 client's `WriteBatch::guard`): no events, an `expected_version`, no
+    /// create and no idempotency. Its version is checked in the same decision as the write's
+    /// other parts and it writes nothing.
+    pub fn is_guard(&self) -> bool {
+        self.events.is_empty()
+            && self.expected_version.is_some()
+            && !self.allow_create
+            && !self.enforce_client_idempotency
+    }
 }
 
 /// A write request: one or more aggregates, committed atomically in one log record.
@@ -92,7 +105,8 @@ pub struct WriteOutcome {
     pub log_seq: u64,
     /// The batch's server timestamp.
     pub server_timestamp: u64,
-    /// Per part, in request order: the committed aggregate version.
+    /// Per part that appends (guards write nothing), in request order: the committed
+    /// aggregate version.
     pub versions: Vec<u64>,
 }
 

@@ -16,7 +16,7 @@ use bytes::Bytes;
 use eddy_event_store::CompactionPolicy;
 use eddy_event_store::{
     AggregateDelete, AggregateKey, AggregateWrite, DeleteRequest, EventStore, EventStoreConfig,
-    EventStoreError, NewEvent, ReadQuery, Refusal, TrimRequest, WriteRequest,
+    EventStoreError, NewEvent, ReadQuery, Refusal, TrimRequest, VersionMismatch, WriteRequest,
 };
 use eddy_log::{DirEntry, MemBackend, OpenMode, StorageBackend, StorageFile};
 use proptest::prelude::*;
@@ -308,6 +308,37 @@ fn make_event(seq: u64, ty: u64, len: usize) -> NewEvent {
     }
 }
 
+/// The OCC refusal of a request whose part `at` conflicts, as the store answers it: that
+/// conflict and every later part's whose expected version (`pins`: each part's key, expected
+/// and current version) differs, one conflict alone as `VersionConflict`.
+fn occ_refusal(at: usize, pins: &[(AggregateKey, Option<u64>, u64)]) -> Refusal {
+    let mut conflicts: Vec<VersionMismatch> = pins
+        .iter()
+        .enumerate()
+        .skip(at)
+        .filter_map(|(part, &(key, expected, current))| {
+            let expected = expected?;
+            (expected != current).then_some(VersionMismatch {
+                part,
+                key,
+                expected,
+                current,
+            })
+        })
+        .collect();
+    if conflicts.len() == 1 {
+        let c = conflicts.remove(0);
+        Refusal::VersionConflict {
+            part: c.part,
+            key: c.key,
+            expected: c.expected,
+            current: c.current,
+        }
+    } else {
+        Refusal::VersionConflicts { conflicts }
+    }
+}
+
 fn expected_version(current: u64, offset: i64) -> u64 {
     current.saturating_add_signed(offset)
 }
@@ -319,9 +350,19 @@ impl Model {
             return Err(Refusal::EmptyRequest);
         }
         route(&parts.iter().map(|p| p.key).collect::<Vec<_>>())?;
+        let guard = |p: &PartSpec| {
+            p.events.is_empty() && p.expected.is_some() && !p.allow_create && !p.enforce
+        };
         for (part, p) in parts.iter().enumerate() {
+            if guard(p) {
+                continue;
+            }
             if p.events.is_empty() {
-                return Err(Refusal::EmptyEvents { part });
+                return Err(if p.expected.is_some() {
+                    Refusal::MalformedGuard { part }
+                } else {
+                    Refusal::EmptyEvents { part }
+                });
             }
             if let Some(e) = p.events.iter().find(|e| e.1 == 0) {
                 return Err(Refusal::ZeroEventType {
@@ -330,11 +371,30 @@ impl Model {
                 });
             }
         }
+        if parts.iter().all(guard) {
+            return Err(Refusal::MalformedGuard { part: 0 });
+        }
+        let pins: Vec<(AggregateKey, Option<u64>, u64)> = parts
+            .iter()
+            .map(|p| {
+                let current = self.aggs.get(&p.key).map_or(0, |a| a.version);
+                let expected = p.expected.map(|off| expected_version(current, off));
+                (KEYS[p.key], expected, current)
+            })
+            .collect();
         let mut plans = Vec::new();
         for (part, p) in parts.iter().enumerate() {
             let key = KEYS[p.key];
             let a = self.aggs.get(&p.key).cloned().unwrap_or_default();
             let current = a.version;
+            if guard(p) {
+                // A guard: its version only, nothing written.
+                let e = expected_version(current, p.expected.unwrap_or(0));
+                if e != current {
+                    return Err(occ_refusal(part, &pins));
+                }
+                continue;
+            }
             let (version, first_seq, fresh) = if !a.exists {
                 if !p.allow_create {
                     return Err(Refusal::NotFound { part, key });
@@ -355,12 +415,7 @@ impl Model {
             if let Some(off) = p.expected {
                 let e = expected_version(current, off);
                 if e != current {
-                    return Err(Refusal::VersionConflict {
-                        part,
-                        key,
-                        expected: e,
-                        current,
-                    });
+                    return Err(occ_refusal(part, &pins));
                 }
             }
             let min_seq = p.events.iter().map(|e| e.0).min().unwrap_or(0);
@@ -380,7 +435,7 @@ impl Model {
             plans.push((version, first_seq, fresh));
         }
         let mut versions = Vec::new();
-        for (p, (version, first_seq, fresh)) in parts.iter().zip(plans) {
+        for (p, (version, first_seq, fresh)) in parts.iter().filter(|p| !guard(p)).zip(plans) {
             let a = self.aggs.entry(p.key).or_default();
             if fresh {
                 // A fresh incarnation counts only its own batches.
@@ -672,12 +727,15 @@ fn run(ops: Vec<Op>) {
                         }
                         if let Some(e) = d.expected_version {
                             if e != a.version {
-                                return Err(Refusal::VersionConflict {
-                                    part,
-                                    key: d.key,
-                                    expected: e,
-                                    current: a.version,
-                                });
+                                let pins: Vec<_> = deletes
+                                    .iter()
+                                    .zip(&keys)
+                                    .map(|(d, k)| {
+                                        let current = model.aggs.get(&k.0).map_or(0, |a| a.version);
+                                        (d.key, d.expected_version, current)
+                                    })
+                                    .collect();
+                                return Err(occ_refusal(part, &pins));
                             }
                         }
                     }

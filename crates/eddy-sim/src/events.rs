@@ -391,7 +391,9 @@ fn judge(
             committed_version,
             ..
         })) => Answer::Duplicate(*key, *committed_version),
-        Err(EventStoreError::Refused(Refusal::VersionConflict { .. })) => Answer::Conflict,
+        Err(EventStoreError::Refused(
+            Refusal::VersionConflict { .. } | Refusal::VersionConflicts { .. },
+        )) => Answer::Conflict,
         // Already in the shard (copied with a snapshot): this member answers nothing for it.
         Err(EventStoreError::Refused(Refusal::AlreadyApplied { .. })) => return None,
         Err(EventStoreError::Refused(r)) => Answer::Refused(r.to_string()),

@@ -10,7 +10,11 @@
 //! `{"detail":"…"}`; no client parses those).
 
 use super::json::JsonObject;
-use super::responses::{ErrorResponse, MAX_ERROR_MESSAGE_LEN};
+use super::model::AggregateConflict;
+use super::responses::{
+    DeleteConflictResponse, ErrorResponse, EventResponse, WriteConflictResponse,
+    MAX_ERROR_MESSAGE_LEN,
+};
 
 /// What the server does with the connection after sending an error frame.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
@@ -106,6 +110,11 @@ error_codes! {
     WriteReplicationBackpressure = 2012, "WRITE_REPLICATION_BACKPRESSURE", KeepOpen;
     /// Idempotency: duplicate of a write not yet committed.
     WriteInflightDuplicate = 2013, "WRITE_INFLIGHT_DUPLICATE", KeepOpen;
+    /// 0.3.0: a write entry without events that is not a guard (a guard pins
+    /// `expected_version`, and neither creates nor enforces idempotency).
+    WriteMalformedGuardEntry = 2014, "WRITE_MALFORMED_GUARD_ENTRY", KeepOpen;
+    /// 0.3.0: the write's typed conflict response would not fit the response limit.
+    WriteConflictResponseTooLarge = 2015, "WRITE_CONFLICT_RESPONSE_TOO_LARGE", KeepOpen;
     /// Schema key already registered.
     RegisterSchemaAlreadyExists = 2020, "REGISTER_SCHEMA_ALREADY_EXISTS", KeepOpen;
     /// Schema too large or does not compile.
@@ -156,6 +165,8 @@ error_codes! {
     DeleteNotLeader = 4006, "DELETE_NOT_LEADER", KeepOpen;
     /// Shedding load.
     DeleteReplicationBackpressure = 4007, "DELETE_REPLICATION_BACKPRESSURE", KeepOpen;
+    /// 0.3.0: the delete's typed conflict response would not fit the response limit.
+    DeleteConflictResponseTooLarge = 4008, "DELETE_CONFLICT_RESPONSE_TOO_LARGE", KeepOpen;
     /// List scan failure.
     ListOrgsDiskRead = 5000, "LIST_ORGS_DISK_READ", KeepOpen;
     /// List scan failure.
@@ -276,10 +287,13 @@ pub enum ServerError {
         last_client_seq: u64,
         attempted_client_seq: u64,
     },
-    /// 2003 `{"expected_version":e,"current_aggregate_version":c}`.
+    /// 2003 `{"expected_version":e,"current_aggregate_version":c}`. `conflicts` (not in the
+    /// JSON) is what a version 4/5 connection is told instead, as a `WriteConflictResponse`
+    /// ([`ServerError::conflict_response`]).
     WriteOptimisticConcurrencyViolation {
         expected_version: u64,
         current_aggregate_version: u64,
+        conflicts: Vec<AggregateConflict>,
     },
     /// 2004 `{"detail":"…"}`.
     WriteFailedToSerialiseDatablocks { detail: String },
@@ -304,6 +318,10 @@ pub enum ServerError {
         last_client_seq: u64,
         attempted_client_seq: u64,
     },
+    /// 2014 `{}` (versions 4/5 only).
+    WriteMalformedGuardEntry,
+    /// 2015 `{}` (versions 4/5 only).
+    WriteConflictResponseTooLarge,
     /// 2020 `{"event_type_major":M,"event_type_minor":m}`.
     RegisterSchemaAlreadyExists {
         event_type_major: u64,
@@ -368,6 +386,7 @@ pub enum ServerError {
     DeleteOptimisticConcurrencyViolation {
         expected_version: u64,
         current_aggregate_version: u64,
+        conflicts: Vec<AggregateConflict>,
     },
     /// 4003 `{}` or `{"detail":"…"}`.
     DeleteCacheError { detail: Option<String> },
@@ -379,6 +398,8 @@ pub enum ServerError {
     DeleteNotLeader { leader_address: Option<String> },
     /// 4007 `{}`.
     DeleteReplicationBackpressure,
+    /// 4008 `{}` (versions 4/5 only).
+    DeleteConflictResponseTooLarge,
     /// 5000 `{"detail":"…"}`.
     ListOrgsDiskRead { detail: String },
     /// 5001 `{"detail":"…"}`.
@@ -543,6 +564,8 @@ impl ServerError {
             Self::WriteNotLeader { .. } => ErrorCode::WriteNotLeader,
             Self::WriteReplicationBackpressure => ErrorCode::WriteReplicationBackpressure,
             Self::WriteInflightDuplicate { .. } => ErrorCode::WriteInflightDuplicate,
+            Self::WriteMalformedGuardEntry => ErrorCode::WriteMalformedGuardEntry,
+            Self::WriteConflictResponseTooLarge => ErrorCode::WriteConflictResponseTooLarge,
             Self::RegisterSchemaAlreadyExists { .. } => ErrorCode::RegisterSchemaAlreadyExists,
             Self::RegisterSchemaInvalid { .. } => ErrorCode::RegisterSchemaInvalid,
             Self::WriteSchemaValidationFailed { .. } => ErrorCode::WriteSchemaValidationFailed,
@@ -576,6 +599,7 @@ impl ServerError {
             Self::DeleteFsyncError { .. } => ErrorCode::DeleteFsyncError,
             Self::DeleteNotLeader { .. } => ErrorCode::DeleteNotLeader,
             Self::DeleteReplicationBackpressure => ErrorCode::DeleteReplicationBackpressure,
+            Self::DeleteConflictResponseTooLarge => ErrorCode::DeleteConflictResponseTooLarge,
             Self::ListOrgsDiskRead { .. } => ErrorCode::ListOrgsDiskRead,
             Self::ListAggregateTypesDiskRead { .. } => ErrorCode::ListAggregateTypesDiskRead,
             Self::ListAggregatesDiskRead { .. } => ErrorCode::ListAggregatesDiskRead,
@@ -636,6 +660,9 @@ impl ServerError {
             | Self::DeleteAggregateNotExists
             | Self::DeleteEmptyDeleteList
             | Self::DeleteReplicationBackpressure
+            | Self::WriteMalformedGuardEntry
+            | Self::WriteConflictResponseTooLarge
+            | Self::DeleteConflictResponseTooLarge
             | Self::ExistsAggregateNotExists
             | Self::WatchRequestInvalid
             | Self::ShardRoutingNoKey
@@ -679,10 +706,12 @@ impl ServerError {
             Self::WriteOptimisticConcurrencyViolation {
                 expected_version,
                 current_aggregate_version,
+                ..
             }
             | Self::DeleteOptimisticConcurrencyViolation {
                 expected_version,
                 current_aggregate_version,
+                ..
             } => occ(*expected_version, *current_aggregate_version),
             Self::WriteNotLeader { leader_address }
             | Self::RegisterSchemaCannotAcceptWrites { leader_address }
@@ -781,6 +810,72 @@ impl ServerError {
             error_message: self.message(),
         }
     }
+
+    /// The OCC violation a typed conflict response stands for (the inverse of
+    /// [`Self::conflict_answer`]): how a cluster member turns a leader's forwarded conflict back
+    /// into the error its own client's version is answered with. `None` for other responses.
+    pub fn from_conflict_response(response: &EventResponse) -> Option<Self> {
+        let (conflicts, write) = match response {
+            EventResponse::WriteConflict(r) => (&r.conflicts, true),
+            EventResponse::DeleteConflict(r) => (&r.conflicts, false),
+            _ => return None,
+        };
+        let first = conflicts.first();
+        let expected_version = first.map_or(0, |c| c.expected);
+        let current_aggregate_version = first.map_or(0, |c| c.current);
+        let conflicts = conflicts.clone();
+        Some(if write {
+            Self::WriteOptimisticConcurrencyViolation {
+                expected_version,
+                current_aggregate_version,
+                conflicts,
+            }
+        } else {
+            Self::DeleteOptimisticConcurrencyViolation {
+                expected_version,
+                current_aggregate_version,
+                conflicts,
+            }
+        })
+    }
+
+    /// What a version 4/5 connection (the 0.3.0 clients) is told instead of an OCC violation:
+    /// the typed conflict response listing `conflicts` (13 for a write, 14 for a delete), or
+    /// 2015/4008 when that body could exceed `max_body_len`. `None` for every other error,
+    /// which is answered with its `ErrorResponse` as on versions 2/3 (the 0.3.0 client takes
+    /// an `ErrorResponse` 2003/4002 for a protocol error and drops the connection).
+    pub fn conflict_answer(
+        &self,
+        correlation_id: Option<u128>,
+        max_body_len: u64,
+    ) -> Option<Result<EventResponse, ServerError>> {
+        let (conflicts, too_large) = match self {
+            Self::WriteOptimisticConcurrencyViolation { conflicts, .. } => {
+                (conflicts, Self::WriteConflictResponseTooLarge)
+            }
+            Self::DeleteOptimisticConcurrencyViolation { conflicts, .. } => {
+                (conflicts, Self::DeleteConflictResponseTooLarge)
+            }
+            _ => return None,
+        };
+        let count = u64::try_from(conflicts.len()).unwrap_or(u64::MAX);
+        if super::responses::conflict_response_body_bound(count) > max_body_len {
+            return Some(Err(too_large));
+        }
+        let conflicts = conflicts.clone();
+        Some(Ok(match self {
+            Self::WriteOptimisticConcurrencyViolation { .. } => {
+                EventResponse::WriteConflict(WriteConflictResponse {
+                    correlation_id,
+                    conflicts,
+                })
+            }
+            _ => EventResponse::DeleteConflict(DeleteConflictResponse {
+                correlation_id,
+                conflicts,
+            }),
+        }))
+    }
 }
 
 #[cfg(test)]
@@ -799,9 +894,18 @@ mod tests {
                 .chars()
                 .all(|c| c.is_ascii_uppercase() || c == '_'));
         }
-        assert_eq!(ErrorCode::ALL.len(), 71);
-        assert_eq!(ErrorCode::from_code(2014), None);
-        assert_eq!(ErrorCode::from_code(4008), None);
+        // 71 of 0.2.0 and 2014, 2015, 4008 of 0.3.0.
+        assert_eq!(ErrorCode::ALL.len(), 74);
+        assert_eq!(
+            ErrorCode::from_code(2014),
+            Some(ErrorCode::WriteMalformedGuardEntry)
+        );
+        assert_eq!(
+            ErrorCode::from_code(4008),
+            Some(ErrorCode::DeleteConflictResponseTooLarge)
+        );
+        assert_eq!(ErrorCode::from_code(2016), None);
+        assert_eq!(ErrorCode::from_code(4009), None);
         let closing: Vec<u32> = ErrorCode::ALL
             .iter()
             .filter(|c| c.after_error() == AfterError::Close)
@@ -842,6 +946,7 @@ mod tests {
                 ServerError::WriteOptimisticConcurrencyViolation {
                     expected_version: 0,
                     current_aggregate_version: 1,
+                    conflicts: Vec::new(),
                 },
                 2003,
                 r#"{"expected_version":0,"current_aggregate_version":1}"#,
@@ -989,5 +1094,71 @@ mod tests {
         }
         .message();
         assert!(message.contains("\"leader_address\":\"node-b:10000\""));
+    }
+
+    #[test]
+    fn only_occ_violations_become_typed_conflicts_and_they_respect_the_limit() {
+        let key = crate::event::AggregateKey {
+            org_id: 1,
+            aggregate_type_id: 2,
+            aggregate_id: 3,
+        };
+        let conflicts = vec![AggregateConflict {
+            key,
+            expected: 4,
+            current: 7,
+        }];
+        let write = ServerError::WriteOptimisticConcurrencyViolation {
+            expected_version: 4,
+            current_aggregate_version: 7,
+            conflicts: conflicts.clone(),
+        };
+        assert_eq!(
+            write.conflict_answer(Some(9), 1 << 20),
+            Some(Ok(EventResponse::WriteConflict(WriteConflictResponse {
+                correlation_id: Some(9),
+                conflicts: conflicts.clone(),
+            })))
+        );
+        let delete = ServerError::DeleteOptimisticConcurrencyViolation {
+            expected_version: 4,
+            current_aggregate_version: 7,
+            conflicts,
+        };
+        assert!(matches!(
+            delete.conflict_answer(None, 1 << 20),
+            Some(Ok(EventResponse::DeleteConflict(_)))
+        ));
+        assert_eq!(
+            write.conflict_answer(None, 98),
+            Some(Err(ServerError::WriteConflictResponseTooLarge))
+        );
+        assert_eq!(
+            delete.conflict_answer(None, 98),
+            Some(Err(ServerError::DeleteConflictResponseTooLarge))
+        );
+        assert_eq!(
+            write.conflict_answer(None, 99).map(|r| r.is_ok()),
+            Some(true)
+        );
+        assert_eq!(
+            ServerError::WriteEmptyEventsList.conflict_answer(None, 1 << 20),
+            None
+        );
+        // A forwarded conflict comes back as the same error.
+        for e in [&write, &delete] {
+            let Some(Ok(typed)) = e.conflict_answer(None, 1 << 20) else {
+                panic!("typed")
+            };
+            assert_eq!(
+                ServerError::from_conflict_response(&typed).as_ref(),
+                Some(e)
+            );
+        }
+        // The JSON of versions 2/3 does not change.
+        assert_eq!(
+            write.message(),
+            r#"{"expected_version":4,"current_aggregate_version":7}"#
+        );
     }
 }

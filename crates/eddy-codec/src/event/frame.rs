@@ -41,6 +41,8 @@ fn response_name(kind: ResponseType) -> &'static str {
         ResponseType::ListAggregateTypes => "ListAggregateTypesResponse",
         ResponseType::ListAggregates => "ListAggregatesResponse",
         ResponseType::RegisterSchema => "RegisterSchemaResponse",
+        ResponseType::WriteConflict => "WriteConflictResponse",
+        ResponseType::DeleteConflict => "DeleteConflictResponse",
         ResponseType::Identify => "IdentifyResponse",
     }
 }

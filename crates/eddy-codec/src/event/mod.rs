@@ -70,9 +70,9 @@ pub use error_code::{AfterError, ErrorCode, InvalidKeyReason, RoutingField, Serv
 pub use frame::{decode_request, decode_response, encode_request, encode_response};
 pub use json::JsonObject;
 pub use model::{
-    AccessLevel, AggregateEventBatch, AggregateKey, AggregateListItem, AggregateTypeListItem,
-    Event, OrgListItem, ReadFilters, SchemaKey, SchemaType, SingleAggregateDelete,
-    SingleAggregateWrite, WatchOperation, WatchResponseEvent,
+    AccessLevel, AggregateConflict, AggregateEventBatch, AggregateKey, AggregateListItem,
+    AggregateTypeListItem, Event, OrgListItem, ReadFilters, SchemaKey, SchemaType,
+    SingleAggregateDelete, SingleAggregateWrite, WatchOperation, WatchResponseEvent,
 };
 pub use requests::{
     AggregateDetailsRequest, DeleteRequest, EventRequest, IdentifyRequest,
@@ -80,9 +80,10 @@ pub use requests::{
     RegisterSchemaRequest, TrimStartRequest, WatchRequest, WriteRequest,
 };
 pub use responses::{
-    AggregateDetailsResponse, DeleteResponse, ErrorResponse, EventResponse, IdentifyResponse,
-    ListAggregateTypesResponse, ListAggregatesResponse, ListOrgsResponse, ProtocolErrorResponse,
-    ReadResponse, RegisterSchemaResponse, TrimStartResponse, WatchResponse, WriteResponse,
+    conflict_response_body_bound, AggregateDetailsResponse, DeleteConflictResponse, DeleteResponse,
+    ErrorResponse, EventResponse, IdentifyResponse, ListAggregateTypesResponse,
+    ListAggregatesResponse, ListOrgsResponse, ProtocolErrorResponse, ReadResponse,
+    RegisterSchemaResponse, TrimStartResponse, WatchResponse, WriteConflictResponse, WriteResponse,
     MAX_ERROR_MESSAGE_LEN,
 };
 

@@ -23,6 +23,20 @@ wire_struct! {
     }
 }
 
+wire_struct! {
+    /// One pinned entry of a Write or Delete whose `expected_version` did not match
+    /// (0.3.0's typed conflict responses, types 13 and 14). V2 64 bytes, V3 array(3).
+    #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default)]
+    pub struct AggregateConflict {
+        /// The aggregate.
+        pub key: AggregateKey,
+        /// What the request expected.
+        pub expected: u64,
+        /// The aggregate's version when the request was decided.
+        pub current: u64,
+    }
+}
+
 impl AggregateKey {
     /// A key from its three ids.
     pub const fn new(org_id: u128, aggregate_type_id: u128, aggregate_id: u128) -> Self {

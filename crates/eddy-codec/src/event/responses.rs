@@ -5,8 +5,8 @@ use eddy_wire::event::{ProtocolVersion, ResponseType};
 
 use super::error::DecodeError;
 use super::model::{
-    AccessLevel, AggregateEventBatch, AggregateListItem, AggregateTypeListItem, OrgListItem,
-    WatchResponseEvent,
+    AccessLevel, AggregateConflict, AggregateEventBatch, AggregateListItem, AggregateTypeListItem,
+    OrgListItem, WatchResponseEvent,
 };
 use super::v2::V2Reader;
 use super::v3::{self, StructForm, V3Reader};
@@ -93,6 +93,35 @@ wire_struct! {
         /// Echo.
         pub correlation_id: Option<u128>,
     }
+}
+
+wire_struct! {
+    /// Type 13 (variable, versions 4/5 only): a Write refused because pinned entries'
+    /// `expected_version` did not match. V3 array(2).
+    #[derive(Debug, Clone, PartialEq, Eq, Hash, Default)]
+    pub struct WriteConflictResponse {
+        /// Echo.
+        pub correlation_id: Option<u128>,
+        /// Every conflicting pinned entry.
+        pub conflicts: Vec<AggregateConflict>,
+    }
+}
+
+wire_struct! {
+    /// Type 14 (variable, versions 4/5 only): the same for a Delete. V3 array(2).
+    #[derive(Debug, Clone, PartialEq, Eq, Hash, Default)]
+    pub struct DeleteConflictResponse {
+        /// Echo.
+        pub correlation_id: Option<u128>,
+        /// Every conflicting pinned entry.
+        pub conflicts: Vec<AggregateConflict>,
+    }
+}
+
+/// Upper bound of a conflict response body with `conflicts` entries in either encoding: 25
+/// bytes of envelope and 74 per entry (V2: 64 per entry; V3 at most 74).
+pub const fn conflict_response_body_bound(conflicts: u64) -> u64 {
+    conflicts.saturating_mul(74).saturating_add(25)
 }
 
 /// Type 6 (fixed): an empty struct (V2 empty body, V3 `90`). Defined by the protocol, never
@@ -268,6 +297,10 @@ pub enum EventResponse {
     ListAggregates(ListAggregatesResponse),
     /// Type 12.
     RegisterSchema(RegisterSchemaResponse),
+    /// Type 13 (versions 4/5).
+    WriteConflict(WriteConflictResponse),
+    /// Type 14 (versions 4/5).
+    DeleteConflict(DeleteConflictResponse),
     /// Type 16.
     Identify(IdentifyResponse),
 }
@@ -287,6 +320,8 @@ macro_rules! each_response {
             EventResponse::ListAggregateTypes($r) => $e,
             EventResponse::ListAggregates($r) => $e,
             EventResponse::RegisterSchema($r) => $e,
+            EventResponse::WriteConflict($r) => $e,
+            EventResponse::DeleteConflict($r) => $e,
             EventResponse::Identify($r) => $e,
         }
     };
@@ -308,6 +343,8 @@ impl EventResponse {
             Self::ListAggregateTypes(_) => ResponseType::ListAggregateTypes,
             Self::ListAggregates(_) => ResponseType::ListAggregates,
             Self::RegisterSchema(_) => ResponseType::RegisterSchema,
+            Self::WriteConflict(_) => ResponseType::WriteConflict,
+            Self::DeleteConflict(_) => ResponseType::DeleteConflict,
             Self::Identify(_) => ResponseType::Identify,
         }
     }
@@ -325,6 +362,8 @@ impl EventResponse {
             Self::ListAggregateTypes(r) => r.correlation_id,
             Self::ListAggregates(r) => r.correlation_id,
             Self::RegisterSchema(r) => r.correlation_id,
+            Self::WriteConflict(r) => r.correlation_id,
+            Self::DeleteConflict(r) => r.correlation_id,
             Self::Identify(r) => r.correlation_id,
             Self::Watch(_) | Self::ProtocolError(_) => None,
         }
@@ -386,6 +425,12 @@ impl EventResponse {
             }
             ResponseType::RegisterSchema => {
                 Self::RegisterSchema(value::decode(version, body, owner)?)
+            }
+            ResponseType::WriteConflict => {
+                Self::WriteConflict(value::decode(version, body, owner)?)
+            }
+            ResponseType::DeleteConflict => {
+                Self::DeleteConflict(value::decode(version, body, owner)?)
             }
             ResponseType::Identify => Self::Identify(value::decode(version, body, owner)?),
         })

@@ -4,7 +4,7 @@
 use std::collections::{BTreeMap, BTreeSet};
 
 use bytes::Bytes;
-use eddy_wire::event::ProtocolVersion;
+use eddy_wire::event::{BodyEncoding, ProtocolVersion};
 
 use super::error::DecodeError;
 use super::v2::{self, V2Reader};
@@ -326,9 +326,9 @@ impl<K: WireValue + Ord, V: WireValue> WireValue for BTreeMap<K, V> {
 
 /// Encodes a top-level value.
 pub(crate) fn encode<T: WireValue>(value: &T, version: ProtocolVersion, out: &mut Vec<u8>) {
-    match version {
-        ProtocolVersion::V2 => value.encode_v2(out),
-        ProtocolVersion::V3 => value.encode_v3(out),
+    match version.encoding() {
+        BodyEncoding::Bincode => value.encode_v2(out),
+        BodyEncoding::MessagePack => value.encode_v3(out),
     }
 }
 
@@ -338,13 +338,13 @@ pub(crate) fn decode<T: WireValue>(
     body: &[u8],
     owner: Option<&Bytes>,
 ) -> Result<T, DecodeError> {
-    let (value, offset, remaining) = match version {
-        ProtocolVersion::V2 => {
+    let (value, offset, remaining) = match version.encoding() {
+        BodyEncoding::Bincode => {
             let mut r = V2Reader::new(body, owner);
             let v = T::decode_v2(&mut r)?;
             (v, r.offset(), r.remaining())
         }
-        ProtocolVersion::V3 => {
+        BodyEncoding::MessagePack => {
             let mut r = V3Reader::new(body, owner);
             let v = T::decode_v3(&mut r)?;
             (v, r.offset(), r.remaining())

@@ -32,7 +32,7 @@ use bytes::Bytes;
 use eddy_log::format::MAX_RECORD_PAYLOAD;
 use eddy_log::{lock, Completion, Corruption, Log, RecordMeta};
 
-use crate::error::{EventStoreError, Refusal, Result};
+use crate::error::{EventStoreError, Refusal, Result, VersionMismatch};
 use crate::index::Index;
 use crate::keys::{agg_key_bytes, key_schema, mark_key_bytes};
 use crate::record::{
@@ -46,7 +46,7 @@ use crate::types::{
 };
 use crate::watch::Watchers;
 use pending::{Pending, PendingRecord, ShardHook};
-use validate::validate_write;
+use validate::{validate_guard, validate_write};
 
 pub(crate) use pending::FlushSignal;
 
@@ -325,6 +325,38 @@ impl Shard {
         }
     }
 
+    /// `e`, or when it is the version conflict of part `at`, that conflict and those of the
+    /// request's later parts (`pins`: every part's key and expected version, in order),
+    /// checked for their versions only against the write-ahead state (0 for an aggregate
+    /// that never existed): a client learns every stale guard at once.
+    fn every_conflict(
+        &self,
+        e: EventStoreError,
+        at: usize,
+        pins: impl Iterator<Item = (AggregateKey, Option<u64>)>,
+    ) -> EventStoreError {
+        let mut conflicts = match &e {
+            EventStoreError::Refused(r @ Refusal::VersionConflict { .. }) => r.version_conflicts(),
+            _ => return e,
+        };
+        for (part, (key, expected)) in pins.enumerate().skip(at + 1) {
+            let Some(expected) = expected else { continue };
+            let Ok((state, _)) = self.ahead_agg(&key) else {
+                return e;
+            };
+            let current = state.map_or(0, |s| s.version);
+            if expected != current {
+                conflicts.push(VersionMismatch {
+                    part,
+                    key,
+                    expected,
+                    current,
+                });
+            }
+        }
+        Refusal::of_conflicts(conflicts).into()
+    }
+
     /// Validates and appends a write whose events were encoded already.
     pub(crate) fn write(
         &self,
@@ -362,6 +394,15 @@ impl Shard {
                     Ok(s) => s,
                     Err(e) => return Completion::ready(Err(e)),
                 };
+                let pins = parts.iter().map(|(w, _)| (w.key, w.expected_version));
+                if events.count == 0 {
+                    // A guard (the only part without events the input checks let through):
+                    // its version is decided with the others, and it writes nothing.
+                    if let Err(e) = validate_guard(part, w, state) {
+                        return Completion::ready(Err(self.every_conflict(e, part, pins)));
+                    }
+                    continue;
+                }
                 // The mark the idempotency check looked up, if it did (looked up once).
                 let mut seen_mark = None;
                 let plan = match validate_write(part, w, events, state, |k| {
@@ -370,7 +411,7 @@ impl Shard {
                     Ok(found)
                 }) {
                     Ok(p) => p,
-                    Err(e) => return Completion::ready(Err(e)),
+                    Err(e) => return Completion::ready(Err(self.every_conflict(e, part, pins))),
                 };
                 let mark = match seen_mark {
                     Some(m) => m,
@@ -391,6 +432,7 @@ impl Shard {
             let body = RecordBody::Write(
                 parts
                     .iter()
+                    .filter(|(_, events)| events.count > 0)
                     .zip(&planned)
                     .map(|((w, events), p)| WritePart {
                         key: w.key,
@@ -532,13 +574,18 @@ impl Shard {
                 };
                 if let Some(e) = d.expected_version {
                     if e != s.version {
-                        return Completion::ready(Err(Refusal::VersionConflict {
+                        let conflict = Refusal::VersionConflict {
                             part,
                             key: d.key,
                             expected: e,
                             current: s.version,
-                        }
-                        .into()));
+                        };
+                        let pins = deletes.iter().map(|d| (d.key, d.expected_version));
+                        return Completion::ready(Err(self.every_conflict(
+                            conflict.into(),
+                            part,
+                            pins,
+                        )));
                     }
                 }
                 priors.push(Prior {

@@ -99,3 +99,23 @@ pub(super) fn validate_write(
     }
     Ok(plan)
 }
+
+/// Checks a guard part (no events, an `expected_version`) against the write-ahead state: the
+/// aggregate's current version (0 when it never existed) must be the expected one.
+pub(super) fn validate_guard(
+    part: usize,
+    w: &AggregateWrite,
+    state: Option<AggState>,
+) -> Result<()> {
+    let current = state.map_or(0, |s| s.version);
+    match w.expected_version {
+        Some(expected) if expected != current => Err(Refusal::VersionConflict {
+            part,
+            key: w.key,
+            expected,
+            current,
+        }
+        .into()),
+        _ => Ok(()),
+    }
+}

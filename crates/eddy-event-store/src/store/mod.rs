@@ -505,12 +505,19 @@ impl Drop for EventStore {
     }
 }
 
-/// The input checks of a write, every part first (§4.3 step 4): events present, no event of
-/// type 0.
+/// The input checks of a write, every part first (§4.3 step 4): events present (or the part
+/// is a guard, and some part appends), no event of type 0.
 pub(crate) fn check_input(request: &WriteRequest) -> std::result::Result<(), Refusal> {
     for (part, w) in request.writes.iter().enumerate() {
+        if w.is_guard() {
+            continue;
+        }
         if w.events.is_empty() {
-            return Err(Refusal::EmptyEvents { part });
+            return Err(if w.expected_version.is_some() {
+                Refusal::MalformedGuard { part }
+            } else {
+                Refusal::EmptyEvents { part }
+            });
         }
         if let Some(e) = w.events.iter().find(|e| e.event_type_major == 0) {
             return Err(Refusal::ZeroEventType {
@@ -518,6 +525,9 @@ pub(crate) fn check_input(request: &WriteRequest) -> std::result::Result<(), Ref
                 client_seq: e.client_seq,
             });
         }
+    }
+    if request.writes.iter().all(AggregateWrite::is_guard) {
+        return Err(Refusal::MalformedGuard { part: 0 });
     }
     Ok(())
 }

@@ -252,6 +252,75 @@ fn multi_aggregate_writes_are_atomic() {
     assert_eq!(ok.max_aggregate_version(), None);
 }
 
+/// A guard (no events, an expected version, no create, no idempotency) is decided with the
+/// write's appends and writes nothing; a part without events that is not a guard, or a write
+/// of guards alone, is refused.
+#[test]
+fn guards_are_decided_with_the_appends_and_write_nothing() {
+    let disk = MemBackend::new();
+    let store = open(&disk, cfg());
+    let guard = |key, expected| AggregateWrite {
+        key,
+        events: Vec::new(),
+        allow_create: false,
+        expected_version: Some(expected),
+        enforce_client_idempotency: false,
+    };
+    // K never existed: a guard of 0 holds, and the append beside it commits alone.
+    let ok = write(&store, 1, vec![guard(K, 0), part(K2, vec![ev(1, 1, "x")])]).unwrap();
+    assert_eq!(ok.versions, vec![1]);
+    assert_eq!(ok.max_aggregate_version(), Some(1));
+    assert!(matches!(
+        event_err(store.details(&K)),
+        Refusal::NotFound { .. }
+    ));
+    write(&store, 1, vec![part(K, vec![ev(1, 1, "a")])]).unwrap();
+    // A stale guard refuses the append beside it.
+    let err = event_err(write(
+        &store,
+        1,
+        vec![part(K2, vec![ev(2, 1, "y")]), guard(K, 0)],
+    ));
+    assert!(matches!(
+        err,
+        Refusal::VersionConflict {
+            part: 1,
+            expected: 0,
+            current: 1,
+            ..
+        }
+    ));
+    assert_eq!(store.details(&K2).unwrap().max_aggregate_version, 1);
+    let ok = write(&store, 1, vec![part(K2, vec![ev(2, 1, "y")]), guard(K, 1)]).unwrap();
+    assert_eq!(ok.versions, vec![2]);
+    assert_eq!(store.details(&K).unwrap().max_aggregate_version, 1);
+    // Guards alone, and parts without events that are not guards.
+    assert_eq!(
+        event_err(write(&store, 1, vec![guard(K, 1)])),
+        Refusal::MalformedGuard { part: 0 }
+    );
+    let mut creating = guard(K, 1);
+    creating.allow_create = true;
+    assert_eq!(
+        event_err(write(
+            &store,
+            1,
+            vec![part(K2, vec![ev(3, 1, "z")]), creating]
+        )),
+        Refusal::MalformedGuard { part: 1 }
+    );
+    let mut unpinned = guard(K, 1);
+    unpinned.expected_version = None;
+    assert_eq!(
+        event_err(write(
+            &store,
+            1,
+            vec![part(K2, vec![ev(3, 1, "z")]), unpinned]
+        )),
+        Refusal::EmptyEvents { part: 1 }
+    );
+}
+
 #[test]
 fn trim_delete_and_recreate() {
     let disk = MemBackend::new();

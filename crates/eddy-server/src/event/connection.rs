@@ -350,6 +350,21 @@ impl Connection {
         let (response, close) = match reply {
             Reply::Response(r) => (r, None),
             Reply::Error(e) => {
+                // A 0.3.0 client (versions 4/5) is told of an OCC conflict with a typed
+                // conflict response: it takes an ErrorResponse 2003/4002 for a protocol error.
+                let e = match version.typed_conflicts().then(|| {
+                    e.conflict_answer(correlation_id, self.shared.events.max_response_size)
+                }) {
+                    Some(Some(Ok(conflict))) => {
+                        return self.answer(kind, version, conflict, started).await
+                    }
+                    Some(Some(Err(too_large))) => too_large,
+                    // 2014 is 0.3.0's: a 0.2.0 client is told what it was before guards, 2000.
+                    None if e == ServerError::WriteMalformedGuardEntry => {
+                        ServerError::WriteEmptyEventsList
+                    }
+                    _ => e,
+                };
                 let close = (e.after_error() == AfterError::Close).then(|| e.code().code());
                 (EventResponse::Error(e.to_response(correlation_id)), close)
             }
@@ -367,6 +382,25 @@ impl Connection {
             Some(code) => Err(ConnectionEnd::AfterError { code }),
             None => Ok(()),
         }
+    }
+
+    /// Sends a typed conflict response (a refused change: recorded as a failure) and keeps
+    /// the connection open.
+    async fn answer(
+        &mut self,
+        kind: RequestType,
+        version: ProtocolVersion,
+        conflict: EventResponse,
+        started: Instant,
+    ) -> Result<(), ConnectionEnd> {
+        let sent = self.send(version, &conflict, kind).await;
+        self.shared.metrics.record_request(
+            Protocol::Event,
+            metric_index(kind),
+            false,
+            started.elapsed(),
+        );
+        sent
     }
 
     /// Encodes and writes one response under the write deadline. A body that cannot be

@@ -35,6 +35,26 @@ pub(super) fn key(k: &wire::AggregateKey) -> st::AggregateKey {
     st::AggregateKey::new(k.org_id, k.aggregate_type_id, k.aggregate_id)
 }
 
+/// An OCC refusal's first conflict (the 0.2.0 client's JSON names one) and every conflict in
+/// wire form (what a 0.3.0 client is told: docs/celeriant-client-revisions.md).
+fn conflicts(r: &Refusal) -> (u64, u64, Vec<wire::AggregateConflict>) {
+    let all = r.version_conflicts();
+    let first = all.first().map_or((0, 0), |c| (c.expected, c.current));
+    let wire = all
+        .iter()
+        .map(|c| wire::AggregateConflict {
+            key: wire::AggregateKey {
+                org_id: c.key.org_id,
+                aggregate_type_id: c.key.aggregate_type_id,
+                aggregate_id: c.key.aggregate_id,
+            },
+            expected: c.expected,
+            current: c.current,
+        })
+        .collect();
+    (first.0, first.1, wire)
+}
+
 /// Numbers the storage failures logged by [`detail`], so a client's error names its log line.
 static FAILURE_REFERENCE: AtomicU64 = AtomicU64::new(1);
 
@@ -114,6 +134,8 @@ pub(super) fn write_error(e: &EventStoreError, placement: Placement) -> ServerEr
             routing_refusal(r, RequestType::Write, placement)
         }
         Refusal::EmptyEvents { .. } => ServerError::WriteEmptyEventsList,
+        // 0.2.0 has no 2014: the connection answers it as 2000 on versions 2/3.
+        Refusal::MalformedGuard { .. } => ServerError::WriteMalformedGuardEntry,
         Refusal::ZeroEventType { client_seq, .. } => ServerError::WriteZeroEventType {
             client_seq: *client_seq,
         },
@@ -143,12 +165,14 @@ pub(super) fn write_error(e: &EventStoreError, placement: Placement) -> ServerEr
         Refusal::RecreateNotAllowed { .. } | Refusal::Deleted { .. } => {
             ServerError::WriteAggregateRecreateNotAllowed
         }
-        Refusal::VersionConflict {
-            expected, current, ..
-        } => ServerError::WriteOptimisticConcurrencyViolation {
-            expected_version: *expected,
-            current_aggregate_version: *current,
-        },
+        r @ (Refusal::VersionConflict { .. } | Refusal::VersionConflicts { .. }) => {
+            let (expected_version, current_aggregate_version, conflicts) = conflicts(r);
+            ServerError::WriteOptimisticConcurrencyViolation {
+                expected_version,
+                current_aggregate_version,
+                conflicts,
+            }
+        }
         Refusal::Duplicate {
             last_client_seq,
             attempted_client_seq,
@@ -218,12 +242,14 @@ pub(super) fn delete_error(e: &EventStoreError, placement: Placement) -> ServerE
         Some(Refusal::NotFound { .. } | Refusal::Deleted { .. }) => {
             ServerError::DeleteAggregateNotExists
         }
-        Some(Refusal::VersionConflict {
-            expected, current, ..
-        }) => ServerError::DeleteOptimisticConcurrencyViolation {
-            expected_version: *expected,
-            current_aggregate_version: *current,
-        },
+        Some(r @ (Refusal::VersionConflict { .. } | Refusal::VersionConflicts { .. })) => {
+            let (expected_version, current_aggregate_version, conflicts) = conflicts(r);
+            ServerError::DeleteOptimisticConcurrencyViolation {
+                expected_version,
+                current_aggregate_version,
+                conflicts,
+            }
+        }
         Some(r) if is_routing(r) || *r == Refusal::EmptyRequest => {
             routing_refusal(r, RequestType::Delete, placement)
         }
@@ -344,7 +370,13 @@ async fn apply_change(svc: &EventService, change: Change) -> Result<EventRespons
                 .forward(prepared.shard, correlation_id, &prepared.command)
                 .await
             {
-                Ok(response) => return Ok(response),
+                // A conflict comes back typed; the connection answers it in its version.
+                Ok(response) => {
+                    return match ServerError::from_conflict_response(&response) {
+                        Some(conflict) => Err(conflict),
+                        None => Ok(response),
+                    }
+                }
                 // The client gets the redirect; the operator sees why it was not served here.
                 Err(e) => {
                     tracing::warn!(shard = prepared.shard, error = %e, "a change could not be forwarded to its shard's leader; answered with a redirect");
@@ -393,8 +425,14 @@ pub(crate) async fn answer_forwarded(
         .submit(shard, &command)
         .await
         .map_err(|e| cluster_error(kind, e, placement));
-    let response = respond(kind, correlation_id, outcome)
-        .unwrap_or_else(|e| EventResponse::Error(e.to_response(correlation_id)));
+    // An OCC conflict travels typed, with its conflicting entries, whatever the client's
+    // version: the forwarding member answers it as that version wants.
+    let response = respond(kind, correlation_id, outcome).unwrap_or_else(|e| {
+        match e.conflict_answer(correlation_id, u64::MAX) {
+            Some(Ok(conflict)) => conflict,
+            _ => EventResponse::Error(e.to_response(correlation_id)),
+        }
+    });
     encode_forward_answer(&response)
 }
 
@@ -629,6 +667,41 @@ mod tests {
         assert_eq!(
             delete_error(&conflict, p).code(),
             ErrorCode::DeleteOptimisticConcurrencyViolation
+        );
+        // Several conflicts: the JSON (0.2.0) names the first, the typed list (0.3.0) all.
+        let mismatch = |part, id, expected, current| st::VersionMismatch {
+            part,
+            key: st::AggregateKey::new(1, 2, id),
+            expected,
+            current,
+        };
+        let both = EventStoreError::Refused(Refusal::VersionConflicts {
+            conflicts: vec![mismatch(0, 3, 1, 2), mismatch(2, 9, 0, 4)],
+        });
+        for e in [write_error(&both, p), delete_error(&both, p)] {
+            assert_eq!(
+                e.message(),
+                r#"{"expected_version":1,"current_aggregate_version":2}"#
+            );
+            let Some(Ok(typed)) = e.conflict_answer(None, 1 << 20) else {
+                panic!("{e:?} has no typed answer")
+            };
+            let (EventResponse::WriteConflict(wire::WriteConflictResponse { conflicts, .. })
+            | EventResponse::DeleteConflict(wire::DeleteConflictResponse { conflicts, .. })) =
+                typed
+            else {
+                panic!("{typed:?}")
+            };
+            let got: Vec<_> = conflicts
+                .iter()
+                .map(|c| (c.key.aggregate_id, c.expected, c.current))
+                .collect();
+            assert_eq!(got, vec![(3, 1, 2), (9, 0, 4)]);
+        }
+        let malformed = EventStoreError::Refused(Refusal::MalformedGuard { part: 0 });
+        assert_eq!(
+            write_error(&malformed, p).code(),
+            ErrorCode::WriteMalformedGuardEntry
         );
         let failed = EventStoreError::Log(eddy_log::LogError::Shutdown);
         assert_eq!(write_error(&failed, p).code(), ErrorCode::WriteFsyncError);

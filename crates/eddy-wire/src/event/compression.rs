@@ -37,10 +37,12 @@ pub const COMPRESSION_THRESHOLD: usize = 1024;
 /// Compression level used when the configuration gives none (clients use 3 too).
 pub const DEFAULT_COMPRESSION_LEVEL: i32 = 3;
 
-/// Largest dictionary accepted from the data dir. The dictionary travels in the Identify
-/// response, which the default client caps at 64 MiB; zstd dictionaries are normally tens
-/// of KiB.
-pub const MAX_DICTIONARY_LEN: usize = 4 * 1024 * 1024;
+/// Largest dictionary accepted from the data dir: 1 MiB, the protocol ceiling of the 0.3.0
+/// clients (`DICTIONARY_CEILING_BYTES`), which read the Identify response under 1 MiB + 128
+/// bytes whatever their response cap (0.2.0 read it under 64 MiB). A larger dictionary could
+/// not reach them, so the server refuses to start with one; zstd dictionaries are normally
+/// tens of KiB (the built-in one is 16 KiB).
+pub const MAX_DICTIONARY_LEN: usize = 1024 * 1024;
 
 /// File name of the cluster dictionary inside the data root.
 pub const DICTIONARY_FILE_NAME: &str = "dictionary.zstd_dict";

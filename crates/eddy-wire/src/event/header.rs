@@ -3,7 +3,8 @@
 //! ```text
 //!  offset  size  field                 rule
 //!  ------  ----  --------------------  ----------------------------------------------------
-//!       0     4  version (u32 LE)      2 = bincode body, 3 = MessagePack body, else reject
+//!       0     4  version (u32 LE)      2 or 4 = bincode body, 3 or 5 = MessagePack body,
+//!                                      else reject (4/5: the 0.3.0 clients, same bodies)
 //!       4     4  message_type (u32 LE) request or response type id (separate id spaces)
 //!       8     4  compressed_length     body bytes that follow on the wire
 //!      12     4  uncompressed_length   body length after decompression; equal to
@@ -27,30 +28,69 @@ pub const FIXED_FRAME_LEN: usize = 1024;
 pub const MAX_FIXED_BODY_LEN: usize = FIXED_FRAME_LEN - HEADER_LEN;
 
 /// Protocol version carried in every header; it selects the body encoding.
+///
+/// Versions 4 and 5 (`celeriant_*` 0.3.0) encode bodies exactly as 2 and 3 do; what they
+/// change is behaviour: an OCC conflict is answered with a typed conflict response (13/14)
+/// instead of an `ErrorResponse`, and a write may carry guard entries
+/// (docs/celeriant-client-revisions.md).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub enum ProtocolVersion {
-    /// Version 2: bincode bodies (fixed-width little-endian integers). The Rust client.
+    /// Version 2: bincode bodies (fixed-width little-endian integers). The 0.2.0 Rust client.
     V2,
     /// Version 3: `MessagePack` bodies (positional arrays). The .NET client.
     V3,
+    /// Version 4: version 2's bincode bodies. The 0.3.0 Rust client.
+    V4,
+    /// Version 5: version 3's `MessagePack` bodies, 0.3.0 generation.
+    V5,
+}
+
+/// How a body is encoded.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum BodyEncoding {
+    /// bincode 2, fixed-width little-endian integers (versions 2 and 4).
+    Bincode,
+    /// `MessagePack`, structs as positional arrays (versions 3 and 5).
+    MessagePack,
 }
 
 impl ProtocolVersion {
+    /// Every version, in numeric order.
+    pub const ALL: [Self; 4] = [Self::V2, Self::V3, Self::V4, Self::V5];
+
     /// The numeric value on the wire.
     pub const fn as_u32(self) -> u32 {
         match self {
             Self::V2 => 2,
             Self::V3 => 3,
+            Self::V4 => 4,
+            Self::V5 => 5,
         }
     }
 
-    /// Parses the header's version field; anything but 2 or 3 is `None`.
+    /// Parses the header's version field; anything but 2 to 5 is `None`.
     pub const fn from_u32(value: u32) -> Option<Self> {
         match value {
             2 => Some(Self::V2),
             3 => Some(Self::V3),
+            4 => Some(Self::V4),
+            5 => Some(Self::V5),
             _ => None,
         }
+    }
+
+    /// The body encoding this version selects.
+    pub const fn encoding(self) -> BodyEncoding {
+        match self {
+            Self::V2 | Self::V4 => BodyEncoding::Bincode,
+            Self::V3 | Self::V5 => BodyEncoding::MessagePack,
+        }
+    }
+
+    /// Whether the client answers OCC conflicts with typed conflict responses (13/14) and
+    /// may send guard entries: versions 4 and 5.
+    pub const fn typed_conflicts(self) -> bool {
+        matches!(self, Self::V4 | Self::V5)
     }
 }
 
@@ -103,7 +143,7 @@ pub struct EventHeader {
 
 impl EventHeader {
     /// Parses the first [`HEADER_LEN`] bytes of `bytes` and applies the checks every receiver
-    /// performs before allocating a body: version 2 or 3, a known compression byte, both
+    /// performs before allocating a body: version 2 to 5, a known compression byte, both
     /// lengths at most `max_body_len`, and equal lengths for uncompressed frames.
     ///
     /// Returns `Ok(None)` when fewer than [`HEADER_LEN`] bytes are available.
@@ -207,14 +247,28 @@ mod tests {
     }
 
     #[test]
-    fn rejects_versions_other_than_2_and_3() {
-        for version in [0, 1, 4, 5, 0x1603_0100, u32::MAX] {
+    fn rejects_versions_other_than_2_to_5() {
+        for version in [0, 1, 6, 0x1603_0100, u32::MAX] {
             let err = EventHeader::parse(&raw(version, 1, 0, 0, 0), MAX).unwrap_err();
             assert_eq!(err, FrameError::UnsupportedVersion { version });
         }
-        assert!(EventHeader::parse(&raw(3, 1, 0, 0, 0), MAX)
-            .unwrap()
-            .is_some());
+        for version in ProtocolVersion::ALL {
+            let header = EventHeader::parse(&raw(version.as_u32(), 1, 0, 0, 0), MAX)
+                .unwrap()
+                .unwrap();
+            assert_eq!(header.version, version);
+        }
+    }
+
+    #[test]
+    fn versions_4_and_5_encode_as_2_and_3_and_only_they_answer_typed_conflicts() {
+        use ProtocolVersion::{V2, V3, V4, V5};
+        assert_eq!(V4.encoding(), V2.encoding());
+        assert_eq!(V5.encoding(), V3.encoding());
+        assert_eq!(V2.encoding(), BodyEncoding::Bincode);
+        assert_eq!(V3.encoding(), BodyEncoding::MessagePack);
+        assert!(!V2.typed_conflicts() && !V3.typed_conflicts());
+        assert!(V4.typed_conflicts() && V5.typed_conflicts());
     }
 
     #[test]

@@ -57,6 +57,7 @@ pub use frame::{
     FrameLimits, FrameSpec, RequestFrameDecoder, DEFAULT_MAX_REQUEST_LEN, DEFAULT_MAX_RESPONSE_LEN,
 };
 pub use header::{
-    Compression, EventHeader, ProtocolVersion, FIXED_FRAME_LEN, HEADER_LEN, MAX_FIXED_BODY_LEN,
+    BodyEncoding, Compression, EventHeader, ProtocolVersion, FIXED_FRAME_LEN, HEADER_LEN,
+    MAX_FIXED_BODY_LEN,
 };
 pub use types::{RequestType, ResponseType, SizeClass};

@@ -144,13 +144,19 @@ pub enum ResponseType {
     ListAggregates,
     /// 12, fixed.
     RegisterSchema,
+    /// 13, variable; an OCC conflict of a Write, listing every conflicting pinned entry.
+    /// Sent only on version 4/5 connections (the 0.3.0 clients).
+    WriteConflict,
+    /// 14, variable; the same for a Delete. Version 4/5 only.
+    DeleteConflict,
     /// 16, variable, never compressed.
     Identify,
 }
 
 impl ResponseType {
-    /// Every response type, in id order.
-    pub const ALL: [Self; 13] = [
+    /// Every response type: the 0.2.0 ones in id order, then the two added by 0.3.0 (last,
+    /// so the fuzz corpus's selector bytes keep naming the same types).
+    pub const ALL: [Self; 15] = [
         Self::AggregateDetails,
         Self::Read,
         Self::Write,
@@ -164,6 +170,8 @@ impl ResponseType {
         Self::ListAggregates,
         Self::RegisterSchema,
         Self::Identify,
+        Self::WriteConflict,
+        Self::DeleteConflict,
     ];
 
     /// The type id on the wire.
@@ -181,6 +189,8 @@ impl ResponseType {
             Self::ListAggregateTypes => 10,
             Self::ListAggregates => 11,
             Self::RegisterSchema => 12,
+            Self::WriteConflict => 13,
+            Self::DeleteConflict => 14,
             Self::Identify => 16,
         }
     }
@@ -200,6 +210,8 @@ impl ResponseType {
             10 => Self::ListAggregateTypes,
             11 => Self::ListAggregates,
             12 => Self::RegisterSchema,
+            13 => Self::WriteConflict,
+            14 => Self::DeleteConflict,
             16 => Self::Identify,
             _ => return None,
         })
@@ -221,6 +233,8 @@ impl ResponseType {
             | Self::ListOrgs
             | Self::ListAggregateTypes
             | Self::ListAggregates
+            | Self::WriteConflict
+            | Self::DeleteConflict
             | Self::Identify => SizeClass::Variable,
         }
     }
@@ -256,7 +270,7 @@ mod tests {
         for ty in ResponseType::ALL {
             assert_eq!(ResponseType::from_id(ty.id()), Some(ty));
         }
-        for id in [0, 13, 14, 15, 17, 106, 107] {
+        for id in [0, 15, 17, 106, 107] {
             assert_eq!(ResponseType::from_id(id), None, "id {id}");
         }
     }
