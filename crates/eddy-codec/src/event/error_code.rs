@@ -289,7 +289,7 @@ pub enum ServerError {
     },
     /// 2003 `{"expected_version":e,"current_aggregate_version":c}`. `conflicts` (not in the
     /// JSON) is what a version 4/5 connection is told instead, as a `WriteConflictResponse`
-    /// ([`ServerError::conflict_response`]).
+    /// ([`ServerError::conflict_answer`]).
     WriteOptimisticConcurrencyViolation {
         expected_version: u64,
         current_aggregate_version: u64,
