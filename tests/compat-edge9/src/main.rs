@@ -738,7 +738,17 @@ async fn cluster_metadata(addr: SocketAddr) -> Outcome {
         .get_cluster_metadata()
         .await
         .at("get_cluster_metadata")?;
-    ensure!(metadata.nodes.len() == 1, "{metadata:?}");
+    // A single node lists itself; a cluster every member. Either way exactly one leads.
+    ensure!(!metadata.nodes.is_empty(), "{metadata:?}");
+    ensure!(
+        metadata
+            .nodes
+            .iter()
+            .filter(|n| n.role == ClusterNodeRole::Leader)
+            .count()
+            == 1,
+        "{metadata:?}"
+    );
     Ok(())
 }
 
