@@ -324,6 +324,67 @@ async fn peer_addrs(config: &ServerConfig) -> Result<BTreeMap<NodeId, SocketAddr
     Ok(out)
 }
 
+/// The members this member's cluster was founded with (`raft/founders`): learned from the
+/// `peers` at a joining member's first start, written from the configuration at a founding
+/// member's, read afterwards. Every group without a placement of its own is founded on them,
+/// on every member.
+async fn founding_members(
+    config: &ServerConfig,
+    peers: &BTreeMap<NodeId, SocketAddr>,
+    raft_dir: &Path,
+    tls: Option<&PeerTls>,
+) -> Result<Vec<NodeId>, ConfigError> {
+    let mut configured: Vec<NodeId> = peers.keys().copied().collect();
+    configured.push(config.node_id);
+    configured.sort_unstable();
+    if config.join && !raft_dir.join(super::incarnation::FOUNDERS_FILE).exists() {
+        join_cluster(raft_dir, peers, config.node_id, tls).await?;
+    }
+    let members = super::incarnation::founders(raft_dir, &configured).map_err(storage_error)?;
+    if members != configured {
+        tracing::warn!(founders = ?members, configured = ?configured, "this member's --node-id and --peer list differ from the members its cluster was founded with; groups keep their founders");
+    }
+    Ok(members)
+}
+
+/// `addr` as clients and peers are told it (with `--advertise-host`'s host when set).
+fn advertise(config: &ServerConfig, addr: SocketAddr) -> String {
+    match &config.advertise_host {
+        Some(host) => format!("{host}:{}", addr.port()),
+        None => addr.to_string(),
+    }
+}
+
+/// This member's greeting on the replication port: who it is, where clients reach it, what
+/// its peers must share with it, and a nonce of this start.
+fn greeting(
+    config: &ServerConfig,
+    advertised: &Advertised,
+    events: &eddy_event_store::EventStore,
+    cluster: u64,
+    members: &[NodeId],
+) -> Hello {
+    let boot = super::incarnation::random_u64();
+    let founders: Vec<String> = members.iter().map(ToString::to_string).collect();
+    Hello {
+        node_id: config.node_id,
+        cluster,
+        props: vec![
+            (props::STREAM.into(), advertise(config, advertised.stream)),
+            (props::CLIENT.into(), advertise(config, advertised.client)),
+            (props::HTTP.into(), advertise(config, advertised.http)),
+            (props::VERSION.into(), env!("CARGO_PKG_VERSION").into()),
+            (props::EVENTS.into(), events_layout(events.config())),
+            (
+                props::MEMBERS.into(),
+                format!("{:016x}", fingerprint(members)),
+            ),
+            (props::BOOT.into(), format!("{boot:016x}")),
+            (props::FOUNDERS.into(), founders.join(",")),
+        ],
+    }
+}
+
 /// A new member's first start (`--join`): asks the `peers` for the cluster's id and founders
 /// and keeps them in `raft_dir`, so this member founds every group as the others did.
 async fn join_cluster(
@@ -363,19 +424,9 @@ pub async fn start(
     let peer_tls = load_peer_tls(config)?;
     let peers = peer_addrs(config).await?;
     let me = config.node_id;
-    let mut configured: Vec<NodeId> = peers.keys().copied().collect();
-    configured.push(me);
-    configured.sort_unstable();
     let raft_dir = data_dir.join("raft");
     std::fs::create_dir_all(&raft_dir).map_err(storage_error)?;
-    if config.join && !raft_dir.join(super::incarnation::FOUNDERS_FILE).exists() {
-        join_cluster(&raft_dir, &peers, me, peer_tls.as_ref()).await?;
-    }
-    // Every group without a placement of its own is founded on these, on every member.
-    let members = super::incarnation::founders(&raft_dir, &configured).map_err(storage_error)?;
-    if members != configured {
-        tracing::warn!(founders = ?members, configured = ?configured, "this member's --node-id and --peer list differ from the members its cluster was founded with; groups keep their founders");
-    }
+    let members = founding_members(config, &peers, &raft_dir, peer_tls.as_ref()).await?;
     let backend: Arc<dyn StorageBackend> =
         Arc::new(FsBackend::new(data_dir).map_err(storage_error)?);
     let log = LogConfig {
@@ -435,32 +486,7 @@ pub async fn start(
         }),
     )
     .map_err(storage_error)?;
-    let boot = super::incarnation::random_u64();
-    let advertise = |addr: SocketAddr| match &config.advertise_host {
-        Some(host) => format!("{host}:{}", addr.port()),
-        None => addr.to_string(),
-    };
-    let hello = Hello {
-        node_id: me,
-        cluster,
-        props: vec![
-            (props::STREAM.into(), advertise(advertised.stream)),
-            (props::CLIENT.into(), advertise(advertised.client)),
-            (props::HTTP.into(), advertise(advertised.http)),
-            (props::VERSION.into(), env!("CARGO_PKG_VERSION").into()),
-            (props::EVENTS.into(), events_layout(events.config())),
-            (props::MEMBERS.into(), format!("{members_fingerprint:016x}")),
-            (props::BOOT.into(), format!("{boot:016x}")),
-            (
-                props::FOUNDERS.into(),
-                members
-                    .iter()
-                    .map(ToString::to_string)
-                    .collect::<Vec<_>>()
-                    .join(","),
-            ),
-        ],
-    };
+    let hello = greeting(config, &advertised, events, cluster, &members);
     let (incarnations, fresh) =
         super::incarnation::Incarnations::open(&raft_dir, me).map_err(storage_error)?;
     if fresh {
@@ -539,7 +565,10 @@ pub async fn start(
     let streams = ClusterStreams::new(runner, groups, view)
         .with_directory(transport.directory().clone())
         .with_identity(me, transport.authenticates())
-        .with_membership(transport.peers().clone(), advertise(advertised.replication));
+        .with_membership(
+            transport.peers().clone(),
+            advertise(config, advertised.replication),
+        );
     tracing::info!(node_id = me, members = ?members, "cluster member started");
     Ok(Member {
         streams,

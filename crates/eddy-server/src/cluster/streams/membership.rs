@@ -266,7 +266,11 @@ impl ClusterStreams {
             }));
         });
         match rx.await {
-            Ok(Some((last, Some(matched)))) => last.saturating_sub(matched) <= PROMOTE_WITHIN,
+            // A learner that acknowledged nothing yet (never reached) is not caught up, however
+            // short the group's log: it would count toward quorums without voting.
+            Ok(Some((last, Some(matched)))) if matched > 0 => {
+                last.saturating_sub(matched) <= PROMOTE_WITHIN
+            }
             _ => false,
         }
     }
