@@ -69,9 +69,9 @@ pub mod stream_metadata;
 pub mod streams;
 pub mod workload;
 
-pub use config::{FaultConfig, Millis, SimConfig};
+pub use config::{FaultConfig, Millis, Scenario, SimConfig};
 pub use logdir::{LogDir, LogFactory};
-pub use report::{FaultCounts, FaultKind, Report};
+pub use report::{FaultCounts, FaultKind, MembershipCounts, Report};
 pub use rng::SimRng;
 pub use sim::{Failure, Sim};
 pub use store::{DiskFault, MemDir, MemFactory, StoreFactory, StoreKind};

@@ -50,6 +50,7 @@ fn smoke_campaign_over_both_sizes_and_every_profile_keeps_every_guarantee() {
             data_loss: false,
             jobs: 2,
             store: eddy_sim::StoreKind::Mem,
+            membership: false,
         };
         let summary = campaign::run(&spec, |cfg| eddy_sim::run(cfg, false), |_| {}).unwrap();
         assert!(
