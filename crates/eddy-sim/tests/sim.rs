@@ -86,6 +86,58 @@ fn smoke_campaign_over_both_sizes_and_every_profile_keeps_every_guarantee() {
 
 /// Seeds that once failed, each with what it found.
 #[test]
+fn smoke_membership_changes_under_faults_keep_every_guarantee() {
+    // Seeds cycle through the scenarios (add, remove, replace, remove-partitioned,
+    // stuck-learner), on both sizes and both fault profiles.
+    let mut seen = eddy_sim::MembershipCounts::default();
+    for (nodes, profile, seeds) in [
+        (3, "light", 1..=10),
+        (3, "heavy", 1..=10),
+        (5, "light", 1..=5),
+        (5, "heavy", 6..=10),
+    ] {
+        let spec = Spec {
+            start: *seeds.start(),
+            seeds: seeds.end() - seeds.start() + 1,
+            nodes,
+            faults: profile.into(),
+            fault_secs: Some(15),
+            calm_secs: Some(5),
+            data_loss: false,
+            jobs: 2,
+            store: eddy_sim::StoreKind::Mem,
+            membership: true,
+        };
+        let summary = campaign::run(&spec, |cfg| eddy_sim::run(cfg, false), |_| {}).unwrap();
+        assert!(
+            summary.failures.is_empty(),
+            "{nodes} nodes, {profile}, membership:\n{}",
+            summary.failure_report(&spec)
+        );
+        seen.merge(&summary.membership);
+    }
+    assert_eq!(seen.runs, 30);
+    assert!(seen.completed > 50, "{seen}");
+    assert!(seen.added >= 5 && seen.removed >= 5, "{seen}");
+    assert!(seen.stuck_learners >= 2, "{seen}");
+    assert!(seen.removal_proofs >= 1, "{seen}");
+    assert!(seen.transfers >= 1, "{seen}");
+}
+
+#[test]
+fn a_membership_seed_replays_byte_for_byte() {
+    let mut cfg = short(12, 3, FaultConfig::heavy(3));
+    cfg.membership = Some(eddy_sim::Scenario::Replace);
+    let a = eddy_sim::run(&cfg, false).unwrap();
+    assert_eq!(
+        a,
+        eddy_sim::run(&cfg, false).unwrap(),
+        "two runs of one seed"
+    );
+    assert_eq!((a.membership.added, a.membership.removed), (1, 1), "{a:?}");
+}
+
+#[test]
 fn regression_seeds_keep_every_guarantee() {
     for (seed, nodes, profile, found) in [
         (
