@@ -1114,9 +1114,18 @@ impl<F: StoreFactory, W: Workload> Sim<F, W> {
         if op.waiting.is_some() {
             return;
         }
-        let to = match op.target {
-            Some(to) => to,
-            None => 1 + self.rng.below(self.nodes.len() as u64),
+        let to = if let Some(to) = op.target {
+            to
+        } else {
+            // Clients know the cluster's members (a removed or not yet added node is not
+            // one); without membership changes, every node from the start.
+            let members: Vec<NodeId> = self
+                .nodes
+                .iter()
+                .filter(|n| matches!(n.service, Service::Serving | Service::Held))
+                .map(|n| n.id)
+                .collect();
+            members[self.rng.index(members.len())]
         };
         op.attempts += 1;
         op.waiting = Some(op.attempts);
