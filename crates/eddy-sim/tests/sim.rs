@@ -137,6 +137,24 @@ fn a_membership_seed_replays_byte_for_byte() {
     assert_eq!((a.membership.added, a.membership.removed), (1, 1), "{a:?}");
 }
 
+/// Open (#37): the only failures of the first membership campaign (1,250 seeds, 3 nodes light
+/// and heavy, 5 nodes heavy): all replace runs under heavy faults whose calm phase keeps a
+/// minority of the new voters down to show the removed member is not counted; one group
+/// then acknowledges nothing within the 10 s liveness bound, though a leader is elected. Not
+/// yet told apart: a bound too tight for a bare majority after heavy faults, or a liveness
+/// problem. No safety check failed.
+#[test]
+#[ignore = "open: liveness with a bare majority after a replace under heavy faults (#37)"]
+fn open_membership_seeds_commit_with_a_bare_majority_after_a_replace() {
+    for (seed, nodes) in [(42, 3), (157, 3), (32, 5), (202, 5)] {
+        let mut cfg = SimConfig::new(seed, nodes, FaultConfig::heavy(nodes));
+        cfg.membership = Some(eddy_sim::Scenario::for_seed(seed));
+        if let Err(f) = eddy_sim::run(&cfg, false) {
+            panic!("{f}\n{}", f.recent.join("\n"));
+        }
+    }
+}
+
 #[test]
 fn regression_seeds_keep_every_guarantee() {
     for (seed, nodes, profile, found) in [
