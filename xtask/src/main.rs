@@ -123,7 +123,10 @@ fn print_help() {
                                  (--check: retrain and compare with the committed one)\n\
          sim [ARGS...]           deterministic simulation campaign (release build of eddy-sim):\n\
                                  --seeds N [--start S] [--nodes 3|5] [--faults none|light|heavy]\n\
-                                 [--jobs J] [--store mem|log|events|streams|server];\n\
+                                 [--jobs J] [--store mem|log|events|streams|server]\n\
+                                 [--membership: every run also changes members under the\n\
+                                 faults, add / remove / replace / remove-partitioned /\n\
+                                 stuck-learner in turn by seed];\n\
                                  --seed S [--trace] replays one seed\n\
          chaos [ARGS...]         real-process chaos of a local cluster (root; network\n\
                                  namespaces): --seconds N (300) --seed S --nodes N (3) --no-nft\n\

@@ -5,8 +5,9 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::mpsc;
 use std::time::{Duration, Instant};
 
+use crate::config::Scenario;
 use crate::config::{FaultConfig, Millis, SimConfig};
-use crate::report::{FaultCounts, Report};
+use crate::report::{FaultCounts, MembershipCounts, Report};
 use crate::sim::Failure;
 use crate::store::StoreKind;
 
@@ -31,6 +32,9 @@ pub struct Spec {
     pub jobs: usize,
     /// The store the nodes run on.
     pub store: StoreKind,
+    /// Make a membership change in every run (the scenario cycles with the seed, see
+    /// [`Scenario::for_seed`]).
+    pub membership: bool,
 }
 
 impl Spec {
@@ -42,9 +46,19 @@ impl Spec {
         let mut faults = FaultConfig::profile(&self.faults, self.nodes)
             .ok_or_else(|| format!("--faults {}: none, light or heavy", self.faults))?;
         if self.data_loss {
+            if self.membership {
+                return Err(
+                    "--data-loss and --membership: one or the other (a lost disk's \
+                            survivability is judged against the founding members)"
+                        .into(),
+                );
+            }
             faults = faults.with_data_loss();
         }
         let mut cfg = SimConfig::new(seed, self.nodes, faults);
+        if self.membership {
+            cfg.membership = Some(Scenario::for_seed(seed));
+        }
         if let Some(s) = self.fault_secs {
             cfg.fault_ms = s * 1000;
         }
@@ -71,6 +85,9 @@ impl Spec {
         }
         if self.store != StoreKind::Mem {
             let _ = write!(cmd, " --store {}", self.store.name());
+        }
+        if self.membership {
+            cmd.push_str(" --membership");
         }
         cmd
     }
@@ -101,6 +118,8 @@ pub struct Summary {
     pub liveness_ms: Millis,
     /// Faults injected.
     pub faults: FaultCounts,
+    /// Membership changes made.
+    pub membership: MembershipCounts,
     /// Failed seeds, in seed order.
     pub failures: Vec<Failure>,
     /// Wall-clock time.
@@ -122,6 +141,7 @@ impl Summary {
                 self.snapshots += r.snapshots;
                 self.liveness_ms = self.liveness_ms.max(r.liveness_ms);
                 self.faults.merge(&r.faults);
+                self.membership.merge(&r.membership);
             }
             Err(f) => {
                 self.simulated_ms += f.at;
@@ -210,6 +230,7 @@ mod tests {
             data_loss: true,
             jobs: 2,
             store: StoreKind::Log,
+            membership: false,
         }
     }
 
@@ -224,6 +245,22 @@ mod tests {
         assert_eq!(s.config(12).unwrap().calm_ms, 5_000);
         assert!(s.config(12).unwrap().faults.wipe > 0.0);
         assert!(Spec { nodes: 4, ..spec() }.config(1).is_err());
+        assert!(Spec {
+            membership: true,
+            ..spec()
+        }
+        .config(1)
+        .is_err());
+        let members = Spec {
+            membership: true,
+            data_loss: false,
+            ..spec()
+        };
+        assert_eq!(
+            members.config(13).unwrap().membership,
+            Some(Scenario::RemovePartitioned)
+        );
+        assert!(members.replay_command(13).ends_with(" --membership"));
         assert!(Spec {
             faults: "medium".into(),
             ..spec()

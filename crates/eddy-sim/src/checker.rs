@@ -10,7 +10,14 @@
 //!   proposal's own id; no two operations are acknowledged at one index;
 //! * **monotonicity**: within a node's life, its applied index advances one entry at a time
 //!   (or jumps forward to a snapshot) and its commit index never goes back;
-//! * **one leader per term** and group.
+//! * **one leader per term** and group;
+//! * **membership** (when members change): every member that applies the change at an index
+//!   applies the same membership there; a member the run marks as never to vote (a learner
+//!   that never caught up) is never made a voter; the entries committed are durable on a
+//!   majority of the voters (both halves of a joint configuration) of a configuration in
+//!   force before them, so a node that was never a voter, or was removed before, is not
+//!   counted by any later configuration; the simulator adds that a leader is a voter of its
+//!   own configuration.
 //!
 //! At the end, once every member of every group has caught up:
 //! * every member holds the same state;
@@ -20,10 +27,11 @@
 //! * real-time order: an operation first proposed after another was acknowledged comes after
 //!   it in the log.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
+use std::fmt::Write as _;
 
 use bytes::Bytes;
-use eddy_consensus::{GroupId, NodeId, SnapshotMeta};
+use eddy_consensus::{GroupId, Membership, NodeId, SnapshotMeta};
 
 use crate::config::Millis;
 use crate::workload::OpId;
@@ -60,7 +68,13 @@ pub struct FinalCounts {
 /// The run's history and the invariants over it.
 #[derive(Debug)]
 pub struct Checker {
-    members: usize,
+    /// The founding voters of every group.
+    founders: Vec<NodeId>,
+    /// Per group, each configuration applied, by the index of its change: (voters, outgoing
+    /// voters). Index 0 is the founders'.
+    configs: BTreeMap<GroupId, BTreeMap<u64, Config>>,
+    /// Nodes that must never be made voters.
+    never_voters: BTreeSet<NodeId>,
     /// Per group, the entry applied at each index: (term, digest).
     committed: BTreeMap<GroupId, Vec<Option<(u64, u64)>>>,
     /// Per (node, group), the applied index in the node's current life.
@@ -76,11 +90,21 @@ pub struct Checker {
 
 type Check = Result<(), String>;
 
+/// A configuration's voters and, while joint, its outgoing voters.
+type Config = (Vec<NodeId>, Vec<NodeId>);
+
+/// Whether `durable` holds a majority of `voters` (an empty list is no constraint).
+fn majority_of(voters: &[NodeId], durable: &[NodeId]) -> bool {
+    voters.is_empty() || voters.iter().filter(|v| durable.contains(v)).count() > voters.len() / 2
+}
+
 impl Checker {
-    /// A checker for a cluster of `members` nodes.
-    pub fn new(members: usize) -> Self {
+    /// A checker for a cluster whose groups start with these voters.
+    pub fn new(founders: Vec<NodeId>) -> Self {
         Checker {
-            members,
+            founders,
+            configs: BTreeMap::new(),
+            never_voters: BTreeSet::new(),
             committed: BTreeMap::new(),
             applied: BTreeMap::new(),
             commit: BTreeMap::new(),
@@ -90,8 +114,80 @@ impl Checker {
         }
     }
 
-    fn majority(&self) -> usize {
-        self.members / 2 + 1
+    /// Whether an entry at `index` of `group` held by `durable` is durable on a majority of
+    /// the voters of a configuration in force before it (a leader commits with the
+    /// configuration it applied last, which came before the entry; any of them is accepted).
+    fn quorum(&self, group: GroupId, index: u64, durable: &[NodeId]) -> bool {
+        let founders = (self.founders.clone(), Vec::new());
+        let mut configs: Vec<&Config> = vec![&founders];
+        if let Some(history) = self.configs.get(&group) {
+            configs.extend(history.range(..index).map(|(_, c)| c));
+        }
+        configs.iter().any(|(voters, outgoing)| {
+            majority_of(voters, durable) && majority_of(outgoing, durable)
+        })
+    }
+
+    /// Describes the configurations before `index` of `group`, for failure reports.
+    fn configs_before(&self, group: GroupId, index: u64) -> String {
+        let mut out = format!("founders {:?}", self.founders);
+        for (at, (voters, outgoing)) in self
+            .configs
+            .get(&group)
+            .into_iter()
+            .flat_map(|h| h.range(..index))
+        {
+            let _ = write!(out, "; at {at}: voters {voters:?} outgoing {outgoing:?}");
+        }
+        out
+    }
+
+    /// The last membership applied in `group` (voters, outgoing voters), if it ever changed.
+    pub fn latest_config(&self, group: GroupId) -> Option<(Vec<NodeId>, Vec<NodeId>)> {
+        let (_, config) = self.configs.get(&group)?.last_key_value()?;
+        Some(config.clone())
+    }
+
+    /// `node` must never be made a voter (a learner that cannot catch up).
+    pub fn never_voter(&mut self, node: NodeId) {
+        self.never_voters.insert(node);
+    }
+
+    /// A node applied (or took from a snapshot) a group's membership.
+    pub fn membership(&mut self, node: NodeId, group: GroupId, m: &Membership) -> Check {
+        if let Some(n) = m
+            .voters
+            .iter()
+            .chain(&m.voters_outgoing)
+            .find(|n| self.never_voters.contains(n))
+        {
+            return Err(format!(
+                "{group} on node {node}: node {n}, a learner that never caught up, was made a \
+                 voter at index {}: {m:?}",
+                m.index
+            ));
+        }
+        if m.index == 0 {
+            return Ok(());
+        }
+        let mut voters = m.voters.clone();
+        voters.sort_unstable();
+        let mut outgoing = m.voters_outgoing.clone();
+        outgoing.sort_unstable();
+        let config = (voters, outgoing);
+        let history = self.configs.entry(group).or_default();
+        match history.get(&m.index) {
+            Some(known) if *known != config => Err(format!(
+                "{group}: node {node} applied members {config:?} at index {} where another \
+                 member applied {known:?}",
+                m.index
+            )),
+            Some(_) => Ok(()),
+            None => {
+                history.insert(m.index, config);
+                Ok(())
+            }
+        }
     }
 
     /// The entry applied at `index` of `group` so far (term, digest).
@@ -106,13 +202,13 @@ impl Checker {
         self.commit.insert((node, group), 0);
     }
 
-    /// A node applied an entry that `durable_on` members hold durably.
+    /// A node applied an entry that the members `durable_on` hold durably.
     pub fn applied(
         &mut self,
         node: NodeId,
         group: GroupId,
         (index, term, digest): (u64, u64, u64),
-        durable_on: usize,
+        durable_on: &[NodeId],
     ) -> Check {
         let cursor = self.applied.entry((node, group)).or_insert(0);
         if index != *cursor + 1 {
@@ -121,11 +217,12 @@ impl Checker {
             ));
         }
         *cursor = index;
-        if durable_on < self.majority() {
+        if !self.quorum(group, index, durable_on) {
             return Err(format!(
                 "{group} on node {node}: applied index {index} (term {term}) while only \
-                 {durable_on} of {} members hold it durably",
-                self.members
+                 {durable_on:?} hold it durably, no majority of any configuration before it \
+                 ({})",
+                self.configs_before(group, index)
             ));
         }
         let log = self.committed.entry(group).or_default();
@@ -208,29 +305,29 @@ impl Checker {
     }
 
     /// A node acknowledged `op` with the entry it just applied: `(index, term)` carrying the
-    /// operation `carried` (as decoded from its payload), held durably by `durable_on`
-    /// members at that moment (fewer than a majority: a leader acknowledged without one).
+    /// operation `carried` (as decoded from its payload), held durably by the members
+    /// `durable_on` at that moment (no majority: a leader acknowledged without one).
     pub fn acked(
         &mut self,
         op: OpId,
         node: NodeId,
         (index, term): (u64, u64),
         carried: Option<OpId>,
-        durable_on: usize,
+        durable_on: &[NodeId],
         at: Millis,
     ) -> Check {
-        let majority = self.majority();
-        let Some(record) = self.ops.get_mut(&op) else {
+        let Some(group) = self.ops.get(&op).map(|r| r.group) else {
             return Err(format!("node {node} acknowledged op {op}, never proposed"));
         };
-        let group = record.group;
-        if durable_on < majority {
+        if !self.quorum(group, index, durable_on) {
             return Err(format!(
                 "{group} on node {node}: op {op} acknowledged at index {index} while only \
-                 {durable_on} of {} members hold it durably",
-                self.members
+                 {durable_on:?} hold it durably, no majority of any configuration before it \
+                 ({})",
+                self.configs_before(group, index)
             ));
         }
+        let record = self.ops.get_mut(&op).expect("found above");
         if carried != Some(op) {
             return Err(format!(
                 "{group} on node {node}: op {op} acknowledged with the entry at index {index}, \
@@ -401,7 +498,7 @@ mod tests {
             c.opened(node, G, 0);
             for (i, op) in ops.iter().enumerate() {
                 let entry = (i as u64 + 1, 1, digest(&payload(*op)));
-                c.applied(node, G, entry, 3).unwrap();
+                c.applied(node, G, entry, &[1, 2, 3]).unwrap();
             }
         }
     }
@@ -419,13 +516,13 @@ mod tests {
 
     #[test]
     fn a_clean_history_passes_and_counts_what_it_saw() {
-        let mut c = Checker::new(3);
+        let mut c = Checker::new(vec![1, 2, 3]);
         for op in [10, 11, 12] {
             c.proposed(op, G, op);
         }
         applied_everywhere(&mut c, &[10, 11, 12]);
-        c.acked(10, 1, (1, 1), Some(10), 3, 20).unwrap();
-        c.acked(12, 1, (3, 1), Some(12), 3, 30).unwrap();
+        c.acked(10, 1, (1, 1), Some(10), &[1, 2, 3], 20).unwrap();
+        c.acked(12, 1, (3, 1), Some(12), &[1, 2, 3], 30).unwrap();
         let counts = c
             .check_final(G, &everywhere(&[10, 11, 12]), op_id, digest)
             .unwrap();
@@ -442,15 +539,15 @@ mod tests {
 
     #[test]
     fn divergence_and_applies_without_a_majority_are_caught_at_once() {
-        let mut c = Checker::new(3);
+        let mut c = Checker::new(vec![1, 2, 3]);
         c.opened(1, G, 0);
         c.opened(2, G, 0);
-        c.applied(1, G, (1, 1, 0xAA), 2).unwrap();
-        let e = c.applied(2, G, (1, 2, 0xBB), 2).unwrap_err();
+        c.applied(1, G, (1, 1, 0xAA), &[1, 2]).unwrap();
+        let e = c.applied(2, G, (1, 2, 0xBB), &[1, 2]).unwrap_err();
         assert!(e.contains("diverge"), "{e}");
-        let e = c.applied(1, G, (2, 1, 0xCC), 1).unwrap_err();
-        assert!(e.contains("only 1 of 3"), "{e}");
-        let e = c.applied(1, G, (5, 1, 0xDD), 3).unwrap_err();
+        let e = c.applied(1, G, (2, 1, 0xCC), &[1]).unwrap_err();
+        assert!(e.contains("only [1] hold it"), "{e}");
+        let e = c.applied(1, G, (5, 1, 0xDD), &[1, 2, 3]).unwrap_err();
         assert!(e.contains("not the next one"), "{e}");
         let e = c
             .snapshot(2, G, SnapshotMeta { index: 1, term: 9 })
@@ -466,26 +563,73 @@ mod tests {
     }
 
     #[test]
+    fn membership_changes_move_the_majority_and_are_checked() {
+        let m = |index, voters: Vec<NodeId>, outgoing: Vec<NodeId>| Membership {
+            voters,
+            voters_outgoing: outgoing,
+            index,
+            ..Membership::default()
+        };
+        let mut c = Checker::new(vec![1, 2, 3]);
+        c.never_voter(5);
+        for node in 1..=4 {
+            c.opened(node, G, 0);
+        }
+        // Node 4 never voted yet: it does not make a majority of the founders.
+        let e = c.applied(1, G, (1, 1, 0xA), &[1, 4]).unwrap_err();
+        assert!(e.contains("no majority"), "{e}");
+        c.applied(2, G, (1, 1, 0xA), &[1, 2, 4]).unwrap();
+        // Joint {1,2,3,4} / {1,2,3} at 2, then {1,2,3,4} at 3: agreed by every member.
+        c.membership(1, G, &m(2, vec![1, 2, 3, 4], vec![1, 2, 3]))
+            .unwrap();
+        c.membership(2, G, &m(2, vec![1, 2, 3, 4], vec![1, 2, 3]))
+            .unwrap();
+        let e = c
+            .membership(3, G, &m(2, vec![1, 2, 3], vec![]))
+            .unwrap_err();
+        assert!(e.contains("another member applied"), "{e}");
+        c.membership(1, G, &m(3, vec![1, 2, 3, 4], vec![])).unwrap();
+        c.membership(1, G, &m(5, vec![2, 3, 4], vec![])).unwrap();
+        // After the removal of 1, {3, 4} is a majority of {2, 3, 4}.
+        for i in 2..=6 {
+            c.applied(2, G, (i, 1, 0xA), &[1, 2, 3, 4]).unwrap();
+        }
+        c.applied(3, G, (1, 1, 0xA), &[1, 2, 3]).unwrap();
+        c.applied(2, G, (7, 1, 0xA), &[3, 4]).unwrap();
+        // The learner that never caught up never becomes a voter.
+        let e = c
+            .membership(2, G, &m(8, vec![2, 3, 5], vec![]))
+            .unwrap_err();
+        assert!(e.contains("never caught up"), "{e}");
+    }
+
+    #[test]
     fn bad_acknowledgements_are_caught_at_once() {
-        let mut c = Checker::new(3);
+        let mut c = Checker::new(vec![1, 2, 3]);
         c.proposed(1, G, 0);
         c.proposed(2, G, 0);
         applied_everywhere(&mut c, &[1, 2]);
         assert!(
-            c.acked(7, 1, (1, 1), Some(7), 3, 5).is_err(),
+            c.acked(7, 1, (1, 1), Some(7), &[1, 2, 3], 5).is_err(),
             "never proposed"
         );
-        assert!(c.acked(1, 1, (2, 1), Some(2), 3, 5).is_err(), "wrong entry");
-        assert!(c.acked(1, 1, (1, 2), Some(1), 3, 5).is_err(), "wrong term");
         assert!(
-            c.acked(2, 1, (2, 1), Some(2), 1, 5)
+            c.acked(1, 1, (2, 1), Some(2), &[1, 2, 3], 5).is_err(),
+            "wrong entry"
+        );
+        assert!(
+            c.acked(1, 1, (1, 2), Some(1), &[1, 2, 3], 5).is_err(),
+            "wrong term"
+        );
+        assert!(
+            c.acked(2, 1, (2, 1), Some(2), &[1], 5)
                 .unwrap_err()
-                .contains("only 1 of 3"),
+                .contains("only [1] hold it"),
             "acknowledged without a majority"
         );
-        c.acked(2, 1, (2, 1), Some(2), 3, 5).unwrap();
+        c.acked(2, 1, (2, 1), Some(2), &[1, 2, 3], 5).unwrap();
         // Another op at an acknowledged index: its payload would have to be op 2's.
-        let e = c.acked(1, 2, (2, 1), Some(1), 3, 6).unwrap_err();
+        let e = c.acked(1, 2, (2, 1), Some(1), &[1, 2, 3], 6).unwrap_err();
         assert!(
             e.contains("both acknowledged") || e.contains("carries"),
             "{e}"
@@ -495,11 +639,11 @@ mod tests {
     #[test]
     fn lost_duplicated_and_reordered_acknowledgements_fail_the_final_check() {
         // Lost: op 2 acknowledged at index 2, but the final state ends at index 1.
-        let mut c = Checker::new(3);
+        let mut c = Checker::new(vec![1, 2, 3]);
         c.proposed(1, G, 0);
         c.proposed(2, G, 0);
         applied_everywhere(&mut c, &[1, 2]);
-        c.acked(2, 1, (2, 1), Some(2), 3, 5).unwrap();
+        c.acked(2, 1, (2, 1), Some(2), &[1, 2, 3], 5).unwrap();
         let e = c
             .check_final(G, &everywhere(&[1]), op_id, digest)
             .unwrap_err();
@@ -513,7 +657,7 @@ mod tests {
 
         // Applied twice although proposed once; allowed once a second attempt could have
         // entered the log.
-        let mut c = Checker::new(3);
+        let mut c = Checker::new(vec![1, 2, 3]);
         c.proposed(1, G, 0);
         applied_everywhere(&mut c, &[1, 1]);
         let e = c
@@ -531,18 +675,18 @@ mod tests {
             .is_err());
 
         // Real time: op 2 is proposed after op 1 was acknowledged but sits before it.
-        let mut c = Checker::new(3);
+        let mut c = Checker::new(vec![1, 2, 3]);
         c.proposed(1, G, 0);
         c.proposed(2, G, 50);
         applied_everywhere(&mut c, &[2, 1]);
-        c.acked(1, 1, (2, 1), Some(1), 3, 40).unwrap();
+        c.acked(1, 1, (2, 1), Some(1), &[1, 2, 3], 40).unwrap();
         let e = c
             .check_final(G, &everywhere(&[2, 1]), op_id, digest)
             .unwrap_err();
         assert!(e.contains("not after index 2"), "{e}");
 
         // A payload that is not the committed entry at its index.
-        let mut c = Checker::new(3);
+        let mut c = Checker::new(vec![1, 2, 3]);
         c.proposed(1, G, 0);
         applied_everywhere(&mut c, &[1]);
         let e = c

@@ -30,6 +30,66 @@ pub struct SimConfig {
     pub think_ms: Millis,
     /// What to inject.
     pub faults: FaultConfig,
+    /// A membership change the run makes while the faults go on (`None`: the founding
+    /// members stay).
+    pub membership: Option<Scenario>,
+}
+
+/// A membership change a run makes on every group, proposed at a seeded time by the
+/// simulator's driver, one change per group at a time, as the server's
+/// `eddy cluster add/remove/replace` does: a new member is started with the groups' founding
+/// voters, becomes a learner, catches up (at most 64 entries behind its leader) and then a
+/// voter; a removed member is taken out of every group and then stopped; a change the engine
+/// dropped (another was in flight) is proposed again at the next pass.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Scenario {
+    /// A new member (node `nodes + 1`) joins every group.
+    Add,
+    /// A founding member leaves every group.
+    Remove,
+    /// A new member joins, then a founding member leaves.
+    Replace,
+    /// A founding member is cut from every other for good, then removed.
+    RemovePartitioned,
+    /// A new member is cut from every other for good, and added: it is a learner that never
+    /// catches up, so it must never become a voter while the groups go on committing (it is
+    /// let back in when the workload stops, and ends a caught-up learner).
+    StuckLearner,
+}
+
+impl Scenario {
+    /// Every scenario, in the order [`Scenario::for_seed`] cycles through.
+    pub const ALL: [Scenario; 5] = [
+        Scenario::Add,
+        Scenario::Remove,
+        Scenario::Replace,
+        Scenario::RemovePartitioned,
+        Scenario::StuckLearner,
+    ];
+
+    /// The scenario a campaign runs on `seed` (each in turn).
+    pub fn for_seed(seed: u64) -> Self {
+        Scenario::ALL[usize::try_from(seed % Scenario::ALL.len() as u64).expect("small")]
+    }
+
+    /// Its name.
+    pub fn name(self) -> &'static str {
+        match self {
+            Scenario::Add => "add",
+            Scenario::Remove => "remove",
+            Scenario::Replace => "replace",
+            Scenario::RemovePartitioned => "remove-partitioned",
+            Scenario::StuckLearner => "stuck-learner",
+        }
+    }
+
+    /// Whether it starts a new member.
+    pub fn adds(self) -> bool {
+        matches!(
+            self,
+            Scenario::Add | Scenario::Replace | Scenario::StuckLearner
+        )
+    }
 }
 
 impl SimConfig {
@@ -46,6 +106,7 @@ impl SimConfig {
             liveness_ms: 10_000,
             think_ms: 40,
             faults,
+            membership: None,
         }
     }
 

@@ -18,6 +18,12 @@
 //!    acknowledge a new proposal within `liveness_ms`.
 //! 3. **Drain**: clients finish, every member catches up, and the final states are checked.
 //!
+//! With [`SimConfig::membership`] (`--membership`), members also change during the faults and
+//! the calm, as `eddy cluster add/remove/replace` changes them (a [`Scenario`]: add, remove,
+//! replace, remove a member cut from the others, add a learner that never catches up); the
+//! changes are proposed to the real engine (`Node::propose_membership`), and the checker
+//! follows the configurations it applies.
+//!
 //! The [`checker`] module lists the guarantees. A failing seed replays exactly: one
 //! [`SimRng`] makes every choice, events run in (virtual time, sequence) order, and a rolling
 //! hash of every event ([`Report::hash`]) shows two runs of a seed are the same run.
@@ -69,9 +75,9 @@ pub mod stream_metadata;
 pub mod streams;
 pub mod workload;
 
-pub use config::{FaultConfig, Millis, SimConfig};
+pub use config::{FaultConfig, Millis, Scenario, SimConfig};
 pub use logdir::{LogDir, LogFactory};
-pub use report::{FaultCounts, FaultKind, Report};
+pub use report::{FaultCounts, FaultKind, MembershipCounts, Report};
 pub use rng::SimRng;
 pub use sim::{Failure, Sim};
 pub use store::{DiskFault, MemDir, MemFactory, StoreFactory, StoreKind};

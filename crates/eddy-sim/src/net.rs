@@ -44,6 +44,8 @@ pub enum Fate {
 pub struct Network {
     nodes: u64,
     cut: BTreeSet<(NodeId, NodeId)>,
+    /// Nodes cut from every other until let back in, whatever partitions come and heal.
+    isolated: BTreeSet<NodeId>,
     /// Bumped at every partition and heal, so a scheduled heal only ends its own partition.
     epoch: u64,
 }
@@ -54,6 +56,7 @@ impl Network {
         Network {
             nodes,
             cut: BTreeSet::new(),
+            isolated: BTreeSet::new(),
             epoch: 0,
         }
     }
@@ -61,6 +64,24 @@ impl Network {
     /// Whether `from` can currently reach `to`.
     pub fn is_cut(&self, from: NodeId, to: NodeId) -> bool {
         self.cut.contains(&(from, to))
+            || self.isolated.contains(&from)
+            || self.isolated.contains(&to)
+    }
+
+    /// Cuts `node` from every other, both ways, until [`Network::let_in`] (heals leave it
+    /// cut).
+    pub fn isolate_for_good(&mut self, node: NodeId) {
+        self.isolated.insert(node);
+    }
+
+    /// Ends [`Network::isolate_for_good`].
+    pub fn let_in(&mut self, node: NodeId) {
+        self.isolated.remove(&node);
+    }
+
+    /// The nodes cut for good.
+    pub fn isolated(&self) -> impl Iterator<Item = NodeId> + '_ {
+        self.isolated.iter().copied()
     }
 
     /// Whether any link is cut.

@@ -206,6 +206,70 @@ pub struct Report {
     pub liveness_ms: Millis,
     /// Faults injected.
     pub faults: FaultCounts,
+    /// Membership changes, when the run makes one.
+    pub membership: MembershipCounts,
+}
+
+/// What a run's (or a campaign's) membership changes did.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct MembershipCounts {
+    /// Runs that made a membership change.
+    pub runs: u64,
+    /// Changes proposed to a leader (one step of one group, each proposal counted: a change
+    /// the engine dropped is proposed again).
+    pub proposed: u64,
+    /// Changes applied by their proposer (a learner added, a learner promoted, a member
+    /// removed, on one group).
+    pub completed: u64,
+    /// Proposals answered with an error (dropped, superseded, not leader, unknown outcome).
+    pub refused: u64,
+    /// Members that became voters of every group.
+    pub added: u64,
+    /// Members removed from every group (and then stopped).
+    pub removed: u64,
+    /// Learners cut from every other for good, that had to stay learners.
+    pub stuck_learners: u64,
+    /// Calm phases run with only a bare majority of the new voters up, which is no majority
+    /// once the removed member counted: every group still had to commit.
+    pub removal_proofs: u64,
+    /// Leader hand-overs asked before removing a group's leader.
+    pub transfers: u64,
+}
+
+impl MembershipCounts {
+    /// Adds another run's counts.
+    pub fn merge(&mut self, o: &MembershipCounts) {
+        self.runs += o.runs;
+        self.proposed += o.proposed;
+        self.completed += o.completed;
+        self.refused += o.refused;
+        self.added += o.added;
+        self.removed += o.removed;
+        self.removal_proofs += o.removal_proofs;
+        self.stuck_learners += o.stuck_learners;
+        self.transfers += o.transfers;
+    }
+}
+
+impl fmt::Display for MembershipCounts {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(
+            f,
+            "{} runs changed members: {} changes proposed, {} completed, {} refused (proposed \
+             again), {} leader hand-overs; {} members added to every group, {} removed, {} \
+             learners cut for good kept from voting; {} calm phases committed without the \
+             removed member's vote",
+            self.runs,
+            self.proposed,
+            self.completed,
+            self.refused,
+            self.transfers,
+            self.added,
+            self.removed,
+            self.stuck_learners,
+            self.removal_proofs
+        )
+    }
 }
 
 #[cfg(test)]

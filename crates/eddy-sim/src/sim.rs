@@ -10,7 +10,9 @@ use std::fmt;
 use std::sync::{Arc, Mutex, PoisonError};
 
 use bytes::Bytes;
-use eddy_consensus::{Event as NodeEvent, GroupId, Node, NodeConfig, NodeId, ProposeError, Role};
+use eddy_consensus::{
+    Event as NodeEvent, GroupId, Membership, Node, NodeConfig, NodeId, ProposeError, Role,
+};
 
 use crate::checker::Checker;
 use crate::client::{Answer, Leaders, Next, MAX_ATTEMPTS, REQUEST_TIMEOUT_MS};
@@ -22,6 +24,10 @@ use crate::report::{FaultKind, Report};
 use crate::rng::SimRng;
 use crate::store::{DiskFault, StoreFactory};
 use crate::workload::{OpId, Workload};
+
+mod membership;
+
+use membership::Driver;
 
 /// Client reads (polls, aggregate reads) at each nemesis step.
 const READS_PER_STEP: usize = 3;
@@ -96,6 +102,8 @@ enum Event {
     StopWorkload,
     /// Has every member caught up?
     Drain,
+    /// The membership driver's pass over the groups.
+    Membership,
 }
 
 /// A batch between two nodes, each in the life it had when the batch was sent.
@@ -151,6 +159,7 @@ impl Event {
             Event::LivenessDeadline => "liveness-deadline",
             Event::StopWorkload => "stop-workload",
             Event::Drain => "drain",
+            Event::Membership => "membership",
         }
     }
 
@@ -196,7 +205,8 @@ impl Event {
             | Event::Calm
             | Event::LivenessDeadline
             | Event::StopWorkload
-            | Event::Drain => {}
+            | Event::Drain
+            | Event::Membership => {}
         }
     }
 }
@@ -253,6 +263,11 @@ struct SimNode<F: StoreFactory> {
     unreachable: BTreeSet<NodeId>,
     /// How the next start finds its data directory.
     next_start: NextStart,
+    /// Whether it takes part in the cluster.
+    service: Service,
+    /// Each group's membership as this node's events told it, in order (set at each start
+    /// from what the node recovered).
+    views: BTreeMap<GroupId, Membership>,
 }
 
 /// Whether a node restarts on its own data or on a lost (new, empty) data directory.
@@ -263,6 +278,19 @@ enum NextStart {
     /// Its directory was lost: it rebuilds, as the server does when it starts on an empty
     /// directory while its peers have data.
     Rebuild,
+}
+
+/// Whether a node takes part in the cluster.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Service {
+    /// A new member not started yet.
+    Spare,
+    /// Started (a founder from the start, a new member once it joined), up or down.
+    Serving,
+    /// Kept down through the calm phase (to show a removed member is not counted).
+    Held,
+    /// Removed from every group and stopped for good.
+    Retired,
 }
 
 /// A proposal outcome, as a node's callback hands it over.
@@ -327,6 +355,8 @@ pub struct Sim<F: StoreFactory, W: Workload> {
     calm_at: Millis,
     recent: VecDeque<(Millis, String)>,
     trace: bool,
+    /// The membership change the run makes, if any.
+    driver: Option<Driver>,
 }
 
 impl<F: StoreFactory, W: Workload> fmt::Debug for Sim<F, W> {
@@ -348,9 +378,11 @@ impl<F: StoreFactory, W: Workload> Sim<F, W> {
         let mut rng = SimRng::new(cfg.seed);
         let voters: Vec<NodeId> = (1..=cfg.nodes).collect();
         let groups = workload.groups();
-        let nodes = voters
-            .iter()
-            .map(|&id| {
+        // A membership change may start one new member, after the founders; it runs every
+        // group with the founders as the groups' founding voters (so it never campaigns).
+        let total = cfg.nodes + u64::from(cfg.membership.is_some());
+        let nodes = (1..=total)
+            .map(|id| {
                 let mut config = NodeConfig::new(id, voters.clone());
                 // The engine's own randomized timeout is not seedable: fix it per node and
                 // let the seed choose it (and jitter the ticks).
@@ -374,9 +406,14 @@ impl<F: StoreFactory, W: Workload> Sim<F, W> {
                     disk_fault: false,
                     reboot_scheduled: false,
                     unreachable: BTreeSet::new(),
+                    service: Service::Spare,
+                    views: BTreeMap::new(),
                 }
             })
             .collect();
+        let driver = cfg
+            .membership
+            .map(|scenario| Driver::new(scenario, &voters, total, &mut rng, &cfg));
         let clients = (0..cfg.clients)
             .map(|_| Client {
                 liveness: None,
@@ -387,12 +424,12 @@ impl<F: StoreFactory, W: Workload> Sim<F, W> {
             .collect();
         Sim {
             faults: cfg.faults.clone(),
-            checker: Checker::new(voters.len()),
+            checker: Checker::new(voters),
             report: Report {
                 seed: cfg.seed,
                 ..Report::default()
             },
-            net: Network::new(cfg.nodes),
+            net: Network::new(total),
             cfg,
             rng,
             now: 0,
@@ -410,6 +447,7 @@ impl<F: StoreFactory, W: Workload> Sim<F, W> {
             calm_at: 0,
             recent: VecDeque::new(),
             trace: false,
+            driver,
         }
     }
 
@@ -424,6 +462,9 @@ impl<F: StoreFactory, W: Workload> Sim<F, W> {
     pub fn run(mut self) -> Result<Report, Failure> {
         match self.run_inner() {
             Ok(()) => {
+                if let Some(driver) = &self.driver {
+                    self.report.membership = *driver.counts();
+                }
                 self.report.simulated_ms = self.now;
                 self.report.hash = self.hash.finish();
                 Ok(self.report)
@@ -459,6 +500,10 @@ impl<F: StoreFactory, W: Workload> Sim<F, W> {
         }
         self.schedule(self.cfg.fault_ms, Event::Calm);
         self.schedule(self.cfg.end_ms(), Event::StopWorkload);
+        if let Some((at, scenario)) = self.driver.as_ref().map(|d| (d.start_at(), d.scenario())) {
+            self.note(|| format!("membership: scenario {} from {at} ms", scenario.name()));
+            self.schedule(at, Event::Membership);
+        }
         while let Some(Scheduled { at, seq, event }) = self.queue.pop() {
             self.now = at;
             self.report.events += 1;
@@ -546,7 +591,8 @@ impl<F: StoreFactory, W: Workload> Sim<F, W> {
                 Ok(())
             }
             Event::Restart { node } => {
-                if self.up(node) {
+                let n = &self.nodes[Self::slot(node)];
+                if self.up(node) || n.service != Service::Serving {
                     Ok(())
                 } else {
                     self.start(node)
@@ -576,10 +622,12 @@ impl<F: StoreFactory, W: Workload> Sim<F, W> {
             Event::StopWorkload => {
                 self.phase = Phase::Draining;
                 self.note(|| "workload stops".into());
+                self.release_members()?;
                 self.schedule(0, Event::Drain);
                 Ok(())
             }
             Event::Drain => self.drain(),
+            Event::Membership => self.membership_pass(),
         }
     }
 
@@ -594,7 +642,7 @@ impl<F: StoreFactory, W: Workload> Sim<F, W> {
             // The server learns both facts from the replication greeting: this node's data
             // directory is new while its peers have data, and the peers see a new incarnation.
             node.set_rebuilding();
-            for peer in 1..=self.cfg.nodes {
+            for peer in 1..=self.nodes.len() as u64 {
                 if peer != id {
                     if let Some(other) = self.nodes[Self::slot(peer)].node.as_mut() {
                         other.peer_lost_state(id);
@@ -617,8 +665,16 @@ impl<F: StoreFactory, W: Workload> Sim<F, W> {
                 .map_err(|e| format!("node {id}: {group} does not start: {e}"))?;
         }
         let n = &mut self.nodes[slot];
+        n.views = self
+            .groups
+            .iter()
+            .filter_map(|g| Some((*g, node.membership(*g)?)))
+            .collect();
         n.node = Some(node);
         n.unreachable.clear();
+        if n.service == Service::Spare {
+            n.service = Service::Serving;
+        }
         let life = n.life;
         if self.now > 0 {
             self.fault(FaultKind::Restart);
@@ -651,7 +707,7 @@ impl<F: StoreFactory, W: Workload> Sim<F, W> {
             format!("node {id}: crashes (unsynced writes: {unsynced}, torn entries kept: {kept})")
         });
         // Its peers' connections to it fail.
-        for peer in 1..=self.cfg.nodes {
+        for peer in 1..=self.nodes.len() as u64 {
             if peer != id {
                 if let Some(node) = self.nodes[Self::slot(peer)].node.as_mut() {
                     node.report_unreachable(id);
@@ -878,6 +934,17 @@ impl<F: StoreFactory, W: Workload> Sim<F, W> {
                         role.as_str()
                     )
                 });
+                if role != Role::Follower {
+                    // Only a voter of its own configuration campaigns, and leads.
+                    let view = &self.nodes[Self::slot(id)].views[&group];
+                    if !view.voters.contains(&id) && !view.voters_outgoing.contains(&id) {
+                        return Err(format!(
+                            "{group}: node {id} became {} in term {term} but is no voter of \
+                             its configuration {view:?}",
+                            role.as_str()
+                        ));
+                    }
+                }
                 if role == Role::Leader {
                     self.report.elections += 1;
                     self.checker.leader(group, term, id)?;
@@ -887,8 +954,11 @@ impl<F: StoreFactory, W: Workload> Sim<F, W> {
                 group,
                 ref membership,
             } => {
-                // The simulated clusters' members never change yet.
                 self.note(|| format!("node {id}: {group} members {membership:?}"));
+                self.checker.membership(id, group, membership)?;
+                self.nodes[Self::slot(id)]
+                    .views
+                    .insert(group, membership.clone());
             }
             NodeEvent::GroupFailed { group } => {
                 self.fault(FaultKind::GroupFailed);
@@ -920,7 +990,7 @@ impl<F: StoreFactory, W: Workload> Sim<F, W> {
                     } => {
                         let durable_on = self.durable_on(group, index, term);
                         self.checker
-                            .applied(id, group, (index, term, digest), durable_on)
+                            .applied(id, group, (index, term, digest), &durable_on)
                             .map_err(|e| format!("{e}; {}", self.durability_of(group, index)))?;
                     }
                     Observation::Snapshot(meta) => {
@@ -956,12 +1026,13 @@ impl<F: StoreFactory, W: Workload> Sim<F, W> {
         parts.join("; ")
     }
 
-    /// How many members hold the entry durably.
-    fn durable_on(&self, group: GroupId, index: u64, term: u64) -> usize {
+    /// The nodes that hold the entry durably.
+    fn durable_on(&self, group: GroupId, index: u64, term: u64) -> Vec<NodeId> {
         self.nodes
             .iter()
             .filter(|n| n.probes[&group].lock().durable.has(index, term))
-            .count()
+            .map(|n| n.id)
+            .collect()
     }
 
     /// Hands the proposal outcomes the nodes' callbacks produced to the checker and, after a
@@ -980,7 +1051,7 @@ impl<F: StoreFactory, W: Workload> Sim<F, W> {
                     let durable_on = self.durable_on(r.group, index, term);
                     let (op, node) = (r.attempt.op, r.attempt.node);
                     self.checker
-                        .acked(op, node, (index, term), carried, durable_on, self.now)
+                        .acked(op, node, (index, term), carried, &durable_on, self.now)
                         .map_err(|e| format!("{e}; {}", self.durability_of(r.group, index)))?;
                     let dir = &mut self.nodes[Self::slot(node)].dir;
                     if self.factory.acked(dir, r.group, index, op)? {
@@ -1043,9 +1114,18 @@ impl<F: StoreFactory, W: Workload> Sim<F, W> {
         if op.waiting.is_some() {
             return;
         }
-        let to = match op.target {
-            Some(to) => to,
-            None => 1 + self.rng.below(self.cfg.nodes),
+        let to = if let Some(to) = op.target {
+            to
+        } else {
+            // Clients know the cluster's members (a removed or not yet added node is not
+            // one); without membership changes, every node from the start.
+            let members: Vec<NodeId> = self
+                .nodes
+                .iter()
+                .filter(|n| matches!(n.service, Service::Serving | Service::Held))
+                .map(|n| n.id)
+                .collect();
+            members[self.rng.index(members.len())]
         };
         op.attempts += 1;
         op.waiting = Some(op.attempts);
@@ -1174,6 +1254,14 @@ impl<F: StoreFactory, W: Workload> Sim<F, W> {
 
     // ----- faults -----
 
+    /// Nodes that joined and were not removed: the ones that count as down when not up.
+    fn in_service(&self) -> u64 {
+        self.nodes
+            .iter()
+            .filter(|n| matches!(n.service, Service::Serving | Service::Held))
+            .count() as u64
+    }
+
     fn live_nodes(&self) -> Vec<NodeId> {
         self.nodes
             .iter()
@@ -1205,7 +1293,7 @@ impl<F: StoreFactory, W: Workload> Sim<F, W> {
             self.schedule(lasts, Event::Heal { epoch });
         }
         let live = self.live_nodes();
-        let down = self.cfg.nodes - live.len() as u64;
+        let down = self.in_service() - live.len() as u64;
         if !live.is_empty() && down < f.max_down && self.rng.chance(f.crash) {
             // Half the time, aim at a node with writes in flight (a crash mid-fdatasync).
             let unsynced: Vec<NodeId> = live
@@ -1225,8 +1313,10 @@ impl<F: StoreFactory, W: Workload> Sim<F, W> {
             self.schedule(after, Event::Restart { node: id });
         }
         let live = self.live_nodes();
-        let down = self.cfg.nodes - live.len() as u64;
-        if !live.is_empty() && down < f.max_down && self.rng.chance(f.wipe) {
+        let down = self.in_service() - live.len() as u64;
+        // A lost disk's survivability is judged against the founding members.
+        let wipe = if self.driver.is_some() { 0.0 } else { f.wipe };
+        if !live.is_empty() && down < f.max_down && self.rng.chance(wipe) {
             let id = live[self.rng.index(live.len())];
             if let Some(why) = self.data_loss_hazard(id) {
                 self.fault(FaultKind::DataLossRefused);
@@ -1435,8 +1525,13 @@ impl<F: StoreFactory, W: Workload> Sim<F, W> {
             self.heal();
         }
         self.note(|| "faults stop".into());
-        for id in 1..=self.cfg.nodes {
+        self.hold_for_removal_proof();
+        for id in 1..=self.nodes.len() as u64 {
             let slot = Self::slot(id);
+            let n = &self.nodes[slot];
+            if n.service != Service::Serving {
+                continue;
+            }
             if self.nodes[slot].node.is_none() {
                 self.start(id)?;
                 continue;
@@ -1491,7 +1586,7 @@ impl<F: StoreFactory, W: Workload> Sim<F, W> {
     /// Once clients are idle and every member of every group has applied everything its
     /// leader has, checks the final states.
     fn drain(&mut self) -> Step {
-        for id in 1..=self.cfg.nodes {
+        for id in 1..=self.nodes.len() as u64 {
             let n = &self.nodes[Self::slot(id)];
             if n.node.is_some() && self.factory.stalled(&n.dir) {
                 self.note(|| format!("node {id}: stalled after a storage failure; restarted"));
@@ -1514,11 +1609,26 @@ impl<F: StoreFactory, W: Workload> Sim<F, W> {
         Ok(())
     }
 
+    /// The members of `group` (every node, unless members change: then the ones its leader
+    /// counts, voters and learners; `None` while no leader is known).
+    fn members(&self, group: GroupId) -> Option<Vec<NodeId>> {
+        if self.driver.is_none() {
+            return Some(self.nodes.iter().map(|n| n.id).collect());
+        }
+        let leader = self.group_leader(group)?;
+        let node = self.nodes[Self::slot(leader)].node.as_ref()?;
+        Some(node.membership(group)?.members())
+    }
+
     /// Why the cluster has not caught up yet, if it has not.
     fn lagging(&self) -> Option<String> {
         for &group in &self.groups {
+            let Some(members) = self.members(group) else {
+                return Some(format!("{group} has no leader"));
+            };
             let mut statuses = Vec::new();
-            for n in &self.nodes {
+            for &id in &members {
+                let n = &self.nodes[Self::slot(id)];
                 let Some(status) = n.node.as_ref().and_then(|node| node.status(group)) else {
                     return Some(format!("node {} is down", n.id));
                 };
@@ -1540,11 +1650,23 @@ impl<F: StoreFactory, W: Workload> Sim<F, W> {
     }
 
     fn final_check(&mut self) -> Step {
+        let mut everywhere: BTreeSet<NodeId> = self.nodes.iter().map(|n| n.id).collect();
         for &group in &self.groups {
-            let states: Vec<(NodeId, Vec<(u64, Bytes)>)> = self
-                .nodes
+            let members = self
+                .members(group)
+                .ok_or_else(|| format!("{group} has no leader at the end"))?;
+            everywhere.retain(|id| members.contains(id));
+            if self.driver.is_some() {
+                self.check_final_membership(group, &members)?;
+            }
+            let states: Vec<(NodeId, Vec<(u64, Bytes)>)> = members
                 .iter()
-                .map(|n| (n.id, self.factory.state(&n.dir, group)))
+                .map(|&id| {
+                    (
+                        id,
+                        self.factory.state(&self.nodes[Self::slot(id)].dir, group),
+                    )
+                })
                 .collect();
             let counts = self.checker.check_final(
                 group,
@@ -1558,7 +1680,12 @@ impl<F: StoreFactory, W: Workload> Sim<F, W> {
         if self.report.acked == 0 {
             return Err("no operation was acknowledged in the whole run".into());
         }
-        let dirs: Vec<(NodeId, &F::Dir)> = self.nodes.iter().map(|n| (n.id, &n.dir)).collect();
+        let dirs: Vec<(NodeId, &F::Dir)> = self
+            .nodes
+            .iter()
+            .filter(|n| everywhere.contains(&n.id))
+            .map(|n| (n.id, &n.dir))
+            .collect();
         let summary = self.factory.check_final(&dirs)?;
         if !summary.is_empty() {
             self.note(|| summary);

@@ -34,6 +34,7 @@ fn smoke_campaign_on_the_log_store_keeps_every_guarantee() {
             data_loss: false,
             jobs: 2,
             store: StoreKind::Log,
+            membership: false,
         };
         let summary = campaign::run(
             &spec,

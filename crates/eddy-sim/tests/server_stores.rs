@@ -43,6 +43,7 @@ fn smoke(store: StoreKind) {
             data_loss,
             jobs: 2,
             store,
+            membership: false,
         };
         let summary =
             campaign::run(&spec, |cfg| eddy_sim::run_on(cfg, store, false), |_| {}).unwrap();

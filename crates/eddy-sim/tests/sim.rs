@@ -50,6 +50,7 @@ fn smoke_campaign_over_both_sizes_and_every_profile_keeps_every_guarantee() {
             data_loss: false,
             jobs: 2,
             store: eddy_sim::StoreKind::Mem,
+            membership: false,
         };
         let summary = campaign::run(&spec, |cfg| eddy_sim::run(cfg, false), |_| {}).unwrap();
         assert!(
@@ -84,6 +85,76 @@ fn smoke_campaign_over_both_sizes_and_every_profile_keeps_every_guarantee() {
 }
 
 /// Seeds that once failed, each with what it found.
+#[test]
+fn smoke_membership_changes_under_faults_keep_every_guarantee() {
+    // Seeds cycle through the scenarios (add, remove, replace, remove-partitioned,
+    // stuck-learner), on both sizes and both fault profiles.
+    let mut seen = eddy_sim::MembershipCounts::default();
+    for (nodes, profile, seeds) in [
+        (3, "light", 1..=10),
+        (3, "heavy", 1..=10),
+        (5, "light", 1..=5),
+        (5, "heavy", 6..=10),
+    ] {
+        let spec = Spec {
+            start: *seeds.start(),
+            seeds: seeds.end() - seeds.start() + 1,
+            nodes,
+            faults: profile.into(),
+            fault_secs: Some(15),
+            calm_secs: Some(5),
+            data_loss: false,
+            jobs: 2,
+            store: eddy_sim::StoreKind::Mem,
+            membership: true,
+        };
+        let summary = campaign::run(&spec, |cfg| eddy_sim::run(cfg, false), |_| {}).unwrap();
+        assert!(
+            summary.failures.is_empty(),
+            "{nodes} nodes, {profile}, membership:\n{}",
+            summary.failure_report(&spec)
+        );
+        seen.merge(&summary.membership);
+    }
+    assert_eq!(seen.runs, 30);
+    assert!(seen.completed > 50, "{seen}");
+    assert!(seen.added >= 5 && seen.removed >= 5, "{seen}");
+    assert!(seen.stuck_learners >= 2, "{seen}");
+    assert!(seen.removal_proofs >= 1, "{seen}");
+    assert!(seen.transfers >= 1, "{seen}");
+}
+
+#[test]
+fn a_membership_seed_replays_byte_for_byte() {
+    let mut cfg = short(12, 3, FaultConfig::heavy(3));
+    cfg.membership = Some(eddy_sim::Scenario::Replace);
+    let a = eddy_sim::run(&cfg, false).unwrap();
+    assert_eq!(
+        a,
+        eddy_sim::run(&cfg, false).unwrap(),
+        "two runs of one seed"
+    );
+    assert_eq!((a.membership.added, a.membership.removed), (1, 1), "{a:?}");
+}
+
+/// Open (#37): the only failures of the first membership campaign (1,250 seeds, 3 nodes light
+/// and heavy, 5 nodes heavy): all replace runs under heavy faults whose calm phase keeps a
+/// minority of the new voters down to show the removed member is not counted; one group
+/// then acknowledges nothing within the 10 s liveness bound, though a leader is elected. Not
+/// yet told apart: a bound too tight for a bare majority after heavy faults, or a liveness
+/// problem. No safety check failed.
+#[test]
+#[ignore = "open: liveness with a bare majority after a replace under heavy faults (#37)"]
+fn open_membership_seeds_commit_with_a_bare_majority_after_a_replace() {
+    for (seed, nodes) in [(42, 3), (157, 3), (32, 5), (202, 5)] {
+        let mut cfg = SimConfig::new(seed, nodes, FaultConfig::heavy(nodes));
+        cfg.membership = Some(eddy_sim::Scenario::for_seed(seed));
+        if let Err(f) = eddy_sim::run(&cfg, false) {
+            panic!("{f}\n{}", f.recent.join("\n"));
+        }
+    }
+}
+
 #[test]
 fn regression_seeds_keep_every_guarantee() {
     for (seed, nodes, profile, found) in [
