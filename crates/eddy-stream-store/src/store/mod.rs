@@ -43,6 +43,7 @@
 //! Open recovers the metadata (snapshot + log replay), then reconciles partitions with it:
 //! every partition in the metadata is opened (created if its directory is missing, purged again
 //! if its purge generation lags), and partition directories the metadata does not know (a
+//! deletion whose files outlived a crash) are removed, then `partitions/` is synced.
 
 mod config;
 mod metadata_log;
