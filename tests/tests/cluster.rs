@@ -1084,6 +1084,21 @@ async fn an_isolated_leader_serves_no_read() {
                 }
             }
             let limit = Duration::from_secs(8);
+            // Nor does it check a login against metadata it cannot confirm is current (a
+            // password changed through the majority would still be accepted there).
+            let login = tokio::time::timeout(limit, async {
+                let mut raw = eddy_client::stream::StreamClient::connect(
+                    &nodes[leader].stream.to_string(),
+                    &eddy_client::ConnectOptions::default(),
+                )
+                .await?;
+                raw.login_user("iggy", "iggy").await
+            })
+            .await;
+            assert!(
+                !matches!(login, Ok(Ok(_))),
+                "an isolated leader accepted a login"
+            );
             let streams = tokio::time::timeout(limit, client.get_streams()).await;
             assert!(
                 !matches!(streams, Ok(Ok(_))),

@@ -73,6 +73,16 @@ pub(crate) async fn register(
             ))),
         );
     };
+    // On a cluster member the credentials are checked against metadata that includes every
+    // change acknowledged before the login arrived (a token created, a password changed or a
+    // user deleted through another member): a lagging follower neither refuses a new
+    // credential nor accepts a revoked one. A member that cannot confirm answers a transient
+    // error, never a stale check.
+    if let Some(cluster) = &state.cluster {
+        if let Err(e) = cluster.linearize_metadata().await {
+            return (code, Err(e.into()));
+        }
+    }
     let peer = state.peer_ip(client_id);
     state
         .login
