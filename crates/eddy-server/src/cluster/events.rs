@@ -574,7 +574,9 @@ pub fn decode_forward(request: &Bytes) -> Option<(u32, Option<u128>, Command)> {
 }
 
 /// The answer to a forwarded change: `status u8 (0) · response type id u32 · the response's
-/// V2 body`, or `status u8 (1) · why` (the leader could not take it).
+/// V2 body`, `status u8 (1) · why` (the leader could not take it), or `status u8 (2)` (the
+/// member asked no longer leads the shard, or its leadership is moving: the change was
+/// certainly not proposed, so the forwarding member may send it again).
 pub fn encode_forward_answer(response: &eddy_codec::event::EventResponse) -> Bytes {
     let mut b = vec![0u8];
     b.extend_from_slice(&response.response_type().id().to_le_bytes());
@@ -587,6 +589,11 @@ pub fn forward_refusal(why: &str) -> Bytes {
     let mut b = vec![1u8];
     b.extend_from_slice(why.as_bytes());
     b.into()
+}
+
+/// The answer of a member that does not (or no longer) lead the shard: nothing was proposed.
+pub fn forward_not_leader() -> Bytes {
+    Bytes::from_static(&[2])
 }
 
 fn decode_forward_answer(
@@ -604,6 +611,9 @@ fn decode_forward_answer(
             )
             .map_err(|_| malformed())
         }
+        Some(2) => Err(EventClusterError::NotLeader {
+            leader_address: None,
+        }),
         Some(1) => Err(EventClusterError::Unavailable(format!(
             "the leader did not take the forwarded change: {}",
             String::from_utf8_lossy(&answer[1..])
@@ -645,8 +655,9 @@ impl ClusterEvents {
     /// connected to any member is served. The leader never forwards it again.
     ///
     /// # Errors
-    /// `NotLeader` when no other leader is known or there is no forwarder; `Unavailable` when
-    /// the leader cannot be reached or did not take it.
+    /// `NotLeader` when no other leader is known, there is no forwarder, or the member asked
+    /// does not lead the shard (any more): in each case nothing was proposed. `Unavailable`
+    /// when the leader cannot be reached or did not take it.
     pub async fn forward(
         &self,
         shard: u32,

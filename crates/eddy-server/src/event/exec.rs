@@ -361,8 +361,15 @@ async fn apply_change(svc: &EventService, change: Change) -> Result<EventRespons
         } else {
             change.prepare(&svc.store)
         }?;
-        let submitted = cluster.submit(prepared.shard, &prepared.command).await;
-        if let Err(EventClusterError::NotLeader { .. }) = &submitted {
+        // A `NotLeader`, here or from the member the change was forwarded to, means nothing
+        // was proposed: while leadership moves (a transfer, an election) the change is tried
+        // again, on whichever member leads then, for a bounded time.
+        let patience = tokio::time::Instant::now() + FORWARD_PATIENCE;
+        let submitted = loop {
+            let submitted = cluster.submit(prepared.shard, &prepared.command).await;
+            let Err(EventClusterError::NotLeader { .. }) = &submitted else {
+                break submitted;
+            };
             // Another member leads the shard: it takes the change from here, so a client
             // connected to any member is served (the published client's bare connection
             // does not follow redirects).
@@ -377,12 +384,18 @@ async fn apply_change(svc: &EventService, change: Change) -> Result<EventRespons
                         None => Ok(response),
                     }
                 }
+                Err(EventClusterError::NotLeader { .. })
+                    if tokio::time::Instant::now() < patience =>
+                {
+                    tokio::time::sleep(FORWARD_RETRY).await;
+                }
                 // The client gets the redirect; the operator sees why it was not served here.
                 Err(e) => {
                     tracing::warn!(shard = prepared.shard, error = %e, "a change could not be forwarded to its shard's leader; answered with a redirect");
+                    break submitted;
                 }
             }
-        }
+        };
         submitted.map_err(|e| cluster_error(kind, e, placement))
     } else {
         let bytes = change.payload_bytes();
@@ -405,6 +418,13 @@ async fn apply_change(svc: &EventService, change: Change) -> Result<EventRespons
     respond(kind, correlation_id, outcome)
 }
 
+/// How long a change whose shard's leadership is moving keeps being tried (a transfer takes
+/// a round trip; an election about an election timeout).
+const FORWARD_PATIENCE: std::time::Duration = std::time::Duration::from_secs(5);
+
+/// The pause between two tries while a shard's leadership moves.
+const FORWARD_RETRY: std::time::Duration = std::time::Duration::from_millis(50);
+
 /// Answers a change another member forwarded to this one as its shard's leader: proposes
 /// the command that member prepared (never forwarding it again) and encodes the client's
 /// response, success or refusal.
@@ -412,7 +432,9 @@ pub(crate) async fn answer_forwarded(
     svc: Arc<EventService>,
     request: bytes::Bytes,
 ) -> bytes::Bytes {
-    use crate::cluster::events::{decode_forward, encode_forward_answer, forward_refusal};
+    use crate::cluster::events::{
+        decode_forward, encode_forward_answer, forward_not_leader, forward_refusal,
+    };
     let Some((shard, correlation_id, command)) = decode_forward(&request) else {
         return forward_refusal("not a forwarded change");
     };
@@ -421,10 +443,11 @@ pub(crate) async fn answer_forwarded(
     };
     let kind = ChangeKind::of(&command);
     let placement = *svc.store.placement();
-    let outcome = cluster
-        .submit(shard, &command)
-        .await
-        .map_err(|e| cluster_error(kind, e, placement));
+    let outcome = match cluster.submit(shard, &command).await {
+        // Leadership moved on (or is moving): nothing was proposed, the sender may try again.
+        Err(EventClusterError::NotLeader { .. }) => return forward_not_leader(),
+        outcome => outcome.map_err(|e| cluster_error(kind, e, placement)),
+    };
     // An OCC conflict travels typed, with its conflicting entries, whatever the client's
     // version: the forwarding member answers it as that version wants.
     let response = respond(kind, correlation_id, outcome).unwrap_or_else(|e| {

@@ -263,3 +263,26 @@ fn an_isolated_leaders_uncommitted_event_writes_never_become_visible() {
         m.runner.stop();
     }
 }
+
+#[test]
+fn a_forwarded_answer_tells_a_refusal_from_a_member_that_does_not_lead() {
+    use super::{decode_forward_answer, forward_not_leader, forward_refusal, EventClusterError};
+    // Nothing proposed: the forwarding member may send the change again.
+    assert!(matches!(
+        decode_forward_answer(&forward_not_leader()),
+        Err(EventClusterError::NotLeader {
+            leader_address: None
+        })
+    ));
+    // Taken and refused, or not understood: never sent again.
+    assert!(matches!(
+        decode_forward_answer(&forward_refusal("full")),
+        Err(EventClusterError::Unavailable(why)) if why.contains("full")
+    ));
+    for malformed in [&[][..], &[0, 1][..], &[3][..]] {
+        assert!(matches!(
+            decode_forward_answer(&Bytes::copy_from_slice(malformed)),
+            Err(EventClusterError::Unavailable(_))
+        ));
+    }
+}
