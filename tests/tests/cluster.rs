@@ -137,7 +137,7 @@ async fn three_nodes_lose_their_leader_without_losing_an_acknowledged_batch() {
 
         // Find the leader, then log in on a follower: the SDK's post-login probe of
         // GET_CLUSTER_METADATA moves the client to the leader, so a replicated command succeeds
-        // (a follower itself would answer TransientNotAccepted).
+        // (a follower would forward it to the leader: see `newest_sdks_through_a_cluster_follower`).
         let probe = client_via(nodes[0].as_ref().unwrap().stream).await;
         let (leader_port, count) = leader_of(&probe).await;
         assert_eq!(count, 3, "every member is listed");

@@ -835,9 +835,7 @@ fn python_smoke() {
 }
 
 /// A three-member cluster (peer mTLS) on 127.0.0.1-3: the edge.4 scenarios through a member
-/// that does not lead the metadata group (the SDK moves to the leader). The newer SDKs do not
-/// pass there yet: they send every request to the member they reach and expect it served
-/// there (a follower answers 58), which needs the stream protocol's forwarding (#38).
+/// that does not lead the metadata group (the SDK moves to the leader).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn edge4_scenarios_through_a_cluster_follower() {
     let nodes = cluster_support::start_cluster(3);
@@ -853,6 +851,30 @@ async fn edge4_scenarios_through_a_cluster_follower() {
         tokio::time::sleep(std::time::Duration::from_millis(200)).await;
     }
     run_edge4(follower).await;
+}
+
+/// The edge.9 scenarios, then the Python smoke, through a member that leads nothing: those
+/// SDKs send every request to the member they reached (to a 0.12.2 client a member lists
+/// itself alone), which serves reads and forwards writes to their groups' leaders.
+#[test]
+fn newest_sdks_through_a_cluster_follower() {
+    let rt = tokio::runtime::Runtime::new().expect("runtime");
+    let nodes = cluster_support::start_cluster(3);
+    let follower = rt.block_on(async {
+        let follower = follower_of(&nodes).await;
+        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(30);
+        while root(follower).await.is_err() {
+            assert!(
+                std::time::Instant::now() < deadline,
+                "root cannot log in through {follower}"
+            );
+            tokio::time::sleep(std::time::Duration::from_millis(200)).await;
+        }
+        follower
+    });
+    println!("through member {follower}");
+    run_edge9(follower);
+    run_python(follower);
 }
 
 /// The stream address of a member whose `/health` says `follower` (once a leader is elected).

@@ -112,7 +112,7 @@ fn print_help() {
          cluster-bench [ARGS...] durable producers: one node, then a local 3-node cluster's\n\
                                  leader; ratios and CPU per message per node (--producers N\n\
                                  --batches N --messages N --size B; --events [--connections N\n\
-                                 --seconds S]: durable event writes instead, and with\n\
+                                 --seconds S]: durable event writes instead; either with\n\
                                  --via-follower through the leader against a follower;\n\
                                  --eddy PATH:\n\
                                  measure that binary, for an A/B against another build)\n\

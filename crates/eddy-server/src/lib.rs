@@ -636,6 +636,19 @@ impl Server {
             member.set_forward_handler(Arc::new(move |request| {
                 Box::pin(event::answer_forwarded(Arc::clone(&service), request))
             }));
+            let streams = member.streams.clone();
+            member.set_stream_forward_handler(Arc::new(move |request| {
+                let streams = streams.clone();
+                Box::pin(async move {
+                    streams
+                        .answer_forwarded(request, |batch, count| {
+                            eddy_codec::stream::batch::admit(batch, count)
+                                .ok()
+                                .map(stream::Stampable)
+                        })
+                        .await
+                })
+            }));
             let member = Arc::new(member);
             let probed = Arc::clone(&member);
             health.set_role_probe(Arc::new(move || probed.health_role()));

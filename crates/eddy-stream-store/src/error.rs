@@ -6,6 +6,7 @@
 //! file, or a failure of the log machinery underneath ([`LogError`], carried whole). Causes are
 //! chained with `#[source]`, never stringified.
 
+use std::borrow::Cow;
 use std::fmt;
 use std::io;
 use std::path::PathBuf;
@@ -93,7 +94,7 @@ pub enum EncodingError {
 
 /// Why a metadata operation was rejected. Rejection is deterministic: every replica applying
 /// the same ordered operations rejects the same ones.
-#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error, serde::Serialize, serde::Deserialize)]
 #[non_exhaustive]
 pub enum MetadataError {
     /// The stream does not exist.
@@ -161,7 +162,7 @@ pub enum MetadataError {
     #[error("{what} = {value} is outside its limit {limit}")]
     Limit {
         /// What was measured.
-        what: &'static str,
+        what: Cow<'static, str>,
         /// The value.
         value: u64,
         /// The limit.
@@ -173,14 +174,32 @@ pub enum MetadataError {
     /// A placed operation ([`crate::metadata::MetadataOp::Placed`]) that does not create
     /// partitions, or whose replicas are empty, too many or repeated.
     #[error("invalid placement: {0}")]
-    Placement(&'static str),
+    Placement(Cow<'static, str>),
     /// The cluster member is not recorded.
     #[error("member {0} is not a recorded cluster member")]
     MemberNotFound(u64),
 }
 
+impl MetadataError {
+    /// The refusal as bytes, to carry it to another member (the cluster's forwarded writes).
+    #[must_use]
+    pub fn to_bytes(&self) -> Vec<u8> {
+        // Plain data (integers, strings, unit-like enums): encoding cannot fail.
+        bincode::serde::encode_to_vec(self, bincode::config::standard()).unwrap_or_default()
+    }
+
+    /// A refusal [`MetadataError::to_bytes`] encoded, or `None` when `bytes` is not exactly one.
+    #[must_use]
+    pub fn from_bytes(bytes: &[u8]) -> Option<Self> {
+        match bincode::serde::decode_from_slice(bytes, bincode::config::standard()) {
+            Ok((refusal, used)) if used == bytes.len() => Some(refusal),
+            _ => None,
+        }
+    }
+}
+
 /// The kinds of metadata entities, for error reporting.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 #[non_exhaustive]
 pub enum Entity {
     /// A stream.

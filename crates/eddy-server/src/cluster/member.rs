@@ -28,7 +28,7 @@ use super::groups::{
 };
 use super::metadata::MetadataMachine;
 use super::peer_tls::PeerTls;
-use super::streams::ClusterStreams;
+use super::streams::{ClusterStreams, STREAM_FORWARD_KIND};
 use super::transport::{fingerprint, props, AsyncAnswer, Fetcher, Hold, Inbox, Transport};
 use crate::config::{ConfigError, ServerConfig};
 
@@ -60,6 +60,9 @@ struct RunnerInbox {
     /// Answers changes peers forward to this member as their shard's leader (set once the
     /// event service runs).
     forwarded: OnceLock<ForwardHandler>,
+    /// Answers stream writes peers forward to this member as their group's leader (set once
+    /// the stream service runs).
+    stream_forwarded: OnceLock<ForwardHandler>,
 }
 
 /// Takes a forwarded change's request and answers it (see `ClusterEvents::forward`).
@@ -173,14 +176,21 @@ impl Inbox for RunnerInbox {
         answer_records_request(&self.events, request)
     }
     fn answer_async(&self, _from: NodeId, request: &Bytes) -> Option<AsyncAnswer> {
-        if request.first() != Some(&FORWARD_KIND) {
-            return None;
-        }
         let request = request.clone();
-        Some(match self.forwarded.get() {
-            Some(handler) => handler(request),
-            None => Box::pin(async { forward_refusal("this member does not serve events yet") }),
-        })
+        match request.first() {
+            Some(&FORWARD_KIND) => Some(match self.forwarded.get() {
+                Some(handler) => handler(request),
+                None => {
+                    Box::pin(async { forward_refusal("this member does not serve events yet") })
+                }
+            }),
+            Some(&STREAM_FORWARD_KIND) => Some(match self.stream_forwarded.get() {
+                Some(handler) => handler(request),
+                // Nothing proposed: the sender asks again (or another member).
+                None => Box::pin(async { Bytes::from_static(&[2]) }),
+            }),
+            _ => None,
+        }
     }
     fn unreachable(&self, peer: NodeId) {
         if let Some(r) = self.runner.get() {
@@ -504,6 +514,7 @@ pub async fn start(
         copies: Arc::default(),
         stopped_shards: stopped_shards.clone(),
         forwarded: OnceLock::new(),
+        stream_forwarded: OnceLock::new(),
     });
     let stop = CancellationToken::new();
     let outbox = transport.start_outbound(&inbox, &stop);
@@ -563,6 +574,7 @@ pub async fn start(
     )
     .with_forwarder(transport.forwarder());
     let streams = ClusterStreams::new(runner, groups, view)
+        .with_forwarder(transport.forwarder())
         .with_directory(transport.directory().clone())
         .with_identity(me, transport.authenticates())
         .with_membership(
@@ -603,6 +615,11 @@ impl Member {
     /// Answers the changes peers forward to this member with `handler` (once).
     pub fn set_forward_handler(&self, handler: ForwardHandler) {
         let _ = self.inbox.forwarded.set(handler);
+    }
+
+    /// Answers the stream writes peers forward to this member with `handler` (once).
+    pub fn set_stream_forward_handler(&self, handler: ForwardHandler) {
+        let _ = self.inbox.stream_forwarded.set(handler);
     }
 
     /// Serves the replication port until `stop` fires.

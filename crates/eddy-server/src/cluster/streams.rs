@@ -61,6 +61,15 @@ pub enum ClusterError {
     /// A membership change was refused or did not complete.
     #[error("{0}")]
     Membership(String),
+    /// The member a request was forwarded to did not do it, or its answer was lost;
+    /// `transient` when the client should retry.
+    #[error("{message}")]
+    Forwarded {
+        /// Whether retrying may succeed.
+        transient: bool,
+        /// What the leader (or the lane to it) said.
+        message: String,
+    },
 }
 
 impl ClusterError {
@@ -69,7 +78,13 @@ impl ClusterError {
     pub fn is_transient(&self) -> bool {
         matches!(
             self,
-            ClusterError::NotLeader(_) | ClusterError::NotCommitted(_) | ClusterError::Stale(_)
+            ClusterError::NotLeader(_)
+                | ClusterError::NotCommitted(_)
+                | ClusterError::Stale(_)
+                | ClusterError::Forwarded {
+                    transient: true,
+                    ..
+                }
         )
     }
 }
@@ -95,6 +110,8 @@ pub struct ClusterStreams {
     /// The transport's peers, and this member's replication address (membership changes).
     peers: super::transport::PeerBook,
     replication: String,
+    /// Carries requests for groups this member does not lead to their leaders.
+    forwarder: Option<super::transport::Forwarder>,
 }
 
 impl std::fmt::Debug for ClusterStreams {
@@ -193,6 +210,7 @@ impl ClusterStreams {
             peer_tls: false,
             peers: super::transport::PeerBook::default(),
             replication: String::new(),
+            forwarder: None,
         }
     }
 
@@ -355,7 +373,7 @@ impl ClusterStreams {
     ///
     /// # Errors
     /// Not the leader, not committed, or refused by the state.
-    pub async fn commit(&self, op: &MetadataOp) -> Result<Vec<Effect>, ClusterError> {
+    pub(crate) async fn commit_here(&self, op: &MetadataOp) -> Result<Vec<Effect>, ClusterError> {
         if !self.is_metadata_leader() {
             return Err(ClusterError::NotLeader("metadata group"));
         }
@@ -498,7 +516,7 @@ impl ClusterStreams {
     ///
     /// # Errors
     /// Not the partition's leader, not committed, or no such partition.
-    pub async fn delete_segments(
+    pub(crate) async fn delete_segments_here(
         &self,
         addr: PartitionAddr,
         count: u32,
@@ -556,6 +574,8 @@ impl ClusterStreams {
     }
 }
 
+mod forwarding;
+pub use forwarding::{FORWARD_PATIENCE, STREAM_FORWARD_KIND};
 mod membership;
 #[cfg(test)]
 mod tests;

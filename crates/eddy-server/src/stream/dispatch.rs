@@ -154,15 +154,20 @@ async fn handle_command(
         // A read on a cluster member is linearizable: served only once this member applied
         // every metadata change acknowledged before it arrived (permissions included), as
         // its leader and a quorum confirm; a member that cannot confirm answers
-        // TransientNotAccepted instead of stale data. Writes are ordered by their own
-        // proposal. The cluster's member list answers from what this member knows (its
+        // TransientNotAccepted instead of stale data. A write is ordered by its own
+        // proposal; one that arrives on a member which does not lead the metadata group is
+        // resolved and authorised against confirmed-current metadata too (a stream created
+        // through another member is found, a revoked permission is not used), then forwarded
+        // to the leader. The cluster's member list answers from what this member knows (its
         // leader only once confirmed): the SDK probes it to find the leader.
-        if operation == Operation::NonReplicated
+        let read = operation == Operation::NonReplicated
             && !matches!(
                 code,
                 CommandCode::GetClusterMetadata | CommandCode::GetClusterStatus
-            )
-        {
+            );
+        let forwarded_write =
+            operation != Operation::NonReplicated && !cluster.is_metadata_leader();
+        if read || forwarded_write {
             cluster.linearize_metadata().await?;
         }
     }
@@ -195,7 +200,11 @@ async fn handle_command(
         permissions: permissions.as_ref(),
     };
     authorize(&caller, code, &resource)?;
-    let outcome = run(ctx, request, resource).await?;
+    let outcome = if revision.is_v0_12() && code == CommandCode::GetClusterMetadata {
+        system::this_member_alone(ctx)
+    } else {
+        run(ctx, request, resource).await?
+    };
     if revision.is_v0_12() {
         return Ok(match outcome {
             Outcome::Reply(payload) => Outcome::Reply(v0_12::reply(

@@ -136,10 +136,18 @@ pub(crate) async fn send(
     // Submitted inline unless this server has so many bytes in flight that the partition's
     // log may push back (then from the blocking pool); the acknowledgement is awaited.
     if let Some(cluster) = &state.cluster {
-        let appended = cluster
-            .append(addr, Stampable(admitted), crate::clock::now_micros())
-            .await?;
-        return Ok(Outcome::payload(&send_reply(addr, appended.base_offset)));
+        // Appended by the partition's leader: here, or the member it is forwarded to.
+        let base_offset = if cluster.appends_here(addr) {
+            cluster
+                .append(addr, Stampable(admitted), crate::clock::now_micros())
+                .await?
+                .base_offset
+        } else {
+            cluster
+                .forward_append(addr, admitted.message_count(), admitted.as_bytes())
+                .await?
+        };
+        return Ok(Outcome::payload(&send_reply(addr, base_offset)));
     }
     let (_in_flight, offload) = state.appends.enter(admitted.len() as u64);
     let ticket = if offload {

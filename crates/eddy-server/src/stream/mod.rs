@@ -428,7 +428,7 @@ pub async fn bootstrap_cluster_root(
         created_at: crate::clock::now_micros(),
     };
     match cluster.commit(&op).await {
-        Ok(_) => tracing::info!(username, "root user created in the cluster"),
+        Ok(()) => tracing::info!(username, "root user created in the cluster"),
         Err(e) => tracing::debug!(error = %e, "root user not created (yet)"),
     }
 }

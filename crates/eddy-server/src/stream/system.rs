@@ -107,6 +107,15 @@ pub(crate) async fn cluster_metadata(ctx: Ctx<'_>) -> Outcome {
         let confirmed = cluster.linearize_metadata().await.is_ok();
         return cluster_members(cluster, confirmed);
     }
+    this_member_alone(ctx)
+}
+
+/// `GET_CLUSTER_METADATA` as one replica: this member alone, as the one a client sends every
+/// request to. A single node's answer, and a cluster member's to a 0.12.2 client: that
+/// client dials every replica listed and binds its session on each (`BIND_SESSION`), while
+/// eddy's sessions live on the member that registered them; the member it reached serves
+/// it whole instead (reads here, linearized; writes forwarded to their groups' leaders).
+pub(crate) fn this_member_alone(ctx: Ctx<'_>) -> Outcome {
     let addr = ctx.state.node.stream_addr;
     Outcome::payload(&ClusterMetadata {
         name: LongString::new(CLUSTER_NAME),

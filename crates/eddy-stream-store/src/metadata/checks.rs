@@ -8,7 +8,7 @@ use super::config::{MAX_BLOB_LEN, MAX_NAME_LEN};
 pub(super) fn check_name(name: &str) -> Result<(), MetadataError> {
     if name.is_empty() || name.len() > MAX_NAME_LEN {
         return Err(MetadataError::Limit {
-            what: "name length",
+            what: "name length".into(),
             value: name.len() as u64,
             limit: MAX_NAME_LEN as u64,
         });
@@ -20,7 +20,7 @@ pub(super) fn check_name(name: &str) -> Result<(), MetadataError> {
 pub(super) fn check_blob(what: &'static str, blob: &[u8]) -> Result<(), MetadataError> {
     if blob.len() > MAX_BLOB_LEN {
         return Err(MetadataError::Limit {
-            what,
+            what: what.into(),
             value: blob.len() as u64,
             limit: MAX_BLOB_LEN as u64,
         });

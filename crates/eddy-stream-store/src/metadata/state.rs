@@ -134,19 +134,19 @@ impl MetadataState {
             MetadataOp::CreateTopic { .. } | MetadataOp::CreatePartitions { .. }
         ) {
             return Err(MetadataError::Placement(
-                "only a topic or partition creation is placed",
+                "only a topic or partition creation is placed".into(),
             ));
         }
         if replicas.is_empty() || replicas.len() > MAX_REPLICAS {
             return Err(MetadataError::Placement(
-                "a partition lives on 1 to 64 members",
+                "a partition lives on 1 to 64 members".into(),
             ));
         }
         let mut sorted = replicas.to_vec();
         sorted.sort_unstable();
         sorted.dedup();
         if sorted.len() != replicas.len() {
-            return Err(MetadataError::Placement("a member is named twice"));
+            return Err(MetadataError::Placement("a member is named twice".into()));
         }
         let effects = self.apply_unplaced(op)?;
         for effect in &effects {
@@ -190,13 +190,13 @@ impl MetadataState {
             }
             MetadataOp::Placed { .. } => {
                 return Err(MetadataError::Placement(
-                    "a placed operation inside another",
+                    "a placed operation inside another".into(),
                 ));
             }
             MetadataOp::SetMember { id, address } => {
                 check_name(address)?;
                 if *id == 0 {
-                    return Err(MetadataError::Placement("member id 0"));
+                    return Err(MetadataError::Placement("member id 0".into()));
                 }
                 self.members.insert(*id, address.clone());
             }

@@ -173,7 +173,7 @@ impl TopicOps<'_> {
         let existing = topic.partitions.len() as u64;
         if existing + u64::from(count) > u64::from(MAX_PARTITIONS_PER_TOPIC) {
             return Err(MetadataError::Limit {
-                what: "partitions per topic",
+                what: "partitions per topic".into(),
                 value: existing + u64::from(count),
                 limit: u64::from(MAX_PARTITIONS_PER_TOPIC),
             });
@@ -205,7 +205,7 @@ impl TopicOps<'_> {
         let topic = topic_mut(self.streams, stream_id, topic_id)?;
         if count as usize > topic.partitions.len() {
             return Err(MetadataError::Limit {
-                what: "partitions to delete",
+                what: "partitions to delete".into(),
                 value: u64::from(count),
                 limit: topic.partitions.len() as u64,
             });
@@ -225,7 +225,7 @@ impl TopicOps<'_> {
 fn check_partitions_per_op(count: u32) -> Result<(), MetadataError> {
     if count > MAX_PARTITIONS_PER_OP {
         return Err(MetadataError::Limit {
-            what: "partitions per operation",
+            what: "partitions per operation".into(),
             value: u64::from(count),
             limit: u64::from(MAX_PARTITIONS_PER_OP),
         });

@@ -170,7 +170,7 @@ fn create_token(
     }
     if user.tokens.len() >= MAX_TOKENS_PER_USER {
         return Err(MetadataError::Limit {
-            what: "tokens per user",
+            what: "tokens per user".into(),
             value: user.tokens.len() as u64 + 1,
             limit: MAX_TOKENS_PER_USER as u64,
         });

@@ -102,7 +102,7 @@ async fn producers_consumers_and_a_lost_leader_on_the_replicated_request_path() 
     let dup = at(&members, leader).commit(&create).await.unwrap_err();
     assert!(matches!(dup, ClusterError::Metadata(_)), "{dup}");
     let effects = at(&members, leader)
-        .commit(&MetadataOp::CreateTopic {
+        .commit_here(&MetadataOp::CreateTopic {
             stream_id: 1,
             id: 1,
             name: "placed".into(),
