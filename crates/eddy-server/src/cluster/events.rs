@@ -622,9 +622,6 @@ fn decode_forward_answer(
     }
 }
 
-/// Longest a change on the metadata leader waits for its shard's leadership to arrive.
-pub const LEADERSHIP_WAIT: std::time::Duration = std::time::Duration::from_secs(5);
-
 impl ClusterEvents {
     /// The request path over node `me`'s event shard groups; `directory` gives members'
     /// client addresses.
@@ -721,20 +718,9 @@ impl ClusterEvents {
         command: &Command,
     ) -> Result<Applied, EventClusterError> {
         let group = event_group_id(shard);
-        let leads = |s: &Self| matches!(s.role(group), Some((Role::Leader, _)));
-        if !leads(self) {
-            // The metadata leader takes every change; a shard's leadership converges on it,
-            // so a change that arrives meanwhile waits for it rather than bounce.
-            let deadline = tokio::time::Instant::now() + LEADERSHIP_WAIT;
-            while matches!(self.role(METADATA_GROUP), Some((Role::Leader, _))) && !leads(self) {
-                if tokio::time::Instant::now() >= deadline {
-                    break;
-                }
-                tokio::time::sleep(std::time::Duration::from_millis(20)).await;
-            }
-            if !leads(self) {
-                return Err(self.not_leader(group));
-            }
+        // Elsewhere the change is forwarded to the shard's leader (`forward`).
+        if !matches!(self.role(group), Some((Role::Leader, _))) {
+            return Err(self.not_leader(group));
         }
         let (tx, rx) = tokio::sync::oneshot::channel();
         self.runner.propose(
@@ -764,8 +750,8 @@ impl ClusterEvents {
         }
     }
 
-    /// The client address of `group`'s leader as this member knows it (or of the metadata
-    /// leader, on which shard leadership converges), unless that is this member.
+    /// The client address of `group`'s leader as this member knows it (or, when none is
+    /// known, of the metadata leader, which forwards), unless that is this member.
     fn leader_address(&self, group: GroupId) -> Option<String> {
         let leader = self
             .role(group)

@@ -367,11 +367,10 @@ impl PartitionGroups {
         }
     }
 
-    /// Moves partition leaderships this node holds to the metadata group's leader, so one
-    /// node leads every group and the SDK, which talks to the leader `GET_CLUSTER_METADATA`
-    /// names, reaches every partition's leader. Run periodically; a transfer that does not
-    /// happen (the target is behind or down) is tried again at the next run.
-    pub fn align_leaders(&self) {
+    /// Moves the partition leaderships this node holds towards their preferred members (see
+    /// [`balance_leaders`]). Run periodically; a transfer that does not happen (the target is
+    /// behind or down) is tried again at the next run.
+    pub fn balance_leaders(&self) {
         let Some(runner) = self.runner.get() else {
             return;
         };
@@ -380,7 +379,7 @@ impl PartitionGroups {
             .into_iter()
             .map(|(_, uid)| partition_group_id(uid))
             .collect();
-        align_to_metadata_leader(runner, gids);
+        balance_leaders(runner, gids);
     }
 
     /// Proposes again the purges the metadata holds and a partition this node leads has not
@@ -438,9 +437,68 @@ impl PartitionGroups {
     }
 }
 
+/// The member that should lead data group `gid` whose voters are `voters`: the voters in id
+/// order, taken round-robin over the groups (partition uid, event shard number), so every
+/// member leads its share and the leaderships, and the work of proposing and replicating,
+/// are spread. `None` without voters.
+pub fn preferred_leader(
+    gid: GroupId,
+    voters: &[eddy_consensus::NodeId],
+) -> Option<eddy_consensus::NodeId> {
+    let mut sorted = voters.to_vec();
+    sorted.sort_unstable();
+    sorted.dedup();
+    let n = u64::try_from(sorted.len()).ok().filter(|&n| n > 0)?;
+    // Partition groups are uid + 1 and event shards 2^62 + shard: the low bits number them.
+    let nth = (gid.0 & ((1 << 62) - 1)) % n;
+    sorted.get(usize::try_from(nth).ok()?).copied()
+}
+
+/// Leadership moves one member starts per balancing pass, at most: a transfer holds a
+/// group's proposals for a round trip, so a member that returns takes its share back over a
+/// few passes rather than all at once.
+pub const MOVES_PER_PASS: usize = 8;
+
+/// Moves the leaderships of `gids` this node holds to each group's preferred member
+/// ([`preferred_leader`]) when that member is a caught-up, live voter
+/// (`Node::transfer_leader_if_ready`), at most [`MOVES_PER_PASS`] at a time; and has this
+/// node campaign at once for a group it is preferred for that has no leader. A preferred
+/// member that is down or behind leaves its groups where they are until it is back.
+pub fn balance_leaders(runner: &Runner<ClusterOutcome>, gids: Vec<GroupId>) {
+    runner.with(move |node| {
+        let me = node.id();
+        let mut moves = 0;
+        for gid in gids {
+            let Some(preferred) = node
+                .membership(gid)
+                .and_then(|m| preferred_leader(gid, &m.voters))
+            else {
+                continue;
+            };
+            match node.role(gid) {
+                Some(eddy_consensus::Role::Leader)
+                    if preferred != me
+                        && moves < MOVES_PER_PASS
+                        && node.transfer_leader_if_ready(gid, preferred) =>
+                {
+                    moves += 1;
+                }
+                // A group without a leader (its members were created after this node's first
+                // campaign reached them) gets one here at once, not after an election timeout.
+                Some(eddy_consensus::Role::Follower)
+                    if preferred == me && node.leader(gid).is_none() =>
+                {
+                    node.campaign(gid);
+                }
+                _ => {}
+            }
+        }
+    });
+}
+
 /// Moves the leaderships of `gids` this node holds to the metadata group's leader when it is
 /// caught up and live (`Node::transfer_leader_if_ready`), and has that leader campaign at
-/// once for those without a leader (see [`PartitionGroups::align_leaders`]).
+/// once for those without a leader: a member being removed hands its groups over this way.
 pub fn align_to_metadata_leader(runner: &Runner<ClusterOutcome>, gids: Vec<GroupId>) {
     runner.with(move |node| {
         let Some(target) = node.leader(METADATA_GROUP) else {

@@ -1,6 +1,6 @@
 //! Starting a cluster member: the Raft node on its thread, the metadata group and the
 //! partition groups under `<data_dir>/raft/`, the peer transport, and the periodic work
-//! (leadership alignment, the root user's creation by the first leader).
+//! (leadership balancing, the root user's creation by the first leader).
 
 use std::collections::BTreeMap;
 use std::net::SocketAddr;
@@ -23,8 +23,7 @@ use super::events::{
     ShardSnapshot, EVENT_GROUP_BASE, FORWARD_KIND,
 };
 use super::groups::{
-    align_to_metadata_leader, AsCluster, ClusterOutcome, GroupStorage, PartitionGroups,
-    METADATA_GROUP,
+    balance_leaders, AsCluster, ClusterOutcome, GroupStorage, PartitionGroups, METADATA_GROUP,
 };
 use super::metadata::MetadataMachine;
 use super::peer_tls::PeerTls;
@@ -633,8 +632,8 @@ impl Member {
             .await;
     }
 
-    /// Periodic work until `stop` fires: partition leaderships move to the metadata leader,
-    /// and `on_leader` runs while this member leads the metadata group (the root user's
+    /// Periodic work until `stop` fires: partition and event shard leaderships move to their
+    /// preferred members, and `on_leader` runs while this member leads the metadata group (the root user's
     /// creation).
     pub async fn maintain<F, Fut>(self: Arc<Self>, stop: CancellationToken, on_leader: F)
     where
@@ -649,7 +648,9 @@ impl Member {
             }
             self.streams.maintain_partitions();
             self.follow_recorded_members().await;
-            align_to_metadata_leader(self.streams.runner(), self.events.group_ids());
+            if !self.streams.changing_membership() {
+                balance_leaders(self.streams.runner(), self.events.group_ids());
+            }
             if self.inbox.rebuilding_marked() && self.caught_up().await {
                 match std::fs::remove_file(self.inbox.raft_dir.join(REBUILDING_FILE))
                     .and_then(|()| std::fs::File::open(&self.inbox.raft_dir)?.sync_all())

@@ -89,9 +89,6 @@ impl ClusterError {
     }
 }
 
-/// Longest a send on the metadata leader waits for its partition's leadership to arrive.
-pub const LEADERSHIP_WAIT: std::time::Duration = std::time::Duration::from_secs(5);
-
 /// Proposed, not yet answered appends per partition, by proposal id.
 type Pending = Proposals<PartitionAddr, u64>;
 
@@ -112,6 +109,8 @@ pub struct ClusterStreams {
     replication: String,
     /// Carries requests for groups this member does not lead to their leaders.
     forwarder: Option<super::transport::Forwarder>,
+    /// Membership changes running on this member (their leaderships stay here meanwhile).
+    changing: Arc<std::sync::atomic::AtomicUsize>,
 }
 
 impl std::fmt::Debug for ClusterStreams {
@@ -211,6 +210,7 @@ impl ClusterStreams {
             peers: super::transport::PeerBook::default(),
             replication: String::new(),
             forwarder: None,
+            changing: Arc::default(),
         }
     }
 
@@ -356,10 +356,19 @@ impl ClusterStreams {
         self.leads(METADATA_GROUP)
     }
 
-    /// Periodic partition upkeep: leaderships move to the metadata leader, and purges the
-    /// metadata holds reach partitions that missed them.
+    /// Whether a membership change runs on this member: it gathers the leaderships of the
+    /// groups it changes, and its balancer leaves them here until it is done.
+    pub fn changing_membership(&self) -> bool {
+        self.changing.load(Ordering::SeqCst) > 0
+    }
+
+    /// Periodic partition upkeep: leaderships move to their preferred members (unless a
+    /// membership change runs here), and purges the metadata holds reach partitions that
+    /// missed them.
     pub fn maintain_partitions(&self) {
-        self.groups.align_leaders();
+        if !self.changing_membership() {
+            self.groups.balance_leaders();
+        }
         self.groups.repurge(&self.view);
     }
 
@@ -414,11 +423,9 @@ impl ClusterStreams {
         }
     }
 
-    /// The group of partition `addr` and its id, once this member leads it. The metadata
-    /// leader takes every write; a partition's leadership converges on it (a new partition's
-    /// group elects, a moved one is transferred back), so a write that arrives meanwhile
-    /// waits for it rather than bounce.
-    async fn led_partition(
+    /// The group of partition `addr` and its id, when this member leads it (elsewhere a write
+    /// is forwarded to its leader: see `forwarding`).
+    fn led_partition(
         &self,
         addr: PartitionAddr,
     ) -> Result<(GroupId, PartitionGroup), ClusterError> {
@@ -427,22 +434,6 @@ impl ClusterStreams {
             .get(addr)
             .ok_or(ClusterError::NoPartition(addr))?;
         let gid = partition_group_id(uid);
-        if self.leads(gid) {
-            return Ok((gid, group));
-        }
-        let deadline = tokio::time::Instant::now() + LEADERSHIP_WAIT;
-        let mut asked = false;
-        while self.is_metadata_leader() && !self.leads(gid) {
-            if tokio::time::Instant::now() >= deadline {
-                break;
-            }
-            if !asked {
-                // This group only, once: the periodic alignment does the rest.
-                super::groups::align_to_metadata_leader(&self.runner, vec![gid]);
-                asked = true;
-            }
-            tokio::time::sleep(std::time::Duration::from_millis(20)).await;
-        }
         if self.leads(gid) {
             Ok((gid, group))
         } else {
@@ -462,7 +453,7 @@ impl ClusterStreams {
         batch: B,
         now_us: u64,
     ) -> Result<Appended, ClusterError> {
-        let (gid, group) = self.led_partition(addr).await?;
+        let (gid, group) = self.led_partition(addr)?;
         let (rx, base_offset, len) = {
             let mut pending = self.pending.lock().unwrap_or_else(PoisonError::into_inner);
             let id = self.next_id.fetch_add(1, Ordering::Relaxed);
@@ -521,7 +512,7 @@ impl ClusterStreams {
         addr: PartitionAddr,
         count: u32,
     ) -> Result<(), ClusterError> {
-        let (gid, group) = self.led_partition(addr).await?;
+        let (gid, group) = self.led_partition(addr)?;
         let Some(through_index) = group.partition().oldest_segments_end(count) else {
             return Ok(());
         };

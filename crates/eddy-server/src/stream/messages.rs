@@ -136,16 +136,23 @@ pub(crate) async fn send(
     // Submitted inline unless this server has so many bytes in flight that the partition's
     // log may push back (then from the blocking pool); the acknowledgement is awaited.
     if let Some(cluster) = &state.cluster {
-        // Appended by the partition's leader: here, or the member it is forwarded to.
-        let base_offset = if cluster.appends_here(addr) {
-            cluster
-                .append(addr, Stampable(admitted), crate::clock::now_micros())
-                .await?
-                .base_offset
-        } else {
-            cluster
+        // Appended by the partition's leader: here, or the member it is forwarded to (or
+        // here after all, when the leadership arrived meanwhile).
+        let base_offset = loop {
+            if cluster.appends_here(addr) {
+                break cluster
+                    .append(addr, Stampable(admitted), crate::clock::now_micros())
+                    .await?
+                    .base_offset;
+            }
+            match cluster
                 .forward_append(addr, admitted.message_count(), admitted.as_bytes())
-                .await?
+                .await
+            {
+                Err(crate::cluster::streams::ClusterError::NotLeader(_))
+                    if cluster.appends_here(addr) => {}
+                forwarded => break forwarded?,
+            }
         };
         return Ok(Outcome::payload(&send_reply(addr, base_offset)));
     }

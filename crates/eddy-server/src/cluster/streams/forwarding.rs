@@ -7,7 +7,8 @@
 //! Request: `kind u8 (STREAM_FORWARD_KIND) · op u8 · fields`:
 //! * op 1, commit: the operation as the metadata group's entries encode it;
 //! * op 2, append: `stream u32 · topic u32 · partition u32 · count u32 · the admitted batch`;
-//! * op 3, delete segments: `stream u32 · topic u32 · partition u32 · count u32`.
+//! * op 3, delete segments: `stream u32 · topic u32 · partition u32 · count u32`;
+//! * op 4, transfer: `group u64 · to u64` (a membership change runs on member `to`).
 //!
 //! Answer: `status u8` then
 //! * 0, done: nothing more (commit, delete segments) or `base_offset u64` (append);
@@ -41,6 +42,7 @@ const FORWARD_RETRY: Duration = Duration::from_millis(50);
 const OP_COMMIT: u8 = 1;
 const OP_APPEND: u8 = 2;
 const OP_DELETE_SEGMENTS: u8 = 3;
+const OP_TRANSFER: u8 = 4;
 
 const DONE: u8 = 0;
 const REFUSED: u8 = 1;
@@ -63,6 +65,11 @@ enum Forwarded {
     DeleteSegments {
         addr: PartitionAddr,
         count: u32,
+    },
+    /// Hand the group's leadership to `to` (a membership change runs there).
+    Transfer {
+        group: GroupId,
+        to: NodeId,
     },
 }
 
@@ -116,6 +123,10 @@ fn decode_request(mut request: Bytes) -> Option<Forwarded> {
             let count = (request.remaining() == 4).then(|| request.get_u32_le())?;
             Some(Forwarded::DeleteSegments { addr, count })
         }
+        OP_TRANSFER if request.remaining() == 16 => Some(Forwarded::Transfer {
+            group: GroupId(request.get_u64_le()),
+            to: request.get_u64_le(),
+        }),
         _ => None,
     }
 }
@@ -199,8 +210,8 @@ impl ClusterStreams {
         self
     }
 
-    /// The leader of `group` as this member knows it; for a partition whose leader is not
-    /// known, the metadata leader (partition leaderships converge on it).
+    /// The leader of `group` as this member knows it; when none is known, the metadata
+    /// leader (which answers "not there" unless it leads the group: asked again).
     fn leader_of(&self, group: GroupId) -> Option<NodeId> {
         let view = self.runner.view();
         view.get(group)
@@ -276,11 +287,9 @@ impl ClusterStreams {
 
     /// Whether a batch for `addr` is appended here ([`ClusterStreams::append`]) rather than
     /// forwarded ([`ClusterStreams::forward_append`]): this member leads the partition's
-    /// group, or the metadata group (on whose leader partition leaderships converge), or it
-    /// cannot forward.
+    /// group, or it cannot forward.
     pub fn appends_here(&self, addr: PartitionAddr) -> bool {
         self.forwarder.is_none()
-            || self.is_metadata_leader()
             || self
                 .groups
                 .get(addr)
@@ -388,6 +397,24 @@ impl ClusterStreams {
                     Err(e) => answer_error(&e),
                 }
             }
+            Forwarded::Transfer { group, to } => {
+                // Only to a caught-up, live voter; asked again at the changer's next pass.
+                self.runner.with(move |node| {
+                    node.transfer_leader_if_ready(group, to);
+                });
+                done(&[])
+            }
+        }
+    }
+
+    /// Asks `group`'s leader (another member) to hand its leadership to this member, once:
+    /// a membership change runs here. Its outcome shows as this member's role later.
+    pub(super) async fn ask_to_transfer(&self, group: GroupId) {
+        let mut request = request(OP_TRANSFER, 16);
+        request.put_u64_le(group.0);
+        request.put_u64_le(self.me);
+        if let Sent::Failed(e) = self.send_once(group, &request).await {
+            tracing::debug!(?group, error = %e, "asking for a group's leadership failed");
         }
     }
 }
@@ -435,6 +462,16 @@ mod tests {
             decode_request(delete.clone().into()),
             Some(Forwarded::DeleteSegments { count: 4, .. })
         ));
+        let mut transfer = request(OP_TRANSFER, 16);
+        transfer.put_u64_le(9);
+        transfer.put_u64_le(2);
+        assert!(matches!(
+            decode_request(transfer.into()),
+            Some(Forwarded::Transfer {
+                group: GroupId(9),
+                to: 2
+            })
+        ));
         // Truncated, trailing, unknown op, another kind, garbage operation.
         let mut trailing = delete.clone();
         trailing.push(0);
@@ -442,6 +479,7 @@ mod tests {
             &delete[..delete.len() - 1],
             &trailing[..],
             &[STREAM_FORWARD_KIND, 9][..],
+            &[STREAM_FORWARD_KIND, OP_TRANSFER, 1][..],
             &[2, OP_COMMIT][..],
             &[STREAM_FORWARD_KIND, OP_COMMIT, 0xff, 0xff][..],
             &[][..],

@@ -169,6 +169,7 @@ impl ClusterStreams {
 
     /// Passes over every group until each has `id` as a voter (`add`) or not at all.
     async fn change_every_group(&self, id: NodeId, add: bool) -> Result<u32, ClusterError> {
+        let _changing = Changing::start(&self.changing);
         let deadline = tokio::time::Instant::now() + CHANGE_PATIENCE;
         loop {
             if !self.is_metadata_leader() {
@@ -217,7 +218,7 @@ impl ClusterStreams {
             return Step::Done;
         }
         if !self.leads(group) {
-            self.ask_leadership(group);
+            self.ask_leadership(group).await;
             return Step::Waiting;
         }
         if !members.voters_outgoing.is_empty() {
@@ -245,7 +246,7 @@ impl ClusterStreams {
             return Step::Done;
         }
         if !self.leads(group) {
-            self.ask_leadership(group);
+            self.ask_leadership(group).await;
             return Step::Waiting;
         }
         if members.voters_outgoing.is_empty() && members.voters != [id] {
@@ -325,10 +326,13 @@ impl ClusterStreams {
         );
     }
 
-    /// Asks for `group`'s leadership to come to this member (the metadata leader), as the
-    /// periodic alignment does.
-    fn ask_leadership(&self, group: GroupId) {
+    /// Asks for `group`'s leadership to come to this member (the metadata leader, which
+    /// changes the group's members): its leader is asked over the peer link; a group without
+    /// a leader gets this member's campaign. While the change runs, this member's balancer
+    /// leaves the leaderships it gathers where they are (`changing`).
+    async fn ask_leadership(&self, group: GroupId) {
         crate::cluster::groups::align_to_metadata_leader(&self.runner, vec![group]);
+        self.ask_to_transfer(group).await;
     }
 
     /// Hands every leadership this member holds to another caught-up voter of the metadata
@@ -345,5 +349,21 @@ impl ClusterStreams {
                 }
             }
         });
+    }
+}
+
+/// Marks a membership change running on this member for as long as it lives.
+struct Changing(std::sync::Arc<std::sync::atomic::AtomicUsize>);
+
+impl Changing {
+    fn start(running: &std::sync::Arc<std::sync::atomic::AtomicUsize>) -> Self {
+        running.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+        Changing(std::sync::Arc::clone(running))
+    }
+}
+
+impl Drop for Changing {
+    fn drop(&mut self) {
+        self.0.fetch_sub(1, std::sync::atomic::Ordering::SeqCst);
     }
 }

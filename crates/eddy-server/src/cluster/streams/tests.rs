@@ -7,7 +7,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use bytes::Bytes;
-use eddy_consensus::NodeId;
+use eddy_consensus::{NodeId, Role};
 use eddy_log::CommitPool;
 use eddy_stream_store::{
     ConsumerKey, MetadataOp, PartitionAddr, PollStrategy, StampWith, TopicConfig,
@@ -115,18 +115,29 @@ async fn producers_consumers_and_a_lost_leader_on_the_replicated_request_path() 
         .await
         .unwrap();
     assert_eq!(effects.len(), 1);
-    // Every member aligns leaderships periodically, as a server's maintenance does (a
-    // partition group another member won hands its leadership over).
+    // Every member balances leaderships periodically, as a server's maintenance does (a
+    // partition group another member won hands its leadership to its preferred member).
     let aligner = spawn_aligner(&members);
-    // A send on the metadata leader right after the topic exists waits for the partition's
-    // leadership to arrive there instead of bouncing (its group is elected meanwhile).
     let uid = at(&members, leader).groups().get(P0).unwrap().0;
+    let gid = partition_group_id(uid);
+    let preferred = crate::cluster::groups::preferred_leader(gid, &[3, 1, 2]).unwrap();
+    testkit::eventually(
+        || {
+            peers.lock().unwrap()[usize::try_from(preferred - 1).unwrap()]
+                .as_ref()
+                .and_then(|r| r.view().get(gid))
+                .is_some_and(|v| v.role == Role::Leader)
+        },
+        || format!("member {preferred} never led the partition it is preferred for"),
+    );
+    // The partition's leader is `leader` from here on; the metadata's stays `meta`.
+    let (meta, leader) = (leader, preferred);
+    let follower = (1..=3).find(|&id| id != leader).unwrap();
     let first = at(&members, leader)
         .append(P0, batch(1000), 1_000)
         .await
         .unwrap();
     assert_eq!(first.base_offset, 0);
-    assert_eq!(testkit::leader(&peers, partition_group_id(uid)), leader);
     let mut pre = vec![(0u64, Bytes::from("batch 1000 at 0 t 1000"))];
 
     // Concurrent producers on the leader: every batch acknowledged once, offsets contiguous.
@@ -167,7 +178,7 @@ async fn producers_consumers_and_a_lost_leader_on_the_replicated_request_path() 
 
     // A consumer's offset is replicated with the metadata: a follower resumes after it.
     let consumer = ConsumerKey::Consumer(7);
-    at(&members, leader)
+    at(&members, meta)
         .commit(&MetadataOp::StoreConsumerOffset {
             addr: P0,
             consumer,
@@ -186,7 +197,7 @@ async fn producers_consumers_and_a_lost_leader_on_the_replicated_request_path() 
         .unwrap();
     assert_eq!(next.batches[0].base_offset, 10);
 
-    // The leader's process dies: the others elect leaders and the offsets go on.
+    // The partition leader's process dies: the others elect a leader and the offsets go on.
     let lost = members[usize::try_from(leader - 1).unwrap()]
         .take()
         .unwrap();
@@ -253,13 +264,13 @@ async fn create_topic(leader: &ClusterStreams, config: TopicConfig) {
         .unwrap();
 }
 
-/// Aligns every member's leaderships every 100 ms, as each server's maintenance does.
+/// Balances every member's leaderships every 100 ms, as each server's maintenance does.
 fn spawn_aligner(members: &[Option<ClusterStreams>]) -> tokio::task::JoinHandle<()> {
     let aligning: Vec<ClusterStreams> = members.iter().flatten().cloned().collect();
     tokio::spawn(async move {
         loop {
             for m in &aligning {
-                m.groups().align_leaders();
+                m.groups().balance_leaders();
             }
             tokio::time::sleep(Duration::from_millis(100)).await;
         }
