@@ -15,7 +15,7 @@ use std::fs::OpenOptions;
 use std::io::Write as _;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
 use clap::{Args, ValueEnum};
 use eddy_client::{ConnectOptions, StreamClient};
@@ -276,6 +276,12 @@ impl Default for Worker {
     }
 }
 
+/// `TransientNotAccepted`: the server did not take the request; resending it is safe.
+const TRANSIENT: u32 = eddy_codec::stream::ErrorCode::TransientNotAccepted as u32;
+
+/// How long a producer resends a batch answered [`TRANSIENT`].
+const TRANSIENT_PATIENCE: Duration = Duration::from_secs(10);
+
 async fn produce(
     mut client: StreamClient,
     request: SendMessages,
@@ -286,7 +292,16 @@ async fn produce(
     let mut w = Worker::default();
     for _ in 0..batches {
         let at = Instant::now();
-        match client.call(&request).await {
+        // `TransientNotAccepted` (58) is resent as the Iggy SDK resends it (a cluster's
+        // leadership moving, a full request budget): the batch's latency includes the wait.
+        let mut sent = client.call(&request).await;
+        while matches!(&sent, Err(e) if e.code() == Some(TRANSIENT))
+            && at.elapsed() < TRANSIENT_PATIENCE
+        {
+            tokio::time::sleep(Duration::from_millis(20)).await;
+            sent = client.call(&request).await;
+        }
+        match sent {
             Ok(_) => {
                 w.latencies.saturating_record(micros(at));
                 w.messages += u64::from(request.messages_count);
