@@ -17,6 +17,7 @@ pub mod cpu;
 pub mod data_dir;
 pub mod event;
 pub mod fds;
+pub mod fuzzing;
 pub mod http;
 pub mod listener;
 pub mod metrics;

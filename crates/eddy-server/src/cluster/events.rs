@@ -596,7 +596,8 @@ pub fn forward_not_leader() -> Bytes {
     Bytes::from_static(&[2])
 }
 
-fn decode_forward_answer(
+/// Decodes the answer to a forwarded change (see [`encode_forward_answer`]).
+pub(crate) fn decode_forward_answer(
     answer: &Bytes,
 ) -> Result<eddy_codec::event::EventResponse, EventClusterError> {
     let malformed = || EventClusterError::Unavailable("a malformed forwarded answer".into());

@@ -419,6 +419,62 @@ impl ClusterStreams {
     }
 }
 
+/// For `crate::fuzzing`: decodes `request` as a forwarded stream write and `answer` as the
+/// answer to one; each decodes or is refused.
+pub(crate) fn fuzz_forwarded(request: Option<Bytes>, answer: Option<Bytes>) {
+    if let Some(request) = request {
+        let _ = decode_request(request);
+    }
+    if let Some(answer) = answer {
+        let _ = decode_answer(answer);
+    }
+}
+
+/// For `crate::fuzzing`: one request of each op and one answer of each status (name, bytes,
+/// whether it is an answer).
+pub(crate) fn forwarded_seeds() -> Vec<(String, Vec<u8>, bool)> {
+    let addr = PartitionAddr {
+        stream_id: 1,
+        topic_id: 2,
+        partition_id: 3,
+    };
+    let mut commit = request(OP_COMMIT, 0);
+    commit.extend(encode_op(&MetadataOp::DeleteStream { id: 7 }).unwrap_or_default());
+    let mut append = request(OP_APPEND, 0);
+    put_addr(&mut append, addr);
+    append.put_u32_le(1);
+    append.extend_from_slice(&[0; 64]);
+    let mut delete = request(OP_DELETE_SEGMENTS, 0);
+    put_addr(&mut delete, addr);
+    delete.put_u32_le(2);
+    let mut transfer = request(OP_TRANSFER, 0);
+    transfer.put_u64_le(5);
+    transfer.put_u64_le(2);
+    let refused = MetadataError::StreamNotFound(4);
+    vec![
+        ("stream_commit".into(), commit, false),
+        ("stream_append".into(), append, false),
+        ("stream_delete_segments".into(), delete, false),
+        ("stream_transfer".into(), transfer, false),
+        ("stream_done".into(), done(&[]).to_vec(), true),
+        (
+            "stream_appended".into(),
+            done(&9u64.to_le_bytes()).to_vec(),
+            true,
+        ),
+        (
+            "stream_refused".into(),
+            answer_error(&ClusterError::Metadata(refused)).to_vec(),
+            true,
+        ),
+        (
+            "stream_not_there".into(),
+            answer_error(&ClusterError::NotLeader("x")).to_vec(),
+            true,
+        ),
+    ]
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
