@@ -154,20 +154,30 @@ pub async fn linearized(
     group: GroupId,
     what: &'static str,
 ) -> Result<(), ClusterError> {
-    let (tx, rx) = tokio::sync::oneshot::channel();
-    runner.read_index(
-        group,
-        Box::new(move |r| {
-            let _ = tx.send(r);
-        }),
-    );
-    match tokio::time::timeout(READ_CONFIRM_WAIT, rx).await {
-        Ok(Ok(Ok(()))) => Ok(()),
-        // Not confirmed (no leader, cut off from a quorum, the group failed or went away):
-        // retry on another member or later.
-        _ => Err(ClusterError::NotLeader(what)),
+    let deadline = tokio::time::Instant::now() + READ_CONFIRM_WAIT;
+    loop {
+        let (tx, rx) = tokio::sync::oneshot::channel();
+        runner.read_index(
+            group,
+            Box::new(move |r| {
+                let _ = tx.send(r);
+            }),
+        );
+        if let Ok(Ok(Ok(()))) = tokio::time::timeout_at(deadline, rx).await {
+            return Ok(());
+        }
+        // Not confirmed (no leader known while the group's leadership moves, cut off from a
+        // quorum, the group failed or went away): asked again until the deadline, then the
+        // client retries on another member or later.
+        if tokio::time::Instant::now() + READ_RETRY >= deadline {
+            return Err(ClusterError::NotLeader(what));
+        }
+        tokio::time::sleep(READ_RETRY).await;
     }
 }
+
+/// The pause before a linearizable read that was not confirmed asks again.
+const READ_RETRY: std::time::Duration = std::time::Duration::from_millis(50);
 
 impl ClusterStreams {
     /// Waits until the metadata this member applied includes every change acknowledged before
@@ -566,6 +576,7 @@ impl ClusterStreams {
 }
 
 mod forwarding;
+pub(crate) use forwarding::{forwarded_seeds, fuzz_forwarded};
 pub use forwarding::{FORWARD_PATIENCE, STREAM_FORWARD_KIND};
 mod membership;
 #[cfg(test)]
