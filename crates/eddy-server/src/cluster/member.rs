@@ -186,7 +186,7 @@ impl Inbox for RunnerInbox {
             Some(&STREAM_FORWARD_KIND) => Some(match self.stream_forwarded.get() {
                 Some(handler) => handler(request),
                 // Nothing proposed: the sender asks again (or another member).
-                None => Box::pin(async { Bytes::from_static(&[2]) }),
+                None => Box::pin(async { super::streams::not_there() }),
             }),
             _ => None,
         }

@@ -577,7 +577,7 @@ impl ClusterStreams {
 
 mod forwarding;
 pub(crate) use forwarding::{forwarded_seeds, fuzz_forwarded};
-pub use forwarding::{FORWARD_PATIENCE, STREAM_FORWARD_KIND};
+pub use forwarding::{not_there, FORWARD_PATIENCE, FORWARD_RETRY, STREAM_FORWARD_KIND};
 mod membership;
 #[cfg(test)]
 mod tests;

@@ -364,7 +364,8 @@ async fn apply_change(svc: &EventService, change: Change) -> Result<EventRespons
         // A `NotLeader`, here or from the member the change was forwarded to, means nothing
         // was proposed: while leadership moves (a transfer, an election) the change is tried
         // again, on whichever member leads then, for a bounded time.
-        let patience = tokio::time::Instant::now() + FORWARD_PATIENCE;
+        // Both protocols' forwarding wait the same: see `cluster::streams::FORWARD_PATIENCE`.
+        let patience = tokio::time::Instant::now() + crate::cluster::streams::FORWARD_PATIENCE;
         let submitted = loop {
             let submitted = cluster.submit(prepared.shard, &prepared.command).await;
             let Err(EventClusterError::NotLeader { .. }) = &submitted else {
@@ -387,7 +388,7 @@ async fn apply_change(svc: &EventService, change: Change) -> Result<EventRespons
                 Err(EventClusterError::NotLeader { .. })
                     if tokio::time::Instant::now() < patience =>
                 {
-                    tokio::time::sleep(FORWARD_RETRY).await;
+                    tokio::time::sleep(crate::cluster::streams::FORWARD_RETRY).await;
                 }
                 // The client gets the redirect; the operator sees why it was not served here.
                 Err(e) => {
@@ -417,13 +418,6 @@ async fn apply_change(svc: &EventService, change: Change) -> Result<EventRespons
     };
     respond(kind, correlation_id, outcome)
 }
-
-/// How long a change whose shard's leadership is moving keeps being tried (a transfer takes
-/// a round trip; an election about an election timeout).
-const FORWARD_PATIENCE: std::time::Duration = std::time::Duration::from_secs(5);
-
-/// The pause between two tries while a shard's leadership moves.
-const FORWARD_RETRY: std::time::Duration = std::time::Duration::from_millis(50);
 
 /// Answers a change another member forwarded to this one as its shard's leader: proposes
 /// the command that member prepared (never forwarding it again) and encodes the client's

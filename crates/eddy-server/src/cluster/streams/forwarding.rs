@@ -33,11 +33,11 @@ use crate::cluster::groups::{partition_group_id, METADATA_GROUP};
 pub const STREAM_FORWARD_KIND: u8 = 3;
 
 /// How long a write whose group's leadership is moving keeps being forwarded (a transfer
-/// takes a round trip, an election about an election timeout).
+/// takes a round trip, an election about an election timeout); event changes wait the same.
 pub const FORWARD_PATIENCE: Duration = Duration::from_secs(5);
 
 /// The pause between two tries while a group's leadership moves.
-const FORWARD_RETRY: Duration = Duration::from_millis(50);
+pub const FORWARD_RETRY: Duration = Duration::from_millis(50);
 
 const OP_COMMIT: u8 = 1;
 const OP_APPEND: u8 = 2;
@@ -147,9 +147,14 @@ fn refusal(tag: u8, detail: &[u8]) -> Bytes {
 }
 
 /// The answer to a forwarded write that failed with `e` on the member asked.
+/// The answer of a member that does not lead the group: nothing was proposed, ask again.
+pub fn not_there() -> Bytes {
+    Bytes::from_static(&[NOT_THERE])
+}
+
 fn answer_error(e: &ClusterError) -> Bytes {
     match e {
-        ClusterError::NotLeader(_) => Bytes::from_static(&[NOT_THERE]),
+        ClusterError::NotLeader(_) => not_there(),
         ClusterError::Metadata(refused) => refusal(TAG_METADATA, &refused.to_bytes()),
         ClusterError::NoPartition(addr) => {
             let mut detail = Vec::with_capacity(12);
