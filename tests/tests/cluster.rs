@@ -201,7 +201,7 @@ async fn three_nodes_lose_their_leader_without_losing_an_acknowledged_batch() {
         let led = |groups: &[serde_json::Value]| {
             groups
                 .iter()
-                .all(|g| g["leader"].is_u64() && g["replicas"].as_array().unwrap().len() == 3)
+                .all(|g| g["leader"].is_u64() && g["voters"].as_array().unwrap().len() == 3)
         };
         let started = Instant::now();
         let mut groups = cluster_status_cli(follower, true);
@@ -601,6 +601,32 @@ fn cluster_status_cli(stream: SocketAddr, groups: bool) -> Vec<serde_json::Value
         .as_array()
         .unwrap()
         .clone()
+}
+
+/// Waits (up to 30 s) until every group's `voters` and `learners`, as `eddy cluster status
+/// --groups` through `stream` lists them, satisfy `wanted`.
+async fn groups_become(stream: SocketAddr, what: &str, wanted: impl Fn(&[u64], &[u64]) -> bool) {
+    let ids = |v: &serde_json::Value| -> Vec<u64> {
+        v.as_array()
+            .map(|a| a.iter().filter_map(serde_json::Value::as_u64).collect())
+            .unwrap_or_default()
+    };
+    let started = Instant::now();
+    loop {
+        let groups = cluster_status_cli(stream, true);
+        if !groups.is_empty()
+            && groups
+                .iter()
+                .all(|g| wanted(&ids(&g["voters"]), &ids(&g["learners"])))
+        {
+            return;
+        }
+        assert!(
+            started.elapsed() < Duration::from_secs(30),
+            "{what}: eddy cluster status --groups shows {groups:?}"
+        );
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
 }
 
 /// Waits (up to 60 s) until every group's leader, as `eddy cluster status --groups` through
@@ -1387,6 +1413,18 @@ async fn a_member_added_at_run_time_votes_and_a_removed_one_is_not_needed() {
             again.as_ref().is_err_and(|e| e.contains("already")),
             "{again:?}"
         );
+        // `eddy cluster status` shows it a voter of every group, a learner of none.
+        groups_become(via, "member 4 votes everywhere", |v, l| {
+            v.contains(&4) && v.len() == 4 && l.is_empty()
+        })
+        .await;
+        let members = cluster_status_cli(via, false);
+        let fourth_row = members
+            .iter()
+            .find(|m| m["id"] == 4)
+            .expect("member 4 listed");
+        assert_eq!(fourth_row["learns"], 0, "{members:?}");
+        assert_ne!(fourth_row["metadata"], "learner", "{members:?}");
 
         // Remove member 1 (whichever member leads), then stop it.
         let removed = cluster_change_cli(fourth_stream, &["remove", "1"]).expect("remove 1");
@@ -1406,6 +1444,11 @@ async fn a_member_added_at_run_time_votes_and_a_removed_one_is_not_needed() {
         assert!(removed.contains("remove member 1"), "{removed}");
         eprintln!("{removed}");
         nodes[0].take().unwrap().eddy.kill();
+        // No group counts member 1 among its voters or learners any more.
+        groups_become(fourth_stream, "member 1 is in no group", |v, l| {
+            !v.contains(&1) && v.len() == 3 && l.is_empty()
+        })
+        .await;
         // Members 2, 3 and 4 vote now: with member 2 killed too, 3 and 4 are a majority,
         // which they are only if member 4 votes.
         nodes[1].take().unwrap().eddy.kill();

@@ -183,6 +183,10 @@ pub struct GroupStatus {
     pub matched: Vec<(NodeId, u64)>,
     /// Storage failed on this node.
     pub failed: bool,
+    /// The group's voters, as this node's configuration has them (ascending).
+    pub voters: Vec<NodeId>,
+    /// The group's learners (members catching up before they vote), ascending.
+    pub learners: Vec<NodeId>,
 }
 
 type Persisted = (GroupId, u64, Result<(), StoreError>);
@@ -674,6 +678,7 @@ impl<O: Send + 'static> Node<O> {
     pub fn status(&self, id: GroupId) -> Option<GroupStatus> {
         let group = self.groups.get(&id)?;
         let raft = &group.raw.raft;
+        let membership = group.membership();
         let matched = if raft.state == StateRole::Leader {
             let mut m: Vec<(NodeId, u64)> = raft
                 .prs()
@@ -695,6 +700,8 @@ impl<O: Send + 'static> Node<O> {
             last_index: group.raw.store().last(),
             matched,
             failed: group.failed(),
+            voters: membership.voters.clone(),
+            learners: membership.learners.clone(),
         })
     }
 

@@ -107,8 +107,22 @@ fn members_table(answers: &BTreeMap<u64, (String, Answer)>) -> Table {
             }
         }
     }
+    // Each member's groups as a learner (being added: catching up, not voting yet), as the
+    // groups' leaders (or, without one, any holder) list them; each group counted once.
+    let mut learning: BTreeMap<u64, std::collections::BTreeSet<(u8, u64)>> = BTreeMap::new();
+    for (_, answer) in answers.values() {
+        let Ok(status) = answer else { continue };
+        for group in &status.groups.0 {
+            for &member in &group.learners.0 {
+                learning
+                    .entry(member)
+                    .or_default()
+                    .insert((group.kind, group.id));
+            }
+        }
+    }
     let mut table = Table::new(vec![
-        "id", "address", "state", "metadata", "term", "groups", "leads", "lag", "tls",
+        "id", "address", "state", "metadata", "term", "groups", "leads", "learns", "lag", "tls",
     ]);
     for (id, (addr, answer)) in answers {
         let row = match answer {
@@ -129,10 +143,15 @@ fn members_table(answers: &BTreeMap<u64, (String, Answer)>) -> Table {
                     } else {
                         "up".to_owned()
                     }),
-                    json!(metadata.map_or("-", |g| role_name(g.role))),
+                    json!(metadata.map_or("-", |g| if g.learners.0.contains(id) {
+                        "learner"
+                    } else {
+                        role_name(g.role)
+                    })),
                     json!(metadata.map_or(0, |g| g.term)),
                     json!(status.groups.0.len()),
                     json!(leads),
+                    json!(learning.get(id).map_or(0, std::collections::BTreeSet::len)),
                     json!(lag.get(id).copied().unwrap_or(0)),
                     json!(status.peer_tls),
                 ]
@@ -145,6 +164,7 @@ fn members_table(answers: &BTreeMap<u64, (String, Answer)>) -> Table {
                 Value::Null,
                 Value::Null,
                 Value::Null,
+                json!(learning.get(id).map(std::collections::BTreeSet::len)),
                 json!(lag.get(id).copied()),
                 Value::Null,
             ],
@@ -156,21 +176,22 @@ fn members_table(answers: &BTreeMap<u64, (String, Answer)>) -> Table {
 
 /// The groups table: every group once, as its leader (or, without one, any holder) reports it.
 fn groups_table(answers: &BTreeMap<u64, (String, Answer)>) -> Table {
-    let mut groups: BTreeMap<(u8, u64), (GroupState, Vec<u64>)> = BTreeMap::new();
-    for (member, (_, answer)) in answers {
+    let mut groups: BTreeMap<(u8, u64), GroupState> = BTreeMap::new();
+    for (_, answer) in answers.values() {
         let Ok(status) = answer else { continue };
         for group in &status.groups.0 {
             let entry = groups
                 .entry((group.kind, group.id))
-                .or_insert_with(|| (group.clone(), Vec::new()));
-            entry.1.push(*member);
+                .or_insert_with(|| group.clone());
             if group.role == ROLE_LEADER {
-                entry.0 = group.clone();
+                *entry = group.clone();
             }
         }
     }
-    let mut table = Table::new(vec!["group", "leader", "term", "commit", "replicas", "lag"]);
-    for (group, holders) in groups.values() {
+    let mut table = Table::new(vec![
+        "group", "leader", "term", "commit", "voters", "learners", "lag",
+    ]);
+    for group in groups.values() {
         let lag: serde_json::Map<String, Value> = group
             .lag
             .0
@@ -186,7 +207,8 @@ fn groups_table(answers: &BTreeMap<u64, (String, Answer)>) -> Table {
             },
             json!(group.term),
             json!(group.commit),
-            json!(holders),
+            json!(group.voters.0),
+            json!(group.learners.0),
             Value::Object(lag),
         ]);
     }
@@ -230,7 +252,15 @@ mod tests {
                     .map(|&(member, behind)| MemberLag { member, behind })
                     .collect(),
             ),
+            voters: Counted(vec![1, 2, 3]),
+            learners: Counted(Vec::new()),
         }
+    }
+
+    /// The metadata group as member 4, being added, sees it: a learner.
+    fn learning(mut group: GroupState) -> GroupState {
+        group.learners = Counted(vec![4]);
+        group
     }
 
     fn member(id: u64) -> MemberState {
@@ -248,9 +278,20 @@ mod tests {
             peer_tls: true,
             members: Counted(vec![member(1), member(2), member(3)]),
             groups: Counted(vec![
-                group(GROUP_METADATA, 0, ROLE_LEADER, 1, &[(2, 0), (3, 7)]),
+                learning(group(GROUP_METADATA, 0, ROLE_LEADER, 1, &[(2, 0), (3, 7)])),
                 group(GROUP_PARTITION, 5, ROLE_FOLLOWER, 2, &[]),
             ]),
+        };
+        let four = ClusterStatus {
+            node_id: 4,
+            groups: Counted(vec![learning(group(
+                GROUP_METADATA,
+                0,
+                ROLE_FOLLOWER,
+                1,
+                &[],
+            ))]),
+            ..one.clone()
         };
         let two = ClusterStatus {
             node_id: 2,
@@ -264,6 +305,7 @@ mod tests {
             (1, ("127.0.0.1:8090".to_owned(), Ok(one))),
             (2, ("127.0.0.2:8090".to_owned(), Ok(two))),
             (3, ("127.0.0.3:8090".to_owned(), Err("refused".to_owned()))),
+            (4, ("127.0.0.4:8090".to_owned(), Ok(four))),
         ]);
         let members = members_table(&answers).objects();
         assert_eq!(members[0]["metadata"], "leader");
@@ -275,12 +317,17 @@ mod tests {
             .as_str()
             .unwrap()
             .starts_with("unreachable"));
+        assert_eq!(members[3]["metadata"], "learner");
+        assert_eq!(members[3]["learns"], 1, "one group, however many report it");
+        assert_eq!(members[0]["learns"], 0);
         let groups = groups_table(&answers).objects();
         assert_eq!(groups.len(), 2);
         assert_eq!(groups[0]["group"], "metadata");
         assert_eq!(groups[0]["lag"]["3"], 7);
         assert_eq!(groups[1]["group"], "partition 1/1/5");
         assert_eq!(groups[1]["leader"], 2);
-        assert_eq!(groups[1]["replicas"], json!([1, 2]));
+        assert_eq!(groups[0]["learners"], json!([4]));
+        assert_eq!(groups[1]["voters"], json!([1, 2, 3]));
+        assert_eq!(groups[1]["learners"], json!([]));
     }
 }

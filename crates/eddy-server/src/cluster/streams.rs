@@ -202,6 +202,34 @@ impl ClusterStreams {
         linearized(&self.runner, partition_group_id(uid), "partition's group").await
     }
 
+    /// Waits, for every partition of `addrs` this member holds, until its figures here include
+    /// every batch acknowledged before now: the reads run side by side, so a listing of many
+    /// partitions waits about one confirmation round, at most [`READ_CONFIRM_WAIT`].
+    ///
+    /// # Errors
+    /// The first partition whose leadership cannot be confirmed (`NotLeader`).
+    pub async fn linearize_partitions(
+        &self,
+        addrs: impl IntoIterator<Item = PartitionAddr>,
+    ) -> Result<(), ClusterError> {
+        let mut reads = tokio::task::JoinSet::new();
+        for addr in addrs {
+            // A partition with no group here (created or deleted a moment ago) has no figures
+            // of its own to bring up to date.
+            let Some((uid, _)) = self.groups.get(addr) else {
+                continue;
+            };
+            let runner = self.runner.clone();
+            reads.spawn(async move {
+                linearized(&runner, partition_group_id(uid), "partition's group").await
+            });
+        }
+        while let Some(read) = reads.join_next().await {
+            read.map_err(|_| ClusterError::NotLeader("partition's group"))??;
+        }
+        Ok(())
+    }
+
     /// The store over a running node's groups.
     pub fn new(
         runner: Runner<ClusterOutcome>,
@@ -312,6 +340,8 @@ impl ClusterStreams {
                 last_index: status.last_index,
                 failed: status.failed,
                 lag: Counted(lag),
+                voters: Counted(status.voters),
+                learners: Counted(status.learners),
             });
         }
         ClusterStatus {

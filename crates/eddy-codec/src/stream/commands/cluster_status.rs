@@ -89,6 +89,10 @@ wire_struct! {
         pub failed: bool,
         /// On the leader: every other member's lag; empty elsewhere.
         pub lag: Counted<MemberLag, 16>,
+        /// The group's voters as this member's configuration has them, ascending.
+        pub voters: Counted<u64, 8>,
+        /// Its learners: members that receive the log and do not vote yet (being added).
+        pub learners: Counted<u64, 8>,
     }
 }
 
@@ -103,7 +107,7 @@ wire_struct! {
         /// The members it knows, itself included.
         pub members: Counted<MemberState, 13>,
         /// The groups it holds.
-        pub groups: Counted<GroupState, 67>,
+        pub groups: Counted<GroupState, 75>,
     }
 }
 
@@ -141,11 +145,14 @@ mod tests {
                     member: 1,
                     behind: 1,
                 }]),
+                voters: Counted(vec![1, 2]),
+                learners: Counted(vec![4]),
             }]),
         };
         let bytes = round_trip_strict(&status);
-        // node_id, peer_tls, one member (8 + 4 + 14 + 1), one group (67 + 16).
-        assert_eq!(bytes.len(), 8 + 1 + 4 + 27 + 4 + 67 + 16);
+        // node_id, peer_tls, one member (8 + 4 + 14 + 1), one group (75 with no lag, voters or
+        // learners; then one lag, two voters, one learner).
+        assert_eq!(bytes.len(), 8 + 1 + 4 + 27 + 4 + 75 + 16 + 16 + 8);
         assert_eq!(&bytes[..8], &2u64.to_le_bytes());
         assert_eq!(bytes[8], 1);
     }
