@@ -551,7 +551,7 @@ fn offset_owner(
 }
 
 /// `GET_CONSUMER_OFFSET`: empty body when nothing is stored (or the group is unknown).
-pub(crate) fn get_offset(
+pub(crate) async fn get_offset(
     ctx: Ctx<'_>,
     stream_id: u32,
     topic_id: u32,
@@ -576,6 +576,7 @@ pub(crate) fn get_offset(
     ) else {
         return Ok(Outcome::empty());
     };
+    ctx.state.settle_figures([addr]).await;
     let info = ctx
         .state
         .consumer_offset(addr, consumer)

@@ -225,6 +225,52 @@ impl StreamState {
         self
     }
 
+    /// On a cluster member, waits until the figures of `addrs` here include every batch
+    /// acknowledged before now (a send acknowledged through any member shows in a
+    /// `GET_TOPIC` that follows it). Figures are informational: a partition whose group
+    /// cannot confirm within the read wait is shown with this member's own figures rather
+    /// than failing the whole listing (the metadata read was confirmed already).
+    pub(crate) async fn settle_figures(
+        &self,
+        addrs: impl IntoIterator<Item = eddy_stream_store::PartitionAddr>,
+    ) {
+        if let Some(cluster) = &self.cluster {
+            if let Err(e) = cluster.linearize_partitions(addrs).await {
+                tracing::debug!(error = %e, "figures shown as this member last applied them");
+            }
+        }
+    }
+
+    /// The partitions of every stream, of stream `stream_id` alone when given, of its topic
+    /// `topic_id` alone when that is given too.
+    pub(crate) fn partitions_of(
+        &self,
+        stream_id: Option<u32>,
+        topic_id: Option<u32>,
+    ) -> Vec<eddy_stream_store::PartitionAddr> {
+        self.read(|meta| {
+            let mut addrs = Vec::new();
+            for stream in meta.streams.values() {
+                if stream_id.is_some_and(|id| id != stream.id) {
+                    continue;
+                }
+                for topic in stream.topics.values() {
+                    if topic_id.is_some_and(|id| id != topic.id) {
+                        continue;
+                    }
+                    addrs.extend(topic.partitions.keys().map(|&partition_id| {
+                        eddy_stream_store::PartitionAddr {
+                            stream_id: stream.id,
+                            topic_id: topic.id,
+                            partition_id,
+                        }
+                    }));
+                }
+            }
+            addrs
+        })
+    }
+
     /// A partition's figures (zeros when it has no data here).
     pub(crate) fn partition_stats(
         &self,

@@ -27,8 +27,11 @@ use super::handler::{Ctx, Outcome};
 use super::{views, MAX_STREAMS, MAX_TOPICS_PER_STREAM};
 
 /// `GET_STREAM`: the stream and its topic headers (empty body if it is gone).
-pub(crate) fn get_stream(ctx: Ctx<'_>, stream_id: u32) -> Outcome {
+pub(crate) async fn get_stream(ctx: Ctx<'_>, stream_id: u32) -> Outcome {
     let store = ctx.state;
+    store
+        .settle_figures(store.partitions_of(Some(stream_id), None))
+        .await;
     let details = ctx.state.read(|meta| {
         meta.stream(stream_id)
             .map(|s| views::stream_details(store, s))
@@ -37,8 +40,9 @@ pub(crate) fn get_stream(ctx: Ctx<'_>, stream_id: u32) -> Outcome {
 }
 
 /// `GET_STREAMS`.
-pub(crate) fn get_streams(ctx: Ctx<'_>) -> Outcome {
+pub(crate) async fn get_streams(ctx: Ctx<'_>) -> Outcome {
     let store = ctx.state;
+    store.settle_figures(store.partitions_of(None, None)).await;
     let streams = ctx.state.read(|meta| {
         meta.streams
             .values()
@@ -129,8 +133,11 @@ pub(crate) async fn purge_stream(ctx: Ctx<'_>, stream_id: u32) -> Result<Outcome
 }
 
 /// `GET_TOPIC`: the topic and its partitions (empty body if it is gone).
-pub(crate) fn get_topic(ctx: Ctx<'_>, stream_id: u32, topic_id: u32) -> Outcome {
+pub(crate) async fn get_topic(ctx: Ctx<'_>, stream_id: u32, topic_id: u32) -> Outcome {
     let store = ctx.state;
+    store
+        .settle_figures(store.partitions_of(Some(stream_id), Some(topic_id)))
+        .await;
     let details = ctx.state.read(|meta| {
         meta.topic(stream_id, topic_id)
             .map(|t| views::topic_details(store, stream_id, t))
@@ -139,8 +146,11 @@ pub(crate) fn get_topic(ctx: Ctx<'_>, stream_id: u32, topic_id: u32) -> Outcome 
 }
 
 /// `GET_TOPICS`: count-prefixed topic headers.
-pub(crate) fn get_topics(ctx: Ctx<'_>, stream_id: u32) -> Outcome {
+pub(crate) async fn get_topics(ctx: Ctx<'_>, stream_id: u32) -> Outcome {
     let store = ctx.state;
+    store
+        .settle_figures(store.partitions_of(Some(stream_id), None))
+        .await;
     let topics = ctx.state.read(|meta| {
         meta.stream(stream_id).map_or_else(Vec::new, |s| {
             s.topics
