@@ -1483,3 +1483,120 @@ async fn a_member_added_at_run_time_votes_and_a_removed_one_is_not_needed() {
     })
     .await;
 }
+
+/// Waits (up to 30 s) until `eddy cluster status --groups` through `stream` lists `member`
+/// among the metadata group's learners: an add has begun and waits for its catch-up.
+async fn learning_metadata(stream: SocketAddr, member: u64) {
+    let started = Instant::now();
+    loop {
+        let groups = cluster_status_cli(stream, true);
+        let learning = groups.iter().any(|g| {
+            g["group"] == "metadata"
+                && g["learners"]
+                    .as_array()
+                    .is_some_and(|l| l.contains(&serde_json::json!(member)))
+        });
+        if learning {
+            return;
+        }
+        assert!(
+            started.elapsed() < Duration::from_secs(30),
+            "member {member} never became a learner: {groups:?}"
+        );
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_add_whose_leader_dies_half_way_is_finished_by_the_next_leader() {
+    within(Duration::from_secs(300), async {
+        let plan = cluster_support::Plan::new(3, 4);
+        let mut nodes: Vec<Option<Node>> = (0..3)
+            .map(|i| Some(plan.start(i, 0..3, &[], false)))
+            .collect();
+        let founders: Vec<SocketAddr> = nodes.iter().flatten().map(|n| n.stream).collect();
+        let client = client_via(founders[0]).await;
+        client.create_stream("s").await.expect("create stream");
+        client
+            .create_topic(
+                &id(0),
+                "t",
+                &TopicCreateOptions {
+                    partitions_count: Some(1),
+                    ..TopicCreateOptions::default()
+                },
+            )
+            .await
+            .expect("create topic");
+        send_one(&founders, "before").await;
+
+        // The metadata leader runs the add; member 4 is not running yet, so the change stops
+        // at its catch-up, a learner on the metadata group: the leader dies there.
+        let (leader_port, members) = leader_of(&client).await;
+        assert_eq!(members, 3);
+        let leader = founders
+            .iter()
+            .position(|a| Some(a.port()) == leader_port)
+            .expect("the metadata leader is a founder");
+        let survivors: Vec<SocketAddr> = founders
+            .iter()
+            .enumerate()
+            .filter(|&(i, _)| i != leader)
+            .map(|(_, &a)| a)
+            .collect();
+        let add = format!("4={}", plan.replication(3));
+        let adding = {
+            let (via, add) = (survivors[0], add.clone());
+            tokio::task::spawn_blocking(move || cluster_change_cli(via, &["add", &add]))
+        };
+        learning_metadata(survivors[0], 4).await;
+        nodes[leader].as_mut().unwrap().eddy.kill();
+        let fourth = plan.start(3, 0..3, &[], true);
+        let fourth_stream = fourth.stream;
+        nodes.push(Some(fourth));
+        // The first run failed with its leader, or followed the next one and finished.
+        let first = adding.await.unwrap();
+        eprintln!("first run, its leader killed: {first:?}");
+        send_one(&survivors, "during").await;
+        // Run again through a survivor: the next leader finishes what the first began.
+        let again = cluster_change_cli(survivors[1], &["add", &add]);
+        assert!(
+            again.is_ok()
+                || (first.is_ok() && again.as_ref().is_err_and(|e| e.contains("already"))),
+            "first {first:?}, again {again:?}"
+        );
+        // The killed member comes back on its directory and catches up.
+        nodes[leader].as_mut().unwrap().eddy.restart();
+        let all: Vec<SocketAddr> = nodes.iter().flatten().map(|n| n.stream).collect();
+        send_one(&all, "after").await;
+        groups_become(fourth_stream, "every member votes everywhere", |v, l| {
+            v == [1, 2, 3, 4] && l.is_empty()
+        })
+        .await;
+        for &member in &all {
+            serves(member, "--first", "before").await;
+            serves_last(member, "after").await;
+        }
+        // The Iggy cluster metadata lists exactly the four members, one of them leader.
+        let reader = client_via(fourth_stream).await;
+        let started = Instant::now();
+        loop {
+            let (leader, members) = leader_of(&reader).await;
+            if leader.is_some() && members == 4 {
+                break;
+            }
+            assert!(
+                started.elapsed() < Duration::from_secs(30),
+                "cluster metadata: leader {leader:?}, {members} members"
+            );
+            tokio::time::sleep(Duration::from_millis(200)).await;
+        }
+        let held: Vec<String> = all_messages(&reader)
+            .await
+            .into_iter()
+            .map(|(_, p)| p)
+            .collect();
+        assert_eq!(held, ["before", "during", "after"], "each once, in order");
+    })
+    .await;
+}

@@ -191,6 +191,13 @@ pub struct GroupStatus {
 
 type Persisted = (GroupId, u64, Result<(), StoreError>);
 
+/// `ids` in ascending order.
+fn sorted(ids: &[NodeId]) -> Vec<NodeId> {
+    let mut ids = ids.to_vec();
+    ids.sort_unstable();
+    ids
+}
+
 /// Storage completions on their way back to the node.
 #[derive(Clone)]
 pub(crate) struct Mailbox {
@@ -700,8 +707,8 @@ impl<O: Send + 'static> Node<O> {
             last_index: group.raw.store().last(),
             matched,
             failed: group.failed(),
-            voters: membership.voters.clone(),
-            learners: membership.learners.clone(),
+            voters: sorted(&membership.voters),
+            learners: sorted(&membership.learners),
         })
     }
 
