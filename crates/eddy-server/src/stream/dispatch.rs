@@ -32,8 +32,8 @@ use eddy_wire::stream::{
 use super::error::{Missing, StreamError};
 use super::handler::{Ctx, Outcome};
 use super::{
-    consumer_groups, login, messages, metric_index, streams, system, update_resource, users, views,
-    StreamState, INVALID_METRIC,
+    changes, consumer_groups, login, messages, metric_index, streams, system, update_resource,
+    users, views, StreamState, INVALID_METRIC,
 };
 
 /// Handles one request. Returns the metrics index of the command and the outcome.
@@ -341,6 +341,7 @@ async fn run(ctx: Ctx<'_>, request: Request, on: Resource) -> Result<Outcome, St
         Request::RemoveClusterMember(r) => system::change_members(ctx, None, Some(r)).await,
         Request::DescribeOptions(r) => Ok(system::describe_options(r)),
         Request::GetMe(_) => system::get_client(ctx, ctx.client_id),
+        Request::GetMetadataChanges(r) => changes::get_metadata_changes(ctx, &r),
         Request::GetClient(r) => {
             system::get_client(ctx, r.client_id).or_else(|_| Ok(Outcome::empty()))
         }
