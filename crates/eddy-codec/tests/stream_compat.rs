@@ -202,8 +202,10 @@ fn command_and_operation_tables_agree() {
     // The 0.12.2 wire's codes (the edge.9 SDK), which the 0.11.0-edge.4 registry lacks.
     let newer = [
         CommandCode::UpdateResource,
+        CommandCode::GetMetadataChanges,
         CommandCode::GetPartitionRoute,
         CommandCode::PollMessagesDeferred,
+        CommandCode::CancelDeferredRequest,
         CommandCode::FetchMessages,
     ];
     // eddy's own, at or above 9000 where Iggy has no code.

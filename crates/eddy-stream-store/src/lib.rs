@@ -113,6 +113,7 @@
 //!    is never visible without its partitions.
 //! 4. Refused metadata operations write nothing.
 
+pub mod changes;
 pub mod error;
 pub mod metadata;
 pub mod partition;

@@ -822,6 +822,214 @@ async fn high_level_consumer(addr: SocketAddr) -> Outcome {
     Ok(())
 }
 
+/// `get_metadata_changes`: a stream created and deleted shows up after the `latest` cursor,
+/// in order, and the `next` cursor resumes after them; the current state holds the stream; a
+/// cursor of another history is `reset`; a user without `manage_servers` is refused.
+async fn metadata_changes(addr: SocketAddr) -> Outcome {
+    let client = root(addr).await?;
+    if std::env::var_os("EDDY_COMPAT_CLUSTER").is_some() {
+        // A cluster member keeps no change journal yet (decision 0025).
+        let unserved = client
+            .get_metadata_changes(&MetadataChangesQuery::default())
+            .await;
+        ensure!(
+            matches!(unserved, Err(IggyError::FeatureUnavailable)),
+            "in a cluster: {unserved:?}"
+        );
+        return Ok(());
+    }
+    let latest = client
+        .get_metadata_changes(&MetadataChangesQuery {
+            start: MetadataChangeStart::Latest,
+            ..MetadataChangesQuery::default()
+        })
+        .await
+        .at("latest")?;
+    ensure!(
+        latest.status == MetadataChangeStatus::Ok && latest.records.is_empty(),
+        "{latest:?}"
+    );
+    let cursor = latest.next.ok_or("latest has no cursor")?;
+    topic(&client, "c9-changes", 2).await?;
+    let page = client
+        .get_metadata_changes(&MetadataChangesQuery {
+            start: MetadataChangeStart::After(cursor),
+            limit: 1,
+            ..MetadataChangesQuery::default()
+        })
+        .await
+        .at("changes after latest")?;
+    ensure!(
+        page.status == MetadataChangeStatus::Ok && page.has_more && page.records.len() == 1,
+        "one record of two: {page:?}"
+    );
+    ensure!(
+        matches!(&page.records[0].change, MetadataChange::StreamCreated(s) if s.name == "c9-changes"),
+        "{:?}",
+        page.records[0]
+    );
+    let rest = client
+        .get_metadata_changes(&MetadataChangesQuery {
+            start: MetadataChangeStart::After(page.next.ok_or("no next")?),
+            ..MetadataChangesQuery::default()
+        })
+        .await
+        .at("changes after next")?;
+    ensure!(
+        !rest.has_more
+            && matches!(&rest.records[..], [r] if matches!(&r.change,
+                MetadataChange::TopicCreated(t) if t.name == "t" && t.partitions_count == 2)),
+        "{rest:?}"
+    );
+    let streams_only = client
+        .get_metadata_changes(&MetadataChangesQuery {
+            start: MetadataChangeStart::After(cursor),
+            groups: vec![MetadataChangeGroup::Topics],
+            ..MetadataChangesQuery::default()
+        })
+        .await
+        .at("topics only")?;
+    ensure!(
+        streams_only.records.len() == 1
+            && matches!(
+                &streams_only.records[0].change,
+                MetadataChange::TopicCreated(_)
+            ),
+        "{streams_only:?}"
+    );
+    let current = client
+        .get_metadata_changes(&MetadataChangesQuery {
+            start: MetadataChangeStart::Current(None),
+            ..MetadataChangesQuery::default()
+        })
+        .await
+        .at("current")?;
+    ensure!(
+        current.phase == MetadataChangePhase::Current
+            && current.items.iter().any(|i| matches!(i,
+                MetadataCurrentItem::Stream(s) if s.name == "c9-changes"))
+            && current.items.iter().any(|i| matches!(i,
+                MetadataCurrentItem::User(u) if u.username == "iggy")),
+        "{current:?}"
+    );
+    let mut paged = Vec::new();
+    let mut token = None;
+    loop {
+        let page = client
+            .get_metadata_changes(&MetadataChangesQuery {
+                start: MetadataChangeStart::Current(token.take()),
+                limit: 1,
+                ..MetadataChangesQuery::default()
+            })
+            .await
+            .at("current page")?;
+        ensure!(page.items.len() <= 1, "{page:?}");
+        paged.extend(page.items);
+        match page.current_page_token {
+            Some(next) if paged.len() < 1000 => token = Some(next),
+            _ => break,
+        }
+    }
+    ensure!(
+        paged == current.items,
+        "paged {paged:?} != {:?}",
+        current.items
+    );
+    client
+        .delete_stream(&named("c9-changes"))
+        .await
+        .at("delete_stream")?;
+    let deleted = client
+        .get_metadata_changes(&MetadataChangesQuery {
+            start: MetadataChangeStart::After(rest.next.ok_or("no next")?),
+            ..MetadataChangesQuery::default()
+        })
+        .await
+        .at("changes after the topic")?;
+    ensure!(
+        matches!(&deleted.records[..], [r] if matches!(&r.change,
+            MetadataChange::StreamDeleted(s) if s.name == "c9-changes")),
+        "{deleted:?}"
+    );
+    let mut foreign = cursor;
+    foreign.log_id ^= 1;
+    let reset = client
+        .get_metadata_changes(&MetadataChangesQuery {
+            start: MetadataChangeStart::After(foreign),
+            ..MetadataChangesQuery::default()
+        })
+        .await
+        .at("foreign cursor")?;
+    ensure!(reset.status == MetadataChangeStatus::Reset, "{reset:?}");
+    client
+        .create_user(
+            "c9-no-servers",
+            "secret-1",
+            UserStatus::Active,
+            None,
+            &UserCreateOptions::default(),
+        )
+        .await
+        .at("create_user")?;
+    let other = connected(addr).await?;
+    other
+        .login_user("c9-no-servers", "secret-1")
+        .await
+        .at("login")?;
+    let refused = other
+        .get_metadata_changes(&MetadataChangesQuery::default())
+        .await;
+    ensure!(
+        matches!(refused, Err(IggyError::Unauthorized)),
+        "without manage_servers: {refused:?}"
+    );
+    client
+        .delete_user(&named("c9-no-servers"))
+        .await
+        .at("delete_user")?;
+    Ok(())
+}
+
+/// A deferred poll whose caller gives up is cancelled (108): the connection answers the next
+/// request at once instead of after the poll's 20 s wait.
+async fn cancel_deferred_poll(addr: SocketAddr) -> Outcome {
+    let client = root(addr).await?;
+    topic(&client, "c9-cancel", 1).await?;
+    let (s, t) = (named("c9-cancel"), named("t"));
+    let consumer = Consumer::new(named("waiter"));
+    let strategy = PollingStrategy::next();
+    let waiting = client.poll_messages(
+        &s,
+        &t,
+        0,
+        &consumer,
+        &strategy,
+        PollOptions {
+            count: 1,
+            max_wait: IggyDuration::from_str("20s").unwrap(),
+            min_count: 1,
+            commit: CommitPolicy::Manual,
+            ..PollOptions::default()
+        },
+    );
+    let gave_up = tokio::time::timeout(std::time::Duration::from_millis(500), waiting).await;
+    ensure!(gave_up.is_err(), "the poll should still wait: {gave_up:?}");
+    let started = std::time::Instant::now();
+    client.ping().await.at("ping after the cancel")?;
+    let streams = client
+        .get_streams()
+        .await
+        .at("get_streams after the cancel")?;
+    ensure!(streams.iter().any(|s| s.name == "c9-cancel"), "{streams:?}");
+    ensure!(
+        started.elapsed() < std::time::Duration::from_secs(5),
+        "the next requests waited {:?}: the poll was not cancelled",
+        started.elapsed()
+    );
+    client.delete_stream(&s).await.at("delete_stream")?;
+    Ok(())
+}
+
 const SCENARIOS: &[(&str, Scenario)] = &[
     ("connect_login_ping", |a| Box::pin(connect_login_ping(a))),
     ("streams", |a| Box::pin(streams(a))),
@@ -845,6 +1053,10 @@ const SCENARIOS: &[(&str, Scenario)] = &[
     ("cluster_metadata", |a| Box::pin(cluster_metadata(a))),
     ("segments", |a| Box::pin(segments(a))),
     ("high_level_consumer", |a| Box::pin(high_level_consumer(a))),
+    ("metadata_changes", |a| Box::pin(metadata_changes(a))),
+    ("cancel_deferred_poll", |a| {
+        Box::pin(cancel_deferred_poll(a))
+    }),
 ];
 
 #[tokio::main]

@@ -23,6 +23,8 @@ pub enum CommandCode {
     DescribeOptions = 13,
     /// 16: the option patch of the 0.12.2 wire (edge.9 SDK).
     UpdateResource = 16,
+    /// 17: a page of the metadata change log, 0.12.2 wire (edge.9 SDK).
+    GetMetadataChanges = 17,
     /// 20.
     GetMe = 20,
     /// 21.
@@ -69,6 +71,9 @@ pub enum CommandCode {
     GetPartitionRoute = 105,
     /// 106: a poll that may wait, 0.12.2 wire (edge.9 SDK).
     PollMessagesDeferred = 106,
+    /// 108: cancels the connection's deferred request with the same request id; never
+    /// answered (0.12.2 wire).
+    CancelDeferredRequest = 108,
     /// 109: a read of many partitions, 0.12.2 wire (the edge.9 SDK's reader).
     FetchMessages = 109,
     /// 120.
@@ -239,7 +244,7 @@ use RequiredPermission as P;
 const READ: Option<Operation> = Some(Operation::NonReplicated);
 
 /// The table, ordered by code.
-pub const COMMANDS: [CommandSpec; 58] = [
+pub const COMMANDS: [CommandSpec; 60] = [
     row(C::Ping, "PING", READ, true, P::None),
     row(C::GetStats, "GET_STATS", READ, false, P::ReadServers),
     row(
@@ -271,6 +276,13 @@ pub const COMMANDS: [CommandSpec; 58] = [
         Some(Operation::UpdateResource),
         false,
         P::ManageTopic,
+    ),
+    row(
+        C::GetMetadataChanges,
+        "GET_METADATA_CHANGES",
+        READ,
+        false,
+        P::ManageServers,
     ),
     row(C::GetMe, "GET_ME", READ, false, P::Authenticated),
     row(C::GetClient, "GET_CLIENT", READ, false, P::ReadServers),
@@ -397,6 +409,13 @@ pub const COMMANDS: [CommandSpec; 58] = [
         READ,
         false,
         P::PollMessages,
+    ),
+    row(
+        C::CancelDeferredRequest,
+        "CANCEL_DEFERRED_REQUEST",
+        READ,
+        false,
+        P::Authenticated,
     ),
     row(
         C::FetchMessages,

@@ -7,6 +7,7 @@ use super::codec::{WireDecode, WireEncode};
 use super::command_table::CommandCode;
 use super::commands::login_register::RegisterAttempts;
 use super::commands::{
+    cancel_deferred_request::CancelDeferredRequest,
     change_password::ChangePassword,
     cluster_change::{AddClusterMember, RemoveClusterMember},
     cluster_status::GetClusterStatus,
@@ -34,6 +35,7 @@ use super::commands::{
     get_consumer_groups::GetConsumerGroups,
     get_consumer_offset::GetConsumerOffset,
     get_me::GetMe,
+    get_metadata_changes::GetMetadataChanges,
     get_partition_route::GetPartitionRoute,
     get_personal_access_tokens::GetPersonalAccessTokens,
     get_snapshot::GetSnapshot,
@@ -136,6 +138,7 @@ requests! {
     DescribeOptions(DescribeOptions),
     UpdateResource(UpdateResource),
     GetMe(GetMe),
+    GetMetadataChanges(GetMetadataChanges),
     GetClient(GetClient),
     GetClients(GetClients),
     GetUser(GetUser),
@@ -158,6 +161,7 @@ requests! {
     FlushUnsavedBuffer(FlushUnsavedBuffer),
     GetPartitionRoute(GetPartitionRoute),
     PollMessagesDeferred(PollMessagesDeferred),
+    CancelDeferredRequest(CancelDeferredRequest),
     FetchMessages(FetchMessages),
     GetConsumerOffset(GetConsumerOffset),
     StoreConsumerOffset(StoreConsumerOffset),

@@ -15,6 +15,12 @@
 //! * the idle timeout: a session that completes no request (heartbeat pings count) for
 //!   `stream_idle_timeout_ms` is sent an `Eviction StaleClient` and closed.
 //!
+//! While a deferred request (`POLL_MESSAGES_DEFERRED`, `FETCH_MESSAGES`, 0.12.2 wire) waits,
+//! the loop goes on reading frames (at most [`MAX_HELD`], held in order for after it): a
+//! `CANCEL_DEFERRED_REQUEST` with the waiting request's id stops the wait, the request is
+//! answered `TransientNotAccepted` and the cancel is not answered (0.12.2 wire). A cancel
+//! that finds nothing waiting is dropped unanswered.
+//!
 //! The eviction answering the `login_max_failures_per_connection`-th failed login is followed
 //! by close. Every answer must be written within `stream_write_timeout_ms`, or the connection
 //! closes (a client that stopped reading holds nothing).
@@ -58,6 +64,11 @@ use crate::metrics::Protocol;
 const READ_CHUNK: usize = 8 * 1024;
 /// Replies up to this size are written as one buffer.
 const COALESCE_BYTES: usize = 64 * 1024;
+/// Frames read ahead while a deferred request waits (then reading pauses until it is answered).
+const MAX_HELD: usize = 64;
+/// `POLL_MESSAGES_DEFERRED`, `CANCEL_DEFERRED_REQUEST`, `FETCH_MESSAGES`.
+const DEFERRED_CODES: [u32; 2] = [106, 109];
+const CANCEL_CODE: u32 = 108;
 
 /// Why a connection stopped reading frames.
 #[derive(Debug, thiserror::Error)]
@@ -298,6 +309,9 @@ async fn run(
     let mut unauthenticated_since = Some(last_activity);
     // The last non-zero client id seen in a header (evictions must carry one).
     let mut last_client: u128 = 1;
+    // Frames read while a deferred request waited, answered in order before reading more.
+    let mut held: std::collections::VecDeque<Result<Option<Frame>, FrameError>> =
+        std::collections::VecDeque::new();
     loop {
         let logged_in = state.clients.session(client_id).is_some();
         match (logged_in, unauthenticated_since) {
@@ -322,32 +336,36 @@ async fn run(
                 EvictionReason::StaleClient,
             ),
         };
-        let frame = tokio::select! {
-            biased;
-            () = ctx.drain.cancelled() => return Ok(()),
-            () = sleep_until(closes_at.map(tokio::time::Instant::from_std)) => {
-                if logged_in {
-                    tracing::info!(client_id, "closing a session idle for longer than stream_idle_timeout_ms");
-                    state.leave_all_groups(client_id);
-                } else {
-                    tracing::info!(client_id, "closing a connection not logged in within stream_login_timeout_ms");
-                }
-                let eviction = EvictionHeader::new(last_client, reason);
-                let _ = write_bounded(io, &[Bytes::copy_from_slice(&eviction.encode())], limits).await;
-                return Ok(());
-            }
-            () = sleep_until(stale_at) => {
-                if state.groups().is_member_anywhere(client_id) {
-                    tracing::info!(client_id, "evicting a stale consumer-group member");
-                    state.leave_all_groups(client_id);
-                    let eviction = EvictionHeader::new(last_client, EvictionReason::StaleClient);
+        let frame = if let Some(frame) = held.pop_front() {
+            frame
+        } else {
+            tokio::select! {
+                biased;
+                () = ctx.drain.cancelled() => return Ok(()),
+                () = sleep_until(closes_at.map(tokio::time::Instant::from_std)) => {
+                    if logged_in {
+                        tracing::info!(client_id, "closing a session idle for longer than stream_idle_timeout_ms");
+                        state.leave_all_groups(client_id);
+                    } else {
+                        tracing::info!(client_id, "closing a connection not logged in within stream_login_timeout_ms");
+                    }
+                    let eviction = EvictionHeader::new(last_client, reason);
                     let _ = write_bounded(io, &[Bytes::copy_from_slice(&eviction.encode())], limits).await;
                     return Ok(());
                 }
-                stale_from = Instant::now();
-                continue;
+                () = sleep_until(stale_at) => {
+                    if state.groups().is_member_anywhere(client_id) {
+                        tracing::info!(client_id, "evicting a stale consumer-group member");
+                        state.leave_all_groups(client_id);
+                        let eviction = EvictionHeader::new(last_client, EvictionReason::StaleClient);
+                        let _ = write_bounded(io, &[Bytes::copy_from_slice(&eviction.encode())], limits).await;
+                        return Ok(());
+                    }
+                    stale_from = Instant::now();
+                    continue;
+                }
+                frame = reader.next(io, &ctx.shared.budget) => frame,
             }
-            frame = reader.next(io, &ctx.shared.budget) => frame,
         };
         let frame = match frame {
             Ok(Some(frame)) => frame,
@@ -383,7 +401,49 @@ async fn run(
             last_client = header.client;
         }
         let started = Instant::now();
-        let (metric, result) = dispatch::handle(state, client_id, &header, frame.body).await;
+        let deferred = logged_in
+            && header.operation == eddy_wire::stream::Operation::NonReplicated.as_u8()
+            && DEFERRED_CODES.contains(&header.command_code);
+        let work = dispatch::handle(state, client_id, &header, frame.body);
+        let (metric, result) = if deferred {
+            let answer = wait_or_cancel(
+                work,
+                &header,
+                io,
+                &mut reader,
+                &ctx.shared.budget,
+                &mut held,
+            )
+            .await;
+            let Some(answer) = answer else {
+                tracing::debug!(
+                    client_id,
+                    request = header.request,
+                    "deferred request cancelled"
+                );
+                metrics.record_request(
+                    Protocol::Stream,
+                    dispatch::metric_of(&header),
+                    false,
+                    started.elapsed(),
+                );
+                let code = eddy_codec::stream::ErrorCode::TransientNotAccepted;
+                write_bounded(io, &status_reply(&header, code), limits).await?;
+                last_activity = Instant::now();
+                stale_from = last_activity;
+                continue;
+            };
+            answer
+        } else {
+            work.await
+        };
+        if matches!(result, Ok(Outcome::NoReply)) {
+            // A cancel that found nothing waiting: never answered.
+            metrics.record_request(Protocol::Stream, metric, true, started.elapsed());
+            last_activity = Instant::now();
+            stale_from = last_activity;
+            continue;
+        }
         let evicted = matches!(result, Ok(Outcome::Evict(_)));
         let wrong_password = matches!(result, Err(StreamError::WrongPassword));
         let (chunks, ok) = match result {
@@ -400,6 +460,7 @@ async fn run(
             Ok(Outcome::Evict(eviction)) => {
                 (vec![Bytes::copy_from_slice(&eviction.encode())], false)
             }
+            Ok(Outcome::NoReply) => (Vec::new(), true),
             Err(e) => {
                 if e.is_server_fault() {
                     // The whole chain: a storage failure names its file and the OS error.
@@ -421,6 +482,52 @@ async fn run(
             tracing::info!(client_id, peer = %ctx.peer, "closing a connection after too many failed logins or password changes");
             state.login.closed_connection();
             return Ok(());
+        }
+    }
+}
+
+/// Runs a deferred request's `work` while reading the frames that follow it into `held` (at
+/// most [`MAX_HELD`], and none after a frame that could not be read whole): `None` when one of
+/// them cancels it (a `CANCEL_DEFERRED_REQUEST` with its request id; the cancel is not
+/// kept), its answer otherwise.
+async fn wait_or_cancel<F>(
+    work: F,
+    header: &RequestHeader,
+    io: &mut Conn,
+    reader: &mut FrameReader,
+    budget: &RequestBudget,
+    held: &mut std::collections::VecDeque<Result<Option<Frame>, FrameError>>,
+) -> Option<F::Output>
+where
+    F: std::future::Future,
+{
+    tokio::pin!(work);
+    let mut reading = held.is_empty();
+    loop {
+        tokio::select! {
+            biased;
+            answer = &mut work => return Some(answer),
+            next = reader.next(io, budget), if reading && held.len() < MAX_HELD => {
+                match next {
+                    Ok(Some(frame)) => {
+                        let cancels = RequestHeader::decode(&frame.header).is_ok_and(|h| {
+                            h.command_code == CANCEL_CODE
+                                && h.operation == eddy_wire::stream::Operation::NonReplicated.as_u8()
+                                && h.request == header.request
+                                && h.session == header.session
+                        });
+                        if cancels {
+                            return None;
+                        }
+                        held.push_back(Ok(Some(frame)));
+                    }
+                    // EOF, a frame too large for the budget, a broken one: handled in turn.
+                    other => {
+                        held.push_back(other);
+                        reading = false;
+                    }
+                }
+            }
         }
     }
 }

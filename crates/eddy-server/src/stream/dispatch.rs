@@ -32,8 +32,8 @@ use eddy_wire::stream::{
 use super::error::{Missing, StreamError};
 use super::handler::{Ctx, Outcome};
 use super::{
-    consumer_groups, login, messages, metric_index, streams, system, update_resource, users, views,
-    StreamState, INVALID_METRIC,
+    changes, consumer_groups, login, messages, metric_index, streams, system, update_resource,
+    users, views, StreamState, INVALID_METRIC,
 };
 
 /// Handles one request. Returns the metrics index of the command and the outcome.
@@ -212,7 +212,7 @@ async fn handle_command(
                 payload,
                 v0_12::Serving { replica_id: 0 },
             )?),
-            evicted @ Outcome::Evict(_) => evicted,
+            other @ (Outcome::Evict(_) | Outcome::NoReply) => other,
         });
     }
     Ok(outcome)
@@ -341,6 +341,9 @@ async fn run(ctx: Ctx<'_>, request: Request, on: Resource) -> Result<Outcome, St
         Request::RemoveClusterMember(r) => system::change_members(ctx, None, Some(r)).await,
         Request::DescribeOptions(r) => Ok(system::describe_options(r)),
         Request::GetMe(_) => system::get_client(ctx, ctx.client_id),
+        Request::GetMetadataChanges(r) => changes::get_metadata_changes(ctx, &r),
+        // The connection cancels a waiting request itself; one that reaches here found none.
+        Request::CancelDeferredRequest(_) => Ok(Outcome::NoReply),
         Request::GetClient(r) => {
             system::get_client(ctx, r.client_id).or_else(|_| Ok(Outcome::empty()))
         }

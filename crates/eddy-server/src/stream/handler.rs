@@ -21,6 +21,8 @@ pub(crate) enum Outcome {
     Reply(Vec<Bytes>),
     /// An eviction in the reply's place; the connection stays open.
     Evict(Box<EvictionHeader>),
+    /// No answer at all (a `CANCEL_DEFERRED_REQUEST`, 0.12.2 wire).
+    NoReply,
 }
 
 impl Outcome {

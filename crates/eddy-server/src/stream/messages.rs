@@ -256,7 +256,7 @@ fn polled_count(outcome: &Outcome) -> u32 {
             .and_then(|prefix| prefix.get(12..16))
             .and_then(|count| count.try_into().ok())
             .map_or(0, u32::from_le_bytes),
-        Outcome::Evict(_) => 0,
+        Outcome::Evict(_) | Outcome::NoReply => 0,
     }
 }
 
@@ -396,7 +396,7 @@ pub(crate) async fn fetch(
                     records_len: u32::try_from(records_len).unwrap_or(u32::MAX),
                 }
             }
-            Ok(Outcome::Evict(eviction)) => return Ok(Outcome::Evict(eviction)),
+            Ok(other @ (Outcome::Evict(_) | Outcome::NoReply)) => return Ok(other),
             Err(error) => FetchSection {
                 partition_id: target.partition_id,
                 status: error.code().code(),

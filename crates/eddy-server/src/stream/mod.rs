@@ -26,6 +26,7 @@
 //! write's reply is sent only after the operation is durable and applied, and an acknowledged
 //! `SEND_MESSAGES` is durable when its topic has `enforce_fsync` (the default).
 
+mod changes;
 mod connection;
 mod consumer_groups;
 mod dispatch;

@@ -142,7 +142,12 @@ pub fn config_of(settings: &TopicSettings) -> TopicConfig {
 
 /// The options a client explicitly set on a topic (parsed back from the stored block).
 pub fn explicit_options(topic: &TopicRecord) -> TopicOptions {
-    OptionsBlock::from_slice(&topic.explicit_options)
+    explicit_options_of(&topic.explicit_options)
+}
+
+/// The options of a stored explicit block.
+pub fn explicit_options_of(stored: &[u8]) -> TopicOptions {
+    OptionsBlock::from_slice(stored)
         .ok()
         .and_then(|block| TopicOptions::parse(&block, Mode::Create).ok())
         .unwrap_or_default()

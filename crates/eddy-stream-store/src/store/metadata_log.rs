@@ -47,6 +47,8 @@ pub(super) struct MetaShared {
     pub(super) applied: Mutex<u64>,
     pub(super) applied_cv: Condvar,
     pub(super) jobs: Mutex<Option<mpsc::Sender<Job>>>,
+    /// What the applied operations changed (taken with `durable` held, after it).
+    pub(super) journal: Mutex<crate::changes::ChangeJournal>,
 }
 
 impl MetaShared {
@@ -63,6 +65,7 @@ impl MetaShared {
             applied: Mutex::new(0),
             applied_cv: Condvar::new(),
             jobs: Mutex::new(None),
+            journal: Mutex::new(crate::changes::ChangeJournal::new(0, 0)),
         }
     }
 }
@@ -140,15 +143,19 @@ pub(super) fn applier(
     while let Ok(Job { seq, op, done }) = rx.recv() {
         let outcome = {
             let mut durable = write_lock(&meta.durable);
-            match durable.apply(&op) {
+            match crate::changes::apply_recording(&mut durable, &op) {
                 // Effects run before readers see the new state, so a topic is never visible
                 // without its partitions. Every effect is attempted even after one failed: a
                 // partition whose purge was never attempted would keep accepting writes that
                 // the restart's purge deletes.
-                Ok(effects) => effects
-                    .iter()
-                    .map(|e| registry.perform(e))
-                    .fold(Ok(()), Result::and),
+                Ok((effects, changes)) => {
+                    let payload = encode_op(&op).unwrap_or_default();
+                    lock(&meta.journal).record(seq + 1, &payload, now_micros(), changes);
+                    effects
+                        .iter()
+                        .map(|e| registry.perform(e))
+                        .fold(Ok(()), Result::and)
+                }
                 Err(e) => {
                     // The pending state accepted it: the two disagree, which is a bug.
                     tracing::error!(seq, error = %e, "durable apply refused an accepted operation");
@@ -174,6 +181,13 @@ pub(super) fn applier(
         }
         done.complete(outcome.map(|()| Applied::Metadata { seq }));
     }
+}
+
+/// The wall clock in µs (the time an operation's change records carry).
+fn now_micros() -> u64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| u64::try_from(d.as_micros()).unwrap_or(u64::MAX))
 }
 
 impl MetaShared {

@@ -269,6 +269,17 @@ impl StreamStore {
         })
     }
 
+    /// Reads the change journal with the durable state it describes (consistent: the
+    /// applier records an operation's changes while it holds the state).
+    pub fn read_changes<R>(
+        &self,
+        f: impl FnOnce(&crate::changes::ChangeJournal, &MetadataState) -> R,
+    ) -> R {
+        let durable = read_lock(&self.meta.durable);
+        let journal = lock(&self.meta.journal);
+        f(&journal, &durable)
+    }
+
     /// Reads the durable, applied metadata state.
     pub fn read_metadata<R>(&self, f: impl FnOnce(&MetadataState) -> R) -> R {
         f(&read_lock(&self.meta.durable))

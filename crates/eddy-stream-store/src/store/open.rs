@@ -47,6 +47,8 @@ pub(super) fn recover_metadata(
     create_dir_durable(&**backend, Path::new(METADATA_DIR))?;
     let (snapshot_next, mut state) =
         read_snapshot(&**backend)?.unwrap_or((0, MetadataState::default()));
+    let log_id = crate::changes::load_or_create_log_id(&**backend, Path::new(METADATA_DIR))?;
+    let mut journal = crate::changes::ChangeJournal::new(log_id, snapshot_next);
     let meta = Arc::new(MetaShared::new());
     let (log, report) = Log::open(
         Arc::clone(backend),
@@ -79,7 +81,9 @@ pub(super) fn recover_metadata(
             },
         ));
     }
-    recovery.replayed_ops += replay_metadata(&log, snapshot_next, bounds.next, &mut state)?;
+    recovery.replayed_ops +=
+        replay_metadata(&log, snapshot_next, bounds.next, &mut state, &mut journal)?;
+    *lock(&meta.journal) = journal;
     publish_recovered(&meta, log, &state, bounds.next.max(snapshot_next));
     Ok(RecoveredMetadata {
         meta,
@@ -90,7 +94,13 @@ pub(super) fn recover_metadata(
 
 /// Applies to `state` every operation of the metadata log from `from` up to `end` (the log's
 /// next sequence number), and returns how many it applied.
-fn replay_metadata(log: &Log, from: u64, end: u64, state: &mut MetadataState) -> Result<u64> {
+fn replay_metadata(
+    log: &Log,
+    from: u64,
+    end: u64,
+    state: &mut MetadataState,
+    journal: &mut crate::changes::ChangeJournal,
+) -> Result<u64> {
     let mut replayed = 0;
     let mut next = from;
     while next < end {
@@ -110,7 +120,14 @@ fn replay_metadata(log: &Log, from: u64, end: u64, state: &mut MetadataState) ->
             })?;
             // An operation that was accepted once is accepted again (apply is
             // deterministic); a refusal here means the log and snapshot disagree.
-            state.apply(&op).map_err(StreamStoreError::Metadata)?;
+            let (_, changes) =
+                crate::changes::apply_recording(state, &op).map_err(StreamStoreError::Metadata)?;
+            journal.record(
+                record.meta.seq + 1,
+                &record.payload,
+                record.meta.timestamp,
+                changes,
+            );
             replayed += 1;
         }
         next = chunk_end;

@@ -101,6 +101,7 @@ impl Field for TrailingOptions {
     }
 }
 
+pub mod cancel_deferred_request;
 pub mod change_password;
 pub mod cluster_change;
 pub mod cluster_status;
@@ -128,6 +129,7 @@ pub mod get_consumer_group;
 pub mod get_consumer_groups;
 pub mod get_consumer_offset;
 pub mod get_me;
+pub mod get_metadata_changes;
 pub mod get_partition_route;
 pub mod get_personal_access_tokens;
 pub mod get_snapshot;
