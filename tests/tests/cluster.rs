@@ -1070,6 +1070,30 @@ async fn nothing_on_the_network_can_speak_for_a_member() {
     .await;
 }
 
+/// Waits (up to 10 s) until every thread of process `pid` is stopped (`T` in
+/// `/proc/PID/task/*/stat`).
+async fn every_thread_stopped(pid: u32) {
+    let started = Instant::now();
+    loop {
+        let tasks = std::fs::read_dir(format!("/proc/{pid}/task")).expect("the process's threads");
+        let stopped = tasks.flatten().all(|task| {
+            std::fs::read_to_string(task.path().join("stat")).is_ok_and(|stat| {
+                // `pid (comm) state ...`: the state follows the last ')'.
+                stat.rsplit_once(')')
+                    .is_some_and(|(_, rest)| rest.trim_start().starts_with('T'))
+            })
+        });
+        if stopped {
+            return;
+        }
+        assert!(
+            started.elapsed() < Duration::from_secs(10),
+            "process {pid} never stopped"
+        );
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+}
+
 /// Reads are linearizable: with both followers frozen (SIGSTOP), the leader can no longer
 /// confirm it leads, so it serves no read (metadata, poll or event read) and names no leader,
 /// instead of answering from state a new leader may already have overwritten. Once the
@@ -1128,6 +1152,14 @@ async fn an_isolated_leader_serves_no_read() {
             for (i, node) in nodes.iter().enumerate() {
                 if i != leader {
                     node.eddy.signal(libc::SIGSTOP);
+                }
+            }
+            // kill(2) returns before every thread stopped: a thread the signal did not pick
+            // runs on (it may answer the leader) until the group stop reaches it, which waits
+            // for the picked thread to leave the kernel (an fdatasync under load).
+            for (i, node) in nodes.iter().enumerate() {
+                if i != leader {
+                    every_thread_stopped(node.eddy.pid()).await;
                 }
             }
             let limit = Duration::from_secs(8);
