@@ -370,8 +370,19 @@ fn a_placed_partition_is_founded_on_its_replicas_on_every_member_and_after_a_res
             || format!("voters after a restart {:?}", voters(m, gid)),
         );
     }
+    // A leader stamps from what it applied: wait until both voters applied the first append
+    // again (a restarted member may lead before it has).
+    for m in members[..2].iter().flatten() {
+        testkit::eventually(
+            || served(m, P0).is_some_and(|batches| batches.len() == 1),
+            || format!("served after a restart {:?}", served(m, P0)),
+        );
+    }
     let out = produce(&members, &peers, P0, 1, b"again");
-    assert!(matches!(out, ApplyOutcome::Appended { base_offset: 1, .. }));
+    assert!(
+        matches!(out, ApplyOutcome::Appended { base_offset: 1, .. }),
+        "{out:?}"
+    );
     for m in members.iter().flatten() {
         m.runner.stop();
     }
