@@ -802,13 +802,11 @@ fn target_dir() -> PathBuf {
 #[test]
 fn edge9_scenarios() {
     let eddy = Eddy::start(server_bin!());
-    run_edge9(eddy.addrs().stream, false);
+    run_edge9(eddy.addrs().stream);
 }
 
-/// Builds the edge.9 scenarios' binary (`tests/compat-edge9`) and runs it against `addr`
-/// (a cluster member when `cluster`: the scenarios then expect what eddy leaves unserved in a
-/// cluster, such as `GET_METADATA_CHANGES`).
-fn run_edge9(addr: SocketAddr, cluster: bool) {
+/// Builds the edge.9 scenarios' binary (`tests/compat-edge9`) and runs it against `addr`.
+fn run_edge9(addr: SocketAddr) {
     let manifest = Path::new(env!("CARGO_MANIFEST_DIR")).join("compat-edge9/Cargo.toml");
     let target = target_dir().join("compat-edge9");
     let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".to_owned());
@@ -820,11 +818,7 @@ fn run_edge9(addr: SocketAddr, cluster: bool) {
         .status()
         .expect("run cargo");
     assert!(built.success(), "building {} failed", manifest.display());
-    let mut scenarios = Command::new(target.join("debug/eddy-compat-edge9"));
-    if cluster {
-        scenarios.env("EDDY_COMPAT_CLUSTER", "1");
-    }
-    let output = scenarios
+    let output = Command::new(target.join("debug/eddy-compat-edge9"))
         .arg(addr.to_string())
         .output()
         .expect("run the edge.9 scenarios");
@@ -879,7 +873,7 @@ fn newest_sdks_through_a_cluster_follower() {
         follower
     });
     println!("through member {follower}");
-    run_edge9(follower, true);
+    run_edge9(follower);
     run_python(follower);
 }
 

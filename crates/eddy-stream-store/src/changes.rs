@@ -174,6 +174,13 @@ pub fn op_checksum(op: u64, payload: &[u8]) -> u128 {
     hasher.digest128()
 }
 
+impl Default for ChangeJournal {
+    /// An empty journal of history 0 that holds every operation from the first.
+    fn default() -> Self {
+        Self::new(0, 0)
+    }
+}
+
 impl ChangeJournal {
     /// An empty journal of the history `log_id` whose operations up to `base` are not held.
     #[must_use]

@@ -29,6 +29,7 @@ use std::sync::{Arc, Condvar, Mutex, PoisonError, RwLock, RwLockReadGuard};
 
 use eddy_log::{create_dir_durable, write_atomic, Corruption, StorageBackend};
 
+use crate::changes::{apply_recording, load_or_create_log_id, ChangeJournal};
 use crate::error::{MetadataError, Result, StreamStoreError};
 use crate::metadata::{decode_op, Effect, MetadataState};
 use crate::store::snapshot::{decode_snapshot, encode_snapshot, read_snapshot_with_trailer};
@@ -54,12 +55,27 @@ pub enum MetadataApplied {
 
 /// A read handle on the applied state, shared with request handlers.
 #[derive(Debug, Clone, Default)]
-pub struct MetadataView(Arc<RwLock<MetadataState>>);
+pub struct MetadataView(Arc<RwLock<MetadataState>>, Arc<Mutex<ChangeJournal>>);
 
 impl MetadataView {
     /// A view of `state` alone (tests, and tools that inspect a state).
     pub fn of(state: MetadataState) -> Self {
-        MetadataView(Arc::new(RwLock::new(state)))
+        MetadataView(
+            Arc::new(RwLock::new(state)),
+            Arc::new(Mutex::new(ChangeJournal::new(0, 0))),
+        )
+    }
+
+    /// Reads the change journal with the applied state it describes (consistent: `apply`
+    /// records an entry's changes while it holds the state).
+    pub fn read_changes<R>(&self, f: impl FnOnce(&ChangeJournal, &MetadataState) -> R) -> R {
+        let state = self.guard();
+        let journal = self.1.lock().unwrap_or_else(PoisonError::into_inner);
+        f(&journal, &state)
+    }
+
+    fn set_journal(&self, journal: ChangeJournal) {
+        *self.1.lock().unwrap_or_else(PoisonError::into_inner) = journal;
     }
 
     /// Reads the applied state.
@@ -237,6 +253,11 @@ impl ReplicatedMetadata {
             Some((state, index, term)) => (state, (index, term)),
             None => (MetadataState::default(), (0, 0)),
         };
+        // The change journal of this member's history (`GET_METADATA_CHANGES`): positions
+        // are Raft indexes; what the snapshot covers is not held (a cursor before it is
+        // expired), and the entries applied again after a restart are recorded again.
+        let log_id = load_or_create_log_id(&*backend, &dir)?;
+        let journal = ChangeJournal::new(log_id, applied.0);
         let file = Arc::new(SnapshotFile {
             backend,
             dir,
@@ -255,7 +276,7 @@ impl ReplicatedMetadata {
         };
         Ok(ReplicatedMetadata {
             file,
-            view: MetadataView(Arc::new(RwLock::new(state))),
+            view: MetadataView(Arc::new(RwLock::new(state)), Arc::new(Mutex::new(journal))),
             applied,
             snapshot_at: applied.0,
             snapshot_every: snapshot_every.max(1),
@@ -294,8 +315,16 @@ impl ReplicatedMetadata {
             match decode_op(data) {
                 Ok(op) => {
                     let mut state = self.view.0.write().unwrap_or_else(PoisonError::into_inner);
-                    match state.apply(&op) {
-                        Ok(effects) => MetadataApplied::Applied(effects),
+                    match apply_recording(&mut state, &op) {
+                        Ok((effects, changes)) => {
+                            // Recorded while the state is held: a reader sees both or neither.
+                            self.view
+                                .1
+                                .lock()
+                                .unwrap_or_else(PoisonError::into_inner)
+                                .record(index, data, now_micros(), changes);
+                            MetadataApplied::Applied(effects)
+                        }
                         Err(e) => MetadataApplied::Refused(e),
                     }
                 }
@@ -345,7 +374,16 @@ impl ReplicatedMetadata {
         *written = index;
         self.file.durable.store(index, Ordering::Release);
         drop(written);
+        let log_id = self
+            .view
+            .1
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .log_id();
         self.view.replace(state);
+        // The operations the snapshot covers were never seen here: a cursor before it is
+        // expired (the client rebuilds from the current state).
+        self.view.set_journal(ChangeJournal::new(log_id, index));
         self.applied = (index, term);
         self.snapshot_at = index;
         Ok((index, term))
@@ -420,3 +458,10 @@ impl From<MetadataError> for MetadataApplied {
 
 #[cfg(test)]
 mod tests;
+
+/// The wall clock in µs (the time a change record carries: when this member applied it).
+fn now_micros() -> u64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| u64::try_from(d.as_micros()).unwrap_or(u64::MAX))
+}

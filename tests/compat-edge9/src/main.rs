@@ -827,17 +827,6 @@ async fn high_level_consumer(addr: SocketAddr) -> Outcome {
 /// cursor of another history is `reset`; a user without `manage_servers` is refused.
 async fn metadata_changes(addr: SocketAddr) -> Outcome {
     let client = root(addr).await?;
-    if std::env::var_os("EDDY_COMPAT_CLUSTER").is_some() {
-        // A cluster member keeps no change journal yet (decision 0025).
-        let unserved = client
-            .get_metadata_changes(&MetadataChangesQuery::default())
-            .await;
-        ensure!(
-            matches!(unserved, Err(IggyError::FeatureUnavailable)),
-            "in a cluster: {unserved:?}"
-        );
-        return Ok(());
-    }
     let latest = client
         .get_metadata_changes(&MetadataChangesQuery {
             start: MetadataChangeStart::Latest,

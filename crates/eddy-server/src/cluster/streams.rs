@@ -417,6 +417,15 @@ impl ClusterStreams {
         self.view.read(f)
     }
 
+    /// Reads this member's change journal of the metadata group with the state it describes
+    /// (`GET_METADATA_CHANGES`).
+    pub fn read_changes<R>(
+        &self,
+        f: impl FnOnce(&eddy_stream_store::changes::ChangeJournal, &MetadataState) -> R,
+    ) -> R {
+        self.view.read_changes(f)
+    }
+
     /// Commits a metadata operation through the metadata group (on its leader only) and
     /// returns its partition effects once it is committed and applied here.
     ///

@@ -20,7 +20,7 @@ use eddy_codec::stream::commands::get_metadata_changes::{
     group, phase, status, ChangeBody, ChangeRecord, Cursor, GetMetadataChanges, Item, ItemBody,
     MetadataChangesPage, PageToken, Start, StreamKey, TopicKey, UserKey,
 };
-use eddy_codec::stream::{CodecError, CommandCode};
+use eddy_codec::stream::CodecError;
 use eddy_options::OptionsBlock;
 use eddy_stream_store::changes::{Change, ChangeJournal, TopicRef};
 use eddy_stream_store::{MetadataState, TopicConfig};
@@ -44,15 +44,16 @@ pub(crate) fn get_metadata_changes(
             reason,
         })
     })?;
-    if ctx.state.cluster.is_some() {
-        return Err(StreamError::Unavailable {
-            command: CommandCode::GetMetadataChanges,
-        });
-    }
-    let page = ctx
-        .state
-        .store
-        .read_changes(|journal, state| page(journal, state, request, mask));
+    // On a cluster member: this member's journal of the metadata group (positions are Raft
+    // indexes; the read was linearized by dispatch, so it holds every change acknowledged
+    // before the request).
+    let page = match &ctx.state.cluster {
+        Some(cluster) => cluster.read_changes(|journal, state| page(journal, state, request, mask)),
+        None => ctx
+            .state
+            .store
+            .read_changes(|journal, state| page(journal, state, request, mask)),
+    };
     Ok(Outcome::payload(&page))
 }
 

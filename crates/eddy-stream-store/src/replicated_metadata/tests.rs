@@ -254,3 +254,55 @@ fn background_snapshots_are_written_off_the_applying_thread_and_never_replace_a_
     assert_eq!(m.applied(), (20, 2));
     assert_eq!(m.view().read(|s| s.streams.len()), 20);
 }
+
+/// The change journal (`GET_METADATA_CHANGES` on a cluster member): each applied entry that
+/// changed something is recorded at its Raft index; a restart holds nothing the snapshot
+/// covers and records the entries applied again after it, under the same history id; an
+/// installed snapshot starts the journal after it.
+#[test]
+fn the_change_journal_records_raft_indexes_and_starts_after_a_snapshot() {
+    let mem = MemBackend::new();
+    let mut m = open(&mem, 3);
+    m.apply(1, 1, &[]).1.unwrap();
+    m.apply(2, 1, &entry(&create_stream(1, "orders")))
+        .1
+        .unwrap();
+    let _ = m.apply(3, 1, &entry(&create_stream(2, "orders")));
+    m.apply(4, 1, &entry(&create_topic(1, 1, 2))).1.unwrap();
+    let (log_id, held) = m.view().read_changes(|journal, state| {
+        assert!(state.stream(1).is_some());
+        let held: Vec<u64> = journal.entries().iter().map(|e| e.op).collect();
+        assert_eq!(journal.head(), 4, "the refused entry at 3 recorded nothing");
+        (journal.log_id(), held)
+    });
+    assert_eq!(held, [2, 4]);
+    assert_ne!(log_id, 0);
+
+    // Snapshot at 3 (every 3 entries): a restart holds what follows it, applied again.
+    drop(m);
+    let mut m = open(&mem, 3);
+    assert_eq!(m.applied().0, 3);
+    m.apply(4, 1, &entry(&create_topic(1, 1, 2))).1.unwrap();
+    m.view().read_changes(|journal, _| {
+        assert_eq!(journal.log_id(), log_id, "the history survives a restart");
+        assert_eq!(journal.base(), 3);
+        let held: Vec<u64> = journal.entries().iter().map(|e| e.op).collect();
+        assert_eq!(held, [4]);
+    });
+
+    // A snapshot installed from a leader: nothing before it is held.
+    let leader_bytes = m.snapshot().unwrap();
+    let other = MemBackend::new();
+    let mut follower = open(&other, 100);
+    follower
+        .apply(1, 1, &entry(&create_stream(7, "x")))
+        .1
+        .unwrap();
+    assert_eq!(follower.install(&leader_bytes).unwrap().0, 4);
+    follower.view().read_changes(|journal, state| {
+        assert_eq!(journal.base(), 4);
+        assert_eq!(journal.head(), 4);
+        assert!(journal.entries().is_empty());
+        assert!(state.stream(7).is_none() && state.stream(1).is_some());
+    });
+}
