@@ -802,11 +802,13 @@ fn target_dir() -> PathBuf {
 #[test]
 fn edge9_scenarios() {
     let eddy = Eddy::start(server_bin!());
-    run_edge9(eddy.addrs().stream);
+    run_edge9(eddy.addrs().stream, None);
 }
 
-/// Builds the edge.9 scenarios' binary (`tests/compat-edge9`) and runs it against `addr`.
-fn run_edge9(addr: SocketAddr) {
+/// Builds the edge.9 scenarios' binary (`tests/compat-edge9`) and runs it against `addr`;
+/// `other`, another member of `addr`'s cluster, is where a scenario checks that what it got
+/// on `addr` holds there too (a metadata-changes cursor).
+fn run_edge9(addr: SocketAddr, other: Option<SocketAddr>) {
     let manifest = Path::new(env!("CARGO_MANIFEST_DIR")).join("compat-edge9/Cargo.toml");
     let target = target_dir().join("compat-edge9");
     let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".to_owned());
@@ -818,7 +820,11 @@ fn run_edge9(addr: SocketAddr) {
         .status()
         .expect("run cargo");
     assert!(built.success(), "building {} failed", manifest.display());
-    let output = Command::new(target.join("debug/eddy-compat-edge9"))
+    let mut scenarios = Command::new(target.join("debug/eddy-compat-edge9"));
+    if let Some(other) = other {
+        scenarios.env("EDDY_COMPAT_OTHER_MEMBER", other.to_string());
+    }
+    let output = scenarios
         .arg(addr.to_string())
         .output()
         .expect("run the edge.9 scenarios");
@@ -873,7 +879,12 @@ fn newest_sdks_through_a_cluster_follower() {
         follower
     });
     println!("through member {follower}");
-    run_edge9(follower);
+    let other = nodes
+        .iter()
+        .map(|n| n.stream)
+        .find(|&a| a != follower)
+        .expect("another member");
+    run_edge9(follower, Some(other));
     run_python(follower);
 }
 

@@ -214,6 +214,19 @@ impl ChangeJournal {
         self.log_id
     }
 
+    /// Names the history `log_id` (a cluster's id, the same on every member: positions and
+    /// checksums are the replicated log's, so a cursor taken on one member holds on another).
+    /// The entries keep their checksums (they cover position and bytes alone); a synthetic
+    /// checksum of the base is made again under the new id.
+    pub fn set_log_id(&mut self, log_id: u128) {
+        if self.base != 0
+            && self.base_checksum == op_checksum(self.base, &self.log_id.to_le_bytes())
+        {
+            self.base_checksum = op_checksum(self.base, &log_id.to_le_bytes());
+        }
+        self.log_id = log_id;
+    }
+
     /// The newest operation applied.
     #[must_use]
     pub fn head(&self) -> u64 {

@@ -74,6 +74,16 @@ impl MetadataView {
         f(&journal, &state)
     }
 
+    /// Names the change journal's history `log_id` from now on (a cluster member: the
+    /// cluster's id, so a cursor taken on one member holds on another; see
+    /// [`ChangeJournal::set_log_id`]). A snapshot installed later keeps it.
+    pub fn adopt_history(&self, log_id: u128) {
+        self.1
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .set_log_id(log_id);
+    }
+
     fn set_journal(&self, journal: ChangeJournal) {
         *self.1.lock().unwrap_or_else(PoisonError::into_inner) = journal;
     }

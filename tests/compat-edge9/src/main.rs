@@ -870,6 +870,29 @@ async fn metadata_changes(addr: SocketAddr) -> Outcome {
                 MetadataChange::TopicCreated(t) if t.name == "t" && t.partitions_count == 2)),
         "{rest:?}"
     );
+    // Through another member of the same cluster (when the harness names one), the cursor
+    // taken here holds: the same two changes follow it.
+    if let Some(other) = std::env::var("EDDY_COMPAT_OTHER_MEMBER")
+        .ok()
+        .and_then(|a| a.parse::<SocketAddr>().ok())
+    {
+        let elsewhere = root(other)
+            .await?
+            .get_metadata_changes(&MetadataChangesQuery {
+                start: MetadataChangeStart::After(cursor),
+                ..MetadataChangesQuery::default()
+            })
+            .await
+            .at("the cursor on another member")?;
+        ensure!(
+            elsewhere.status == MetadataChangeStatus::Ok
+                && matches!(&elsewhere.records[..], [a, b]
+                    if matches!(&a.change, MetadataChange::StreamCreated(s) if s.name == "c9-changes")
+                    && matches!(&b.change, MetadataChange::TopicCreated(t) if t.name == "t")),
+            "on {other}: {elsewhere:?}"
+        );
+        println!("   the cursor holds on {other} too");
+    }
     let streams_only = client
         .get_metadata_changes(&MetadataChangesQuery {
             start: MetadataChangeStart::After(cursor),

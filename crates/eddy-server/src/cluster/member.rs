@@ -495,6 +495,9 @@ pub async fn start(
         }),
     )
     .map_err(storage_error)?;
+    // The metadata change feed's history is the cluster's: every member records the same
+    // entries at the same Raft indexes, so a client's cursor holds on any member.
+    view.adopt_history(u128::from(cluster));
     let hello = greeting(config, &advertised, events, cluster, &members);
     let (incarnations, fresh) =
         super::incarnation::Incarnations::open(&raft_dir, me).map_err(storage_error)?;

@@ -290,6 +290,23 @@ fn the_change_journal_records_raft_indexes_and_starts_after_a_snapshot() {
         assert_eq!(held, [4]);
     });
 
+    // Named after the cluster, two members' journals give the same cursors: the positions
+    // and checksums are the replicated log's.
+    let mem2 = MemBackend::new();
+    let mut twin = open(&mem2, 100);
+    for (index, op) in [(2, create_stream(1, "orders")), (4, create_topic(1, 1, 2))] {
+        twin.apply(index, 1, &entry(&op)).1.unwrap();
+    }
+    m.view().adopt_history(0xC1);
+    twin.view().adopt_history(0xC1);
+    let last = |view: &MetadataView| {
+        view.read_changes(|journal, _| {
+            let e = journal.entries().back().unwrap();
+            (journal.log_id(), e.op, e.checksum)
+        })
+    };
+    assert_eq!(last(&m.view()), last(&twin.view()));
+
     // A snapshot installed from a leader: nothing before it is held.
     let leader_bytes = m.snapshot().unwrap();
     let other = MemBackend::new();
@@ -298,8 +315,14 @@ fn the_change_journal_records_raft_indexes_and_starts_after_a_snapshot() {
         .apply(1, 1, &entry(&create_stream(7, "x")))
         .1
         .unwrap();
+    follower.view().adopt_history(0xC1);
     assert_eq!(follower.install(&leader_bytes).unwrap().0, 4);
     follower.view().read_changes(|journal, state| {
+        assert_eq!(
+            journal.log_id(),
+            0xC1,
+            "an installed snapshot keeps the history"
+        );
         assert_eq!(journal.base(), 4);
         assert_eq!(journal.head(), 4);
         assert!(journal.entries().is_empty());
