@@ -51,6 +51,22 @@ async fn leader_of(client: &IggyClient) -> (Option<u16>, usize) {
     (leader, meta.nodes.len())
 }
 
+/// Creates stream `s` with topic `t` of one partition (ids 0), the layout most tests write to.
+async fn stream_s_topic_t(client: &IggyClient) {
+    client.create_stream("s").await.expect("create stream");
+    client
+        .create_topic(
+            &id(0),
+            "t",
+            &TopicCreateOptions {
+                partitions_count: Some(1),
+                ..TopicCreateOptions::default()
+            },
+        )
+        .await
+        .expect("create topic");
+}
+
 /// The stream addresses of the nodes that are up.
 fn live(nodes: &[Option<Node>], down: &[usize]) -> Vec<SocketAddr> {
     nodes
@@ -346,18 +362,7 @@ async fn five_nodes_keep_every_acknowledged_batch_after_losing_two() {
         let (leader_port, count) = leader_of(&client).await;
         assert_eq!(count, 5);
         let leader_port = leader_port.expect("a leader");
-        client.create_stream("s").await.expect("create stream");
-        client
-            .create_topic(
-                &id(0),
-                "t",
-                &TopicCreateOptions {
-                    partitions_count: Some(1),
-                    ..TopicCreateOptions::default()
-                },
-            )
-            .await
-            .expect("create topic");
+        stream_s_topic_t(&client).await;
         let mut acked = Vec::new();
         let mut attempt = 0u32;
         for n in 0..5 {
@@ -603,22 +608,17 @@ fn cluster_status_cli(stream: SocketAddr, groups: bool) -> Vec<serde_json::Value
         .clone()
 }
 
-/// Waits (up to 30 s) until every group's `voters` and `learners`, as `eddy cluster status
-/// --groups` through `stream` lists them, satisfy `wanted`.
-async fn groups_become(stream: SocketAddr, what: &str, wanted: impl Fn(&[u64], &[u64]) -> bool) {
-    let ids = |v: &serde_json::Value| -> Vec<u64> {
-        v.as_array()
-            .map(|a| a.iter().filter_map(serde_json::Value::as_u64).collect())
-            .unwrap_or_default()
-    };
+/// Waits (up to 30 s) until the groups `eddy cluster status --groups` through `stream` lists
+/// satisfy `wanted`.
+async fn status_groups_become(
+    stream: SocketAddr,
+    what: &str,
+    wanted: impl Fn(&[serde_json::Value]) -> bool,
+) {
     let started = Instant::now();
     loop {
         let groups = cluster_status_cli(stream, true);
-        if !groups.is_empty()
-            && groups
-                .iter()
-                .all(|g| wanted(&ids(&g["voters"]), &ids(&g["learners"])))
-        {
+        if wanted(&groups) {
             return;
         }
         assert!(
@@ -627,6 +627,25 @@ async fn groups_become(stream: SocketAddr, what: &str, wanted: impl Fn(&[u64], &
         );
         tokio::time::sleep(Duration::from_millis(200)).await;
     }
+}
+
+/// A group's member ids under `key` (`voters`, `learners`) in a status row.
+fn member_ids(group: &serde_json::Value, key: &str) -> Vec<u64> {
+    group[key]
+        .as_array()
+        .map(|a| a.iter().filter_map(serde_json::Value::as_u64).collect())
+        .unwrap_or_default()
+}
+
+/// Waits (up to 30 s) until every group's voters and learners satisfy `wanted`.
+async fn groups_become(stream: SocketAddr, what: &str, wanted: impl Fn(&[u64], &[u64]) -> bool) {
+    status_groups_become(stream, what, |groups| {
+        !groups.is_empty()
+            && groups
+                .iter()
+                .all(|g| wanted(&member_ids(g, "voters"), &member_ids(g, "learners")))
+    })
+    .await;
 }
 
 /// Waits (up to 60 s) until every group's leader, as `eddy cluster status --groups` through
@@ -1108,18 +1127,7 @@ async fn an_isolated_leader_serves_no_read() {
         Box::pin(async {
             let nodes = start_cluster(3);
             let client = client_via(nodes[0].stream).await;
-            client.create_stream("s").await.expect("create stream");
-            client
-                .create_topic(
-                    &id(0),
-                    "t",
-                    &TopicCreateOptions {
-                        partitions_count: Some(1),
-                        ..TopicCreateOptions::default()
-                    },
-                )
-                .await
-                .expect("create topic");
+            stream_s_topic_t(&client).await;
             let mut attempt = 0;
             send_with_retry(&[nodes[0].stream], "kept", &mut attempt).await;
             let (leader_port, _) = leader_of(&client).await;
@@ -1379,18 +1387,7 @@ async fn a_member_added_at_run_time_votes_and_a_removed_one_is_not_needed() {
             .map(|i| Some(plan.start(i, 0..3, &[], false)))
             .collect();
         let client = client_via(nodes[0].as_ref().unwrap().stream).await;
-        client.create_stream("s").await.expect("create stream");
-        client
-            .create_topic(
-                &id(0),
-                "t",
-                &TopicCreateOptions {
-                    partitions_count: Some(1),
-                    ..TopicCreateOptions::default()
-                },
-            )
-            .await
-            .expect("create topic");
+        stream_s_topic_t(&client).await;
         let founders: Vec<SocketAddr> = nodes.iter().flatten().map(|n| n.stream).collect();
         send_one(&founders, "before").await;
         let events: Vec<SocketAddr> = nodes
@@ -1516,29 +1513,6 @@ async fn a_member_added_at_run_time_votes_and_a_removed_one_is_not_needed() {
     .await;
 }
 
-/// Waits (up to 30 s) until `eddy cluster status --groups` through `stream` lists `member`
-/// among the metadata group's learners: an add has begun and waits for its catch-up.
-async fn learning_metadata(stream: SocketAddr, member: u64) {
-    let started = Instant::now();
-    loop {
-        let groups = cluster_status_cli(stream, true);
-        let learning = groups.iter().any(|g| {
-            g["group"] == "metadata"
-                && g["learners"]
-                    .as_array()
-                    .is_some_and(|l| l.contains(&serde_json::json!(member)))
-        });
-        if learning {
-            return;
-        }
-        assert!(
-            started.elapsed() < Duration::from_secs(30),
-            "member {member} never became a learner: {groups:?}"
-        );
-        tokio::time::sleep(Duration::from_millis(200)).await;
-    }
-}
-
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_add_whose_leader_dies_half_way_is_finished_by_the_next_leader() {
     within(Duration::from_secs(300), async {
@@ -1548,18 +1522,7 @@ async fn an_add_whose_leader_dies_half_way_is_finished_by_the_next_leader() {
             .collect();
         let founders: Vec<SocketAddr> = nodes.iter().flatten().map(|n| n.stream).collect();
         let client = client_via(founders[0]).await;
-        client.create_stream("s").await.expect("create stream");
-        client
-            .create_topic(
-                &id(0),
-                "t",
-                &TopicCreateOptions {
-                    partitions_count: Some(1),
-                    ..TopicCreateOptions::default()
-                },
-            )
-            .await
-            .expect("create topic");
+        stream_s_topic_t(&client).await;
         send_one(&founders, "before").await;
 
         // The metadata leader runs the add; member 4 is not running yet, so the change stops
@@ -1581,7 +1544,16 @@ async fn an_add_whose_leader_dies_half_way_is_finished_by_the_next_leader() {
             let (via, add) = (survivors[0], add.clone());
             tokio::task::spawn_blocking(move || cluster_change_cli(via, &["add", &add]))
         };
-        learning_metadata(survivors[0], 4).await;
+        status_groups_become(
+            survivors[0],
+            "member 4 a learner of the metadata group",
+            |groups| {
+                groups
+                    .iter()
+                    .any(|g| g["group"] == "metadata" && member_ids(g, "learners").contains(&4))
+            },
+        )
+        .await;
         nodes[leader].as_mut().unwrap().eddy.kill();
         let fourth = plan.start(3, 0..3, &[], true);
         let fourth_stream = fourth.stream;

@@ -66,9 +66,13 @@ const READ_CHUNK: usize = 8 * 1024;
 const COALESCE_BYTES: usize = 64 * 1024;
 /// Frames read ahead while a deferred request waits (then reading pauses until it is answered).
 const MAX_HELD: usize = 64;
-/// `POLL_MESSAGES_DEFERRED`, `CANCEL_DEFERRED_REQUEST`, `FETCH_MESSAGES`.
-const DEFERRED_CODES: [u32; 2] = [106, 109];
-const CANCEL_CODE: u32 = 108;
+/// The requests that may wait, and so may be cancelled (0.12.2 wire).
+const DEFERRED_CODES: [u32; 2] = [
+    eddy_codec::stream::CommandCode::PollMessagesDeferred.code(),
+    eddy_codec::stream::CommandCode::FetchMessages.code(),
+];
+/// `CANCEL_DEFERRED_REQUEST`.
+const CANCEL_CODE: u32 = eddy_codec::stream::CommandCode::CancelDeferredRequest.code();
 
 /// Why a connection stopped reading frames.
 #[derive(Debug, thiserror::Error)]
