@@ -450,8 +450,39 @@ async fn permission_matrix_from_the_command_table() {
     for spec in &COMMANDS {
         let code = spec.code;
         if code == CommandCode::CancelDeferredRequest {
-            // Never answered once logged in (the cancelled request is); the edge.9
-            // compatibility scenarios cover it.
+            // Before login it is refused like every read; once logged in a cancel is never
+            // answered (the cancelled request is; the edge.9 scenarios cover that): one that
+            // finds nothing waiting, replayed or forged, changes nothing and the connection
+            // answers its next request.
+            let cancel = sample(code);
+            let a = anonymous.call(&cancel).await;
+            assert!(
+                matches!(&a, Answer::Reply { header, .. } if header.status == 40),
+                "a cancel before login must be status 40: {a:?}"
+            );
+            for raw in [&mut without, &mut root] {
+                let body = cancel.to_vec();
+                let header = raw.header(
+                    eddy_wire::stream::Operation::NonReplicated,
+                    code.code(),
+                    &body,
+                );
+                let mut frame = header.encode().to_vec();
+                frame.extend_from_slice(&body);
+                raw.write(&frame).await;
+                raw.write(&frame).await;
+                let ping = raw.header(
+                    eddy_wire::stream::Operation::NonReplicated,
+                    CommandCode::Ping.code(),
+                    &[],
+                );
+                let a = raw.send(&ping, &[]).await;
+                assert!(
+                    matches!(&a, Answer::Reply { header, .. }
+                        if header.status == 0 && header.request == ping.request),
+                    "the first answer after two cancels is the ping's: {a:?}"
+                );
+            }
             continue;
         }
         let request = sample(code);
