@@ -143,6 +143,77 @@ async fn details_on(
     }
 }
 
+/// Read-your-writes through every member: on one bare connection per member, each write
+/// (forwarded when that member does not lead the key's shard) is followed at once by a read
+/// and a details request on the same connection, which must show it. Keys spread over the
+/// shards, so each member reads some as a follower of the shard's group, right after the
+/// leader acknowledged (the follower's record may still sit in its log's queue then).
+async fn read_your_writes_on_every_member(addrs: &[String]) {
+    const KEYS: u64 = 6;
+    const VERSIONS: u64 = 4;
+    for (m, addr) in addrs.iter().enumerate() {
+        let mut c = CeleriantClient::connect(addr)
+            .await
+            .unwrap()
+            .with_timeout(REQUEST_LIMIT);
+        for version in 1..=VERSIONS {
+            for k in 0..KEYS {
+                let key = key(3000 + 100 * m as u64 + k);
+                let deadline = Instant::now() + Duration::from_secs(30);
+                loop {
+                    let written = c
+                        .write_events_with(
+                            key.clone(),
+                            vec![event(k, version)],
+                            1,
+                            WriteEventsOptions {
+                                allow_create: version == 1,
+                                expected_version: Some(version - 1),
+                                enforce_client_idempotency: true,
+                            },
+                        )
+                        .await;
+                    match written {
+                        Ok(r) => {
+                            assert_eq!(r.max_aggregate_version, Some(version));
+                            break;
+                        }
+                        // Landed while its answer was lost: the retry finds it.
+                        Err(ClientError::Server(ServerError::Write { error_message, .. }))
+                            if error_message
+                                .contains(&format!("\"current_aggregate_version\":{version}")) =>
+                        {
+                            break
+                        }
+                        Err(e) => {
+                            assert!(Instant::now() < deadline, "member {m}: write {e:?}");
+                            tokio::time::sleep(Duration::from_millis(100)).await;
+                        }
+                    }
+                }
+                let page = c
+                    .read(ReadRequest {
+                        correlation_id: None,
+                        aggregate_key: key.clone(),
+                        filters: ReadFilters::new(1),
+                    })
+                    .await
+                    .unwrap_or_else(|e| panic!("member {m}: read after write {version}: {e:?}"));
+                let last = page.event_batches.iter().map(|b| b.aggregate_version).max();
+                assert_eq!(last, Some(version), "member {m} read its own write late");
+                let details = c
+                    .aggregate_details(AggregateDetailsRequest {
+                        correlation_id: None,
+                        aggregate_key: key.clone(),
+                    })
+                    .await
+                    .unwrap_or_else(|e| panic!("member {m}: details after {version}: {e:?}"));
+                assert_eq!(details.max_aggregate_version, version, "member {m}");
+            }
+        }
+    }
+}
+
 /// What one writer was told: the client_seqs acknowledged, and the last one written (acked,
 /// or found written after an answer that did not come).
 #[derive(Default, Debug)]
@@ -310,6 +381,7 @@ async fn scenario() {
             if error_message.contains("\"current_aggregate_version\":1")),
         "{conflict:?}"
     );
+    read_your_writes_on_every_member(&addrs).await;
     // A change larger than a replication connection's first frame may be is forwarded too.
     let big =
         celeriant_client_tokio::json_event(1, &serde_json::json!({"blob": "x".repeat(300_000)}))

@@ -460,6 +460,17 @@ impl EventStore {
         Ok(ShardPosition { next_seq, tip })
     }
 
+    /// Resolves once every record `shard` has queued so far is visible to readers. A member
+    /// that applied a group's entries up to some index (a read's ReadIndex) waits on it before
+    /// reading: an applied entry's record is queued at once but visible only once this
+    /// member's log committed it.
+    pub fn visible_barrier(&self, shard: u32) -> Completion<(), EventStoreError> {
+        match self.shard(u64::from(shard)) {
+            Ok(s) => s.visible_barrier(),
+            Err(e) => Completion::ready(Err(e)),
+        }
+    }
+
     /// The hash chain's tip just before sequence number `next_seq` of `shard` (the tip a
     /// [`ShardPosition`] at `next_seq` carries), when the shard has reached that point: a
     /// member whose shard is ahead of a snapshot's position checks with it that it holds the

@@ -349,6 +349,83 @@ fn members_applying_the_same_commands_agree() {
     reopened.verify_chain(0).unwrap();
 }
 
+/// A follower's apply queues the record and its log commits it a moment later: a read in
+/// between does not see it. The visibility barrier a cluster member's read waits on resolves
+/// only once everything queued is visible (at once when nothing is in flight), and fails when
+/// the log refuses the records it waited for.
+#[test]
+fn the_visibility_barrier_waits_for_applied_records_to_be_readable() {
+    use std::sync::atomic::{AtomicBool, Ordering};
+    use std::time::Duration;
+
+    let disk = MemBackend::new();
+    let store = EventStore::open(Arc::new(disk.clone()), cfg()).unwrap().0;
+    store
+        .visible_barrier(0)
+        .wait_timeout(Duration::ZERO)
+        .expect("nothing queued: visible at once")
+        .unwrap();
+
+    // Hold shard 0's log writer at its next append.
+    let held = Arc::new(AtomicBool::new(true));
+    let gate = Arc::clone(&held);
+    disk.inject_faults(move |call, path| {
+        if call == eddy_log::FsCall::Append && path.to_string_lossy().contains("shard-000") {
+            while gate.load(Ordering::Acquire) {
+                std::thread::sleep(Duration::from_millis(1));
+            }
+        }
+        None
+    });
+    let (shard, command) = store.prepare_write(write_req(K, 1, None, 100)).unwrap();
+    assert_eq!(shard, 0);
+    let applied = store.apply(0, 7, command);
+    let barrier = store.visible_barrier(0);
+    let barrier = barrier
+        .wait_timeout(Duration::from_millis(100))
+        .expect_err("the record is queued, not committed: the barrier waits");
+    assert!(
+        store.read(&K, &ReadQuery::default()).is_err(),
+        "queued, not visible: the aggregate does not exist yet"
+    );
+    // Shard 1 has nothing in flight.
+    store
+        .visible_barrier(1)
+        .wait_timeout(Duration::ZERO)
+        .expect("shard 1 has nothing queued")
+        .unwrap();
+
+    held.store(false, Ordering::Release);
+    barrier.wait().unwrap();
+    let page = store.read(&K, &ReadQuery::default()).unwrap();
+    assert_eq!(page.batches.len(), 1, "visible once the barrier resolved");
+    applied.wait().unwrap();
+    disk.clear_faults();
+
+    // Records the log refuses never become visible: their barrier fails rather than hang.
+    // (Held first, so the barrier is taken while the record is queued.)
+    held.store(true, Ordering::Release);
+    let gate = Arc::clone(&held);
+    disk.inject_faults(move |call, path| {
+        if call != eddy_log::FsCall::Append || !path.to_string_lossy().contains("shard-000") {
+            return None;
+        }
+        while gate.load(Ordering::Acquire) {
+            std::thread::sleep(Duration::from_millis(1));
+        }
+        Some(eddy_log::Errno::NoSpace.error())
+    });
+    let (_, command) = store.prepare_write(write_req(K, 2, Some(1), 101)).unwrap();
+    let refused = store.apply(0, 8, command);
+    let barrier = store.visible_barrier(0);
+    held.store(false, Ordering::Release);
+    assert!(refused.wait().is_err());
+    assert!(
+        barrier.wait().is_err(),
+        "the refused record is never visible"
+    );
+}
+
 /// A command routed to the wrong shard's group is not applied there.
 #[test]
 fn a_misrouted_command_is_refused() {

@@ -168,12 +168,31 @@ impl Shard {
         (next, lock(&self.pending).tip)
     }
 
-    /// Sets the chain tip after recovery replayed the log.
+    /// Sets the chain tip after recovery replayed the log: every record the log holds is
+    /// visible from here on.
     pub(crate) fn set_tip(&self, tip: [u8; 32]) {
+        let end = self.log.bounds().next;
         let mut p = lock(&self.pending);
         debug_assert!(p.records.is_empty());
+        p.visible_end = p.visible_end.max(end);
         p.tip = tip;
         p.committed_tip = tip;
+    }
+
+    /// Resolves once every record queued so far is visible to readers (committed and applied
+    /// to the index), at once when it already is; with the log's error when some of them
+    /// were refused. A cluster member's read barrier: records of entries it applied are queued
+    /// at once but become visible only when the log commits them.
+    pub(crate) fn visible_barrier(&self) -> Completion<(), EventStoreError> {
+        let _admission = lock(&self.admission);
+        let next = self.log.next_seq_to_assign();
+        let mut p = lock(&self.pending);
+        if next <= p.visible_end {
+            return Completion::ready(Ok(()));
+        }
+        let (done, barrier) = eddy_log::completion();
+        p.barriers.push((next, done));
+        barrier
     }
 
     /// The chain tip of the last committed record.

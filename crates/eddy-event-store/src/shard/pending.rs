@@ -9,7 +9,9 @@ use std::fmt;
 use std::io;
 use std::sync::{Arc, Mutex};
 
-use eddy_log::{lock, CommitHook, LogError};
+use eddy_log::{lock, CommitHook, Completer, LogError};
+
+use crate::error::EventStoreError;
 
 use crate::index::{EntryBatch, Index};
 use crate::state::{AggState, Mark, Update};
@@ -40,9 +42,30 @@ pub(crate) struct Pending {
     /// Committed changes that may have made batches unreadable (see [`Update::deaths`]),
     /// counted after the index shows them.
     pub(super) deaths: u64,
+    /// Every record below it is visible to readers: the log's end after the last group the
+    /// hook applied to the index (or after recovery replayed the log).
+    pub(super) visible_end: u64,
+    /// Barriers ([`Shard::visible_barrier`](super::Shard::visible_barrier)) waiting for
+    /// `visible_end` to reach their sequence number.
+    pub(super) barriers: Vec<(u64, Completer<(), EventStoreError>)>,
 }
 
 impl Pending {
+    /// Records below `end` are visible now: takes the barriers that waited for them (to be
+    /// completed outside the lock).
+    pub(super) fn reach(&mut self, end: u64) -> Vec<Completer<(), EventStoreError>> {
+        self.visible_end = self.visible_end.max(end);
+        if self.barriers.is_empty() {
+            return Vec::new();
+        }
+        let end = self.visible_end;
+        let (ready, waiting): (Vec<_>, Vec<_>) = std::mem::take(&mut self.barriers)
+            .into_iter()
+            .partition(|(seq, _)| *seq <= end);
+        self.barriers = waiting;
+        ready.into_iter().map(|(_, done)| done).collect()
+    }
+
     pub(super) fn add(&mut self, update: &Update) {
         for c in &update.changes {
             let e = self.aggs.entry(c.key).or_insert((c.state, 0));
@@ -114,8 +137,16 @@ impl CommitHook for ShardHook {
         Ok(())
     }
 
-    fn on_refused(&self, next_seq: u64, _error: &dyn Fn() -> LogError) {
+    fn on_refused(&self, next_seq: u64, error: &dyn Fn() -> LogError) {
         let mut p = lock(&self.pending);
+        // A barrier past the refused records waited for records that will never be visible.
+        let (lost, waiting): (Vec<_>, Vec<_>) = std::mem::take(&mut p.barriers)
+            .into_iter()
+            .partition(|(seq, _)| *seq > next_seq);
+        p.barriers = waiting;
+        for (_, done) in lost {
+            done.complete(Err(error().into()));
+        }
         let mut refused = Vec::new();
         while p.records.back().is_some_and(|r| r.seq >= next_seq) {
             refused.extend(p.records.pop_back());
@@ -134,6 +165,13 @@ impl CommitHook for ShardHook {
             while p.records.front().is_some_and(|r| r.seq < end_seq) {
                 out.extend(p.records.pop_front());
             }
+            if out.is_empty() {
+                let ready = p.reach(end_seq);
+                drop(p);
+                for done in ready {
+                    done.complete(Ok(()));
+                }
+            }
             out
         };
         if committed.is_empty() {
@@ -148,7 +186,7 @@ impl CommitHook for ShardHook {
         if self.index.apply(&entries, end_seq, true) {
             self.flush.flush_needed(self.shard);
         }
-        {
+        let ready = {
             let mut p = lock(&self.pending);
             for r in &committed {
                 p.release(&r.update);
@@ -157,6 +195,10 @@ impl CommitHook for ShardHook {
                 p.committed_tip = last.tip_after;
             }
             p.deaths += committed.iter().map(|r| r.update.deaths).sum::<u64>();
+            p.reach(end_seq)
+        };
+        for done in ready {
+            done.complete(Ok(()));
         }
         // The notifications are built only when someone subscribes.
         self.watchers.publish_with(|watch| {

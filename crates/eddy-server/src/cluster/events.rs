@@ -681,15 +681,27 @@ impl ClusterEvents {
         &self.store
     }
 
-    /// Waits until this member applied every change of `shard` acknowledged before now, as
-    /// the shard group's leader and a quorum confirm (see
-    /// [`super::streams::linearized`]).
+    /// Waits until this member's `shard` shows readers every change acknowledged before now:
+    /// it applied them, as the shard group's leader and a quorum confirm (see
+    /// [`super::streams::linearized`]), and the records those entries queued are visible (a
+    /// follower's apply queues a record that its log commits a moment later).
     ///
     /// # Errors
     /// The shard's leadership cannot be confirmed (no leader known, or this member is cut
-    /// off from a quorum).
+    /// off from a quorum), or its records do not become visible within the read wait (this
+    /// member's log failed).
     pub async fn linearize(&self, shard: u32) -> Result<(), super::streams::ClusterError> {
-        super::streams::linearized(&self.runner, event_group_id(shard), "event shard's group").await
+        const WHAT: &str = "event shard's group";
+        super::streams::linearized(&self.runner, event_group_id(shard), WHAT).await?;
+        let visible = self.store.visible_barrier(shard);
+        match tokio::time::timeout(super::streams::READ_CONFIRM_WAIT, visible).await {
+            Ok(Ok(())) => Ok(()),
+            Ok(Err(e)) => {
+                tracing::warn!(shard, error = %e, "applied event records did not become visible");
+                Err(super::streams::ClusterError::NotLeader(WHAT))
+            }
+            Err(_) => Err(super::streams::ClusterError::NotLeader(WHAT)),
+        }
     }
 
     /// Every shard's group id.
