@@ -3,6 +3,7 @@
 //! (leadership balancing, the root user's creation by the first leader).
 
 use std::collections::BTreeMap;
+use std::fmt::Write as _;
 use std::net::SocketAddr;
 use std::path::Path;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -317,6 +318,44 @@ fn load_peer_tls(config: &ServerConfig) -> Result<Option<PeerTls>, ConfigError> 
 }
 
 /// Resolves the peers' replication addresses.
+/// In `raft/`: the members (ids and replication addresses) this member last followed from
+/// the metadata's record, one `ID=ADDRESS` per line. At a restart they are the transport's
+/// peers (instead of the `--peer` flags, which a membership change leaves behind) until the
+/// metadata group catches up: its applied state restarts from its last snapshot, and the
+/// entries after it come from the group's leader, which may be a member added since the
+/// flags were written and refused if this member did not know it.
+const MEMBERS_FILE: &str = "members";
+
+fn write_followed_members(
+    raft_dir: &Path,
+    peers: &BTreeMap<NodeId, SocketAddr>,
+) -> std::io::Result<()> {
+    let mut text = String::new();
+    for (id, addr) in peers {
+        let _ = writeln!(text, "{id}={addr}");
+    }
+    if std::fs::read_to_string(raft_dir.join(MEMBERS_FILE)).is_ok_and(|t| t == text) {
+        return Ok(());
+    }
+    super::incarnation::write_durably(raft_dir, MEMBERS_FILE, &text)
+}
+
+/// The members [`MEMBERS_FILE`] lists (`None`: no such file, or it does not parse: the flags'
+/// peers are used).
+fn read_followed_members(raft_dir: &Path, me: NodeId) -> Option<BTreeMap<NodeId, SocketAddr>> {
+    let text = std::fs::read_to_string(raft_dir.join(MEMBERS_FILE)).ok()?;
+    let mut peers = BTreeMap::new();
+    for line in text.lines().map(str::trim).filter(|l| !l.is_empty()) {
+        let (id, addr) = line.split_once('=')?;
+        let id: NodeId = id.trim().parse().ok()?;
+        let addr: SocketAddr = addr.trim().parse().ok()?;
+        if id != me {
+            peers.insert(id, addr);
+        }
+    }
+    Some(peers)
+}
+
 async fn peer_addrs(config: &ServerConfig) -> Result<BTreeMap<NodeId, SocketAddr>, ConfigError> {
     let mut out = BTreeMap::new();
     for peer in config.cluster_peers()? {
@@ -505,6 +544,15 @@ pub async fn start(
         tracing::info!("new member directory: a peer that knew this node will have it rebuilt");
     }
     let incarnations = Arc::new(incarnations);
+    let peers = match read_followed_members(&raft_dir, me) {
+        Some(followed) => {
+            if followed != peers {
+                tracing::info!(followed = ?followed.keys().collect::<Vec<_>>(), "peers: the members followed before the restart, not the --peer flags");
+            }
+            followed
+        }
+        None => peers,
+    };
     let transport = Transport::new(hello, peers, peer_tls, config.max_peer_connections)
         .with_incarnations(Arc::clone(&incarnations));
     let inbox = Arc::new(RunnerInbox {
@@ -698,6 +746,11 @@ impl Member {
                 );
                 resolved_all = false;
             }
+        }
+        // Kept on disk first: a restart accepts these members at once, before its metadata
+        // group catches up (a member added at run time may be the one it must catch up from).
+        if let Err(e) = write_followed_members(&self.inbox.raft_dir, &peers) {
+            tracing::warn!(error = %e, "cannot keep the members followed in {MEMBERS_FILE}");
         }
         self.transport.set_peers(peers);
         if resolved_all {

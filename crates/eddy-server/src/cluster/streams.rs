@@ -278,8 +278,7 @@ impl ClusterStreams {
             .map(|(addr, uid)| (uid, addr))
             .collect();
         let mut members: std::collections::BTreeMap<u64, MemberState> = self
-            .directory
-            .all()
+            .current_members()
             .into_iter()
             .map(|(id, info)| {
                 let address = info.hello.prop(super::transport::props::STREAM);
@@ -367,11 +366,18 @@ impl ClusterStreams {
             .view()
             .get(METADATA_GROUP)
             .and_then(|v| v.leader);
-        self.directory
-            .all()
+        self.current_members()
             .into_iter()
             .map(|(id, info)| (id, Some(info.hello), info.connected, leader == Some(id)))
             .collect()
+    }
+
+    /// The directory's entries of the current members: this one and its peers now (a
+    /// removed member's greeting may linger in the directory; it is not a member).
+    fn current_members(&self) -> std::collections::BTreeMap<u64, super::transport::PeerInfo> {
+        let mut all = self.directory.all();
+        all.retain(|&id, _| id == self.me || self.peers.contains(id));
+        all
     }
 
     /// The node's runner (roles, leaders, statuses).

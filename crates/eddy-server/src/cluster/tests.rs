@@ -406,6 +406,7 @@ async fn a_member_added_at_run_time_is_dialled_and_accepted_and_one_removed_is_n
 
     // Removed: nothing more is sent to it, and it is refused when it greets again.
     assert!(t1.set_peers(BTreeMap::new()));
+    assert!(t1.directory().get(3).is_none(), "no longer listed");
     o1.send(3, &[(GroupId(5), Bytes::from_static(b"after removal"))]);
     let forwarder = t1.forwarder();
     assert!(forwarder.request(3, b"x").await.is_err());
@@ -416,6 +417,10 @@ async fn a_member_added_at_run_time_is_dialled_and_accepted_and_one_removed_is_n
     assert!(!t3b.directory().get(1).is_some_and(|p| p.connected));
     tokio::time::sleep(Duration::from_millis(100)).await;
     assert!(!r3.got(b"after removal"));
+    assert!(
+        t1.directory().get(3).is_none(),
+        "its greeting is not learned again"
+    );
     stop.cancel();
 }
 

@@ -268,6 +268,14 @@ impl Directory {
         f(entry);
     }
 
+    /// Drops a member that left (its greeting is not news any more).
+    fn forget(&self, node: NodeId) {
+        self.0
+            .write()
+            .unwrap_or_else(PoisonError::into_inner)
+            .remove(&node);
+    }
+
     fn learn(&self, hello: &Hello) {
         let h = hello.clone();
         self.update(
@@ -940,6 +948,7 @@ impl Transport {
                 .write()
                 .unwrap_or_else(PoisonError::into_inner)
                 .remove(peer);
+            self.directory.forget(*peer);
         }
         true
     }

@@ -113,7 +113,14 @@ impl ClusterStreams {
             return Err(ClusterError::NotLeader("metadata group"));
         }
         let metadata = self.group_membership(METADATA_GROUP).await?;
-        if !metadata.voters.contains(&id) && !metadata.learners.contains(&id) {
+        // A member the metadata group no longer counts but some group (or the metadata's
+        // record of members) still does is a removal that stopped half-way (its leader
+        // changed): this one finishes it.
+        if !metadata.voters.contains(&id)
+            && !metadata.learners.contains(&id)
+            && !self.read(|s| s.members.contains_key(&id))
+            && !self.in_some_group(id).await
+        {
             return Err(ClusterError::Membership(format!(
                 "member {id} is no member"
             )));
@@ -167,7 +174,10 @@ impl ClusterStreams {
         Ok(())
     }
 
-    /// Passes over every group until each has `id` as a voter (`add`) or not at all.
+    /// Passes over every group until each has `id` as a voter (`add`) or not at all. A
+    /// removal leaves the metadata group for last: until it is out of that group, the member
+    /// counts as one, so a removal whose leader died half-way is found and finished by the
+    /// next run.
     async fn change_every_group(&self, id: NodeId, add: bool) -> Result<u32, ClusterError> {
         let _changing = Changing::start(&self.changing);
         let deadline = tokio::time::Instant::now() + CHANGE_PATIENCE;
@@ -178,6 +188,9 @@ impl ClusterStreams {
             let groups = self.group_ids().await;
             let mut waiting = 0usize;
             for &group in &groups {
+                if !add && group == METADATA_GROUP {
+                    continue;
+                }
                 let step = if add {
                     self.add_step(group, id).await
                 } else {
@@ -186,6 +199,13 @@ impl ClusterStreams {
                 if step == Step::Waiting {
                     waiting += 1;
                 }
+            }
+            if !add
+                && waiting == 0
+                && groups.contains(&METADATA_GROUP)
+                && self.remove_step(METADATA_GROUP, id).await == Step::Waiting
+            {
+                waiting += 1;
             }
             if waiting == 0 {
                 tracing::info!(
@@ -286,6 +306,21 @@ impl ClusterStreams {
             }
         }
         true
+    }
+
+    /// Whether `id` is a voter, learner or outgoing voter of any group this member runs.
+    async fn in_some_group(&self, id: NodeId) -> bool {
+        for group in self.group_ids().await {
+            if let Ok(m) = self.group_membership(group).await {
+                if m.voters.contains(&id)
+                    || m.learners.contains(&id)
+                    || m.voters_outgoing.contains(&id)
+                {
+                    return true;
+                }
+            }
+        }
+        false
     }
 
     /// Every group this member runs.
