@@ -390,3 +390,160 @@ async fn twenty_five_concurrent_clients() {
     assert_eq!(stats.messages_count, 2500);
     assert_eq!(stats.partitions_count, 5);
 }
+
+/// `max_bytes` of a deferred poll (106) and a fetch (109): a reply holds what fits (the poll's
+/// 40-byte prefix counted), a first message larger than the limit comes alone, a fetch's later
+/// section that nothing fits is left out, and limits below the least one message needs, or a
+/// target's above its request's, are refused as the SDK would never send them.
+#[tokio::test]
+async fn poll_byte_limits_hold_and_forged_ones_are_refused() {
+    use eddy_codec::stream::commands::fetch_messages::{
+        FetchMessages, FetchMessagesReply, FetchTarget, MIN_MAX_BYTES,
+    };
+    use eddy_codec::stream::commands::poll_messages::{PollMessages, PollMessagesReply};
+    use eddy_codec::stream::commands::poll_messages_deferred::PollMessagesDeferred;
+    use eddy_codec::stream::{PollingStrategy as WireStrategy, WireDecode as _};
+
+    let eddy = server();
+    let addr = eddy.addrs().stream;
+    let client = root(addr).await;
+    let (s, t) = stream_and_topic(&client, "bytes", "t", 2).await;
+    for partition in 0..2 {
+        client
+            .send_messages(
+                &id(s),
+                &id(t),
+                &Partitioning::partition_id(partition),
+                &mut sized_messages("big", 3, 1000),
+            )
+            .await
+            .expect("send");
+    }
+    // One frame: 48-byte header + 1000-byte payload; a batch: 256-byte header + frames.
+    let frame = 48 + 1000;
+    let mut raw = Raw::logged_in(addr, "iggy", "iggy").await;
+    let poll = |max_bytes: u32| {
+        Request::PollMessagesDeferred(PollMessagesDeferred {
+            poll: PollMessages {
+                consumer: WireConsumer::new(Identifier::numeric(1)),
+                stream_id: Identifier::numeric(s),
+                topic_id: Identifier::numeric(t),
+                partition: OptionalPartition(Some(0)),
+                strategy: WireStrategy::Offset(0),
+                count: 10,
+                auto_commit: false,
+            },
+            wait_us: 0,
+            min_count: 1,
+            max_bytes,
+            request_timeout_us: 30_000_000,
+        })
+    };
+    let offsets = |payload: &[u8]| -> Vec<u64> {
+        PollMessagesReply::decode(payload)
+            .expect("a poll reply")
+            .records
+            .iter()
+            .flat_map(|r| r.messages().map(|m| m.offset).collect::<Vec<_>>())
+            .collect()
+    };
+    // The least limit: the first message (larger) comes alone.
+    let a = raw.call(&poll(MIN_MAX_BYTES)).await;
+    assert_eq!(offsets(&a.payload()), [0]);
+    // Two messages fit, the third does not: a sliced batch of two.
+    let two = 40 + 256 + 2 * frame;
+    assert_eq!(offsets(&raw.call(&poll(two)).await.payload()), [0, 1]);
+    assert_eq!(offsets(&raw.call(&poll(two - 1)).await.payload()), [0]);
+    // The whole batch, exactly.
+    let three = 40 + 256 + 3 * frame;
+    assert_eq!(offsets(&raw.call(&poll(three)).await.payload()), [0, 1, 2]);
+    assert_eq!(
+        offsets(&raw.call(&poll(u32::MAX)).await.payload()),
+        [0, 1, 2]
+    );
+    // Forged limits: InvalidCommand, and the connection goes on.
+    for forged in [0, 1, MIN_MAX_BYTES - 1] {
+        assert_eq!(
+            raw.call(&poll(forged)).await.code(),
+            3,
+            "max_bytes {forged}"
+        );
+    }
+
+    let fetch = |max_bytes: u32, target_bytes: [u32; 2]| {
+        Request::FetchMessages(FetchMessages {
+            consumer: WireConsumer::new(Identifier::numeric(1)),
+            stream_id: Identifier::numeric(s),
+            topic_id: Identifier::numeric(t),
+            wait_us: 0,
+            request_timeout_us: 30_000_000,
+            min_count: 1,
+            count: 10,
+            max_bytes,
+            auto_commit: false,
+            targets: eddy_codec::stream::codec::Counted(
+                (0..2)
+                    .map(|p| FetchTarget {
+                        partition_id: p,
+                        strategy: WireStrategy::Offset(0),
+                        max_bytes: target_bytes[p as usize],
+                        incarnation: 1,
+                        owner_generation: 0,
+                    })
+                    .collect(),
+            ),
+        })
+    };
+    let sections = |payload: &[u8]| -> Vec<(u32, u32, u64, usize)> {
+        let reply = FetchMessagesReply::decode(payload).expect("a fetch reply");
+        reply
+            .sections
+            .iter()
+            .map(|s| {
+                (
+                    s.partition_id,
+                    s.messages_count,
+                    s.next_offset,
+                    s.records_len as usize,
+                )
+            })
+            .collect()
+    };
+    let records = |n: u32| 256 + n as usize * frame as usize;
+    // Plenty: both partitions whole.
+    let a = raw.call(&fetch(1 << 20, [1 << 20, 1 << 20])).await;
+    assert_eq!(
+        sections(&a.payload()),
+        [(0, 3, 3, records(3)), (1, 3, 3, records(3))]
+    );
+    // Two messages' records for the whole reply: partition 0 takes them, partition 1 gets
+    // no section (it keeps its position).
+    let two = u32::try_from(records(2)).unwrap();
+    let a = raw.call(&fetch(two, [two, two])).await;
+    assert_eq!(sections(&a.payload()), [(0, 2, 2, records(2))]);
+    // A target's own limit: one message from partition 0, two from partition 1.
+    let one = u32::try_from(records(1)).unwrap();
+    let a = raw.call(&fetch(1 << 20, [one, two])).await;
+    assert_eq!(
+        sections(&a.payload()),
+        [(0, 1, 1, records(1)), (1, 2, 2, records(2))]
+    );
+    // The least limit: the reply's first message alone.
+    let a = raw
+        .call(&fetch(MIN_MAX_BYTES, [MIN_MAX_BYTES, MIN_MAX_BYTES]))
+        .await;
+    assert_eq!(sections(&a.payload()), [(0, 1, 1, records(1))]);
+    // Forged: below the least, a target above its request, a zero target.
+    for (max_bytes, targets) in [
+        (MIN_MAX_BYTES - 1, [MIN_MAX_BYTES - 1; 2]),
+        (one, [one, one + 1]),
+        (1 << 20, [0, 1 << 20]),
+    ] {
+        assert_eq!(
+            raw.call(&fetch(max_bytes, targets)).await.code(),
+            3,
+            "{max_bytes} {targets:?}"
+        );
+    }
+    assert_eq!(raw.call(&poll(three)).await.code(), 0, "still usable");
+}

@@ -266,3 +266,57 @@ proptest! {
         }
     }
 }
+
+proptest! {
+    /// A byte budget's count: the slice of that many messages fits the budget and one more
+    /// does not (or the range is exhausted).
+    #[test]
+    fn fitting_is_the_largest_slice_within_the_budget(
+        messages in proptest::collection::vec(message_strategy(), 1..12),
+        start in 0u64..13, count in 0u32..13, max_bytes in 0u64..3_000,
+    ) {
+        let n = messages.len() as u32;
+        let batch = build_batch(&messages).unwrap();
+        let stamped = admit(batch, n).unwrap().stamp(1, 100, 42);
+        let stored = StoredBatch::parse(Bytes::from(stamped.to_vec())).unwrap();
+        let fit = stored.fitting(100 + start, count, max_bytes).unwrap();
+        let available = u32::try_from(u64::from(n).saturating_sub(start)).unwrap().min(count);
+        prop_assert!(fit <= available);
+        if fit > 0 {
+            let record = stored.slice(100 + start, fit).unwrap();
+            prop_assert_eq!(record.message_count(), fit);
+            prop_assert!(record.len() as u64 <= max_bytes);
+        }
+        if fit < available {
+            let more = stored.slice(100 + start, fit + 1).unwrap();
+            prop_assert!(more.len() as u64 > max_bytes);
+        }
+    }
+}
+
+#[test]
+fn fitting_counts_the_header_and_every_frame() {
+    let messages = messages();
+    let n = messages.len() as u32;
+    let stamped = admit(build_batch(&messages).unwrap(), n)
+        .unwrap()
+        .stamp(1, 0, 42);
+    let stored = StoredBatch::parse(Bytes::from(stamped.to_vec())).unwrap();
+    let whole = stored.len() as u64;
+    assert_eq!(stored.fitting(0, n, whole).unwrap(), n);
+    assert_eq!(stored.fitting(0, n, whole - 1).unwrap(), n - 1);
+    assert_eq!(stored.fitting(0, n, u64::MAX).unwrap(), n);
+    assert_eq!(
+        stored.fitting(0, n, BATCH_HEADER_SIZE as u64).unwrap(),
+        0,
+        "a header alone"
+    );
+    let one = stored.slice(0, 1).unwrap().len() as u64;
+    assert_eq!(stored.fitting(0, n, one).unwrap(), 1);
+    assert_eq!(
+        stored.fitting(u64::from(n), n, u64::MAX).unwrap(),
+        0,
+        "past the batch"
+    );
+    assert_eq!(stored.fitting(0, 0, u64::MAX).unwrap(), 0);
+}

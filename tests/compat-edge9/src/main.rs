@@ -1042,6 +1042,98 @@ async fn cancel_deferred_poll(addr: SocketAddr) -> Outcome {
     Ok(())
 }
 
+/// `PollOptions::max_bytes`: a poll's reply (its 40-byte header, batch headers and messages)
+/// stays within it, and a first message larger than it comes alone, so a read always makes
+/// progress; the high-level consumer at the least limit still reads every message.
+async fn poll_byte_limits(addr: SocketAddr) -> Outcome {
+    use futures_util::StreamExt as _;
+    let client = root(addr).await?;
+    topic(&client, "c9-bytes", 2).await?;
+    let (s, t) = (named("c9-bytes"), named("t"));
+    let sized = |partition: u32| -> Vec<IggyMessage> {
+        (0..3)
+            .map(|i| {
+                let mut payload = format!("p{partition}-{i}-").into_bytes();
+                payload.resize(1000, b'x');
+                IggyMessage::builder()
+                    .payload(payload.into())
+                    .build()
+                    .expect("message")
+            })
+            .collect()
+    };
+    for partition in 0..2 {
+        client
+            .send_messages(
+                &s,
+                &t,
+                &Partitioning::partition_id(partition),
+                &mut sized(partition),
+            )
+            .await
+            .at("send")?;
+    }
+    let least = u32::try_from(MIN_DEFERRED_POLL_MAX_BYTES).expect("small");
+    // A message takes a 48-byte header and its 1000 bytes; a reply, a 40-byte header and a
+    // 256-byte batch header.
+    let two = 40 + 256 + 2 * (48 + 1000);
+    let consumer = Consumer::new(named("sizer"));
+    for (max_bytes, want) in [
+        (least, 1),
+        (two - 1, 1),
+        (two, 2),
+        (two + 48 + 1000, 3),
+        (u32::MAX, 3),
+    ] {
+        let polled = client
+            .poll_messages(
+                &s,
+                &t,
+                0,
+                &consumer,
+                &PollingStrategy::offset(0),
+                PollOptions {
+                    count: 10,
+                    max_bytes,
+                    ..PollOptions::default()
+                },
+            )
+            .await
+            .at(&format!("poll of {max_bytes} bytes"))?;
+        let offsets: Vec<u64> = polled.messages.iter().map(|m| m.header.offset).collect();
+        ensure!(
+            offsets == (0..want).collect::<Vec<u64>>(),
+            "max_bytes {max_bytes}: offsets {offsets:?}"
+        );
+    }
+    let mut reader = client
+        .consumer("c9-byte-reader", "c9-bytes", "t")
+        .at("consumer builder")?
+        .partitions([0, 1])
+        .poll_options(PollOptions {
+            max_bytes: least,
+            ..PollOptions::wait(IggyDuration::from_str("1s").unwrap())
+        })
+        .polling_strategy(PollingStrategy::next())
+        .build();
+    reader.init().await.at("consumer init")?;
+    let mut seen = Vec::new();
+    while seen.len() < 6 {
+        let next = tokio::time::timeout(std::time::Duration::from_secs(10), reader.next())
+            .await
+            .map_err(|_| format!("only {} of 6 messages", seen.len()))?
+            .ok_or("the consumer ended")?
+            .map_err(|e| format!("consumer: {e:?}"))?;
+        seen.push(String::from_utf8_lossy(&next.message.payload)[..4].to_owned());
+    }
+    seen.sort();
+    ensure!(
+        seen == ["p0-0", "p0-1", "p0-2", "p1-0", "p1-1", "p1-2"],
+        "{seen:?}"
+    );
+    Ok(())
+}
+
 const SCENARIOS: &[(&str, Scenario)] = &[
     ("connect_login_ping", |a| Box::pin(connect_login_ping(a))),
     ("streams", |a| Box::pin(streams(a))),
@@ -1069,6 +1161,7 @@ const SCENARIOS: &[(&str, Scenario)] = &[
     ("cancel_deferred_poll", |a| {
         Box::pin(cancel_deferred_poll(a))
     }),
+    ("poll_byte_limits", |a| Box::pin(poll_byte_limits(a))),
 ];
 
 #[tokio::main]

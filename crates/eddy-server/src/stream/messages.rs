@@ -10,6 +10,9 @@
 //! reads may reach the disk); whole batches go out
 //! as stored (zero copy), a batch cut by the range goes out as a server-sliced view (new header,
 //! frames shared). Auto-commit stores the last served offset, never moving it backwards.
+//! A deferred poll or a fetch also bounds the records by its `max_bytes` ([`ByteBudget`]):
+//! a batch is cut at the last message that fits, and the reply's first message goes out
+//! alone when it alone is larger.
 //!
 //! Consumer kind 1 keys offsets by its numeric id (or `XXH32(name)`); kind 2 keys them by the
 //! consumer group, and a group member may only poll or commit partitions it owns: a poll of a
@@ -30,7 +33,9 @@ use eddy_codec::stream::commands::get_consumer_offset::{ConsumerOffsetInfo, GetC
 use eddy_codec::stream::commands::poll_messages::{
     PollMessages, PollMessagesReply, RESYNC_PARTITION,
 };
-use eddy_codec::stream::commands::poll_messages_deferred::{PollMessagesDeferred, MAX_WAIT_US};
+use eddy_codec::stream::commands::poll_messages_deferred::{
+    PollMessagesDeferred, MAX_WAIT_US, REPLY_PREFIX_LEN,
+};
 use eddy_codec::stream::commands::send_messages::{
     SendConfirmation, SendMessages, SendMessagesReply,
 };
@@ -274,7 +279,7 @@ pub(crate) async fn poll_deferred(
             eddy_codec::stream::CodecError::InvalidValue {
                 field: "deferred poll",
                 offset: 0,
-                reason: "wait, counts or request timeout out of bounds",
+                reason: "wait, counts, byte limit or request timeout out of bounds",
             },
         ));
     }
@@ -293,7 +298,14 @@ pub(crate) async fn poll_deferred(
                 .await;
         }
     }
-    poll(ctx, stream_id, topic_id, request.poll).await
+    // `max_bytes` counts the reply's 40-byte prefix too.
+    let budget = ByteBudget {
+        records: u64::from(request.max_bytes - REPLY_PREFIX_LEN),
+        first_may_exceed: true,
+    };
+    Ok(poll_within(ctx, stream_id, topic_id, request.poll, budget)
+        .await?
+        .0)
 }
 
 /// `FETCH_MESSAGES` (0.12.2 wire): waits like a deferred poll until the targets hold
@@ -317,12 +329,13 @@ pub(crate) async fn fetch(
         || request.count == 0
         || request.min_count == 0
         || request.min_count > request.count
+        || !request.byte_limits_valid()
     {
         return Err(StreamError::Decode(
             eddy_codec::stream::CodecError::InvalidValue {
                 field: "fetch",
                 offset: 0,
-                reason: "targets (unique, at least one) or counts out of bounds",
+                reason: "targets (unique, at least one), counts or byte limits out of bounds",
             },
         ));
     }
@@ -356,19 +369,29 @@ pub(crate) async fn fetch(
     }
     let mut reply = FetchMessagesReply::default();
     let mut left = request.count;
+    let mut bytes_left = u64::from(request.max_bytes);
     for target in targets {
         if left == 0 {
             break;
         }
-        let section = match poll(
+        // A section's records stay within its target's limit and what the reply has left;
+        // only the reply's first message may go over, alone.
+        let budget = ByteBudget {
+            records: bytes_left.min(u64::from(target.max_bytes)),
+            first_may_exceed: reply.sections.iter().all(|s| s.messages_count == 0),
+        };
+        let section = match poll_within(
             ctx,
             stream_id,
             topic_id,
             read(target, left, request.auto_commit),
+            budget,
         )
         .await
         {
-            Ok(Outcome::Reply(chunks)) => {
+            // Nothing fitted what is left: no section, the target keeps its position.
+            Ok((outcome, true)) if polled_count(&outcome) == 0 => continue,
+            Ok((Outcome::Reply(chunks), _)) => {
                 let joined: Vec<u8> = chunks.iter().flat_map(|c| c.iter().copied()).collect();
                 let polled = PollMessagesReply::decode(&joined)?;
                 let last = polled
@@ -385,6 +408,7 @@ pub(crate) async fn fetch(
                 };
                 left = left.saturating_sub(polled.messages_count);
                 let records_len = joined.len() - 16;
+                bytes_left = bytes_left.saturating_sub(records_len as u64);
                 reply.records.push(Bytes::copy_from_slice(&joined[16..]));
                 FetchSection {
                     partition_id: target.partition_id,
@@ -396,7 +420,7 @@ pub(crate) async fn fetch(
                     records_len: u32::try_from(records_len).unwrap_or(u32::MAX),
                 }
             }
-            Ok(other @ (Outcome::Evict(_) | Outcome::NoReply)) => return Ok(other),
+            Ok((other @ (Outcome::Evict(_) | Outcome::NoReply), _)) => return Ok(other),
             Err(error) => FetchSection {
                 partition_id: target.partition_id,
                 status: error.code().code(),
@@ -415,6 +439,24 @@ pub(crate) async fn fetch(
     Ok(Outcome::Reply(reply.chunks()))
 }
 
+/// The record bytes a poll may answer with (`max_bytes` of a deferred poll or a fetch).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct ByteBudget {
+    /// Bytes of batch headers and frames.
+    pub records: u64,
+    /// Whether a first message larger than `records` goes out alone (a read always makes
+    /// progress); otherwise it is withheld.
+    pub first_may_exceed: bool,
+}
+
+impl ByteBudget {
+    /// No limit but [`MAX_POLL_BYTES`] (`POLL_MESSAGES`, every revision).
+    pub const UNLIMITED: Self = Self {
+        records: u64::MAX,
+        first_may_exceed: true,
+    };
+}
+
 /// `POLL_MESSAGES`.
 pub(crate) async fn poll(
     ctx: Ctx<'_>,
@@ -422,6 +464,22 @@ pub(crate) async fn poll(
     topic_id: u32,
     request: PollMessages,
 ) -> Result<Outcome, StreamError> {
+    Ok(
+        poll_within(ctx, stream_id, topic_id, request, ByteBudget::UNLIMITED)
+            .await?
+            .0,
+    )
+}
+
+/// A poll whose records stay within `budget`; also says whether messages in range were
+/// withheld for the budget (their offsets are not served, nor committed).
+pub(crate) async fn poll_within(
+    ctx: Ctx<'_>,
+    stream_id: u32,
+    topic_id: u32,
+    request: PollMessages,
+    budget: ByteBudget,
+) -> Result<(Outcome, bool), StreamError> {
     let mut group_poll = None;
     let (consumer, partition_id) = match request.consumer.kind {
         ConsumerKind::Consumer => (
@@ -435,13 +493,13 @@ pub(crate) async fn poll(
                 Some(p) => p,
                 None => match groups.next_partition(key, ctx.client_id) {
                     Ok(Some(p)) => p,
-                    Ok(None) => return Ok(poll_reply(0, 0, 0, Vec::new())),
+                    Ok(None) => return Ok((poll_reply(0, 0, 0, Vec::new()), false)),
                     Err(_) => return Err(StreamError::NotAMember),
                 },
             };
             // Not owned, or pending revocation: the SDK re-syncs.
             if !groups.begin_poll(key, ctx.client_id, partition) {
-                return Ok(poll_reply(RESYNC_PARTITION, 0, 0, Vec::new()));
+                return Ok((poll_reply(RESYNC_PARTITION, 0, 0, Vec::new()), false));
             }
             drop(groups);
             group_poll = Some(GroupPoll {
@@ -464,44 +522,73 @@ pub(crate) async fn poll(
     }
     // Reads may reach the disk: off the reactor.
     let (strategy, count) = (strategy(request.strategy), request.count);
+    // The store stops reading once it holds this much (a batch crossing it included).
+    let read_bytes = MAX_POLL_BYTES.min(budget.records);
     let polled = if let Some(cluster) = ctx.state.cluster.clone() {
         // Every batch acknowledged before the poll arrived is served (see
         // `ClusterStreams::linearize_partition`).
         cluster.linearize_partition(addr).await?;
         tokio::task::spawn_blocking(move || {
-            cluster.poll(addr, Some(consumer), strategy, count, MAX_POLL_BYTES)
+            cluster.poll(addr, Some(consumer), strategy, count, read_bytes)
         })
         .await
         .unwrap_or_else(|join| std::panic::resume_unwind(join.into_panic()))?
     } else {
         let store = std::sync::Arc::clone(&ctx.state.store);
         tokio::task::spawn_blocking(move || {
-            store.poll(addr, Some(consumer), strategy, count, MAX_POLL_BYTES)
+            store.poll(addr, Some(consumer), strategy, count, read_bytes)
         })
         .await
         .unwrap_or_else(|join| std::panic::resume_unwind(join.into_panic()))?
     };
     let mut records = Vec::with_capacity(polled.batches.len() * 2);
     let mut served = 0u32;
+    let mut used = 0u64;
+    let mut last = None;
+    let mut withheld = false;
     for batch in &polled.batches {
         let start = polled.start_offset.max(batch.base_offset);
         let end = polled.end_offset.min(batch.end_offset());
         if start >= end {
             continue;
         }
-        if start == batch.base_offset && end == batch.end_offset() {
+        let room = budget.records.saturating_sub(used);
+        if start == batch.base_offset
+            && end == batch.end_offset()
+            && batch.bytes.len() as u64 <= room
+        {
             records.push(batch.bytes.clone());
             served += batch.message_count;
+            used += batch.bytes.len() as u64;
+            last = Some(end - 1);
+            continue;
+        }
+        let stored = eddy_codec::stream::StoredBatch::parse(batch.bytes.clone())?;
+        let take = u32::try_from(end - start).unwrap_or(u32::MAX);
+        let fitting = if room == u64::MAX {
+            take
         } else {
-            let stored = eddy_codec::stream::StoredBatch::parse(batch.bytes.clone())?;
-            let take = u32::try_from(end - start).unwrap_or(u32::MAX);
-            let record = stored.slice(start, take)?;
-            served += record.message_count();
-            records.push(record.header_bytes().clone());
-            records.push(record.frames().clone());
+            stored.fitting(start, take, room)?
+        };
+        let fit = match fitting {
+            0 if served == 0 && budget.first_may_exceed => 1,
+            fit => fit,
+        };
+        if fit == 0 {
+            withheld = true;
+            break;
+        }
+        let record = stored.slice(start, fit)?;
+        served += record.message_count();
+        used += record.len() as u64;
+        last = Some(start + u64::from(record.message_count()) - 1);
+        records.push(record.header_bytes().clone());
+        records.push(record.frames().clone());
+        if fit < take {
+            withheld = true;
+            break;
         }
     }
-    let last = polled.last_offset().filter(|_| served > 0);
     if let Some(group_poll) = &mut group_poll {
         group_poll.uncommitted = last;
     }
@@ -520,11 +607,9 @@ pub(crate) async fn poll(
         }
     }
     drop(group_poll);
-    Ok(poll_reply(
-        polled.partition_id,
-        polled.current_offset,
-        served,
-        records,
+    Ok((
+        poll_reply(polled.partition_id, polled.current_offset, served, records),
+        withheld,
     ))
 }
 

@@ -144,6 +144,32 @@ impl StoredBatch {
         }
     }
 
+    /// How many messages from `start` (clamped to this batch, at most `max_count`) a record of
+    /// at most `max_bytes` (its 256-byte header included) holds: the count to pass to
+    /// [`StoredBatch::slice`] for a reply with a byte budget. 0 when not even the first fits
+    /// or the range misses the batch.
+    pub fn fitting(&self, start: u64, max_count: u32, max_bytes: u64) -> Result<u32, BatchError> {
+        let first = start.max(self.first_offset());
+        if first > self.last_offset() || max_count == 0 {
+            return Ok(0);
+        }
+        let skip = (first - self.first_offset()) as u32;
+        let mut used = BATCH_HEADER_SIZE as u64;
+        let mut fit = 0u32;
+        for (index, step) in FrameWalk::new(&self.bytes[BATCH_HEADER_SIZE..]).enumerate() {
+            let (_, frame) = step?;
+            if (index as u32) < skip {
+                continue;
+            }
+            used = used.saturating_add(frame.frame_len() as u64);
+            if used > max_bytes || fit == max_count {
+                break;
+            }
+            fit += 1;
+        }
+        Ok(fit)
+    }
+
     /// The messages with offsets in `start..start + max_count` (clamped to this batch) as a
     /// poll record. Errors if the range does not intersect the batch or `max_count` is 0.
     pub fn slice(&self, start: u64, max_count: u32) -> Result<PollRecord, BatchError> {

@@ -14,12 +14,16 @@
 //!          [records of section 1][records of section 2]...   (as in a poll reply)
 //! ```
 //!
-//! `count` bounds the messages of the whole reply. A section's `status` is 0 or the error
-//! code of its partition (then it holds no records).
+//! `count` bounds the messages of the whole reply, `max_bytes` the records of the whole reply
+//! and a target's `max_bytes` (at most the request's) the records of its section; the first
+//! message of the reply comes alone when it is larger (the SDK's `PollOptions::max_bytes`).
+//! Every limit is at least [`MIN_MAX_BYTES`]. A section's `status` is 0 or the error code of
+//! its partition (then it holds no records).
 
 use bytes::Bytes;
 
 use crate::stream::codec::{wire_struct, Counted, Reader, WireDecode, WireEncode};
+pub use crate::stream::commands::poll_messages_deferred::MIN_MAX_BYTES;
 use crate::stream::error::CodecError;
 use crate::stream::identifier::{Consumer, Identifier};
 use crate::stream::polling::PollingStrategy;
@@ -69,6 +73,19 @@ wire_struct! {
         pub auto_commit: bool,
         /// The partitions, each once.
         pub targets: Counted<FetchTarget, TARGET_LEN>,
+    }
+}
+
+impl FetchMessages {
+    /// The byte limits the SDK promises (and checks before sending): the request's at least
+    /// [`MIN_MAX_BYTES`], each target's between that and the request's.
+    pub fn byte_limits_valid(&self) -> bool {
+        self.max_bytes >= MIN_MAX_BYTES
+            && self
+                .targets
+                .0
+                .iter()
+                .all(|t| (MIN_MAX_BYTES..=self.max_bytes).contains(&t.max_bytes))
     }
 }
 
@@ -189,7 +206,7 @@ mod tests {
 
     #[test]
     fn request_and_reply_round_trip() {
-        round_trip_strict(&FetchMessages {
+        let request = FetchMessages {
             consumer: Consumer::group(Identifier::named("g").unwrap()),
             stream_id: Identifier::numeric(1),
             topic_id: Identifier::numeric(2),
@@ -206,7 +223,19 @@ mod tests {
                 incarnation: 1,
                 owner_generation: 3,
             }]),
-        });
+        };
+        round_trip_strict(&request);
+        assert!(request.byte_limits_valid());
+        let mut low = request.clone();
+        low.max_bytes = MIN_MAX_BYTES - 1;
+        low.targets.0[0].max_bytes = MIN_MAX_BYTES - 1;
+        assert!(!low.byte_limits_valid(), "both below the least");
+        let mut above = request.clone();
+        above.targets.0[0].max_bytes = request.max_bytes + 1;
+        assert!(!above.byte_limits_valid(), "a target above the request");
+        let mut forged = request.clone();
+        forged.targets.0[0].max_bytes = 0;
+        assert!(!forged.byte_limits_valid(), "a zero target");
         let reply = FetchMessagesReply {
             sections: vec![FetchSection {
                 partition_id: 0,

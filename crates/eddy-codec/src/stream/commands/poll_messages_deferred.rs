@@ -8,16 +8,25 @@
 //! ```
 //!
 //! The server answers once `min_count` messages are there or `wait_us` has passed, with at
-//! most `count` messages. eddy does not cut a reply at `max_bytes`: `count` bounds it, as for
-//! `POLL_MESSAGES`.
+//! most `count` messages and at most `max_bytes` of reply body (the 40-byte prefix, batch
+//! headers and frames), except that a first message larger than that comes alone, so a read
+//! always makes progress (the SDK's `PollOptions::max_bytes`). A `max_bytes` below
+//! [`MIN_MAX_BYTES`] is refused, as the SDK refuses it before sending.
 
+use crate::stream::batch::{BATCH_HEADER_SIZE, FRAME_HEADER_SIZE};
 use crate::stream::codec::wire_struct;
 use crate::stream::commands::poll_messages::{PollMessages, PollMessagesReply};
+use crate::stream::v0_12::PartitionContext;
 
 /// The longest wait the protocol allows (600 s).
 pub const MAX_WAIT_US: u64 = 600_000_000;
 /// The least margin between the end of a wait and the request timeout.
 pub const MIN_REPLY_MARGIN_US: u64 = 1_000_000;
+/// The 0.12.2 poll reply's prefix: partition, current offset, count, [`PartitionContext`].
+pub const REPLY_PREFIX_LEN: u32 = (16 + PartitionContext::LEN) as u32;
+/// The smallest byte limit that can return a message: the reply prefix, one batch header and
+/// one frame header (the SDK's `MIN_DEFERRED_POLL_MAX_BYTES`).
+pub const MIN_MAX_BYTES: u32 = REPLY_PREFIX_LEN + (BATCH_HEADER_SIZE + FRAME_HEADER_SIZE) as u32;
 
 wire_struct! {
     /// Request body of `POLL_MESSAGES_DEFERRED`.
@@ -44,9 +53,10 @@ crate::stream::commands::command!(
 
 impl PollMessagesDeferred {
     /// The protocol's bounds: a wait of at most 600 s inside the request timeout with a 1 s
-    /// margin, `1 <= min_count <= count`.
+    /// margin, `1 <= min_count <= count`, `max_bytes >= MIN_MAX_BYTES`.
     pub fn is_valid(&self) -> bool {
-        self.wait_us <= MAX_WAIT_US
+        self.max_bytes >= MIN_MAX_BYTES
+            && self.wait_us <= MAX_WAIT_US
             && self.min_count >= 1
             && self.min_count <= self.poll.count
             && self.request_timeout_us > 0
@@ -81,6 +91,12 @@ mod tests {
         };
         round_trip_strict(&request);
         assert!(request.is_valid());
+        assert_eq!(MIN_MAX_BYTES, 344, "the SDK's MIN_DEFERRED_POLL_MAX_BYTES");
+        assert!(PollMessagesDeferred {
+            max_bytes: MIN_MAX_BYTES,
+            ..request.clone()
+        }
+        .is_valid());
         for invalid in [
             PollMessagesDeferred {
                 min_count: 0,
@@ -97,6 +113,14 @@ mod tests {
             },
             PollMessagesDeferred {
                 request_timeout_us: 2_500_000,
+                ..request.clone()
+            },
+            PollMessagesDeferred {
+                max_bytes: MIN_MAX_BYTES - 1,
+                ..request.clone()
+            },
+            PollMessagesDeferred {
+                max_bytes: 0,
                 ..request.clone()
             },
         ] {
