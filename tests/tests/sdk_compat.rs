@@ -809,6 +809,16 @@ fn edge9_scenarios() {
 /// `other`, another member of `addr`'s cluster, is where a scenario checks that what it got
 /// on `addr` holds there too (a metadata-changes cursor).
 fn run_edge9(addr: SocketAddr, other: Option<SocketAddr>) {
+    run_edge9_with(addr, other, &[], &[]);
+}
+
+/// [`run_edge9`] of the scenarios named in `only` (all when empty), with `env` set.
+fn run_edge9_with(
+    addr: SocketAddr,
+    other: Option<SocketAddr>,
+    env: &[(&str, &str)],
+    only: &[&str],
+) {
     let manifest = Path::new(env!("CARGO_MANIFEST_DIR")).join("compat-edge9/Cargo.toml");
     let target = target_dir().join("compat-edge9");
     let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".to_owned());
@@ -825,13 +835,69 @@ fn run_edge9(addr: SocketAddr, other: Option<SocketAddr>) {
         scenarios.env("EDDY_COMPAT_OTHER_MEMBER", other.to_string());
     }
     let output = scenarios
+        .envs(env.iter().copied())
         .arg(addr.to_string())
+        .args(only)
         .output()
         .expect("run the edge.9 scenarios");
     let stdout = String::from_utf8_lossy(&output.stdout);
     print!("{stdout}");
     eprint!("{}", String::from_utf8_lossy(&output.stderr));
     assert!(output.status.success(), "edge.9 scenarios failed");
+}
+
+/// The edge.9 stream key scenario on a server with `--encryption-key` (the whole run above
+/// has none, where a stream key is refused).
+#[test]
+fn edge9_stream_keys_with_a_server_key() {
+    let eddy = Eddy::start_with(
+        server_bin!(),
+        eddy_tests::Options {
+            args: vec![
+                "--encryption-key".to_owned(),
+                "3q2+7wABAgMEBQYHCAkKCwwNDg8QERITFBUWFxgZGhs=".to_owned(),
+            ],
+            ..eddy_tests::Options::default()
+        },
+    );
+    run_edge9_with(
+        eddy.addrs().stream,
+        None,
+        &[("EDDY_COMPAT_SERVER_KEY", "1")],
+        &["stream_encryption_keys"],
+    );
+}
+
+/// The same through a follower of a three-member cluster whose members share the server key:
+/// the keyed stream's partition groups are sealed with its key on every member.
+#[test]
+fn edge9_stream_keys_through_a_cluster_follower() {
+    let rt = tokio::runtime::Runtime::new().expect("runtime");
+    let nodes = cluster_support::start_cluster_with(
+        3,
+        &[
+            "--encryption-key",
+            "3q2+7wABAgMEBQYHCAkKCwwNDg8QERITFBUWFxgZGhs=",
+        ],
+    );
+    let follower = rt.block_on(async {
+        let follower = follower_of(&nodes).await;
+        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(30);
+        while root(follower).await.is_err() {
+            assert!(
+                std::time::Instant::now() < deadline,
+                "root cannot log in through {follower}"
+            );
+            tokio::time::sleep(std::time::Duration::from_millis(200)).await;
+        }
+        follower
+    });
+    run_edge9_with(
+        follower,
+        None,
+        &[("EDDY_COMPAT_SERVER_KEY", "1")],
+        &["stream_encryption_keys"],
+    );
 }
 
 #[test]

@@ -547,3 +547,137 @@ async fn poll_byte_limits_hold_and_forged_ones_are_refused() {
     }
     assert_eq!(raw.call(&poll(three)).await.code(), 0, "still usable");
 }
+
+/// A stream's own `encryption_key` (the 0.12.2 SDK's `StreamCreateOptions`), as an attacker
+/// would try it: a key of any other length is `InvalidEncryptionKey` (70), a forged sealed
+/// entry or projection is `UnsupportedOptionKey`, a key on a server without one is
+/// `StreamEncryptionUnavailable` (4106); no reply ever holds the key, no file holds the
+/// messages in the clear, and a restart reads them back (the key reopened from the metadata).
+#[tokio::test]
+async fn stream_keys_are_checked_never_shown_and_survive_a_restart() {
+    use eddy_codec::stream::commands::TrailingOptions;
+    use eddy_options::{OptionsBlock, ValueKind};
+
+    const SECRET: [u8; 32] = *b"stream-key-0123456789abcdefghijk";
+    let create = |name: &str, entries: &[(&str, ValueKind, &[u8])]| {
+        Request::CreateStream(create_stream::CreateStream {
+            name: WireName::new(name).unwrap(),
+            options: TrailingOptions(OptionsBlock::from_entries(entries.iter().copied()).unwrap()),
+        })
+    };
+    let keyed = |name: &str| create(name, &[("encryption_key", ValueKind::Raw, &SECRET)]);
+
+    // Without a server key: refused, and nothing is created.
+    let plain = server();
+    let mut raw = Raw::logged_in(plain.addrs().stream, "iggy", "iggy").await;
+    assert_eq!(raw.call(&keyed("k")).await.code(), 4106);
+    assert_eq!(
+        raw.call(&Request::GetStreams(get_streams::GetStreams))
+            .await
+            .payload(),
+        Vec::<u8>::new()
+    );
+    drop(plain);
+
+    let mut eddy = server_with(&[
+        "--encryption-key",
+        "3q2+7wABAgMEBQYHCAkKCwwNDg8QERITFBUWFxgZGhs=",
+    ]);
+    let addr = eddy.addrs().stream;
+    let mut raw = Raw::logged_in(addr, "iggy", "iggy").await;
+    for len in [0usize, 1, 16, 31, 33, 255] {
+        let key = vec![7u8; len.max(1)];
+        let key = &key[..len.max(1)];
+        let code = raw
+            .call(&create("short", &[("encryption_key", ValueKind::Raw, key)]))
+            .await
+            .code();
+        assert_eq!(code, 70, "{} bytes", key.len());
+    }
+    for forged in [
+        "encryption_key_wrapped",
+        "encryption_key_source",
+        "encryption_key_fingerprint",
+        "encryption_kek_fingerprint",
+    ] {
+        let code = raw
+            .call(&create(
+                "forged",
+                &[
+                    ("encryption_key", ValueKind::Raw, &SECRET),
+                    (forged, ValueKind::Raw, &[1; 86]),
+                ],
+            ))
+            .await
+            .code();
+        assert_eq!(code, 4041, "{forged}");
+    }
+    let created = raw.call(&keyed("keyed")).await.payload();
+    let shows = |body: &[u8]| {
+        assert!(!body.windows(32).any(|w| w == SECRET), "the key in a reply");
+        assert!(
+            !body
+                .windows(b"encryption_key_wrapped".len())
+                .any(|w| w == b"encryption_key_wrapped"),
+            "the sealed key in a reply"
+        );
+        let text = String::from_utf8_lossy(body);
+        assert!(text.contains("encryption_key_source"), "{text}");
+    };
+    shows(&created);
+    shows(
+        &raw.call(&Request::GetStreams(get_streams::GetStreams))
+            .await
+            .payload(),
+    );
+
+    // Messages of the keyed stream: sent, then read back after a restart.
+    let client = root(addr).await;
+    let stream = named("keyed");
+    client
+        .create_topic(&stream, "t", &TopicCreateOptions::default())
+        .await
+        .expect("create topic");
+    let marker = "plaintext-marker-of-a-keyed-stream";
+    client
+        .send_messages(
+            &stream,
+            &named("t"),
+            &Partitioning::partition_id(0),
+            &mut messages(&[marker, marker]),
+        )
+        .await
+        .expect("send");
+    drop(client);
+    eddy.stop(Duration::from_secs(20));
+    let mut files = vec![eddy.data_dir().to_path_buf()];
+    while let Some(path) = files.pop() {
+        if path.is_dir() {
+            files.extend(std::fs::read_dir(&path).unwrap().map(|e| e.unwrap().path()));
+        } else {
+            let bytes = std::fs::read(&path).unwrap();
+            for needle in [marker.as_bytes(), &SECRET[..]] {
+                assert!(
+                    !bytes.windows(needle.len()).any(|w| w == needle),
+                    "{} holds a secret in the clear",
+                    path.display()
+                );
+            }
+        }
+    }
+    eddy.restart();
+    let client = root(eddy.addrs().stream).await;
+    let polled = client
+        .poll_messages(
+            &stream,
+            &named("t"),
+            Some(0),
+            &Consumer::new(named("after")),
+            &PollingStrategy::offset(0),
+            10,
+            false,
+        )
+        .await
+        .expect("poll after restart");
+    assert_eq!(payloads(&polled), [marker, marker]);
+}

@@ -1078,6 +1078,20 @@ impl ServerConfig {
             .map(|key| eddy_log::Cipher::new(&key))
     }
 
+    /// The server key as the wrapper of streams' own keys (`None` when encryption is off).
+    pub fn stream_key_wrapper(&self) -> Option<crate::stream::stream_keys::ServerKey> {
+        self.encryption_key_bytes()
+            .map(|key| crate::stream::stream_keys::ServerKey::new(&key))
+    }
+
+    /// The chooser of each stream's partition cipher: the stream's own key when it has one.
+    pub fn stream_ciphers(&self) -> Option<eddy_stream_store::StreamCiphers> {
+        let wrapper = self.stream_key_wrapper()?;
+        Some(eddy_stream_store::StreamCiphers(std::sync::Arc::new(
+            move |stream_id, stored: &[u8]| wrapper.partition_cipher(stream_id, stored),
+        )))
+    }
+
     /// True while the root password is the published default.
     pub fn uses_default_root_password(&self) -> bool {
         self.root_password == DEFAULT_ROOT_PASSWORD

@@ -345,6 +345,7 @@ async fn open_store(
     let (pool, cache) = (pool.clone(), Arc::clone(cache));
     let store_config = StreamStoreConfig {
         cipher: config.cipher(),
+        stream_ciphers: config.stream_ciphers(),
         ..StreamStoreConfig::default()
     };
     let opened = tokio::task::spawn_blocking(move || {

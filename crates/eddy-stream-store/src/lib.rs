@@ -133,6 +133,6 @@ pub use partition::{
 };
 pub use replicated::{ApplyOutcome, PartitionEntry, ReplicatedPartition, ReplicatedSnapshot};
 pub use store::{
-    Applied, Commit, Operation, RetentionReport, StreamStore, StreamStoreConfig,
-    StreamStoreRecovery,
+    Applied, Commit, Operation, RetentionReport, StreamCipherFn, StreamCiphers, StreamStore,
+    StreamStoreConfig, StreamStoreRecovery,
 };

@@ -1134,6 +1134,182 @@ async fn poll_byte_limits(addr: SocketAddr) -> Outcome {
     Ok(())
 }
 
+/// `StreamCreateOptions::encryption_key`: on a server with an encryption key (the harness says
+/// so with `EDDY_COMPAT_SERVER_KEY=1`) a stream created with its own key reports it as the
+/// stream's, with the key's fingerprint and one server key fingerprint, on every read; its
+/// messages come back as sent; a key of another length is refused (`InvalidEncryptionKey`);
+/// a user without read permission cannot read the stream, one with it sees the fingerprint
+/// and never the key. Without a server key, a stream key is `StreamEncryptionUnavailable`.
+async fn stream_encryption_keys(addr: SocketAddr) -> Outcome {
+    let client = root(addr).await?;
+    let key = StreamEncryptionKey::generate().at("generate a key")?;
+    let fingerprint = key.fingerprint();
+    let keyed = StreamCreateOptions {
+        encryption_key: Some(key),
+        ..StreamCreateOptions::default()
+    };
+    let created = client.create_stream("c9-keyed", &keyed).await;
+    if std::env::var_os("EDDY_COMPAT_SERVER_KEY").is_none() {
+        ensure!(
+            matches!(created, Err(IggyError::StreamEncryptionUnavailable)),
+            "without a server key: {created:?}"
+        );
+        return Ok(());
+    }
+    let created = created.at("create a keyed stream")?;
+    let check = |what: &str,
+                 source: Option<StreamEncryptionSource>,
+                 shown: Option<String>,
+                 keks: Vec<String>|
+     -> Outcome {
+        ensure!(
+            source == Some(StreamEncryptionSource::Stream),
+            "{what}: source {source:?}"
+        );
+        ensure!(
+            shown.as_deref() == Some(fingerprint.as_str()),
+            "{what}: fingerprint {shown:?}, the key's {fingerprint}"
+        );
+        ensure!(
+            keks.len() == 1 && keks[0].len() == 16,
+            "{what}: server key fingerprints {keks:?}"
+        );
+        Ok(())
+    };
+    check(
+        "create",
+        created.encryption_key_source(),
+        created.encryption_key_fingerprint(),
+        created.encryption_kek_fingerprints(),
+    )?;
+    let got = client
+        .get_stream(&named("c9-keyed"))
+        .await
+        .at("get_stream")?
+        .ok_or("the keyed stream is missing")?;
+    check(
+        "get_stream",
+        got.encryption_key_source(),
+        got.encryption_key_fingerprint(),
+        got.encryption_kek_fingerprints(),
+    )?;
+    let listed = client.get_streams().await.at("get_streams")?;
+    let listed = listed
+        .iter()
+        .find(|s| s.name == "c9-keyed")
+        .ok_or("not listed")?;
+    check(
+        "get_streams",
+        listed.encryption_key_source(),
+        listed.encryption_key_fingerprint(),
+        listed.encryption_kek_fingerprints(),
+    )?;
+    // No option of the stream carries the key or its sealed form.
+    let names: Vec<String> = got.options.keys().map(ToString::to_string).collect();
+    ensure!(
+        names
+            .iter()
+            .all(|n| n != "encryption_key" && n != "encryption_key_wrapped"),
+        "options shown: {names:?}"
+    );
+    client
+        .create_topic(&named("c9-keyed"), "t", &TopicCreateOptions::default())
+        .await
+        .at("create_topic")?;
+    client
+        .send_messages(
+            &named("c9-keyed"),
+            &named("t"),
+            &Partitioning::partition_id(0),
+            &mut messages("secret", 3),
+        )
+        .await
+        .at("send")?;
+    let polled = client
+        .poll_messages(
+            &named("c9-keyed"),
+            &named("t"),
+            0,
+            &Consumer::new(named("keyed-reader")),
+            &PollingStrategy::offset(0),
+            PollOptions::default(),
+        )
+        .await
+        .at("poll")?;
+    ensure!(
+        payloads(&polled) == ["secret-0", "secret-1", "secret-2"],
+        "{:?}",
+        payloads(&polled)
+    );
+    // A key of another length, sent by name: refused, and no stream is made.
+    for short in ["AAAA", "AAAAAAAAAAAAAAAAAAAAAA=="] {
+        let refused = client
+            .create_stream(
+                "c9-short-key",
+                &StreamCreateOptions {
+                    raw: [("encryption_key".to_owned(), short.to_owned())].into(),
+                    ..StreamCreateOptions::default()
+                },
+            )
+            .await;
+        ensure!(
+            matches!(refused, Err(IggyError::InvalidEncryptionKey)),
+            "a short key: {refused:?}"
+        );
+    }
+    ensure!(
+        client
+            .get_stream(&named("c9-short-key"))
+            .await
+            .at("get_stream")?
+            .is_none(),
+        "a refused key made a stream"
+    );
+    // A user without permissions cannot read the stream; a reader sees only the fingerprint.
+    for (name, read) in [("c9-keyless", false), ("c9-key-reader", true)] {
+        let permissions = read.then(|| Permissions {
+            global: GlobalPermissions {
+                read_streams: true,
+                ..GlobalPermissions::default()
+            },
+            streams: None,
+        });
+        client
+            .create_user(
+                name,
+                "secret-1",
+                UserStatus::Active,
+                permissions,
+                &UserCreateOptions::default(),
+            )
+            .await
+            .at("create_user")?;
+        let user = connected(addr).await?;
+        user.login_user(name, "secret-1").await.at("login")?;
+        let seen = user.get_stream(&named("c9-keyed")).await;
+        if read {
+            let seen = seen.at("a reader's get_stream")?.ok_or("missing")?;
+            check(
+                "a reader's get_stream",
+                seen.encryption_key_source(),
+                seen.encryption_key_fingerprint(),
+                seen.encryption_kek_fingerprints(),
+            )?;
+        } else {
+            ensure!(
+                matches!(seen, Err(IggyError::Unauthorized)),
+                "without permission: {seen:?}"
+            );
+        }
+        client.delete_user(&named(name)).await.at("delete_user")?;
+    }
+    client
+        .delete_stream(&named("c9-keyed"))
+        .await
+        .at("delete_stream")?;
+    Ok(())
+}
+
 const SCENARIOS: &[(&str, Scenario)] = &[
     ("connect_login_ping", |a| Box::pin(connect_login_ping(a))),
     ("streams", |a| Box::pin(streams(a))),
@@ -1162,6 +1338,9 @@ const SCENARIOS: &[(&str, Scenario)] = &[
         Box::pin(cancel_deferred_poll(a))
     }),
     ("poll_byte_limits", |a| Box::pin(poll_byte_limits(a))),
+    ("stream_encryption_keys", |a| {
+        Box::pin(stream_encryption_keys(a))
+    }),
 ];
 
 #[tokio::main]

@@ -23,7 +23,8 @@ wire_struct! {
         pub messages_count: u64,
         /// Name.
         pub name: WireName,
-        /// Explicit stream options (always empty today).
+        /// Stream options: empty, or the projections of a stream's own key (the 0.12.2 layout
+        /// moves them to its derived block).
         pub options: OptionsBlock,
     }
 }

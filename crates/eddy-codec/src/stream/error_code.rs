@@ -437,6 +437,9 @@ error_codes! {
     InvalidOffset = 4100,
     /// (optional) non-zero reserved bytes.
     InvalidReservedField = 4101,
+    /// a stream brought its own `encryption_key` but the server has no encryption key to
+    /// wrap it with (a code of the 0.12.2 wire; the 0.11.0 SDK reads it as a generic error).
+    StreamEncryptionUnavailable = 4106,
     /// group not found (by id or name).
     ConsumerGroupIdNotFound = 5000,
     /// Upstream code 5002.
@@ -586,7 +589,7 @@ mod tests {
         for code in ErrorCode::ALL {
             assert_eq!(ErrorCode::from_code(code.code()), Some(*code));
         }
-        assert_eq!(ErrorCode::ALL.len(), 239);
+        assert_eq!(ErrorCode::ALL.len(), 240);
         assert_eq!(ErrorCode::from_code(17), None, "retired");
         assert_eq!(ErrorCode::from_code(0), None);
     }
@@ -598,6 +601,8 @@ mod tests {
         assert_eq!(ErrorCode::InvalidMessageChecksum.code(), 4027);
         assert_eq!(ErrorCode::InvalidBatchChecksum.code(), 4039);
         assert_eq!(ErrorCode::UnsupportedOptionKey.code(), 4041);
+        assert_eq!(ErrorCode::InvalidEncryptionKey.code(), 70);
+        assert_eq!(ErrorCode::StreamEncryptionUnavailable.code(), 4106);
         assert_eq!(ErrorCode::IncompatibleProtocolVersion.code(), 14003);
         assert_eq!(
             ErrorCode::ConsumerGroupPartitionNotOwned.name(),

@@ -172,9 +172,41 @@ fn poll_reply(mut chunks: Vec<Bytes>, context: PartitionContext) -> Result<Vec<B
     Ok(chunks)
 }
 
+/// The read-only projections of a stream's own encryption key, which the 0.12.2 SDK reads
+/// from a stream's derived options (the 0.11 layout shows them with its options).
+pub const STREAM_DERIVED_KEYS: [&str; 3] = [
+    "encryption_key_source",
+    "encryption_key_fingerprint",
+    "encryption_kek_fingerprint",
+];
+
 fn put_stream(stream: &StreamResponse, out: &mut Vec<u8>) {
-    stream.put(out);
-    OptionsBlock::default().put(out);
+    let derived = |entry: &eddy_options::OptionEntry<'_>| STREAM_DERIVED_KEYS.contains(&entry.key);
+    if !stream.options.entries().any(|e| derived(&e)) {
+        stream.put(out);
+        OptionsBlock::default().put(out);
+        return;
+    }
+    let split = |keep: bool| {
+        OptionsBlock::from_entries(stream.options.entries().filter(|e| derived(e) == keep).map(
+            |e| {
+                (
+                    e.key,
+                    eddy_options::ValueKind::from_code(e.kind)
+                        .unwrap_or(eddy_options::ValueKind::Raw),
+                    e.value,
+                )
+            },
+        ))
+        // Entries of a valid block make a valid block.
+        .unwrap_or_default()
+    };
+    let explicit = StreamResponse {
+        options: split(false),
+        ..stream.clone()
+    };
+    explicit.put(out);
+    split(true).put(out);
 }
 
 fn put_topic_header(topic: &TopicHeader, out: &mut Vec<u8>) {
@@ -300,6 +332,47 @@ mod tests {
         // A missing topic stays an empty reply.
         let none = reply(CommandCode::GetTopic, Vec::new(), Serving::default()).unwrap();
         assert!(none.is_empty());
+    }
+
+    #[test]
+    fn a_streams_key_projections_move_to_its_derived_block() {
+        use eddy_options::ValueKind;
+        let stream = |options: OptionsBlock| StreamResponse {
+            id: 1,
+            created_at: 10,
+            topics_count: 0,
+            size_bytes: 0,
+            messages_count: 0,
+            name: WireName::new("s").unwrap(),
+            options,
+        };
+        let projected = OptionsBlock::from_entries([
+            ("encryption_key_source", ValueKind::String, &b"stream"[..]),
+            (
+                "encryption_key_fingerprint",
+                ValueKind::String,
+                b"0011223344556677",
+            ),
+            (
+                "encryption_kek_fingerprint",
+                ValueKind::String,
+                b"8899aabbccddeeff",
+            ),
+        ])
+        .unwrap();
+        let mut out = Vec::new();
+        put_stream(&stream(projected.clone()), &mut out);
+        let mut want = Vec::new();
+        stream(OptionsBlock::default()).put(&mut want);
+        projected.put(&mut want);
+        assert_eq!(out, want, "explicit block empty, projections derived");
+        // A stream without them: its options as they are and an empty derived block.
+        let mut out = Vec::new();
+        put_stream(&stream(OptionsBlock::default()), &mut out);
+        let mut want = Vec::new();
+        stream(OptionsBlock::default()).put(&mut want);
+        OptionsBlock::default().put(&mut want);
+        assert_eq!(out, want);
     }
 
     #[test]

@@ -137,6 +137,8 @@ pub struct PartitionGroups {
     inner: Arc<Mutex<Inner>>,
     runner: Arc<OnceLock<Runner<ClusterOutcome>>>,
     view: Arc<OnceLock<MetadataView>>,
+    /// Streams' own keys: a partition of a stream with one is sealed with it.
+    stream_ciphers: Option<eddy_stream_store::StreamCiphers>,
 }
 
 impl std::fmt::Debug for PartitionGroups {
@@ -179,7 +181,18 @@ impl PartitionGroups {
             })),
             runner: Arc::new(OnceLock::new()),
             view: Arc::new(OnceLock::new()),
+            stream_ciphers: None,
         }
+    }
+
+    /// Seals each partition of a stream with its own key, when it has one.
+    #[must_use]
+    pub fn with_stream_ciphers(
+        mut self,
+        ciphers: Option<eddy_stream_store::StreamCiphers>,
+    ) -> Self {
+        self.stream_ciphers = ciphers;
+        self
     }
 
     fn lock(&self) -> std::sync::MutexGuard<'_, Inner> {
@@ -275,6 +288,27 @@ impl PartitionGroups {
             segment_size,
             ..storage.log
         };
+        // A stream key that does not open (another server key) leaves the group shut, never
+        // sealed with a different key.
+        let cipher = match &self.stream_ciphers {
+            Some(choose) => {
+                let stream_options = self
+                    .view
+                    .get()
+                    .and_then(|view| {
+                        view.read(|s| s.stream(addr.stream_id).map(|s| s.options.clone()))
+                    })
+                    .unwrap_or_default();
+                match (choose.0)(addr.stream_id, &stream_options) {
+                    Ok(own) => own.or_else(|| storage.cipher.clone()),
+                    Err(reason) => {
+                        tracing::error!(?addr, uid, %reason, "cannot open a partition group: its stream key does not open");
+                        return;
+                    }
+                }
+            }
+            None => storage.cipher.clone(),
+        };
         let opened = (|| {
             let raft_log = RaftLog::open_sealed(
                 Arc::clone(&storage.backend),
@@ -282,7 +316,7 @@ impl PartitionGroups {
                 log,
                 &storage.pool,
                 Arc::clone(&storage.cache),
-                storage.cipher.clone(),
+                cipher,
             )?;
             let (machine, group) = PartitionMachine::open(
                 addr,

@@ -498,7 +498,8 @@ pub async fn start(
         // single node's, holds names and hashes only.
         cipher: config.cipher(),
     };
-    let groups = PartitionGroups::new(group_storage.clone());
+    let groups =
+        PartitionGroups::new(group_storage.clone()).with_stream_ciphers(config.stream_ciphers());
     let mut event_groups = Vec::new();
     for shard in 0..events.num_shards() {
         event_groups.push((

@@ -164,6 +164,12 @@ pub enum StreamError {
     /// Partitions added to or deleted from a topic whose partition set is fixed.
     #[error("the topic's partition_resize_policy is fixed")]
     FixedPartitions,
+    /// A stream's `encryption_key` that is not 32 raw bytes (the value is never shown).
+    #[error("a stream encryption key must be 32 raw bytes")]
+    InvalidEncryptionKey,
+    /// A stream's own `encryption_key` on a server without `--encryption-key`.
+    #[error("a stream encryption key needs a server encryption key to wrap it")]
+    StreamEncryptionUnavailable,
     /// A consumer offset beyond the partition's newest offset (or on an empty partition).
     #[error("offset {offset} is beyond the partition's newest offset")]
     InvalidOffset {
@@ -297,6 +303,8 @@ impl StreamError {
             StreamError::NotEnoughPartitions { .. } => ErrorCode::InvalidPartitionsCount,
             StreamError::PartitionIdsExhausted { .. } => ErrorCode::PartitionIdSpaceExhausted,
             StreamError::FixedPartitions => ErrorCode::PartitionResizeDisabled,
+            StreamError::InvalidEncryptionKey => ErrorCode::InvalidEncryptionKey,
+            StreamError::StreamEncryptionUnavailable => ErrorCode::StreamEncryptionUnavailable,
             StreamError::InvalidOffset { .. } => ErrorCode::InvalidOffset,
             StreamError::PartitionRequired => ErrorCode::ResourceNotFound,
             StreamError::NotAMember => ErrorCode::ConsumerGroupMemberNotFound,

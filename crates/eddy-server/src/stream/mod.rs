@@ -37,6 +37,7 @@ mod login;
 mod messages;
 mod snapshot;
 pub mod stats;
+pub mod stream_keys;
 mod streams;
 mod system;
 pub mod throttle;
@@ -169,6 +170,8 @@ pub struct StreamState {
     pub(crate) appends: crate::offload::InFlight,
     /// Heartbeat interval (`None`: stale clients are never evicted).
     pub heartbeat: Option<Duration>,
+    /// The server key as the wrapper of streams' own keys (`None` without `--encryption-key`).
+    pub stream_keys: Option<stream_keys::ServerKey>,
     /// Topics created with `durability = replicated` acknowledge from memory
     /// (`--replicated-durability memory`), not after fsync.
     pub replicated_in_memory: bool,
@@ -207,6 +210,7 @@ impl StreamState {
             login: throttle::LoginThrottle::new(config),
             slow_commits: crate::offload::SlowCommits::default(),
             appends: crate::offload::InFlight::default(),
+            stream_keys: config.stream_key_wrapper(),
             heartbeat: (config.stream_heartbeat_interval_ms > 0)
                 .then(|| Duration::from_millis(config.stream_heartbeat_interval_ms)),
             replicated_in_memory: config.replicated_durability

@@ -52,12 +52,14 @@ pub(crate) async fn get_streams(ctx: Ctx<'_>) -> Outcome {
     Outcome::payload(&ToEnd(streams))
 }
 
-/// `CREATE_STREAM`: replies with the new stream.
+/// `CREATE_STREAM`: replies with the new stream; a stream's own `encryption_key` is sealed
+/// into its options ([`super::stream_keys`]).
 pub(crate) async fn create_stream(
     ctx: Ctx<'_>,
     request: CreateStream,
 ) -> Result<Outcome, StreamError> {
-    validate_block(Scope::Stream, &request.options.0, Mode::Create)?;
+    // Checked (key length, a server key to seal it) before an id is picked; sealed with the id.
+    super::stream_keys::create_options(&request.options.0, 0, ctx.state.stream_keys.as_ref())?;
     let name = request.name.into_string();
     let id = {
         let _creating = ctx.state.creation.lock().await;
@@ -81,7 +83,11 @@ pub(crate) async fn create_stream(
                 id,
                 name,
                 created_at: crate::clock::now_micros(),
-                options: request.options.0.as_bytes().to_vec(),
+                options: super::stream_keys::create_options(
+                    &request.options.0,
+                    id,
+                    ctx.state.stream_keys.as_ref(),
+                )?,
             })
             .await?;
         id

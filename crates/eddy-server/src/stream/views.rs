@@ -271,7 +271,7 @@ pub fn stream_response(store: &impl Figures, stream: &StreamRecord) -> StreamRes
         size_bytes: size,
         messages_count: messages,
         name: wire_name(&stream.name),
-        options: block(&stream.options),
+        options: super::stream_keys::public_options(&stream.options),
     }
 }
 

@@ -37,6 +37,50 @@ pub struct StreamStoreConfig {
     /// Encrypt the partitions' stored batches at rest with this key (the metadata log is not
     /// encrypted: it holds names, settings and password hashes, no message).
     pub cipher: Option<Cipher>,
+    /// Per-stream keys: chooses the cipher of a stream's partitions instead of `cipher`.
+    pub stream_ciphers: Option<StreamCiphers>,
+}
+
+/// The signature of [`StreamCiphers`]: a stream's id and stored options to `Ok(Some(key))`
+/// (its partitions are sealed with that key), `Ok(None)` (the store's `cipher`) or `Err` (the
+/// stream's key cannot be opened: its partitions are not opened either).
+pub type StreamCipherFn = dyn Fn(u32, &[u8]) -> Result<Option<Cipher>, String> + Send + Sync;
+
+/// Chooses a partition's cipher from its stream (per-stream encryption keys, which the store
+/// keeps opaque in the stream's options). Its `Debug` shows nothing; two handles are equal
+/// when they are clones of one handle.
+#[derive(Clone)]
+pub struct StreamCiphers(pub std::sync::Arc<StreamCipherFn>);
+
+impl std::fmt::Debug for StreamCiphers {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("StreamCiphers(..)")
+    }
+}
+
+impl PartialEq for StreamCiphers {
+    fn eq(&self, other: &Self) -> bool {
+        std::sync::Arc::ptr_eq(&self.0, &other.0)
+    }
+}
+
+impl Eq for StreamCiphers {}
+
+impl StreamStoreConfig {
+    /// The cipher of a partition of stream `stream_id` whose stored options are `options`.
+    ///
+    /// # Errors
+    /// The reason the stream's own key cannot be opened.
+    pub fn partition_cipher(
+        &self,
+        stream_id: u32,
+        options: &[u8],
+    ) -> Result<Option<Cipher>, String> {
+        match &self.stream_ciphers {
+            Some(choose) => Ok((choose.0)(stream_id, options)?.or_else(|| self.cipher.clone())),
+            None => Ok(self.cipher.clone()),
+        }
+    }
 }
 
 impl Default for StreamStoreConfig {
@@ -53,6 +97,7 @@ impl Default for StreamStoreConfig {
             snapshot_every_ops: 10_000,
             retention_respects_consumer_offsets: false,
             cipher: None,
+            stream_ciphers: None,
         }
     }
 }

@@ -153,7 +153,7 @@ pub(super) fn applier(
                     lock(&meta.journal).record(seq + 1, &payload, now_micros(), changes);
                     effects
                         .iter()
-                        .map(|e| registry.perform(e))
+                        .map(|e| registry.perform(e, &durable))
                         .fold(Ok(()), Result::and)
                 }
                 Err(e) => {

@@ -77,7 +77,7 @@ use open::{
 use operation::CommitInner;
 use registry::Registry;
 
-pub use config::StreamStoreConfig;
+pub use config::{StreamCipherFn, StreamCiphers, StreamStoreConfig};
 pub use metadata_log::METADATA_TAG;
 pub use operation::{Applied, Commit, Operation};
 pub use registry::PARTITIONS_DIR;

@@ -190,9 +190,15 @@ pub(super) fn open_known_partitions(
     state: &MetadataState,
     reports: &mut Vec<(PartitionAddr, RecoveryReport)>,
 ) -> Result<()> {
-    let wanted: Vec<(PartitionAddr, u64, TopicConfig, u64)> = state
+    let wanted: Vec<(PartitionAddr, u64, TopicConfig, u64, Vec<u8>)> = state
         .partitions()
-        .map(|(addr, p, config)| (addr, p.uid, *config, p.purge_generation))
+        .map(|(addr, p, config)| {
+            let options = state
+                .stream(addr.stream_id)
+                .map(|s| s.options.clone())
+                .unwrap_or_default();
+            (addr, p.uid, *config, p.purge_generation, options)
+        })
         .collect();
     let opened = open_partitions(registry, &wanted, registry.config.pool_threads)?;
     let mut map = write_lock(&registry.partitions);

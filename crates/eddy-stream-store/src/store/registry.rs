@@ -13,7 +13,7 @@ use eddy_log::{
 };
 
 use crate::error::{Result, StreamStoreError};
-use crate::metadata::{Effect, TopicConfig};
+use crate::metadata::{Effect, MetadataState, TopicConfig};
 use crate::partition::{Partition, PartitionAddr, PartitionOpen};
 
 use super::config::StreamStoreConfig;
@@ -41,7 +41,17 @@ impl Registry {
         uid: u64,
         topic: &TopicConfig,
         generation: u64,
+        stream_options: &[u8],
     ) -> Result<(Arc<Partition>, RecoveryReport)> {
+        let dir = Self::partition_dir(uid);
+        // A stream key that cannot be opened (another server key) leaves the partition shut,
+        // never sealed with a different key.
+        let cipher = self
+            .config
+            .partition_cipher(addr.stream_id, stream_options)
+            .map_err(|_| {
+                StreamStoreError::corrupt(dir.clone(), 0, eddy_log::Corruption::Undecryptable)
+            })?;
         let (partition, report) = Partition::open(
             Arc::clone(&self.backend),
             &self.pool,
@@ -49,11 +59,11 @@ impl Registry {
             PartitionOpen {
                 addr,
                 uid,
-                dir: Self::partition_dir(uid),
+                dir,
                 config: self.config.partition_config(topic),
                 generation,
                 stats: Some(Arc::clone(&self.stats)),
-                cipher: self.config.cipher.clone(),
+                cipher,
             },
         )?;
         Ok((Arc::new(partition), report))
@@ -63,10 +73,14 @@ impl Registry {
         read_lock(&self.partitions).get(&addr).cloned()
     }
 
-    pub(super) fn perform(&self, effect: &Effect) -> Result<()> {
+    /// Performs `effect` of an operation applied to `state`.
+    pub(super) fn perform(&self, effect: &Effect, state: &MetadataState) -> Result<()> {
         match effect {
             Effect::CreatePartition { addr, uid, config } => {
-                let (partition, _) = self.open_partition(*addr, *uid, config, 0)?;
+                let options = state
+                    .stream(addr.stream_id)
+                    .map_or(&[][..], |s| s.options.as_slice());
+                let (partition, _) = self.open_partition(*addr, *uid, config, 0, options)?;
                 write_lock(&self.partitions).insert(*addr, partition);
             }
             Effect::DeletePartition { addr, uid } => {
@@ -102,7 +116,7 @@ pub(super) type Opened = (PartitionAddr, Arc<Partition>, RecoveryReport);
 /// Opens partitions in parallel (recovery time is dominated by verification reads).
 pub(super) fn open_partitions(
     registry: &Registry,
-    wanted: &[(PartitionAddr, u64, TopicConfig, u64)],
+    wanted: &[(PartitionAddr, u64, TopicConfig, u64, Vec<u8>)],
     threads: usize,
 ) -> Result<Vec<Opened>> {
     let threads = threads.clamp(1, 16);
@@ -112,11 +126,11 @@ pub(super) fn open_partitions(
         for _ in 0..threads.min(wanted.len().max(1)) {
             scope.spawn(|| loop {
                 let i = usize::try_from(next.fetch_add(1, Ordering::Relaxed)).unwrap_or(usize::MAX);
-                let Some((addr, uid, config, generation)) = wanted.get(i) else {
+                let Some((addr, uid, config, generation, options)) = wanted.get(i) else {
                     break;
                 };
                 let result = registry
-                    .open_partition(*addr, *uid, config, *generation)
+                    .open_partition(*addr, *uid, config, *generation, options)
                     .map(|(p, r)| (*addr, p, r));
                 lock(&results).push(result);
             });

@@ -869,3 +869,103 @@ fn background_topics_are_flushed_on_demand() {
     let (store, _) = open(&mem, config());
     assert_eq!(store.partition(addr(0)).unwrap().stats().messages, 3);
 }
+
+/// `stream_ciphers`: a stream the chooser gives a key of its own has its partitions sealed
+/// with that key, not the store's; others keep the store's; a key that does not open keeps
+/// the store shut.
+#[test]
+fn a_streams_own_key_seals_its_partitions() {
+    let server = eddy_log::Cipher::new(&[1; 32]);
+    let own = eddy_log::Cipher::new(&[2; 32]);
+    let keyed = {
+        let own = own.clone();
+        StreamCiphers(Arc::new(move |_, options: &[u8]| {
+            Ok((options == b"own key").then(|| own.clone()))
+        }))
+    };
+    let with = |stream_ciphers: Option<StreamCiphers>| StreamStoreConfig {
+        cipher: Some(server.clone()),
+        stream_ciphers,
+        ..config()
+    };
+    let mem = MemBackend::new();
+    let (store, _) = open(&mem, with(Some(keyed.clone())));
+    for (id, options) in [(0, b"own key".to_vec()), (1, vec![])] {
+        meta(
+            &store,
+            MetadataOp::CreateStream {
+                id,
+                name: format!("s{id}"),
+                created_at: 1,
+                options,
+            },
+        )
+        .unwrap();
+        meta(
+            &store,
+            MetadataOp::CreateTopic {
+                stream_id: id,
+                id: 0,
+                name: "t".into(),
+                created_at: 2,
+                partitions: 1,
+                config: topic_config(1 << 20),
+                explicit_options: vec![],
+                derived_options: vec![],
+            },
+        )
+        .unwrap();
+    }
+    let at = |stream_id| PartitionAddr {
+        stream_id,
+        topic_id: 0,
+        partition_id: 0,
+    };
+    for stream_id in [0, 1] {
+        store
+            .append(at(stream_id), batch(2, 5), 100)
+            .unwrap()
+            .wait()
+            .unwrap();
+    }
+    let read = |store: &StreamStore, stream_id| {
+        store.poll(at(stream_id), None, PollStrategy::First, 10, u64::MAX)
+    };
+    assert_eq!(
+        &read(&store, 0).unwrap().batches[0].bytes[8..],
+        &[5u8; 40][..]
+    );
+    drop(store);
+    // The store's key alone opens the plain stream's records, not the keyed one's.
+    let (store, _) = open(&mem, with(None));
+    assert_eq!(
+        &read(&store, 1).unwrap().batches[0].bytes[8..],
+        &[5u8; 40][..]
+    );
+    let refused = read(&store, 0).unwrap_err();
+    assert!(
+        refused.is_corruption() || matches!(refused, StreamStoreError::Log(_)),
+        "{refused}"
+    );
+    drop(store);
+    // With its own key again, both read.
+    let (store, _) = open(&mem, with(Some(keyed)));
+    assert_eq!(
+        &read(&store, 0).unwrap().batches[0].bytes[8..],
+        &[5u8; 40][..]
+    );
+    assert_eq!(
+        &read(&store, 1).unwrap().batches[0].bytes[8..],
+        &[5u8; 40][..]
+    );
+    drop(store);
+    // A stream key that does not open: nothing is opened with another key.
+    let broken = StreamCiphers(Arc::new(|_, options: &[u8]| {
+        if options.is_empty() {
+            Ok(None)
+        } else {
+            Err("does not open".into())
+        }
+    }));
+    assert!(StreamStore::open(Arc::new(mem.clone()), with(Some(broken))).is_err());
+}

@@ -12,7 +12,8 @@ wire_struct! {
     pub struct CreateStream {
         /// Stream name (unique per server).
         pub name: WireName,
-        /// Options block to the end of the body (stream catalog is empty).
+        /// Options block to the end of the body: the stream catalog is empty; a stream's own
+        /// `encryption_key` is the server's to take.
         pub options: TrailingOptions,
     }
 }
