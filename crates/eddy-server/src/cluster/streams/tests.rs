@@ -429,6 +429,30 @@ async fn retention_deletes_expired_segments_on_every_member_and_survives_a_resta
     }
 }
 
+/// Deletes `count` of P0's oldest segments through whichever member leads its group,
+/// asked again while the answer is transient (the aligner may move the leadership between
+/// finding the leader and proposing: raft-rs drops a proposal while a transfer is pending);
+/// returns the member that did it.
+async fn delete_on_leader(members: &[Option<ClusterStreams>], count: u32) -> &ClusterStreams {
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(20);
+    loop {
+        let leading = members
+            .iter()
+            .flatten()
+            .find(|m| m.leads(partition_group_id(m.groups().get(P0).unwrap().0)));
+        if let Some(leading) = leading {
+            match leading.delete_segments(P0, count).await {
+                Ok(()) => return leading,
+                Err(e) => assert!(
+                    e.is_transient() && std::time::Instant::now() < deadline,
+                    "delete_segments: {e}"
+                ),
+            }
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+    }
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn delete_segments_cuts_every_member_at_the_leaders_segment_boundary() {
     let tmp = tempfile::tempdir().unwrap();
@@ -464,7 +488,7 @@ async fn delete_segments_cuts_every_member_at_the_leaders_segment_boundary() {
         .oldest_segments_end(2)
         .expect("two sealed segments");
 
-    leading.delete_segments(P0, 2).await.unwrap();
+    let leading = delete_on_leader(&members, 2).await;
     let first = leading.partition_stats(P0).unwrap().first_offset;
     assert!(first > 0, "the leader serves from the cut at once");
     // Every member applied the same cut (whatever its own segment boundaries), and each
@@ -479,13 +503,13 @@ async fn delete_segments_cuts_every_member_at_the_leaders_segment_boundary() {
     }
     // More than are sealed: every sealed segment goes, never the active one; then there is
     // nothing left to delete, and deleting is a no-op success.
-    leading.delete_segments(P0, 1000).await.unwrap();
+    let leading = delete_on_leader(&members, 1000).await;
     let stats = leading.partition_stats(P0).unwrap();
     assert!(
         stats.first_offset > first && stats.next_offset == 40,
         "{stats:?}"
     );
-    leading.delete_segments(P0, 1000).await.unwrap();
+    let leading = delete_on_leader(&members, 1000).await;
     assert_eq!(
         leading
             .groups()
