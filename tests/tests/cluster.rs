@@ -1828,3 +1828,108 @@ async fn a_replace_whose_leader_dies_in_the_remove_is_finished_by_the_next_leade
     })
     .await;
 }
+
+/// A node started as a cluster of one (`--cluster`, no `--peer`) holds data and grows to
+/// three members with two `eddy cluster add`s while a producer writes, without a restart:
+/// the new members hold everything written before and during the changes, every group ends
+/// with the three as voters, the Iggy cluster metadata lists the three, and with the first
+/// member killed the two others take and serve writes.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_cluster_of_one_holding_data_grows_to_three_without_a_restart() {
+    within(Duration::from_secs(300), async {
+        let plan = cluster_support::Plan::new(3, 3);
+        let logs = LogsOnPanic::new();
+        let first = plan.start(0, 0..1, &["--cluster"], false);
+        logs.watch("member 1", &first);
+        let one = first.stream;
+        let one_events = first.eddy.addrs().client;
+        let mut nodes: Vec<Option<Node>> = vec![Some(first)];
+        let client = client_via(one).await;
+        stream_s_topic_t(&client).await;
+        send_one(&[one], "before").await;
+        write_event(&[one_events], 1).await;
+        let (leader, members) = leader_of(&client).await;
+        assert_eq!((leader, members), (Some(one.port()), 1), "a cluster of one");
+
+        let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+        let producer = {
+            let stop = std::sync::Arc::clone(&stop);
+            tokio::spawn(async move {
+                let mut acked = Vec::new();
+                for n in 0..400 {
+                    if stop.load(std::sync::atomic::Ordering::Relaxed) {
+                        break;
+                    }
+                    let payload = format!("w-{n}");
+                    let uncertain = send_one(&[one], &payload).await;
+                    acked.push((payload, uncertain));
+                }
+                acked
+            })
+        };
+
+        for i in 1..3u8 {
+            let add = format!("{}={}", i + 1, plan.replication(i));
+            let adding =
+                tokio::task::spawn_blocking(move || cluster_change_cli(one, &["add", &add]));
+            let node = plan.start(i, 0..i, &[], true);
+            logs.watch(format!("member {}", i + 1), &node);
+            nodes.push(Some(node));
+            let added = adding.await.unwrap().expect("eddy cluster add");
+            assert!(added.contains(&format!("add member {}", i + 1)), "{added}");
+        }
+        groups_become(one, "three voters everywhere", |v, l| {
+            v == [1, 2, 3] && l.is_empty()
+        })
+        .await;
+        stop.store(true, std::sync::atomic::Ordering::Relaxed);
+        let acked = producer.await.unwrap();
+        assert!(!acked.is_empty());
+
+        let streams: Vec<SocketAddr> = nodes.iter().flatten().map(|n| n.stream).collect();
+        let events: Vec<SocketAddr> = nodes
+            .iter()
+            .flatten()
+            .map(|n| n.eddy.addrs().client)
+            .collect();
+        for (&member, &member_events) in streams.iter().zip(&events) {
+            serves(member, "--first", "before").await;
+            serves_event(member_events, 1).await;
+            let held: Vec<String> = all_messages(&client_via(member).await)
+                .await
+                .into_iter()
+                .map(|(_, p)| p)
+                .collect();
+            for (payload, uncertain) in &acked {
+                let copies = held.iter().filter(|p| *p == payload).count();
+                assert!(
+                    copies == 1 || (*uncertain && copies == 2),
+                    "{member}: {payload} acknowledged while the cluster grew ({copies} copies)"
+                );
+            }
+        }
+        let reader = client_via(streams[2]).await;
+        let started = Instant::now();
+        loop {
+            let (leader, members) = leader_of(&reader).await;
+            if leader.is_some() && members == 3 {
+                break;
+            }
+            assert!(
+                started.elapsed() < Duration::from_secs(30),
+                "cluster metadata: leader {leader:?}, {members} members"
+            );
+            tokio::time::sleep(Duration::from_millis(200)).await;
+        }
+
+        // The first member is no longer needed: the two others are a majority.
+        nodes[0].take().unwrap().eddy.kill();
+        send_one(&streams[1..], "after").await;
+        write_event(&events[1..], 2).await;
+        for (&member, &member_events) in streams[1..].iter().zip(&events[1..]) {
+            serves_last(member, "after").await;
+            serves_event(member_events, 2).await;
+        }
+    })
+    .await;
+}

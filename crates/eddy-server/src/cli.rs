@@ -306,6 +306,10 @@ pub struct ServeArgs {
     #[arg(long = "peer", id = "peers", env = "EDDY_PEERS", value_name = "ID=HOST:PORT", value_delimiter = ',', action = clap::ArgAction::Append)]
     pub peers: Vec<String>,
 
+    /// Run as a cluster member without --peer: a cluster of one that `eddy cluster add ID=HOST:PORT` grows at run time (peer TLS as for any member). A plain single node cannot be grown.
+    #[arg(long, env = "EDDY_CLUSTER", default_value_t = false, num_args = 0..=1, default_missing_value = "true")]
+    pub cluster: bool,
+
     /// Join the cluster of the --peer members as a new member (after `eddy cluster add ID=HOST:PORT` on one of them): the cluster's id and founders come from them at the first start.
     #[arg(long, env = "EDDY_JOIN", default_value_t = false, num_args = 0..=1, default_missing_value = "true")]
     pub join: bool,

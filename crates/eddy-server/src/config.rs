@@ -388,8 +388,13 @@ pub struct ServerConfig {
     // Cluster.
     /// This node's id in the cluster (at least 1; every member's must differ).
     pub node_id: u64,
-    /// The other members, `ID=HOST:REPLICATION_PORT` each. None: a single node.
+    /// The other members, `ID=HOST:REPLICATION_PORT` each. None: a single node (unless
+    /// `cluster`).
     pub peers: Vec<String>,
+    /// A cluster member even without `peers`: a cluster of one, this node, which `eddy
+    /// cluster add` grows at run time. A plain single node (no peers, not this) keeps its
+    /// data in the single-node layout and cannot be grown.
+    pub cluster: bool,
     /// Join the cluster of `peers` as a new member: at the first start, its id and founders
     /// come from them (once `eddy cluster add` recorded this member).
     pub join: bool,
@@ -503,6 +508,7 @@ impl Default for ServerConfig {
             stream_heartbeat_interval_ms: DEFAULT_STREAM_HEARTBEAT_INTERVAL_MS,
             node_id: 1,
             peers: Vec::new(),
+            cluster: false,
             join: false,
             advertise_host: None,
             replication_host: None,
@@ -627,6 +633,7 @@ impl std::fmt::Debug for ServerConfig {
             )
             .field("node_id", &self.node_id)
             .field("peers", &self.peers)
+            .field("cluster", &self.cluster)
             .field("join", &self.join)
             .field("advertise_host", &self.advertise_host)
             .field("replication_host", &self.replication_host)
@@ -924,9 +931,9 @@ impl ServerConfig {
         self.peer_tls_cert.is_some() && self.peer_tls_key.is_some() && self.peer_tls_ca.is_some()
     }
 
-    /// Whether this node is a member of a cluster (it has peers).
+    /// Whether this node is a member of a cluster (it has peers, or is a cluster of one).
     pub fn is_clustered(&self) -> bool {
-        !self.peers.is_empty()
+        self.cluster || !self.peers.is_empty()
     }
 
     /// The other members, parsed and checked (distinct ids, none equal to `node_id`).
@@ -934,6 +941,13 @@ impl ServerConfig {
         let invalid = |key, reason: String| Err(ConfigError::Invalid { key, reason });
         if self.node_id == 0 {
             return invalid("node_id", "node ids start at 1".into());
+        }
+        if self.join && self.peers.is_empty() {
+            return invalid(
+                "join",
+                "a joining member asks the --peer members for the cluster it joins: name them"
+                    .into(),
+            );
         }
         if self.raft_event_compact_entries < 16 {
             return invalid(
@@ -1271,6 +1285,22 @@ mod tests {
         ok.validate().unwrap();
         assert!(ok.is_clustered());
         assert_eq!(ok.cluster_peers().unwrap().len(), 2);
+        // A cluster of one: a member without peers, which authenticates the members it will
+        // be given like any other.
+        let alone = ServerConfig {
+            cluster: true,
+            insecure_peer_plaintext: true,
+            ..ServerConfig::default()
+        };
+        alone.validate().unwrap();
+        assert!(alone.is_clustered());
+        assert!(alone.cluster_peers().unwrap().is_empty());
+        let alone_without_tls = ServerConfig {
+            cluster: true,
+            ..ServerConfig::default()
+        };
+        assert!(alone_without_tls.validate().is_err());
+        assert!(!ServerConfig::default().is_clustered());
         assert_eq!(ok.advertised_host(), "127.0.0.1");
         for (bad, key) in [
             (vec!["1=a:1".to_owned()], "peers"),
