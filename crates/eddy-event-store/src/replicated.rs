@@ -460,6 +460,15 @@ impl EventStore {
         Ok(ShardPosition { next_seq, tip })
     }
 
+    /// Whether `shard`'s log dropped records it queued, or fail-stopped, since it opened: a
+    /// cluster member then misses an entry it applied (nobody waits on a follower's apply to
+    /// learn it), so its shard machine stops applying until a restart. False for a shard
+    /// that does not exist.
+    pub fn shard_dropped_writes(&self, shard: u32) -> bool {
+        self.shard(u64::from(shard))
+            .is_ok_and(crate::shard::Shard::dropped_writes)
+    }
+
     /// Resolves once every record `shard` has queued so far is visible to readers. A member
     /// that applied a group's entries up to some index (a read's ReadIndex) waits on it before
     /// reading: an applied entry's record is queued at once but visible only once this

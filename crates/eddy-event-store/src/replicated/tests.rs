@@ -365,6 +365,7 @@ fn the_visibility_barrier_waits_for_applied_records_to_be_readable() {
         .wait_timeout(Duration::ZERO)
         .expect("nothing queued: visible at once")
         .unwrap();
+    assert!(!store.shard_dropped_writes(0));
 
     // Hold shard 0's log writer at its next append.
     let held = Arc::new(AtomicBool::new(true));
@@ -424,6 +425,11 @@ fn the_visibility_barrier_waits_for_applied_records_to_be_readable() {
         barrier.wait().is_err(),
         "the refused record is never visible"
     );
+    assert!(
+        store.shard_dropped_writes(0),
+        "the log dropped a record shard 0 queued"
+    );
+    assert!(!store.shard_dropped_writes(1));
 }
 
 /// A command routed to the wrong shard's group is not applied there.

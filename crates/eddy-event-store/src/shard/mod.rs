@@ -59,6 +59,8 @@ pub(crate) struct Shard {
     pub(crate) watchers: Arc<Watchers>,
     admission: Mutex<()>,
     pending: Arc<Mutex<Pending>>,
+    /// Refusals by the log that dropped queued records (counted by the hook).
+    dropped: Arc<AtomicU64>,
     /// The replicated entry index of the last record queued (0: none): an entry at or below
     /// it is already in the log (applied here, or copied from a peer's snapshot) and is
     /// never written again.
@@ -72,6 +74,13 @@ impl fmt::Debug for Shard {
             .field("log", &self.log)
             .finish_non_exhaustive()
     }
+}
+
+/// What a shard shares with its [`ShardHook`]: the write-ahead state and the count of the
+/// log's refusals that dropped queued records.
+pub(crate) struct ShardShared {
+    pending: Arc<Mutex<Pending>>,
+    dropped: Arc<AtomicU64>,
 }
 
 /// Who appends a record and when (the record header fields besides the chain link).
@@ -104,16 +113,18 @@ impl Shard {
         index: &Arc<Index>,
         watchers: &Arc<Watchers>,
         flush: Arc<dyn FlushSignal>,
-    ) -> (Arc<ShardHook>, Arc<Mutex<Pending>>) {
+    ) -> (Arc<ShardHook>, ShardShared) {
         let pending = Arc::new(Mutex::new(Pending::default()));
+        let dropped = Arc::new(AtomicU64::new(0));
         let hook = Arc::new(ShardHook {
             shard,
+            dropped: Arc::clone(&dropped),
             pending: Arc::clone(&pending),
             index: Arc::clone(index),
             watchers: Arc::clone(watchers),
             flush,
         });
-        (hook, pending)
+        (hook, ShardShared { pending, dropped })
     }
 
     pub(crate) fn new(
@@ -122,9 +133,10 @@ impl Shard {
         index: Arc<Index>,
         codec: Arc<EventCodec>,
         watchers: Arc<Watchers>,
-        pending: Arc<Mutex<Pending>>,
+        shared: ShardShared,
         tip: [u8; 32],
     ) -> Self {
+        let ShardShared { pending, dropped } = shared;
         {
             let mut p = lock(&pending);
             p.tip = tip;
@@ -138,8 +150,17 @@ impl Shard {
             watchers,
             admission: Mutex::new(()),
             pending,
+            dropped,
             raft_through: AtomicU64::new(0),
         }
+    }
+
+    /// Whether the log dropped records this shard queued (it refused them: a full disk, a
+    /// failed write) or fail-stopped since the shard opened. A cluster member's shard then
+    /// misses an entry it applied: its state machine stops applying until a restart, which
+    /// resumes after the last record the log holds.
+    pub(crate) fn dropped_writes(&self) -> bool {
+        self.dropped.load(Ordering::Acquire) > 0 || self.log.failure().is_some()
     }
 
     /// Sets the replicated index of the last record (after recovery read it).

@@ -118,6 +118,8 @@ pub(crate) trait FlushSignal: Send + Sync {
 /// The shard's [`CommitHook`].
 pub(crate) struct ShardHook {
     pub(super) shard: u32,
+    /// Refusals by the log that dropped queued records (see [`Shard::dropped_writes`](super::Shard::dropped_writes)).
+    pub(super) dropped: Arc<std::sync::atomic::AtomicU64>,
     pub(super) pending: Arc<Mutex<Pending>>,
     pub(super) index: Arc<Index>,
     pub(super) watchers: Arc<Watchers>,
@@ -150,6 +152,10 @@ impl CommitHook for ShardHook {
         let mut refused = Vec::new();
         while p.records.back().is_some_and(|r| r.seq >= next_seq) {
             refused.extend(p.records.pop_back());
+        }
+        if !refused.is_empty() {
+            self.dropped
+                .fetch_add(1, std::sync::atomic::Ordering::Release);
         }
         for r in &refused {
             p.release(&r.update);

@@ -80,7 +80,7 @@ impl ShardOpener<'_> {
         let index = Arc::new(index);
         let watchers = Arc::new(watch::Watchers::new(config.max_subscribers_per_shard));
         let signal: Arc<dyn FlushSignal> = Arc::clone(self.flusher) as Arc<dyn FlushSignal>;
-        let (hook, pending) = Shard::hook(id, &index, &watchers, signal);
+        let (hook, shared) = Shard::hook(id, &index, &watchers, signal);
         let (log, report) = Log::open(
             Arc::clone(self.backend),
             self.root.join(format!("shard-{id:03}")),
@@ -107,7 +107,7 @@ impl ShardOpener<'_> {
             index,
             Arc::clone(self.codec),
             watchers,
-            pending,
+            shared,
             GENESIS_TIP,
         );
         let (replayed, tip) = replay(&shard, from.seq)?;

@@ -352,6 +352,14 @@ impl StateMachine for EventShardMachine {
         if self.stopped.load(Ordering::Acquire) {
             return EventApplied::Stopped;
         }
+        // A record an earlier apply queued and the log then refused is known to nobody on a
+        // follower (no proposer waits on its outcome): seen here, before anything is queued
+        // after the hole.
+        if self.store.shard_dropped_writes(self.shard) {
+            tracing::error!(shard = self.shard, index = entry.index, "this member's shard log dropped a record it applied; it stops applying the shard until it restarts");
+            self.stopped.store(true, Ordering::Release);
+            return EventApplied::Stopped;
+        }
         let command = match Command::decode(&entry.data) {
             Ok(c) => c,
             Err(kind) => {
@@ -468,6 +476,9 @@ impl StateMachine for EventShardMachine {
     /// shard applies, instead of this one answering every write with an error until it is
     /// restarted.
     fn health(&self) -> Result<(), StoreError> {
+        if self.store.shard_dropped_writes(self.shard) {
+            self.stopped.store(true, Ordering::Release);
+        }
         if self.stopped.load(Ordering::Acquire) {
             return Err(storage(format!(
                 "event shard {} stopped applying after a failed write; restart this member to \

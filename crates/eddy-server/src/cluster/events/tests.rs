@@ -286,3 +286,85 @@ fn a_forwarded_answer_tells_a_refusal_from_a_member_that_does_not_lead() {
         ));
     }
 }
+
+/// A follower's apply is waited on by nobody: when its shard log refuses the record (a full
+/// disk), the machine must still notice, before queueing the next entry's record behind the
+/// hole, and stop applying (its group fails on this member until a restart).
+#[test]
+fn a_shard_whose_log_drops_an_applied_record_stops_applying() {
+    use eddy_consensus::{EntryKind, LogEntry, StateMachine};
+    use std::sync::atomic::{AtomicBool, Ordering};
+
+    let disk = eddy_log::MemBackend::new();
+    let backend: Arc<dyn StorageBackend> = Arc::new(disk.clone());
+    let pool = CommitPool::new(1).unwrap();
+    let cache = Arc::new(Cache::new(1 << 20));
+    let config = EventStoreConfig {
+        num_shards: 1,
+        ..EventStoreConfig::default()
+    };
+    let store = Arc::new(
+        EventStore::open_shared(Arc::clone(&backend), config, &pool, Arc::clone(&cache))
+            .unwrap()
+            .0,
+    );
+    let log = eddy_consensus::RaftLog::open_sealed(
+        Arc::clone(&backend),
+        std::path::PathBuf::from(super::EVENTS_DIR).join("shard-000"),
+        LogConfig::default(),
+        &pool,
+        Arc::clone(&cache),
+        None,
+    )
+    .unwrap();
+    let mut machine = super::EventShardMachine::open(
+        Arc::clone(&store),
+        0,
+        &log,
+        Arc::clone(&backend),
+        EventCompaction::every(100_000),
+    )
+    .unwrap();
+    let entry = |index: u64, data: Bytes| LogEntry {
+        index,
+        term: 1,
+        kind: EntryKind::Normal,
+        data,
+    };
+    // The first record is stored; its outcome is dropped, as on a follower.
+    assert!(matches!(
+        machine.apply(&entry(1, write(&store, 0, "one"))),
+        EventApplied::Applied(_)
+    ));
+    eventually(
+        || store.read(&K, &ReadQuery::default()).is_ok(),
+        || "the first record visible".into(),
+    );
+    // The shard's next segment write fails: the disk is full.
+    let full = Arc::new(AtomicBool::new(true));
+    let gate = Arc::clone(&full);
+    disk.inject_faults(move |call, path| {
+        let shard_log = path.to_string_lossy().contains("shard-000")
+            && !path.to_string_lossy().contains(super::EVENTS_DIR);
+        (call == eddy_log::FsCall::Append && shard_log && gate.load(Ordering::Acquire))
+            .then(|| eddy_log::Errno::NoSpace.error())
+    });
+    let dropped = machine.apply(&entry(2, write(&store, 1, "two")));
+    assert!(matches!(dropped, EventApplied::Applied(_)));
+    drop(dropped);
+    eventually(
+        || store.shard_dropped_writes(0),
+        || "the log refused the record".into(),
+    );
+    full.store(false, Ordering::Release);
+    // The next entry is not queued behind the hole, and the group fails here.
+    assert!(matches!(
+        machine.apply(&entry(3, write(&store, 1, "three"))),
+        EventApplied::Stopped
+    ));
+    assert!(machine.health().is_err());
+    assert_eq!(
+        store.read(&K, &ReadQuery::default()).unwrap().batches.len(),
+        1
+    );
+}
