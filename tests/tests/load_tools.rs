@@ -234,3 +234,42 @@ fn bench_events_runs_twice_against_one_running_server() {
         check_run(run(&result, "eddy", "occ, 4 connections"));
     }
 }
+
+/// `eddy bench streams` against a server it starts as a cluster of one (`--server-arg
+/// --cluster`): such a member listens before its first election and the root user's
+/// creation, so the bench loads it only once `/health` says ready (it used to log in at once
+/// and be refused with InvalidCredentials). Every message is written and read back.
+#[test]
+fn bench_streams_waits_until_a_cluster_of_one_is_ready() {
+    let dir = tempfile::tempdir().unwrap();
+    let out = dir.path().join("one");
+    let (producers, batches, messages) = (1u64, 3u64, 10u64);
+    let result = bench(
+        &[
+            "streams",
+            "--server-arg",
+            "--cluster",
+            "--server-arg",
+            "--insecure-peer-plaintext",
+            "--producers",
+            &producers.to_string(),
+            "--batches",
+            &batches.to_string(),
+            "--messages",
+            &messages.to_string(),
+            "--size",
+            "100",
+            "--mode",
+            "durable",
+            "--no-raw-baseline",
+        ],
+        &out,
+    );
+    let total = producers * batches * messages;
+    let produced = run(&result, "eddy", "durable producers");
+    check_run(produced);
+    assert_eq!(u(&produced["messages"]), total);
+    let consumed = run(&result, "eddy", "durable consumers");
+    check_run(consumed);
+    assert_eq!(u(&consumed["messages"]), total, "every message read back");
+}

@@ -47,6 +47,29 @@ pub fn parse_listening(line: &str) -> Option<Addresses> {
     })
 }
 
+/// Waits until `GET /health` on `http` answers 200, up to `limit`.
+fn wait_ready(http: &str, limit: Duration) -> Result<(), String> {
+    use std::io::{Read, Write};
+    let deadline = std::time::Instant::now() + limit;
+    let mut last = String::from("no answer");
+    while std::time::Instant::now() < deadline {
+        let answer = std::net::TcpStream::connect(http).and_then(|mut s| {
+            s.set_read_timeout(Some(Duration::from_secs(2)))?;
+            s.write_all(b"GET /health HTTP/1.0\r\n\r\n")?;
+            let mut head = [0u8; 12];
+            s.read_exact(&mut head)?;
+            Ok(String::from_utf8_lossy(&head).into_owned())
+        });
+        match answer {
+            Ok(head) if head.ends_with(" 200") => return Ok(()),
+            Ok(head) => last = head,
+            Err(e) => last = e.to_string(),
+        }
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    Err(format!("/health at {http}: {last}"))
+}
+
 impl LocalServer {
     /// Starts `bin serve` with `extra` arguments, its data directory under `parent` (or the
     /// system temp dir).
@@ -108,7 +131,19 @@ impl LocalServer {
             }
         });
         match wait.recv_timeout(START_TIMEOUT) {
-            Ok(Ok(addrs)) => Ok(Self { child, addrs, dir }),
+            Ok(Ok(addrs)) => {
+                // A cluster member (a cluster of one included) listens before its first
+                // election and the root user's creation: loaded only once /health says ready.
+                if let Err(e) = wait_ready(&addrs.http, START_TIMEOUT) {
+                    let _ = child.kill();
+                    let _ = child.wait();
+                    return Err(CtlError::Failed(format!(
+                        "the server {} did not become ready: {e}",
+                        bin.display()
+                    )));
+                }
+                Ok(Self { child, addrs, dir })
+            }
             Ok(Err(log)) => {
                 let _ = child.kill();
                 let _ = child.wait();

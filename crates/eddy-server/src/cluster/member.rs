@@ -788,6 +788,14 @@ impl Member {
             .failed_groups
             .load(std::sync::atomic::Ordering::Relaxed)
             + stopped;
+        // Not ready before the first metadata leader created the root user (its one
+        // bootstrap entry): a client's login then would be refused as a bad password.
+        if !self.streams.read(|meta| {
+            meta.users
+                .contains_key(&eddy_auth::permissions::ROOT_USER_ID)
+        }) {
+            return None;
+        }
         health_of(self.streams.runner().view().get(METADATA_GROUP), failed)
     }
 
