@@ -1933,3 +1933,58 @@ async fn a_cluster_of_one_holding_data_grows_to_three_without_a_restart() {
     })
     .await;
 }
+
+/// Removing the metadata leader itself while another member is down: the leader hands each
+/// of its leaderships to a voter that is caught up and heard from (not merely the first one
+/// listed, which may be the member that is down: then nothing moved, and every retry of the
+/// command got the same refusal), and the command, following the leadership, finishes.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_leader_is_removed_while_another_member_is_down() {
+    within(Duration::from_secs(300), async {
+        let plan = cluster_support::Plan::new(4, 4);
+        let logs = LogsOnPanic::new();
+        let mut nodes: Vec<Option<Node>> = (0..4)
+            .map(|i| Some(plan.start(i, 0..4, &[], false)))
+            .collect();
+        for (i, node) in nodes.iter().flatten().enumerate() {
+            logs.watch(format!("member {}", i + 1), node);
+        }
+        let all: Vec<SocketAddr> = nodes.iter().flatten().map(|n| n.stream).collect();
+        let client = client_via(all[0]).await;
+        stream_s_topic_t(&client).await;
+        send_one(&all, "before").await;
+        let (leader_port, _) = leader_of(&client).await;
+        let leader = all
+            .iter()
+            .position(|a| Some(a.port()) == leader_port)
+            .expect("a leader");
+        // Every other member in turn could be the first voter listed: the one down is the
+        // lowest other id, the command goes through the highest.
+        let down = (0..4).find(|&i| i != leader).unwrap();
+        let via = (0..4).rev().find(|&i| i != leader).unwrap();
+        nodes[down].as_mut().unwrap().eddy.kill();
+        let leader_id = (leader + 1).to_string();
+        let removed =
+            cluster_change_cli(all[via], &["remove", &leader_id]).expect("eddy cluster remove");
+        assert!(
+            removed.contains(&format!("remove member {leader_id}")),
+            "{removed}"
+        );
+        let mut current: Vec<u64> = (1..=4u64).filter(|&id| id != leader as u64 + 1).collect();
+        current.sort_unstable();
+        groups_become(all[via], "the old leader is in no group", |v, l| {
+            v == current.as_slice() && l.is_empty()
+        })
+        .await;
+        nodes[leader].take().unwrap().eddy.kill();
+        let live: Vec<SocketAddr> = (0..4)
+            .filter(|&i| i != leader && i != down)
+            .map(|i| all[i])
+            .collect();
+        send_one(&live, "after").await;
+        for &member in &live {
+            serves_last(member, "after").await;
+        }
+    })
+    .await;
+}

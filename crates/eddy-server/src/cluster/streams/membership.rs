@@ -131,7 +131,7 @@ impl ClusterStreams {
             ));
         }
         if id == self.me {
-            self.hand_over_leaderships(&metadata);
+            self.hand_over_leaderships();
             return Err(ClusterError::NotLeader(
                 "metadata group (this member is being removed: it handed its leaderships over)",
             ));
@@ -370,17 +370,23 @@ impl ClusterStreams {
         self.ask_to_transfer(group).await;
     }
 
-    /// Hands every leadership this member holds to another caught-up voter of the metadata
-    /// group (it is being removed).
-    fn hand_over_leaderships(&self, metadata: &Membership) {
-        let Some(&target) = metadata.voters.iter().find(|&&v| v != self.me) else {
-            return;
-        };
+    /// Hands every leadership this member holds to another voter of that group that is caught
+    /// up and heard from (it is being removed).
+    fn hand_over_leaderships(&self) {
+        let me = self.me;
         self.runner.with(move |node| {
             let groups: Vec<GroupId> = node.group_ids().collect();
             for group in groups {
-                if node.role(group) == Some(eddy_consensus::Role::Leader) {
-                    node.transfer_leader_if_ready(group, target);
+                if node.role(group) != Some(eddy_consensus::Role::Leader) {
+                    continue;
+                }
+                // To the first of the group's other voters that is caught up and heard from
+                // (a voter that is down, the first listed one included, never takes it).
+                let voters = node.membership(group).map(|m| m.voters).unwrap_or_default();
+                for target in voters.into_iter().filter(|&v| v != me) {
+                    if node.transfer_leader_if_ready(group, target) {
+                        break;
+                    }
                 }
             }
         });
