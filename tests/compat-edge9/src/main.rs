@@ -563,6 +563,95 @@ async fn consumer_offsets(addr: SocketAddr) -> Outcome {
     Ok(())
 }
 
+/// `Consumer::external_group`: a consumer group's offsets kept for members managed outside
+/// Iggy (a Kafka bridge): stored without membership or a range check, read back, deleted,
+/// never polled (`FeatureUnavailable`); a group that does not exist is refused.
+async fn external_groups(addr: SocketAddr) -> Outcome {
+    let client = root(addr).await?;
+    topic(&client, "c9-external", 1).await?;
+    let (s, t) = (named("c9-external"), named("t"));
+    client
+        .send_messages(
+            &s,
+            &t,
+            &Partitioning::partition_id(0),
+            &mut messages("x", 3),
+        )
+        .await
+        .at("send")?;
+    client
+        .create_consumer_group(&s, &t, "bridge")
+        .await
+        .at("create_consumer_group")?;
+    let external = Consumer::external_group(named("bridge"));
+    // Beyond the partition's end, and without joining: the bridge's own positions.
+    client
+        .store_consumer_offset(&external, &s, &t, Some(0), 1_000)
+        .await
+        .at("store beyond the end")?;
+    let stored = client
+        .get_consumer_offset(&external, &s, &t, Some(0))
+        .await
+        .at("get")?
+        .ok_or("no offset")?;
+    ensure!(stored.stored_offset == 1_000, "{stored:?}");
+    client
+        .store_consumer_offset(&external, &s, &t, Some(0), 1)
+        .await
+        .at("store back")?;
+    let stored = client
+        .get_consumer_offset(&external, &s, &t, Some(0))
+        .await
+        .at("get again")?
+        .ok_or("no offset")?;
+    ensure!(
+        stored.stored_offset == 1 && stored.current_offset == 2,
+        "{stored:?}"
+    );
+    let polled = client
+        .poll_messages(
+            &s,
+            &t,
+            0,
+            &external,
+            &PollingStrategy::next(),
+            PollOptions {
+                count: 10,
+                ..PollOptions::default()
+            },
+        )
+        .await;
+    ensure!(
+        matches!(polled, Err(IggyError::FeatureUnavailable)),
+        "a poll as an external group: {:?}",
+        polled.map(|p| p.messages.len())
+    );
+    client
+        .delete_consumer_offset(&external, &s, &t, Some(0))
+        .await
+        .at("delete")?;
+    let gone = client
+        .get_consumer_offset(&external, &s, &t, Some(0))
+        .await
+        .at("get after delete")?;
+    ensure!(gone.is_none(), "{gone:?}");
+    let unknown = client
+        .store_consumer_offset(
+            &Consumer::external_group(named("no-such-group")),
+            &s,
+            &t,
+            Some(0),
+            1,
+        )
+        .await;
+    ensure!(unknown.is_err(), "an unknown group's offset was stored");
+    client
+        .delete_consumer_group(&s, &t, &named("bridge"))
+        .await
+        .at("delete group")?;
+    Ok(())
+}
+
 async fn consumer_groups(addr: SocketAddr) -> Outcome {
     let client = root(addr).await?;
     topic(&client, "c9-groups", 2).await?;
@@ -1325,6 +1414,7 @@ const SCENARIOS: &[(&str, Scenario)] = &[
     }),
     ("consumer_offsets", |a| Box::pin(consumer_offsets(a))),
     ("consumer_groups", |a| Box::pin(consumer_groups(a))),
+    ("external_groups", |a| Box::pin(external_groups(a))),
     ("users", |a| Box::pin(users(a))),
     ("personal_access_tokens", |a| {
         Box::pin(personal_access_tokens(a))

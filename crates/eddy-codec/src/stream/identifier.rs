@@ -110,6 +110,9 @@ pub enum ConsumerKind {
     Consumer = 1,
     /// 2: a consumer group.
     ConsumerGroup = 2,
+    /// 3: the offsets of a consumer group managed outside Iggy (a Kafka bridge's): offset
+    /// calls only, no membership or range check, never polled (the 0.12.2 clients).
+    ExternalGroup = 3,
 }
 
 /// Who polls or owns an offset (spec §3.4).
@@ -138,6 +141,14 @@ impl Consumer {
         }
     }
 
+    /// The offsets of consumer group `id`, kept for a group managed outside Iggy.
+    pub fn external_group(id: Identifier) -> Self {
+        Self {
+            kind: ConsumerKind::ExternalGroup,
+            id,
+        }
+    }
+
     /// The numeric key of a single consumer: its numeric id, or `XXH32(name)` (spec §3.4).
     pub fn numeric_key(&self) -> u32 {
         match &self.id {
@@ -162,6 +173,7 @@ impl Field for Consumer {
         let kind = match reader.u8(name)? {
             1 => ConsumerKind::Consumer,
             2 => ConsumerKind::ConsumerGroup,
+            3 => ConsumerKind::ExternalGroup,
             other => {
                 return Err(CodecError::InvalidDiscriminant {
                     field: name,
@@ -307,7 +319,15 @@ mod tests {
                 "{bad:?}"
             );
         }
-        assert!(Consumer::take(&mut Reader::new(&[3, 1, 4, 0, 0, 0, 0]), "c").is_err());
+        for kind in [0u8, 4, 255] {
+            assert!(
+                Consumer::take(&mut Reader::new(&[kind, 1, 4, 0, 0, 0, 0]), "c").is_err(),
+                "kind {kind}"
+            );
+        }
+        // Kind 3, the 0.12.2 clients' external group, reads back as one.
+        let external = Consumer::take(&mut Reader::new(&[3, 1, 4, 7, 0, 0, 0]), "c").unwrap();
+        assert_eq!(external, Consumer::external_group(Identifier::Numeric(7)));
     }
 
     #[test]

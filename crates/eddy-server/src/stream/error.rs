@@ -198,6 +198,9 @@ pub enum StreamError {
     /// replicated read failed.
     #[error(transparent)]
     Cluster(crate::cluster::streams::ClusterError),
+    /// A poll as an external group, which only holds offsets.
+    #[error("an external consumer group only holds offsets; poll as the group or a consumer")]
+    ExternalGroupPoll,
     /// The command exists but this server does not provide it.
     #[error("{command} is not available on this server")]
     Unavailable {
@@ -309,7 +312,9 @@ impl StreamError {
             StreamError::PartitionRequired => ErrorCode::ResourceNotFound,
             StreamError::NotAMember => ErrorCode::ConsumerGroupMemberNotFound,
             StreamError::PartitionNotOwned { .. } => ErrorCode::ConsumerGroupPartitionNotOwned,
-            StreamError::Unavailable { .. } => ErrorCode::FeatureUnavailable,
+            StreamError::Unavailable { .. } | StreamError::ExternalGroupPoll => {
+                ErrorCode::FeatureUnavailable
+            }
 
             StreamError::SnapshotFailed { .. } => ErrorCode::SnapshotFileCompletionFailed,
         }

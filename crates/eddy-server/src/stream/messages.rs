@@ -511,6 +511,8 @@ pub(crate) async fn poll_within(
             });
             (ConsumerKey::Group(key.group_id), partition)
         }
+        // It only holds offsets.
+        ConsumerKind::ExternalGroup => return Err(StreamError::ExternalGroupPoll),
     };
     let addr = PartitionAddr {
         stream_id,
@@ -632,6 +634,11 @@ fn offset_owner(
             }
             Ok((ConsumerKey::Group(key.group_id), Some(key)))
         }
+        // The group's offsets, kept for members managed elsewhere: no membership check.
+        ConsumerKind::ExternalGroup => {
+            let key = group(ctx, stream_id, topic_id, consumer)?;
+            Ok((ConsumerKey::Group(key.group_id), None))
+        }
     }
 }
 
@@ -709,7 +716,9 @@ pub(crate) async fn store_offset(
         true,
     )?;
     let stats = ctx.state.partition_stats(addr);
-    if stats.messages == 0 || request.offset > stats.current_offset {
+    // An external group's offsets are its own system's positions: no range check.
+    let external = request.consumer.kind == ConsumerKind::ExternalGroup;
+    if !external && (stats.messages == 0 || request.offset > stats.current_offset) {
         return Err(StreamError::InvalidOffset {
             offset: request.offset,
         });
