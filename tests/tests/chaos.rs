@@ -1,6 +1,6 @@
 //! Real-process chaos of a three-node cluster (issue 17; `chaos_support/mod.rs` describes the
-//! harness): a short smoke with a fixed seed in every `cargo test`, and the campaign that
-//! `cargo xtask chaos` runs (ignored otherwise).
+//! harness): two short smokes with fixed seeds in every `cargo test` (faults; faults while a
+//! member is replaced), and the campaign that `cargo xtask chaos` runs (ignored otherwise).
 //!
 //! Both need root (network namespaces) and `ip`; without them they print why and pass.
 
@@ -15,12 +15,17 @@ use eddy_tests::server_bin;
 /// one-way drops and a degraded network) is the same on every run.
 const SMOKE_SEED: u64 = 25;
 
+/// One run at a time in this process: a run's namespaces, links and teardown are named by
+/// the process id.
+static ONE_RUN: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn chaos_smoke() {
     if let Some(why) = net::unavailable() {
         eprintln!("chaos smoke skipped: {why}");
         return;
     }
+    let _one = ONE_RUN.lock().await;
     let options = Options {
         seconds: 20,
         seed: SMOKE_SEED,
@@ -33,6 +38,7 @@ async fn chaos_smoke() {
         partitions: 2,
         producers: 3,
         event_writers: 3,
+        membership: false,
         replay: "cargo test -p eddy-tests --test chaos chaos_smoke -- --nocapture".to_owned(),
     };
     let report = run(&options).await.expect("the chaos harness runs");
@@ -43,6 +49,46 @@ async fn chaos_smoke() {
     );
 }
 
+/// The membership smoke's seed: a member replaced while the faults go on, and the metadata
+/// leader killed while the `eddy cluster replace` runs (so it is run again, as `add` then
+/// `remove`, when the first run fails).
+const MEMBERSHIP_SMOKE_SEED: u64 = 2;
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn chaos_membership_smoke() {
+    if let Some(why) = net::unavailable() {
+        eprintln!("chaos membership smoke skipped: {why}");
+        return;
+    }
+    let _one = ONE_RUN.lock().await;
+    let options = Options {
+        seconds: 30,
+        seed: MEMBERSHIP_SMOKE_SEED,
+        nodes: 3,
+        bin: PathBuf::from(server_bin!()),
+        nft: false,
+        majority_loss: false,
+        data_loss: false,
+        concurrent: false,
+        partitions: 2,
+        producers: 3,
+        event_writers: 3,
+        membership: true,
+        replay: "cargo test -p eddy-tests --test chaos chaos_membership_smoke -- --nocapture"
+            .to_owned(),
+    };
+    let report = run(&options).await.expect("the chaos harness runs");
+    assert!(
+        report.passed(),
+        "chaos membership smoke failed (seed {MEMBERSHIP_SMOKE_SEED}): {:#?}",
+        report.verdict.failures
+    );
+    let tally = report.membership.expect("membership changes made");
+    assert_eq!((tally.planned, tally.completed), (1, 1), "{tally:?}");
+    assert_eq!(report.members.len(), 3, "{:?}", report.members);
+    assert!(report.members.contains(&4), "{:?}", report.members);
+}
+
 fn env_or<T: std::str::FromStr>(name: &str, default: T) -> T {
     std::env::var(name)
         .ok()
@@ -51,7 +97,8 @@ fn env_or<T: std::str::FromStr>(name: &str, default: T) -> T {
 }
 
 /// `cargo xtask chaos` runs this with `EDDY_CHAOS_SECONDS`, `EDDY_CHAOS_SEED`,
-/// `EDDY_CHAOS_NODES`, `EDDY_CHAOS_NFT` (1/0) and `EDDY_CHAOS_BIN` (the release `eddy`).
+/// `EDDY_CHAOS_NODES`, `EDDY_CHAOS_NFT`, `EDDY_CHAOS_DATA_LOSS`, `EDDY_CHAOS_MEMBERSHIP`
+/// (1/0) and `EDDY_CHAOS_BIN` (the release `eddy`).
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 #[ignore = "a chaos campaign: run it with `cargo xtask chaos`"]
 async fn chaos_campaign() {
@@ -63,6 +110,7 @@ async fn chaos_campaign() {
     let nodes = env_or("EDDY_CHAOS_NODES", 3);
     let nft = env_or("EDDY_CHAOS_NFT", u8::from(net::nft_available())) == 1 && net::nft_available();
     let data_loss = env_or("EDDY_CHAOS_DATA_LOSS", 1) == 1;
+    let membership = env_or("EDDY_CHAOS_MEMBERSHIP", 0) == 1;
     let bin = std::env::var("EDDY_CHAOS_BIN")
         .map_or_else(|_| PathBuf::from(server_bin!()), PathBuf::from);
     let options = Options {
@@ -77,12 +125,15 @@ async fn chaos_campaign() {
         partitions: 3,
         producers: 6,
         event_writers: 6,
+        membership,
         replay: format!(
-            "cargo xtask chaos --seconds {seconds} --seed {seed} --nodes {nodes}{}{}",
+            "cargo xtask chaos --seconds {seconds} --seed {seed} --nodes {nodes}{}{}{}",
             if nft { "" } else { " --no-nft" },
-            if data_loss { "" } else { " --no-wipe" }
+            if data_loss { "" } else { " --no-wipe" },
+            if membership { " --membership" } else { "" }
         ),
     };
+    let _one = ONE_RUN.lock().await;
     let report = run(&options).await.expect("the chaos harness runs");
     assert!(
         report.passed(),
@@ -221,4 +272,33 @@ fn the_event_checker_finds_gaps_loss_overrun_and_divergence() {
         diverged.iter().any(|f| f.contains("disagree")),
         "{diverged:?}"
     );
+}
+
+#[test]
+fn a_seed_replays_its_membership_changes() {
+    use chaos_support::schedule::{changes, ChangeKind, MAX_CHANGES};
+    use std::time::Duration;
+    let length = Duration::from_secs(300);
+    let a = changes(42, length, 3);
+    assert_eq!(a, changes(42, length, 3));
+    assert_ne!(a, changes(43, length, 3));
+    for seed in 0..50 {
+        let plan = changes(seed, length, 3);
+        assert_eq!(plan.len(), usize::from(MAX_CHANGES));
+        // At most one replace; the rest add a member and remove it again.
+        let replaces = plan
+            .iter()
+            .filter(|c| c.kind == ChangeKind::Replace)
+            .count();
+        assert_eq!(replaces, 1, "seed {seed}: {plan:?}");
+        assert!(plan.windows(2).all(|w| w[0].at < w[1].at));
+        assert!(plan.iter().all(|c| c.at < length));
+    }
+    // A short run makes one change.
+    assert_eq!(changes(7, Duration::from_secs(30), 3).len(), 1);
+    // The membership smoke replaces a member and kills the metadata leader in the middle.
+    let smoke = changes(MEMBERSHIP_SMOKE_SEED, Duration::from_secs(30), 3);
+    assert_eq!(smoke[0].kind, ChangeKind::Replace, "{smoke:?}");
+    assert!(smoke[0].kill_leader.is_some(), "{smoke:?}");
+    eprintln!("{}", smoke[0]);
 }

@@ -1,6 +1,8 @@
 //! The `eddy serve` processes of a chaos run, one per namespace (`ip netns exec`), each on
 //! its namespace's address with fixed ports, peers named by their proxy stand-ins. Stderr
-//! goes to `<run dir>/node<i>.log`, appended across restarts.
+//! goes to `<run dir>/node<i>.log`, appended across restarts. A member a membership change
+//! adds gets a node number past the founders' and is started with `--join`, its peers the
+//! members of that moment.
 
 use std::net::{SocketAddr, SocketAddrV4};
 use std::path::{Path, PathBuf};
@@ -24,16 +26,24 @@ pub const EVENT_COMPACT_ENTRIES: u64 = 500;
 pub struct Cluster {
     bin: PathBuf,
     dir: PathBuf,
-    nodes: u8,
+    /// Every node number the run may use (founders first).
+    slots: u8,
     children: Vec<Option<Child>>,
     namespaces: Vec<String>,
     ips: Vec<std::net::Ipv4Addr>,
+    stand_ins: Vec<std::net::Ipv4Addr>,
     peers: Vec<Vec<String>>,
+    /// Started with `--join` (added at run time, not a founder).
+    joins: Vec<bool>,
+    /// Removed from the cluster: stopped for good ([`Cluster::start`] leaves them down).
+    retired: Vec<bool>,
     /// The members' replication certificates (the proxy holds them too).
     certs: eddy_tests::ClusterCerts,
 }
 
 impl Cluster {
+    /// The founders `1..=nodes` (each other's peers) and room for the members added later
+    /// (up to the net's slots).
     pub fn new(
         bin: &Path,
         dir: &Path,
@@ -41,10 +51,11 @@ impl Cluster {
         nodes: u8,
         certs: eddy_tests::ClusterCerts,
     ) -> Self {
-        let peers = (1..=nodes)
+        let slots = net.slots();
+        let peers = (1..=slots)
             .map(|i| {
                 (1..=nodes)
-                    .filter(|&j| j != i)
+                    .filter(|&j| j != i && i <= nodes)
                     .map(|j| format!("{j}={}:{REPLICATION_PORT}", net.alias_ip(j)))
                     .collect()
             })
@@ -52,15 +63,47 @@ impl Cluster {
         Self {
             bin: bin.to_owned(),
             dir: dir.to_owned(),
-            nodes,
-            children: (0..nodes).map(|_| None).collect(),
-            namespaces: (1..=nodes).map(|i| net.namespace(i)).collect(),
-            ips: (1..=nodes).map(|i| net.node_ip(i)).collect(),
+            slots,
+            children: (0..slots).map(|_| None).collect(),
+            namespaces: (1..=slots).map(|i| net.namespace(i)).collect(),
+            ips: (1..=slots).map(|i| net.node_ip(i)).collect(),
+            stand_ins: (1..=slots).map(|i| net.alias_ip(i)).collect(),
             peers,
+            joins: vec![false; usize::from(slots)],
+            retired: vec![false; usize::from(slots)],
             certs,
         }
     }
 
+    /// Makes node `i` a joining member (`--join`) whose peers are `members`, as an operator
+    /// starts a new member for `eddy cluster add`.
+    pub fn prepare_join(&mut self, i: u8, members: &[u8]) {
+        let slot = usize::from(i - 1);
+        self.joins[slot] = true;
+        self.peers[slot] = members
+            .iter()
+            .filter(|&&j| j != i)
+            .map(|&j| format!("{j}={}", self.replication_addr(j)))
+            .collect();
+    }
+
+    /// Where the members reach node `i`'s replication port: its stand-in (the proxy).
+    pub fn replication_addr(&self, i: u8) -> SocketAddr {
+        SocketAddr::V4(SocketAddrV4::new(
+            self.stand_ins[usize::from(i - 1)],
+            REPLICATION_PORT,
+        ))
+    }
+
+    /// Every node number the run may use.
+    pub fn slots(&self) -> u8 {
+        self.slots
+    }
+
+    /// The server binary (also the `eddy` command line).
+    pub fn bin(&self) -> &Path {
+        &self.bin
+    }
     /// Node `i`'s stream (Iggy) address.
     pub fn stream_addr(&self, i: u8) -> SocketAddr {
         SocketAddr::V4(SocketAddrV4::new(self.ips[usize::from(i - 1)], STREAM_PORT))
@@ -83,10 +126,10 @@ impl Cluster {
         self.children[usize::from(i - 1)].is_some()
     }
 
-    /// Starts node `i` (a no-op when it runs).
+    /// Starts node `i` (a no-op when it runs, or was removed from the cluster).
     pub fn start(&mut self, i: u8) -> Result<(), String> {
         let slot = usize::from(i - 1);
-        if self.children[slot].is_some() {
+        if self.children[slot].is_some() || self.retired[slot] {
             return Ok(());
         }
         let data = self.data_dir(i);
@@ -118,6 +161,9 @@ impl Cluster {
             ]);
         for peer in &self.peers[slot] {
             cmd.args(["--peer", peer]);
+        }
+        if self.joins[slot] {
+            cmd.arg("--join");
         }
         cmd.args(self.certs.flags(u64::from(i)));
         for (k, _) in std::env::vars() {
@@ -151,9 +197,15 @@ impl Cluster {
 
     /// Nodes still rebuilding a lost directory from their peers (their `raft/rebuilding`).
     pub fn rebuilding(&self) -> Vec<u8> {
-        (1..=self.nodes)
+        (1..=self.slots)
             .filter(|&i| self.data_dir(i).join("raft/rebuilding").exists())
             .collect()
+    }
+
+    /// Stops node `i` for good (it was removed from the cluster).
+    pub fn retire(&mut self, i: u8) {
+        self.kill(i);
+        self.retired[usize::from(i - 1)] = true;
     }
 
     /// SIGKILL node `i` and reap it.
@@ -202,7 +254,7 @@ impl Cluster {
     /// The node whose `/health` says `leader`, if exactly one does.
     pub async fn leader(&self) -> Option<u8> {
         let mut leaders = Vec::new();
-        for i in 1..=self.nodes {
+        for i in 1..=self.slots {
             if self.is_running(i) && self.health(i).await.as_deref() == Some("leader") {
                 leaders.push(i);
             }
@@ -228,7 +280,7 @@ impl Cluster {
 
 impl Drop for Cluster {
     fn drop(&mut self) {
-        for i in 1..=self.nodes {
+        for i in 1..=self.slots {
             self.kill(i);
         }
     }

@@ -3,12 +3,14 @@
 //! degraded network, then a heal, a bounded wait for progress and the checker.
 //!
 //! `net.rs` (namespaces, veths, bridge, nft), `proxy.rs` (frame-level faults of the
-//! replication links), `cluster.rs` (the processes), `schedule.rs` (the seeded faults),
-//! `workload.rs` (the clients), `checker.rs` (the verdict). `cargo xtask chaos` runs the
+//! replication links), `cluster.rs` (the processes), `schedule.rs` (the seeded faults and
+//! membership changes), `membership.rs` (making the changes with `eddy cluster`, checking the
+//! members at the end), `workload.rs` (the clients), `checker.rs` (the verdict). `cargo xtask chaos` runs the
 //! campaign test of `tests/tests/chaos.rs`; `cargo test` runs its smoke.
 
 pub mod checker;
 pub mod cluster;
+pub mod membership;
 pub mod net;
 pub mod proxy;
 pub mod rng;
@@ -21,6 +23,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use cluster::{Cluster, REPLICATION_PORT};
+use membership::Driver;
 use net::Net;
 use proxy::{LinkFault, Proxy};
 use schedule::{Fault, Menu, Target};
@@ -49,6 +52,9 @@ pub struct Options {
     pub producers: u32,
     /// Celeriant OCC event writers (one aggregate each).
     pub event_writers: u32,
+    /// Replace members and add-then-remove members while the faults go on
+    /// (`schedule::changes`).
+    pub membership: bool,
     /// How a failed run is replayed (printed with the seed).
     pub replay: String,
 }
@@ -62,6 +68,9 @@ pub struct Report {
     pub progress_after_heal: Option<Duration>,
     /// Event shard snapshots the nodes copied from a peer (their logs say so).
     pub snapshot_copies: usize,
+    /// The membership changes (`None` without `membership`), and the members at the end.
+    pub membership: Option<membership::Tally>,
+    pub members: Vec<u8>,
     pub run_dir: PathBuf,
 }
 
@@ -81,7 +90,7 @@ enum Heal {
 }
 
 /// Delays, loses, duplicates and reorders frames on every replication link as `fault` (a
-/// [`Fault::Degrade`]) says.
+/// [`Fault::Degrade`]) says (`nodes`: every node number of the run).
 fn degrade_links(proxy: &Proxy, nodes: u8, fault: &Fault) {
     let Fault::Degrade {
         delay_ms,
@@ -137,9 +146,20 @@ pub async fn run(options: &Options) -> Result<Report, String> {
         if options.nft { "on" } else { "off" },
         run_dir.display()
     );
-    let net = Net::create(options.nodes)?;
-    let certs = eddy_tests::ClusterCerts::issue(&options.bin, u64::from(options.nodes));
-    let proxy = Proxy::start(&net, options.nodes, REPLICATION_PORT, options.seed, &certs).await?;
+    let changes = if options.membership {
+        schedule::changes(
+            options.seed,
+            Duration::from_secs(options.seconds),
+            options.nodes,
+        )
+    } else {
+        Vec::new()
+    };
+    // Every member a change adds gets a node number (a stand-in, a certificate) of its own.
+    let slots = options.nodes + u8::try_from(changes.len()).expect("few changes");
+    let net = Net::create(options.nodes, slots)?;
+    let certs = eddy_tests::ClusterCerts::issue(&options.bin, u64::from(slots));
+    let proxy = Proxy::start(&net, slots, REPLICATION_PORT, options.seed, &certs).await?;
     let mut cluster = Cluster::new(&options.bin, &run_dir, &net, options.nodes, certs);
     for i in 1..=options.nodes {
         cluster.start(i)?;
@@ -190,7 +210,19 @@ pub async fn run(options: &Options) -> Result<Report, String> {
         options.nodes,
         menu,
     );
+    let mut driver = options.membership.then(|| {
+        Driver::new(
+            changes.clone(),
+            options.nodes,
+            Arc::clone(&load),
+            Arc::clone(&events),
+            start,
+        )
+    });
     say!(start, "schedule: {} episodes", episodes.len());
+    for c in &changes {
+        eprintln!("chaos   at {:>6.1}s: membership: {c}", c.at.as_secs_f64());
+    }
     for e in &episodes {
         eprintln!(
             "chaos   at {:>6.1}s for {:>4.1}s: {}{}",
@@ -207,11 +239,25 @@ pub async fn run(options: &Options) -> Result<Report, String> {
     let phase = Instant::now();
     let mut fallback = rng::Rng::new(options.seed ^ 0xFA11);
     for episode in &episodes {
-        tokio::time::sleep_until((phase + episode.at).into()).await;
+        idle_until(
+            phase + episode.at,
+            &mut driver,
+            &mut cluster,
+            &net,
+            phase,
+            true,
+        )
+        .await?;
+        // The schedule names node numbers of the founders; after membership changes, the
+        // n-th node the harness runs (members, and one being added or removed).
+        let live: Vec<u8> = driver
+            .as_ref()
+            .map_or_else(|| (1..=options.nodes).collect(), |d| d.live().to_vec());
+        let node = |n: u8| live[usize::from(n - 1) % live.len()];
         let resolve = |t: Target, leader: Option<u8>, fallback: &mut rng::Rng| match t {
-            Target::Node(n) => n,
+            Target::Node(n) => node(n),
             Target::Leader => leader.unwrap_or_else(|| {
-                u8::try_from(fallback.between(1, u64::from(options.nodes))).expect("few")
+                node(u8::try_from(fallback.between(1, u64::from(options.nodes))).expect("few"))
             }),
         };
         let leader = cluster.leader().await;
@@ -224,6 +270,7 @@ pub async fn run(options: &Options) -> Result<Report, String> {
                 Heal::Start(vec![n])
             }
             Fault::Wipe(n) => {
+                let n = &node(*n);
                 let rebuilding = cluster.rebuilding();
                 cluster.kill(*n);
                 if rebuilding.iter().any(|r| r != n) {
@@ -240,10 +287,16 @@ pub async fn run(options: &Options) -> Result<Report, String> {
                 Heal::Start(vec![*n])
             }
             Fault::KillTwo(a, b) => {
-                say!(start, "{} for {:?}", episode.fault, episode.hold);
-                cluster.kill(*a);
-                cluster.kill(*b);
-                Heal::Start(vec![*a, *b])
+                let (a, b) = (node(*a), node(*b));
+                say!(
+                    start,
+                    "{} (nodes {a} and {b}) for {:?}",
+                    episode.fault,
+                    episode.hold
+                );
+                cluster.kill(a);
+                cluster.kill(b);
+                Heal::Start(vec![a, b])
             }
             Fault::LinkDown(t) => {
                 let n = resolve(*t, leader, &mut fallback);
@@ -254,36 +307,56 @@ pub async fn run(options: &Options) -> Result<Report, String> {
             Fault::Isolate(t) => {
                 let n = resolve(*t, leader, &mut fallback);
                 say!(start, "{} (node {n}) for {:?}", episode.fault, episode.hold);
-                let others: Vec<u8> = (1..=options.nodes).filter(|&j| j != n).collect();
+                let others: Vec<u8> = (1..=slots).filter(|&j| j != n).collect();
                 net.nft_block(n, &others, true, true)?;
                 Heal::Nft(n)
             }
             Fault::OneWayNft { from, to } => {
-                say!(start, "{} for {:?}", episode.fault, episode.hold);
-                net.nft_block(*to, &[*from], true, false)?;
-                Heal::Nft(*to)
+                let (from, to) = (node(*from), node(*to));
+                say!(
+                    start,
+                    "{} (nodes {from} -> {to}) for {:?}",
+                    episode.fault,
+                    episode.hold
+                );
+                net.nft_block(to, &[from], true, false)?;
+                Heal::Nft(to)
             }
             Fault::OneWayProxy { from, to } => {
-                say!(start, "{} for {:?}", episode.fault, episode.hold);
+                let (from, to) = (node(*from), node(*to));
+                say!(
+                    start,
+                    "{} (nodes {from} -> {to}) for {:?}",
+                    episode.fault,
+                    episode.hold
+                );
                 let fault = LinkFault {
                     blackhole: true,
                     ..LinkFault::default()
                 };
-                proxy.set(*from, *to, fault);
+                proxy.set(from, to, fault);
                 Heal::Proxy
             }
             Fault::Degrade { .. } => {
                 say!(start, "{} for {:?}", episode.fault, episode.hold);
-                degrade_links(&proxy, options.nodes, &episode.fault);
+                degrade_links(&proxy, slots, &episode.fault);
                 Heal::Proxy
             }
         };
         if let Some(also) = &episode.also {
             say!(start, "  and at the same time: {also}");
             *faults.entry("concurrent-degrade").or_default() += 1;
-            degrade_links(&proxy, options.nodes, also);
+            degrade_links(&proxy, slots, also);
         }
-        tokio::time::sleep(episode.hold).await;
+        idle_until(
+            Instant::now() + episode.hold,
+            &mut driver,
+            &mut cluster,
+            &net,
+            phase,
+            true,
+        )
+        .await?;
         if episode.also.is_some() {
             proxy.heal();
         }
@@ -303,17 +376,54 @@ pub async fn run(options: &Options) -> Result<Report, String> {
             cluster.start(n)?;
         }
     }
-    tokio::time::sleep_until((phase + Duration::from_secs(options.seconds)).into()).await;
+    idle_until(
+        phase + Duration::from_secs(options.seconds),
+        &mut driver,
+        &mut cluster,
+        &net,
+        phase,
+        true,
+    )
+    .await?;
 
-    // Heal everything, let the load stop, then demand progress.
+    // Heal everything, let a running membership change finish, let the load stop, then
+    // demand progress.
     say!(start, "faults over: healing everything");
     proxy.heal();
-    for i in 1..=options.nodes {
+    let live: Vec<u8> = driver
+        .as_ref()
+        .map_or_else(|| (1..=options.nodes).collect(), |d| d.live().to_vec());
+    for &i in &live {
         net.set_link(i, true)?;
         if options.nft {
             net.nft_heal(i);
         }
         cluster.start(i)?;
+    }
+    if let Some(d) = driver.as_mut() {
+        if d.pending() > 0 {
+            say!(
+                start,
+                "membership: {} planned change(s) never began (the one before ran to the end of the faults)",
+                d.pending()
+            );
+        }
+        while d.busy() {
+            d.poll(&mut cluster, &net, phase.elapsed(), false).await?;
+            tokio::time::sleep(Duration::from_millis(250)).await;
+        }
+    }
+    let members: Vec<u8> = driver
+        .as_ref()
+        .map_or_else(|| (1..=options.nodes).collect(), |d| d.members().to_vec());
+    let addrs: Vec<_> = members.iter().map(|&i| cluster.stream_addr(i)).collect();
+    let event_addrs: Vec<_> = members.iter().map(|&i| cluster.client_addr(i)).collect();
+    if driver.is_some() {
+        say!(
+            start,
+            "membership: members {members:?} (the checker's nodes 1..={} in this order)",
+            members.len()
+        );
     }
     load.stop();
     events.stop();
@@ -366,6 +476,17 @@ pub async fn run(options: &Options) -> Result<Report, String> {
         }
         Err(e) => failures.push(format!("could not read every node's events: {e}")),
     }
+    let tally = match driver {
+        Some(d) => {
+            // A change that did not complete within its patience is in `d.failures`.
+            failures.extend(
+                membership::verify(&cluster, &members, d.removed(), Duration::from_secs(90)).await,
+            );
+            failures.extend(d.failures);
+            Some(d.tally)
+        }
+        None => None,
+    };
     verdict.failures = failures;
     for (n, status) in cluster.exited() {
         verdict
@@ -382,6 +503,8 @@ pub async fn run(options: &Options) -> Result<Report, String> {
         verdict,
         progress_after_heal,
         snapshot_copies,
+        membership: tally,
+        members,
         run_dir,
     };
     print_report(options, &report);
@@ -389,6 +512,27 @@ pub async fn run(options: &Options) -> Result<Report, String> {
         let _ = std::fs::remove_dir_all(&report.run_dir);
     }
     Ok(report)
+}
+
+/// Sleeps until `until`, moving the membership changes on (every 250 ms) meanwhile.
+async fn idle_until(
+    until: Instant,
+    driver: &mut Option<Driver>,
+    cluster: &mut Cluster,
+    net: &Net,
+    phase: Instant,
+    begin: bool,
+) -> Result<(), String> {
+    loop {
+        if let Some(d) = driver.as_mut() {
+            d.poll(cluster, net, phase.elapsed(), begin).await?;
+        }
+        let now = Instant::now();
+        if now >= until {
+            return Ok(());
+        }
+        tokio::time::sleep((until - now).min(Duration::from_millis(250))).await;
+    }
 }
 
 /// Lines containing `needle` in the nodes' logs of a run.
@@ -431,6 +575,15 @@ fn print_report(options: &Options, report: &Report) {
         "chaos: event shard snapshots copied from a peer {}",
         report.snapshot_copies
     );
+    if let Some(m) = &report.membership {
+        eprintln!(
+            "chaos: membership changes planned {}, begun {}, completed {} ({} eddy cluster commands, {} failed and run again; metadata leader killed mid-change {} times); members at the end {:?}",
+            m.planned, m.started, m.completed, m.commands, m.failed_commands, m.leader_kills, report.members
+        );
+        for line in &m.lines {
+            eprintln!("chaos:   {line}");
+        }
+    }
     if let Some(p) = report.progress_after_heal {
         eprintln!(
             "chaos: progress after the heal within {:.1} s",

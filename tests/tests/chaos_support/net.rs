@@ -173,18 +173,27 @@ pub struct Net {
     pid: u32,
     subnet: u8,
     nodes: u8,
+    /// Node numbers the run may use: the founding `nodes`, then the members a membership
+    /// change adds (their stand-ins exist from the start, their namespaces from their add).
+    slots: u8,
 }
 
 impl Net {
-    /// Creates the bridge and `nodes` namespaces (numbered from 1).
-    pub fn create(nodes: u8) -> Result<Self, String> {
+    /// Creates the bridge, the stand-ins of `slots` nodes and the namespaces of the first
+    /// `nodes` (numbered from 1); [`Net::add_node`] makes the others' when they join.
+    pub fn create(nodes: u8, slots: u8) -> Result<Self, String> {
         let pid = std::process::id();
         let used = sh("ip", &["-o", "-4", "addr", "show"]).unwrap_or_default();
         let subnet = (0..200u32)
             .map(|k| u8::try_from((pid + k) % 200 + 20).expect("under 256"))
             .find(|x| !used.contains(&format!("10.213.{x}.")))
             .ok_or("no free 10.213.x.0/24")?;
-        let net = Self { pid, subnet, nodes };
+        let net = Self {
+            pid,
+            subnet,
+            nodes,
+            slots: slots.max(nodes),
+        };
         // Built after `net` exists, so a failure half-way is torn down by its drop.
         net.build()?;
         Ok(net)
@@ -205,7 +214,7 @@ impl Net {
                 &bridge,
             ],
         )?;
-        for i in 1..=nodes {
+        for i in 1..=self.slots {
             sh(
                 "ip",
                 &[
@@ -219,33 +228,53 @@ impl Net {
         }
         sh("ip", &["link", "set", &bridge, "up"])?;
         for i in 1..=nodes {
-            let ns = net.namespace(i);
-            let port = net.port(i);
-            sh("ip", &["netns", "add", &ns])?;
-            sh(
-                "ip",
-                &[
-                    "link", "add", &port, "type", "veth", "peer", "name", "eth0", "netns", &ns,
-                ],
-            )?;
-            sh("ip", &["link", "set", &port, "master", &bridge])?;
-            sh("ip", &["link", "set", &port, "up"])?;
-            let inside = |args: &[&str]| {
-                let mut all = vec!["netns", "exec", ns.as_str(), "ip"];
-                all.extend_from_slice(args);
-                sh("ip", &all)
-            };
-            inside(&[
-                "addr",
-                "add",
-                &format!("{}/24", net.node_ip(i)),
-                "dev",
-                "eth0",
-            ])?;
-            inside(&["link", "set", "eth0", "up"])?;
-            inside(&["link", "set", "lo", "up"])?;
+            self.add_node(i)?;
         }
         Ok(())
+    }
+
+    /// Creates node `node`'s namespace and its veth pair to the bridge (a new host for a
+    /// member a membership change adds).
+    pub fn add_node(&self, node: u8) -> Result<(), String> {
+        assert!((1..=self.slots).contains(&node), "node {node} has no slot");
+        let ns = self.namespace(node);
+        let port = self.port(node);
+        sh("ip", &["netns", "add", &ns])?;
+        sh(
+            "ip",
+            &[
+                "link", "add", &port, "type", "veth", "peer", "name", "eth0", "netns", &ns,
+            ],
+        )?;
+        sh("ip", &["link", "set", &port, "master", &self.bridge()])?;
+        sh("ip", &["link", "set", &port, "up"])?;
+        let inside = |args: &[&str]| {
+            let mut all = vec!["netns", "exec", ns.as_str(), "ip"];
+            all.extend_from_slice(args);
+            sh("ip", &all)
+        };
+        inside(&[
+            "addr",
+            "add",
+            &format!("{}/24", self.node_ip(node)),
+            "dev",
+            "eth0",
+        ])?;
+        inside(&["link", "set", "eth0", "up"])?;
+        inside(&["link", "set", "lo", "up"])?;
+        Ok(())
+    }
+
+    /// Removes node `node`'s namespace (its processes, nft table and veth pair go with it):
+    /// a member removed from the cluster, its host gone.
+    pub fn remove_node(&self, node: u8) {
+        remove_namespace(&self.namespace(node));
+        let _ = sh("ip", &["link", "del", &self.port(node)]);
+    }
+
+    /// Every node number of the run, founding or added.
+    pub fn slots(&self) -> u8 {
+        self.slots
     }
 
     fn bridge(&self) -> String {
@@ -284,7 +313,11 @@ impl Net {
     }
 
     /// Inside `node`'s namespace, drops every packet from (`inbound`) and to (`outbound`) the
-    /// stand-ins of `peers`: the replication links between them are cut, one way or both.
+    /// stand-ins of `peers` and their own addresses: the replication links between them are
+    /// cut, one way or both. (Members dial each other's stand-ins, except once a membership
+    /// change recorded the members: the metadata leader of that moment records its own
+    /// replication address as it advertises it, its own address, which the others then dial
+    /// directly.)
     pub fn nft_block(
         &self,
         node: u8,
@@ -294,7 +327,7 @@ impl Net {
     ) -> Result<(), String> {
         let set = peers
             .iter()
-            .map(|&p| self.alias_ip(p).to_string())
+            .flat_map(|&p| [self.alias_ip(p).to_string(), self.node_ip(p).to_string()])
             .collect::<Vec<_>>()
             .join(", ");
         let mut script = String::from(

@@ -198,3 +198,101 @@ pub fn schedule(seed: u64, length: Duration, nodes: u8, menu: Menu) -> Vec<Episo
     }
     out
 }
+
+/// A kind of membership change (`--membership`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ChangeKind {
+    /// `eddy cluster replace OLD NEW=...`: a fresh member (new node id, new host) in for a
+    /// current one.
+    Replace,
+    /// `eddy cluster add NEW=...`; the cluster runs one member larger for a while; then
+    /// `eddy cluster remove NEW`.
+    AddRemove,
+}
+
+/// One membership change of a run, drawn from the seed like the faults (from a stream of its
+/// own: the faults of a seed are the same with or without changes).
+#[derive(Debug, Clone, PartialEq)]
+pub struct Change {
+    /// When it may begin (from the start of the fault phase; later while the change before
+    /// it still runs).
+    pub at: Duration,
+    pub kind: ChangeKind,
+    /// The member a replace takes out, resolved among the members when it begins.
+    pub old: Target,
+    /// How long a member added by [`ChangeKind::AddRemove`] stays before its removal.
+    pub stay: Duration,
+    /// The metadata leader is SIGKILLed this long after the change's first command began
+    /// (held [`LEADER_KILL_HOLD`], then restarted), when that command still runs.
+    pub kill_leader: Option<Duration>,
+    /// The same during an add-then-remove's remove.
+    pub kill_leader_in_remove: Option<Duration>,
+}
+
+/// How long a leader killed in the middle of a change stays down.
+pub const LEADER_KILL_HOLD: Duration = Duration::from_secs(3);
+
+impl fmt::Display for Change {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self.kind {
+            ChangeKind::Replace => write!(f, "replace {} with a new member", self.old)?,
+            ChangeKind::AddRemove => write!(
+                f,
+                "add a new member, remove it {:.1}s after it joined",
+                self.stay.as_secs_f64()
+            )?,
+        }
+        let kill = |d: Option<Duration>| d.map(|d| format!("{:.1}s", d.as_secs_f64()));
+        if let Some(d) = kill(self.kill_leader) {
+            write!(f, "; kill the metadata leader {d} into the first command")?;
+        }
+        if let Some(d) = kill(self.kill_leader_in_remove) {
+            write!(f, "; kill the metadata leader {d} into the remove")?;
+        }
+        Ok(())
+    }
+}
+
+/// The membership changes of `length` of faults for `nodes` founders under `seed`: one per
+/// started 100 s (at least one, at most [`MAX_CHANGES`]), spread over the run, and at most
+/// one replace (a second one could take out every founder a wiped founder's `--peer` flags
+/// name, which would leave it nobody to rebuild from).
+pub fn changes(seed: u64, length: Duration, nodes: u8) -> Vec<Change> {
+    let mut rng = Rng::new(seed ^ 0x4D45_4D42_4552_5321);
+    let count = (length.as_secs() / 100).clamp(1, u64::from(MAX_CHANGES));
+    let mut replaced = false;
+    let mut out = Vec::new();
+    for k in 0..count {
+        let slice = length.as_millis() as u64 / count;
+        let at = Duration::from_millis(k * slice + rng.between(3_000, 8_000).min(slice / 2));
+        let replace = !replaced && (k > 0 || seed.is_multiple_of(2));
+        replaced |= replace;
+        let old = if rng.chance(0.3) {
+            Target::Leader
+        } else {
+            Target::Node(u8::try_from(rng.between(1, u64::from(nodes))).expect("few nodes"))
+        };
+        let stay = Duration::from_millis(rng.between(5_000, 20_000));
+        let kill_leader = rng
+            .chance(0.6)
+            .then(|| Duration::from_millis(rng.between(500, 6_000)));
+        let kill_leader_in_remove =
+            (!replace && rng.chance(0.5)).then(|| Duration::from_millis(rng.between(200, 3_000)));
+        out.push(Change {
+            at,
+            kind: if replace {
+                ChangeKind::Replace
+            } else {
+                ChangeKind::AddRemove
+            },
+            old,
+            stay,
+            kill_leader,
+            kill_leader_in_remove,
+        });
+    }
+    out
+}
+
+/// Most membership changes in one run (each adds a member under a new node id).
+pub const MAX_CHANGES: u8 = 3;

@@ -57,7 +57,8 @@ pub struct Load {
     /// Acknowledged messages per partition (a lower bound of its length).
     acked_messages: Vec<AtomicU64>,
     stop: AtomicBool,
-    addrs: Vec<SocketAddr>,
+    /// The members' stream addresses (a membership change adds and drops some).
+    addrs: std::sync::RwLock<Vec<SocketAddr>>,
 }
 
 pub fn stream_id() -> Identifier {
@@ -167,8 +168,17 @@ impl Load {
             history: Mutex::default(),
             acked_messages: (0..partitions).map(|_| AtomicU64::new(0)).collect(),
             stop: AtomicBool::new(false),
-            addrs,
+            addrs: std::sync::RwLock::new(addrs),
         })
+    }
+
+    /// The members to connect through from now on (after a membership change).
+    pub fn set_addrs(&self, addrs: Vec<SocketAddr>) {
+        *self.addrs.write().unwrap() = addrs;
+    }
+
+    fn addrs(&self) -> Vec<SocketAddr> {
+        self.addrs.read().unwrap().clone()
     }
 
     pub fn stop(&self) {
@@ -185,7 +195,7 @@ impl Load {
         let mut next = 0;
         let mut last = String::new();
         while Instant::now() < deadline {
-            let Some(client) = connect(&self.addrs, &mut next).await else {
+            let Some(client) = connect(&self.addrs(), &mut next).await else {
                 tokio::time::sleep(Duration::from_millis(300)).await;
                 continue;
             };
@@ -225,7 +235,7 @@ impl Load {
         let mut seq = 0;
         while !self.stopped() && seq < max_batches {
             if client.is_none() {
-                client = connect(&self.addrs, &mut next).await;
+                client = connect(&self.addrs(), &mut next).await;
                 if client.is_none() {
                     tokio::time::sleep(Duration::from_millis(200)).await;
                     continue;
@@ -261,7 +271,7 @@ impl Load {
                 continue;
             }
             if client.is_none() {
-                client = connect(&self.addrs, &mut next).await;
+                client = connect(&self.addrs(), &mut next).await;
             }
             let Some(c) = client.as_ref() else {
                 continue;
@@ -304,7 +314,7 @@ impl Load {
                         "no write to partition {partition} succeeded within {within:?} of the heal"
                     ));
                 }
-                let Some(client) = connect(&self.addrs, &mut next).await else {
+                let Some(client) = connect(&self.addrs(), &mut next).await else {
                     tokio::time::sleep(Duration::from_millis(200)).await;
                     continue;
                 };
@@ -354,6 +364,17 @@ pub mod events {
         pub wrong_acks: Vec<String>,
     }
 
+    /// A pool seeded with `addrs` (every member's Celeriant address).
+    fn pool(addrs: &[SocketAddr]) -> CeleriantPool {
+        let addrs: Vec<String> = addrs.iter().map(ToString::to_string).collect();
+        CeleriantPool::new(
+            PoolOptions::new(addrs[0].clone())
+                .with_seed_addresses(addrs)
+                .with_max_leader_retries(6)
+                .with_request_timeout(Duration::from_secs(3)),
+        )
+    }
+
     /// Aggregate of writer `w`.
     pub fn key(writer: u32) -> AggregateKey {
         AggregateKey::new(17, 1, u128::from(writer) + 1)
@@ -382,7 +403,8 @@ pub mod events {
 
     /// The shared state of the event writers.
     pub struct EventLoad {
-        pool: CeleriantPool,
+        /// Seeded with the members' addresses; replaced when they change.
+        pool: std::sync::RwLock<Arc<CeleriantPool>>,
         stop: AtomicBool,
         pub told: Mutex<Vec<Told>>,
     }
@@ -390,18 +412,16 @@ pub mod events {
     impl EventLoad {
         /// `addrs`: every node's Celeriant client address.
         pub fn new(addrs: &[SocketAddr]) -> Arc<Self> {
-            let addrs: Vec<String> = addrs.iter().map(ToString::to_string).collect();
-            let pool = CeleriantPool::new(
-                PoolOptions::new(addrs[0].clone())
-                    .with_seed_addresses(addrs)
-                    .with_max_leader_retries(6)
-                    .with_request_timeout(Duration::from_secs(3)),
-            );
             Arc::new(Self {
-                pool,
+                pool: std::sync::RwLock::new(Arc::new(pool(addrs))),
                 stop: AtomicBool::new(false),
                 told: Mutex::default(),
             })
+        }
+
+        /// The members to write through from now on (after a membership change).
+        pub fn set_addrs(&self, addrs: &[SocketAddr]) {
+            *self.pool.write().unwrap() = Arc::new(pool(addrs));
         }
 
         pub fn stop(&self) {
@@ -416,7 +436,8 @@ pub mod events {
             };
             let mut seq = 1;
             while !self.stop.load(Ordering::SeqCst) {
-                let write = self.pool.write_events_with(
+                let pool = Arc::clone(&self.pool.read().unwrap());
+                let write = pool.write_events_with(
                     key(writer),
                     vec![event(writer, seq)],
                     u128::from(writer) + 500,
