@@ -21,11 +21,11 @@ static ONE_RUN: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn chaos_smoke() {
+    let _one = ONE_RUN.lock().await;
     if let Some(why) = net::unavailable() {
         eprintln!("chaos smoke skipped: {why}");
         return;
     }
-    let _one = ONE_RUN.lock().await;
     let options = Options {
         seconds: 20,
         seed: SMOKE_SEED,
@@ -56,11 +56,11 @@ const MEMBERSHIP_SMOKE_SEED: u64 = 2;
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn chaos_membership_smoke() {
+    let _one = ONE_RUN.lock().await;
     if let Some(why) = net::unavailable() {
         eprintln!("chaos membership smoke skipped: {why}");
         return;
     }
-    let _one = ONE_RUN.lock().await;
     let options = Options {
         seconds: 30,
         seed: MEMBERSHIP_SMOKE_SEED,

@@ -1,6 +1,10 @@
-//! `cargo xtask chaos [--seconds N] [--seed S] [--nodes N] [--no-nft] [--no-wipe]`: a
-//! real-process chaos campaign of a cluster (issue 17). `--no-wipe` leaves data directories
-//! alone (by default some kills also delete the node's directory).
+//! `cargo xtask chaos [--seconds N] [--seed S] [--nodes N] [--no-nft] [--no-wipe]
+//! [--membership]`: a real-process chaos campaign of a cluster (issue 17). `--no-wipe` leaves
+//! data directories alone (by default some kills also delete the node's directory).
+//! `--membership` also changes the members while the faults go on (issue 37): one change per
+//! started 100 s (at most 3), a fresh member in its own namespace replacing one (`eddy cluster
+//! replace`, at most once a run) or added and removed again, the metadata leader killed in
+//! the middle of a command by seed and the command run again as an operator would.
 //!
 //! Builds the release `eddy`, makes sure `nft` is there (installs the `nftables` package with
 //! apt-get when it is missing; without it the campaign falls back to link-down partitions and
@@ -19,20 +23,22 @@ struct Args {
     nodes: u8,
     nft: bool,
     wipe: bool,
+    membership: bool,
 }
 
-const USAGE: &str =
-    "usage: cargo xtask chaos [--seconds N] [--seed S] [--nodes N] [--no-nft] [--no-wipe]";
+const USAGE: &str = "usage: cargo xtask chaos [--seconds N] [--seed S] [--nodes N] [--no-nft] \
+                     [--no-wipe] [--membership]";
 
 /// The command that replays a run.
 fn replay(args: &Args, nft: bool) -> String {
     format!(
-        "cargo xtask chaos --seconds {} --seed {} --nodes {}{}{}",
+        "cargo xtask chaos --seconds {} --seed {} --nodes {}{}{}{}",
         args.seconds,
         args.seed,
         args.nodes,
         if nft { "" } else { " --no-nft" },
-        if args.wipe { "" } else { " --no-wipe" }
+        if args.wipe { "" } else { " --no-wipe" },
+        if args.membership { " --membership" } else { "" }
     )
 }
 
@@ -45,6 +51,7 @@ fn parse(args: &[String]) -> Result<Args> {
         nodes: 3,
         nft: true,
         wipe: true,
+        membership: false,
     };
     let mut it = args.iter();
     while let Some(flag) = it.next() {
@@ -55,6 +62,7 @@ fn parse(args: &[String]) -> Result<Args> {
             "--nodes" => out.nodes = value()?.parse().context("--nodes")?,
             "--no-nft" => out.nft = false,
             "--no-wipe" => out.wipe = false,
+            "--membership" => out.membership = true,
             other => bail!("unknown flag {other:?}; {USAGE}"),
         }
     }
@@ -125,6 +133,10 @@ pub fn run(args: &[String]) -> Result<()> {
     .env("EDDY_CHAOS_NODES", args.nodes.to_string())
     .env("EDDY_CHAOS_NFT", if nft { "1" } else { "0" })
     .env("EDDY_CHAOS_DATA_LOSS", if args.wipe { "1" } else { "0" })
+    .env(
+        "EDDY_CHAOS_MEMBERSHIP",
+        if args.membership { "1" } else { "0" },
+    )
     .env("EDDY_CHAOS_BIN", target.join("release").join("eddy"));
     super::run(cmd).with_context(|| {
         format!(

@@ -20,9 +20,11 @@
 //! - `cargo xtask sim [ARGS...]`: a campaign of the deterministic cluster simulator
 //!   (`--seeds N [--start S] [--nodes 3|5] [--faults none|light|heavy]`, or `--seed S` to replay
 //!   one run; `crates/eddy-sim/src/main.rs` lists every option).
-//! - `cargo xtask chaos [--seconds N] [--seed S] [--nodes N] [--no-nft]`: real-process chaos
-//!   of a local cluster in network namespaces (kills, partitions, a faulty network) under a
-//!   seeded schedule, published-SDK clients, then the checker (`chaos.rs`).
+//! - `cargo xtask chaos [--seconds N] [--seed S] [--nodes N] [--no-nft] [--no-wipe]
+//!   [--membership]`: real-process chaos of a local cluster in network namespaces (kills,
+//!   partitions, a faulty network; with `--membership` also member replacements and
+//!   add-then-removes) under a seeded schedule, published-SDK clients, then the checker
+//!   (`chaos.rs`).
 //! - `cargo xtask event-load [ARGS...]`: `eddy bench events` on a release build, with the
 //!   PostgreSQL OCC-append comparison and the network floor.
 
@@ -130,6 +132,11 @@ fn print_help() {
                                  --seed S [--trace] replays one seed\n\
          chaos [ARGS...]         real-process chaos of a local cluster (root; network\n\
                                  namespaces): --seconds N (300) --seed S --nodes N (3) --no-nft\n\
+                                 --no-wipe [--membership: members also change under the\n\
+                                 faults, a fresh member replacing one (eddy cluster replace)\n\
+                                 or added then removed, the metadata leader killed mid-change\n\
+                                 and the command run again; checked: exactly the current\n\
+                                 members in every group and in the cluster metadata]\n\
          event-load [ARGS...]    event-protocol load sweep (100, 1000, 4000 pinned connections,\n\
                                  plain and OCC) on a release build, and the same OCC append on\n\
                                  PostgreSQL and the network floor; ARGS go to `eddy bench\n\

@@ -430,6 +430,7 @@ pub async fn run(options: &Options) -> Result<Report, String> {
     for task in tasks {
         let _ = tokio::time::timeout(Duration::from_secs(60), task).await;
     }
+    say!(start, "load stopped; every partition must now take a write");
     let healed = Instant::now();
     let progress = load
         .progress(options.partitions, Duration::from_secs(60))
@@ -447,6 +448,7 @@ pub async fn run(options: &Options) -> Result<Report, String> {
         Err(e) => failures.push(e),
     }
     let views = checker::read_all(&addrs, options.partitions, Duration::from_secs(60)).await;
+    say!(start, "nodes read; checking");
     let history = std::mem::take(&mut *load.history.lock().unwrap());
     let mut verdict = match views {
         Ok(views) => checker::check(&history, &views),
@@ -479,9 +481,16 @@ pub async fn run(options: &Options) -> Result<Report, String> {
     let tally = match driver {
         Some(d) => {
             // A change that did not complete within its patience is in `d.failures`.
-            failures.extend(
-                membership::verify(&cluster, &members, d.removed(), Duration::from_secs(90)).await,
-            );
+            let wrong =
+                membership::verify(&cluster, &members, d.removed(), Duration::from_secs(90)).await;
+            if wrong.is_empty() {
+                say!(
+                    start,
+                    "membership: every group's voters are {members:?} with no learner, none holds a removed member ({:?}), and `eddy cluster status` and the Iggy cluster metadata list exactly them",
+                    d.removed()
+                );
+            }
+            failures.extend(wrong);
             failures.extend(d.failures);
             Some(d.tally)
         }

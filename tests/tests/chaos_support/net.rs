@@ -73,13 +73,19 @@ fn sh_stdin(program: &str, args: &[&str], input: &str) -> Result<(), String> {
 
 /// Why this environment cannot run the chaos harness, if it cannot.
 pub fn unavailable() -> Option<String> {
+    // Probe names are unique within the process too: tests may probe at the same time.
+    static PROBES: std::sync::atomic::AtomicU32 = std::sync::atomic::AtomicU32::new(0);
     if !rustix::process::geteuid().is_root() {
         return Some("not root: network namespaces need CAP_NET_ADMIN".to_owned());
     }
     if sh("ip", &["-V"]).is_err() {
         return Some("no `ip` command (iproute2)".to_owned());
     }
-    let probe = format!("{NS_PREFIX}{}-probe", std::process::id());
+    let probe = format!(
+        "{NS_PREFIX}{}-probe{}",
+        std::process::id(),
+        PROBES.fetch_add(1, std::sync::atomic::Ordering::Relaxed)
+    );
     if let Err(e) = sh("ip", &["netns", "add", &probe]) {
         return Some(format!("cannot create a network namespace: {e}"));
     }
