@@ -208,6 +208,11 @@ impl Cluster {
         self.retired[usize::from(i - 1)] = true;
     }
 
+    /// Whether node `i` was removed from the cluster (stopped for good).
+    pub fn retired(&self, i: u8) -> bool {
+        self.retired[usize::from(i - 1)]
+    }
+
     /// SIGKILL node `i` and reap it.
     pub fn kill(&mut self, i: u8) {
         if let Some(mut child) = self.children[usize::from(i - 1)].take() {

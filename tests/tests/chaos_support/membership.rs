@@ -250,7 +250,8 @@ impl Driver {
         let Some(running) = self.running.as_mut() else {
             return Ok(());
         };
-        if running.command.is_none() && Instant::now() >= running.next_try {
+        let waits = matches!(running.step, Step::Stay { .. });
+        if running.command.is_none() && !waits && Instant::now() >= running.next_try {
             let members: Vec<u8> = self.members.clone();
             let line = self.launch(cluster, &members);
             say(self.start, &format!("running `{line}`"));

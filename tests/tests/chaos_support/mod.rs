@@ -366,6 +366,8 @@ pub async fn run(options: &Options) -> Result<Report, String> {
                     cluster.start(n)?;
                 }
             }
+            // A member removed meanwhile has no link any more.
+            Heal::LinkUp(n) if cluster.retired(n) => {}
             Heal::LinkUp(n) => net.set_link(n, true)?,
             Heal::Nft(n) => net.nft_heal(n),
             Heal::Proxy => proxy.heal(),
