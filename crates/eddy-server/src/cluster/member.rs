@@ -403,6 +403,17 @@ fn advertise(config: &ServerConfig, addr: SocketAddr) -> String {
     }
 }
 
+/// Where the other members reach this member's replication port (bound at `bound`), as the
+/// metadata records it when members change: the address `--replication-host` binds when it
+/// names one (a private network; `--advertise-host` is the clients' host), otherwise the
+/// advertised host.
+fn replication_address(config: &ServerConfig, bound: SocketAddr) -> String {
+    match config.replication_host {
+        Some(ip) if !ip.is_unspecified() => SocketAddr::new(ip, bound.port()).to_string(),
+        _ => advertise(config, bound),
+    }
+}
+
 /// This member's greeting on the replication port: who it is, where clients reach it, what
 /// its peers must share with it, and a nonce of this start.
 fn greeting(
@@ -630,7 +641,7 @@ pub async fn start(
         .with_identity(me, transport.authenticates())
         .with_membership(
             transport.peers().clone(),
-            advertise(config, advertised.replication),
+            replication_address(config, advertised.replication),
         );
     tracing::info!(node_id = me, members = ?members, "cluster member started");
     Ok(Member {
@@ -918,6 +929,41 @@ impl Member {
     pub fn stop(&self) {
         self.stop.cancel();
         self.streams.runner().stop();
+    }
+}
+
+#[cfg(test)]
+mod replication_address_tests {
+    use super::{replication_address, ServerConfig};
+
+    #[test]
+    fn a_member_is_recorded_at_its_replication_host_when_it_names_one() {
+        let bound = "10.0.0.1:10001".parse().unwrap();
+        let config = |replication_host: Option<&str>, advertise_host: Option<&str>| ServerConfig {
+            replication_host: replication_host.map(|h| h.parse().unwrap()),
+            advertise_host: advertise_host.map(str::to_owned),
+            ..ServerConfig::default()
+        };
+        // A private replication network: the clients' advertised host is not where the
+        // members reach it.
+        assert_eq!(
+            replication_address(&config(Some("10.0.0.1"), Some("eddy.example")), bound),
+            "10.0.0.1:10001"
+        );
+        // Bound everywhere, or on the clients' host: the advertised host.
+        let everywhere = "0.0.0.0:10001".parse().unwrap();
+        assert_eq!(
+            replication_address(&config(Some("0.0.0.0"), Some("eddy.example")), everywhere),
+            "eddy.example:10001"
+        );
+        assert_eq!(
+            replication_address(&config(None, Some("eddy.example")), bound),
+            "eddy.example:10001"
+        );
+        assert_eq!(
+            replication_address(&config(None, None), bound),
+            "10.0.0.1:10001"
+        );
     }
 }
 
