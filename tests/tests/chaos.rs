@@ -218,6 +218,7 @@ fn the_checker_finds_loss_duplication_and_disorder() {
             attempt(3, 3, 40, 50, true),
         ],
         offsets: Vec::new(),
+        origin: None,
     };
     let good = stored(&[(1, 2), (2, 1), (3, 3)]);
     let verdict = check(&history, &[good.clone(), good.clone()]);

@@ -225,10 +225,23 @@ pub fn check(history: &History, views: &[NodeView]) -> Verdict {
         }
         let count = attempt.count as usize;
         if places.len() != count {
+            let when = history.origin.map_or_else(String::new, |origin| {
+                format!(
+                    " (sent {:.1}s into the run, answered {:.1}s later)",
+                    attempt
+                        .start
+                        .saturating_duration_since(origin)
+                        .as_secs_f64(),
+                    attempt
+                        .end
+                        .saturating_duration_since(attempt.start)
+                        .as_secs_f64()
+                )
+            });
             fail(
                 &mut v,
                 format!(
-                    "{name} ({} outcome, {count} messages) is stored as {} messages: {:?}",
+                    "{name} ({} outcome, {count} messages) is stored as {} messages{when}: {:?}",
                     if attempt.acked {
                         "acknowledged"
                     } else {

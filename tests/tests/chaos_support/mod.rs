@@ -176,6 +176,7 @@ pub async fn run(options: &Options) -> Result<Report, String> {
         .map(|i| cluster.stream_addr(i))
         .collect();
     let load = Load::new(addrs.clone(), options.partitions);
+    load.history.lock().unwrap().origin = Some(start);
     load.setup(options.partitions, Duration::from_secs(60))
         .await?;
     say!(start, "cluster up, stream and topic created; load starts");

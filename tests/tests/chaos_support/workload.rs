@@ -48,6 +48,8 @@ pub struct OffsetAttempt {
 pub struct History {
     pub sends: Vec<Attempt>,
     pub offsets: Vec<OffsetAttempt>,
+    /// The run's start, which the checker's findings name times from (`None`: no times).
+    pub origin: Option<Instant>,
 }
 
 /// Shared state of the load tasks.

@@ -403,6 +403,24 @@ fn advertise(config: &ServerConfig, addr: SocketAddr) -> String {
     }
 }
 
+/// Whether the members' record names every member the metadata group (`metadata`, as this
+/// member runs it; `None`: not known here) counts. A record a leader began and did not finish
+/// (it died between two of the members it records, one entry each) lacks some: followed, it
+/// would cut those members off from this one and from each other, and with them maybe the
+/// majority that could finish the record.
+fn record_is_complete(
+    recorded: &BTreeMap<u64, String>,
+    metadata: Option<&eddy_consensus::Membership>,
+) -> bool {
+    metadata.is_none_or(|m| {
+        m.voters
+            .iter()
+            .chain(&m.learners)
+            .chain(&m.voters_outgoing)
+            .all(|id| recorded.contains_key(id))
+    })
+}
+
 /// Where the other members reach this member's replication port (bound at `bound`), as the
 /// metadata records it when members change: the address `--replication-host` binds when it
 /// names one (a private network; `--advertise-host` is the clients' host), otherwise the
@@ -740,6 +758,18 @@ impl Member {
         if recorded.is_empty() || *eddy_log::lock(&self.followed) == recorded {
             return;
         }
+        let (tx, rx) = tokio::sync::oneshot::channel();
+        self.streams.runner().with(move |node| {
+            let _ = tx.send(node.membership(METADATA_GROUP));
+        });
+        let metadata = rx.await.ok().flatten();
+        if !record_is_complete(&recorded, metadata.as_ref()) {
+            tracing::debug!(
+                recorded = ?recorded.keys().collect::<Vec<_>>(),
+                "the members' record lacks some of the metadata group's members: not followed until a membership change completes it"
+            );
+            return;
+        }
         let mut resolved_all = true;
         let known = self.transport.peers().all();
         let mut peers = BTreeMap::new();
@@ -929,6 +959,58 @@ impl Member {
     pub fn stop(&self) {
         self.stop.cancel();
         self.streams.runner().stop();
+    }
+}
+
+#[cfg(test)]
+mod record_tests {
+    use super::record_is_complete;
+    use std::collections::BTreeMap;
+
+    #[test]
+    fn a_record_is_followed_only_once_it_names_every_member_of_the_metadata_group() {
+        let record = |ids: &[u64]| -> BTreeMap<u64, String> {
+            ids.iter()
+                .map(|&i| (i, format!("10.0.0.{i}:10001")))
+                .collect()
+        };
+        let metadata =
+            |voters: &[u64], learners: &[u64], outgoing: &[u64]| eddy_consensus::Membership {
+                voters: voters.to_vec(),
+                learners: learners.to_vec(),
+                voters_outgoing: outgoing.to_vec(),
+                ..eddy_consensus::Membership::default()
+            };
+        // The first change's leader died after recording itself only: following that would
+        // leave members 2 and 3 neither dialling nor accepting each other.
+        assert!(!record_is_complete(
+            &record(&[1]),
+            Some(&metadata(&[1, 2, 3], &[], &[]))
+        ));
+        assert!(record_is_complete(
+            &record(&[1, 2, 3]),
+            Some(&metadata(&[1, 2, 3], &[], &[]))
+        ));
+        // A member being added is recorded before it joins any group.
+        assert!(record_is_complete(
+            &record(&[1, 2, 3, 4]),
+            Some(&metadata(&[1, 2, 3], &[], &[]))
+        ));
+        assert!(record_is_complete(
+            &record(&[1, 2, 3, 4]),
+            Some(&metadata(&[1, 2, 3], &[4], &[]))
+        ));
+        assert!(!record_is_complete(
+            &record(&[1, 2, 3]),
+            Some(&metadata(&[1, 2, 3], &[4], &[]))
+        ));
+        // In a joint configuration the outgoing voters count too.
+        assert!(!record_is_complete(
+            &record(&[2, 3, 4]),
+            Some(&metadata(&[2, 3, 4], &[], &[1, 2, 3]))
+        ));
+        // Not known here (no metadata group yet): the record is followed.
+        assert!(record_is_complete(&record(&[1]), None));
     }
 }
 

@@ -2,8 +2,10 @@
 //! `EDDY_CLUSTER_REMOVE_MEMBER`), run by the metadata group's leader.
 //!
 //! Adding member `n` at `address`:
-//! 1. the metadata records every current member with its replication address (once, the
-//!    first time members change) and then `n` (`MetadataOp::SetMember`): every member's
+//! 1. the metadata records every current member with its replication address (the first
+//!    time members change, and what a leader that died half-way through that left out: a
+//!    member follows the record only once it names every member of the metadata group) and
+//!    then `n` (`MetadataOp::SetMember`): every member's
 //!    transport then dials and accepts `n`, and `n` (started with `--join`) learns the
 //!    cluster's id and founders from any of them;
 //! 2. on every group (the metadata group, each event shard, each partition) `n` becomes a
@@ -145,14 +147,17 @@ impl ClusterStreams {
         Ok(groups)
     }
 
-    /// The first time members change, records every current voter of the metadata group
-    /// with its replication address (this member's own, the others' from the transport).
+    /// Records every current voter of the metadata group the metadata does not record yet,
+    /// with its replication address (this member's own, the others' from the transport): all
+    /// of them the first time members change, and those a leader that died in the middle of
+    /// that left out (one entry each).
     async fn record_current_members(&self, metadata: &Membership) -> Result<(), ClusterError> {
-        if !self.read(|s| s.members.is_empty()) {
+        let missing = self.read(|s| unrecorded(&metadata.voters, &s.members));
+        if missing.is_empty() {
             return Ok(());
         }
         let peers = self.peers.all();
-        for &member in &metadata.voters {
+        for member in missing {
             let address = if member == self.me {
                 self.replication.clone()
             } else {
@@ -393,6 +398,18 @@ impl ClusterStreams {
     }
 }
 
+/// The `voters` the members' record lacks.
+fn unrecorded(
+    voters: &[NodeId],
+    recorded: &std::collections::BTreeMap<u64, String>,
+) -> Vec<NodeId> {
+    voters
+        .iter()
+        .copied()
+        .filter(|v| !recorded.contains_key(v))
+        .collect()
+}
+
 /// Marks a membership change running on this member for as long as it lives.
 struct Changing(std::sync::Arc<std::sync::atomic::AtomicUsize>);
 
@@ -406,5 +423,18 @@ impl Changing {
 impl Drop for Changing {
     fn drop(&mut self) {
         self.0.fetch_sub(1, std::sync::atomic::Ordering::SeqCst);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::unrecorded;
+
+    #[test]
+    fn a_record_a_dead_leader_began_is_completed_by_the_next_change() {
+        let record = |ids: &[u64]| ids.iter().map(|&i| (i, format!("h{i}:1"))).collect();
+        assert_eq!(unrecorded(&[1, 2, 3], &record(&[])), [1, 2, 3]);
+        assert_eq!(unrecorded(&[1, 2, 3], &record(&[1])), [2, 3]);
+        assert!(unrecorded(&[1, 2, 3], &record(&[1, 2, 3, 4])).is_empty());
     }
 }
