@@ -460,13 +460,19 @@ impl EventStore {
         Ok(ShardPosition { next_seq, tip })
     }
 
-    /// Whether `shard`'s log dropped records it queued, or fail-stopped, since it opened: a
+    /// Whether `shard`'s log dropped records it queued since it opened (one atomic load): a
     /// cluster member then misses an entry it applied (nobody waits on a follower's apply to
     /// learn it), so its shard machine stops applying until a restart. False for a shard
     /// that does not exist.
     pub fn shard_dropped_writes(&self, shard: u32) -> bool {
         self.shard(u64::from(shard))
             .is_ok_and(crate::shard::Shard::dropped_writes)
+    }
+
+    /// Whether `shard`'s log fail-stopped (it takes no more writes until a restart).
+    pub fn shard_log_failed(&self, shard: u32) -> bool {
+        self.shard(u64::from(shard))
+            .is_ok_and(|s| s.log.failure().is_some())
     }
 
     /// Resolves once every record `shard` has queued so far is visible to readers. A member

@@ -156,11 +156,13 @@ impl Shard {
     }
 
     /// Whether the log dropped records this shard queued (it refused them: a full disk, a
-    /// failed write) or fail-stopped since the shard opened. A cluster member's shard then
-    /// misses an entry it applied: its state machine stops applying until a restart, which
-    /// resumes after the last record the log holds.
+    /// failed write) since the shard opened: one atomic load, cheap enough for every apply.
+    /// A cluster member's shard then misses an entry it applied: its state machine stops
+    /// applying until a restart, which resumes after the last record the log holds. (A log
+    /// that fail-stopped with nothing queued writes nothing more, so it leaves no hole; see
+    /// [`Log::failure`].)
     pub(crate) fn dropped_writes(&self) -> bool {
-        self.dropped.load(Ordering::Acquire) > 0 || self.log.failure().is_some()
+        self.dropped.load(Ordering::Acquire) > 0
     }
 
     /// Sets the replicated index of the last record (after recovery read it).

@@ -476,7 +476,7 @@ impl StateMachine for EventShardMachine {
     /// shard applies, instead of this one answering every write with an error until it is
     /// restarted.
     fn health(&self) -> Result<(), StoreError> {
-        if self.store.shard_dropped_writes(self.shard) {
+        if self.store.shard_dropped_writes(self.shard) || self.store.shard_log_failed(self.shard) {
             self.stopped.store(true, Ordering::Release);
         }
         if self.stopped.load(Ordering::Acquire) {
