@@ -1254,6 +1254,35 @@ fn cluster_change_cli(stream: SocketAddr, args: &[&str]) -> Result<String, Strin
     }
 }
 
+/// Checks that `held` (a member's messages) has every acknowledged payload once, or twice
+/// when its send was retried after an unknown outcome (`send_one` says which).
+fn held_once(what: &str, held: &[String], acked: &[(String, bool)]) {
+    for (payload, uncertain) in acked {
+        let copies = held.iter().filter(|p| *p == payload).count();
+        assert!(
+            copies == 1 || (*uncertain && copies == 2),
+            "{what}: {payload} ({copies} copies, retried: {uncertain}): {held:?}"
+        );
+    }
+}
+
+/// Waits (up to 30 s) until the Iggy cluster metadata `reader` gets lists `members` members,
+/// one of them leader.
+async fn metadata_lists(reader: &IggyClient, members: usize) {
+    let started = Instant::now();
+    loop {
+        let (leader, listed) = leader_of(reader).await;
+        if leader.is_some() && listed == members {
+            return;
+        }
+        assert!(
+            started.elapsed() < Duration::from_secs(30),
+            "cluster metadata: leader {leader:?}, {listed} members, not {members}"
+        );
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+}
+
 /// Sends one message with `payload` through any of `addrs` (retried while the cluster
 /// elects); the SDK follows the leader. True when an earlier attempt's send failed with an
 /// unknown outcome (it may have landed too: the edge.4 SDK has no idempotent producer).
@@ -1513,14 +1542,7 @@ async fn a_member_added_at_run_time_votes_and_a_removed_one_is_not_needed() {
             .into_iter()
             .map(|(_, p)| p)
             .collect();
-        // Once; twice only when a send was retried after an unknown outcome.
-        for (payload, uncertain) in &acked {
-            let copies = held.iter().filter(|p| *p == payload).count();
-            assert!(
-                copies == 1 || (*uncertain && copies == 2),
-                "{payload} acknowledged during the changes ({copies} copies, retried: {uncertain}): {held:?}"
-            );
-        }
+        held_once("acknowledged during the changes", &held, &acked);
         let events: Vec<SocketAddr> = nodes
             .iter()
             .flatten()
@@ -1604,18 +1626,7 @@ async fn an_add_whose_leader_dies_half_way_is_finished_by_the_next_leader() {
         }
         // The Iggy cluster metadata lists exactly the four members, one of them leader.
         let reader = client_via(fourth_stream).await;
-        let started = Instant::now();
-        loop {
-            let (leader, members) = leader_of(&reader).await;
-            if leader.is_some() && members == 4 {
-                break;
-            }
-            assert!(
-                started.elapsed() < Duration::from_secs(30),
-                "cluster metadata: leader {leader:?}, {members} members"
-            );
-            tokio::time::sleep(Duration::from_millis(200)).await;
-        }
+        metadata_lists(&reader, 4).await;
         let held: Vec<String> = all_messages(&reader)
             .await
             .into_iter()
@@ -1762,9 +1773,11 @@ async fn a_replace_whose_leader_dies_in_the_remove_is_finished_by_the_next_leade
             format!("member {} restarted", leader + 1),
             nodes[leader].as_ref().unwrap(),
         );
-        groups_become(fourth_stream, "the replaced member is in no group", |v, l| {
-            v == current.as_slice() && l.is_empty()
-        })
+        groups_become(
+            fourth_stream,
+            "the replaced member is in no group",
+            |v, l| v == current.as_slice() && l.is_empty(),
+        )
         .await;
         stop.store(true, std::sync::atomic::Ordering::Relaxed);
         let acked = match producer.await.unwrap() {
@@ -1796,29 +1809,15 @@ async fn a_replace_whose_leader_dies_in_the_remove_is_finished_by_the_next_leade
                 .into_iter()
                 .map(|(_, p)| p)
                 .collect();
-            // Once; twice only when a send was retried after an unknown outcome.
-            for (payload, uncertain) in &acked {
-                let copies = held.iter().filter(|p| *p == payload).count();
-                assert!(
-                    copies == 1 || (*uncertain && copies == 2),
-                    "{member}: {payload} acknowledged during the replace ({copies} copies, retried: {uncertain}): {held:?}"
-                );
-            }
+            held_once(
+                &format!("{member}: acknowledged during the replace"),
+                &held,
+                &acked,
+            );
         }
         // The Iggy cluster metadata and `eddy cluster status` list exactly the current members.
         let reader = client_via(fourth_stream).await;
-        let started = Instant::now();
-        loop {
-            let (leader, members) = leader_of(&reader).await;
-            if leader.is_some() && members == 3 {
-                break;
-            }
-            assert!(
-                started.elapsed() < Duration::from_secs(30),
-                "cluster metadata: leader {leader:?}, {members} members"
-            );
-            tokio::time::sleep(Duration::from_millis(200)).await;
-        }
+        metadata_lists(&reader, 3).await;
         let listed: Vec<u64> = cluster_status_cli(fourth_stream, false)
             .iter()
             .filter_map(|m| m["id"].as_u64())
@@ -1900,27 +1899,14 @@ async fn a_cluster_of_one_holding_data_grows_to_three_without_a_restart() {
                 .into_iter()
                 .map(|(_, p)| p)
                 .collect();
-            for (payload, uncertain) in &acked {
-                let copies = held.iter().filter(|p| *p == payload).count();
-                assert!(
-                    copies == 1 || (*uncertain && copies == 2),
-                    "{member}: {payload} acknowledged while the cluster grew ({copies} copies)"
-                );
-            }
+            held_once(
+                &format!("{member}: acknowledged while the cluster grew"),
+                &held,
+                &acked,
+            );
         }
         let reader = client_via(streams[2]).await;
-        let started = Instant::now();
-        loop {
-            let (leader, members) = leader_of(&reader).await;
-            if leader.is_some() && members == 3 {
-                break;
-            }
-            assert!(
-                started.elapsed() < Duration::from_secs(30),
-                "cluster metadata: leader {leader:?}, {members} members"
-            );
-            tokio::time::sleep(Duration::from_millis(200)).await;
-        }
+        metadata_lists(&reader, 3).await;
 
         // The first member is no longer needed: the two others are a majority.
         nodes[0].take().unwrap().eddy.kill();
