@@ -1,4 +1,4 @@
-//! The `eddy` binary: its allocator, then [`eddy_server::cli::main`] (argument parsing,
+//! The `eddy` binary: its allocator, then [`eddy::cli::main`] (argument parsing,
 //! configuration layering, logging, start-up and exit codes).
 
 /// The server's allocator. Connection tasks allocate requests and replies on the runtime's
@@ -9,5 +9,5 @@
 static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
 
 fn main() -> std::process::ExitCode {
-    eddy_server::cli::main()
+    eddy::cli::main()
 }

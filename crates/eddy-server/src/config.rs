@@ -2,8 +2,10 @@
 //!
 //! Every option has the same name in all three places it can be set: the flag `--data-dir`, the
 //! environment variable `EDDY_DATA_DIR` and the TOML key `data_dir`. Precedence, highest first:
-//! flags, environment, config file, built-in defaults. The command line ([`crate::cli`]) does the layering;
-//! this module owns the names, the defaults and the validation.
+//! flags, environment, config file, built-in defaults. [`ServerConfig`] is the one option
+//! table: its fields derive the flags (clap) and the TOML keys (serde). The command line
+//! (`eddy::cli` in `bins/eddy`) does the layering; this module owns the names, the defaults and
+//! the validation.
 
 use std::net::IpAddr;
 use std::path::PathBuf;
@@ -225,6 +227,19 @@ pub enum TlsClientAuth {
 /// the event store's own rule, spelled `aggregate_id`, `org_id` or `aggregate_type_id`.
 pub use eddy_event_store::RoutingRule;
 
+/// clap's parser of an enumerated option: the names the configuration file takes (serde's),
+/// listed for `--help` and parsed as the file parses them, so the two cannot disagree.
+fn named<T>(names: &'static [&'static str]) -> impl clap::builder::TypedValueParser<Value = T>
+where
+    T: serde::de::DeserializeOwned + Clone + Send + Sync + 'static,
+{
+    use clap::builder::TypedValueParser as _;
+    clap::builder::PossibleValuesParser::new(names).map(|name| {
+        let name = serde::de::value::StrDeserializer::<serde::de::value::Error>::new(&name);
+        T::deserialize(name).expect("every listed name is one of the type's")
+    })
+}
+
 /// Log output format.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, Default)]
 #[serde(rename_all = "lowercase")]
@@ -263,193 +278,287 @@ pub enum LogRotation {
     Never,
 }
 
-/// The whole server configuration. Field names are the TOML keys; flags and environment
-/// variables are derived from them (`data_dir` -> `--data-dir`, `EDDY_DATA_DIR`).
-#[derive(Clone, PartialEq, Serialize, Deserialize)]
+/// The whole server configuration and the one table of `eddy serve`'s options: each field is a
+/// TOML key, a flag and an environment variable of the same name (`data_dir`, `--data-dir`,
+/// `EDDY_DATA_DIR`), its doc comment the flag's help. The command line (`bins/eddy`) parses the
+/// flags into this type through clap and layers them over the file and the defaults.
+#[derive(Clone, PartialEq, Serialize, Deserialize, clap::Args)]
 #[serde(deny_unknown_fields, default)]
 // One field per flag: the switches are independent options, not a state to model as an enum.
 #[allow(clippy::struct_excessive_bools)]
 pub struct ServerConfig {
-    /// Data directory, created if missing and locked while the server runs.
+    /// Data directory; created if missing and locked while the server runs.
+    #[arg(long, env = "EDDY_DATA_DIR", value_name = "DIR", default_value = DEFAULT_DATA_DIR)]
     pub data_dir: PathBuf,
     /// Address every listener binds.
+    #[arg(long, env = "EDDY_HOST", default_value = DEFAULT_HOST)]
     pub host: IpAddr,
     /// Stream (Iggy) protocol port.
+    #[arg(long, env = "EDDY_STREAM_PORT", default_value_t = DEFAULT_STREAM_PORT)]
     pub stream_port: u16,
     /// Event (Celeriant) protocol port.
+    #[arg(long, env = "EDDY_CLIENT_PORT", default_value_t = DEFAULT_CLIENT_PORT)]
     pub client_port: u16,
     /// Replication port.
+    #[arg(long, env = "EDDY_REPLICATION_PORT", default_value_t = DEFAULT_REPLICATION_PORT)]
     pub replication_port: u16,
-    /// HTTP admin port (`/health`, `/metrics`).
+    /// HTTP port for /health and /metrics.
+    #[arg(long, env = "EDDY_HTTP_PORT", default_value_t = DEFAULT_HTTP_PORT)]
     pub http_port: u16,
-    /// Root user name, bootstrapped on first start.
+    /// Root user name, created on first start.
+    #[arg(long, env = "EDDY_ROOT_USERNAME", default_value = DEFAULT_ROOT_USERNAME)]
     pub root_username: String,
-    /// Root password, bootstrapped on first start. Never logged.
+    /// Root password, set on first start. Prefer the environment variable to the flag.
+    #[arg(
+        long,
+        env = "EDDY_ROOT_PASSWORD",
+        default_value = DEFAULT_ROOT_PASSWORD,
+        hide_env_values = true,
+        hide_default_value = false
+    )]
     pub root_password: String,
-    /// Serve on a host other than loopback although root still has the published default
-    /// password (otherwise the server refuses to start).
+    /// Start on a host other than loopback although root still has the published default
+    /// password (without it the server refuses to start there, exit code 78).
+    #[arg(long, env = "EDDY_ALLOW_DEFAULT_ROOT_PASSWORD", default_value_t = false, num_args = 0..=1, default_missing_value = "true")]
     pub allow_default_root_password: bool,
-    /// Cap on event-protocol request bodies (both declared lengths).
+    /// Largest event-protocol request body in bytes (both declared lengths are checked).
+    #[arg(long, env = "EDDY_MAX_REQUEST_SIZE", default_value_t = DEFAULT_MAX_REQUEST_SIZE)]
     pub max_request_size: u32,
     /// The first frame on the event port must be Identify.
+    #[arg(long, env = "EDDY_REQUIRE_CLIENT_IDENTITY", default_value_t = false, num_args = 0..=1, default_missing_value = "true")]
     pub require_client_identity: bool,
-    /// TLS on the client ports.
+    /// TLS on the client ports: disabled or strict (TLS 1.3 only).
+    #[arg(long, env = "EDDY_TLS_MODE", default_value = "disabled", value_parser = named::<TlsMode>(&["disabled", "strict"]))]
     pub tls_mode: TlsMode,
-    /// Client certificate policy under TLS.
+    /// Client certificates under TLS: require (mTLS), optional or none.
+    #[arg(long, env = "EDDY_TLS_CLIENT_AUTH", default_value = "require", value_parser = named::<TlsClientAuth>(&["require", "optional", "none"]))]
     pub tls_client_auth: TlsClientAuth,
-    /// Allow API keys or required identity without TLS.
+    /// Allow API keys or --require-client-identity without TLS.
+    #[arg(long, env = "EDDY_INSECURE_ALLOW_PLAINTEXT_AUTH", default_value_t = false, num_args = 0..=1, default_missing_value = "true")]
     pub insecure_allow_plaintext_auth: bool,
-    /// With API keys configured, also serve event-port clients that never identify (they get
-    /// read-write access). Without it, API keys need `require_client_identity`.
+    /// With API keys (api_keys.toml) but without --require-client-identity, serve event-port
+    /// clients that never identify; they get read-write access. Without this flag the server
+    /// refuses to start in that configuration.
+    #[arg(long, env = "EDDY_ALLOW_ANONYMOUS_CLIENTS", default_value_t = false, num_args = 0..=1, default_missing_value = "true")]
     pub allow_anonymous_clients: bool,
-    /// PEM certificate chain the client ports present (TLS strict).
+    /// PEM certificate chain the client ports present under --tls-mode strict.
+    #[arg(long, env = "EDDY_TLS_CERT", value_name = "FILE")]
     pub tls_cert: Option<PathBuf>,
-    /// PEM private key of `tls_cert` (PKCS#8, PKCS#1 or SEC1).
+    /// PEM private key of --tls-cert (PKCS#8, PKCS#1 or SEC1).
+    #[arg(long, env = "EDDY_TLS_KEY", value_name = "FILE")]
     pub tls_key: Option<PathBuf>,
-    /// PEM CA bundle that client certificates must chain to (mTLS).
+    /// PEM CA bundle client certificates must chain to (needed unless --tls-client-auth none).
+    #[arg(long, env = "EDDY_TLS_CA_CERT", value_name = "FILE")]
     pub tls_ca_cert: Option<PathBuf>,
-    /// At-rest encryption key: the standard base64 of 32 bytes. When set, stored message
-    /// batches and event records are encrypted with AES-256-GCM. Never logged.
+    /// At-rest encryption key (standard base64 of 32 random bytes, e.g. `openssl rand -base64
+    /// 32`): stored messages and events are encrypted with AES-256-GCM. Losing or changing it
+    /// makes the data written with it unreadable. Prefer the environment variable or the config
+    /// file to the flag.
+    #[arg(
+        long,
+        env = "EDDY_ENCRYPTION_KEY",
+        value_name = "BASE64",
+        hide_env_values = true
+    )]
     pub encryption_key: Option<String>,
-    /// zstd level for stored events and compressed responses (1..=22).
+    /// zstd level (1-22) for stored events and compressed responses.
+    #[arg(long, env = "EDDY_WAL_COMPRESSION_LEVEL", default_value_t = DEFAULT_WAL_COMPRESSION_LEVEL)]
     pub wal_compression_level: i32,
-    /// Log level filter (`trace`, `debug`, `info`, `warn`, `error`, or a `RUST_LOG`-style directive).
+    /// Log level or filter directive (RUST_LOG applies when this is not set).
+    #[arg(long, env = "EDDY_LOG_LEVEL", default_value = "info")]
     pub log_level: String,
-    /// Log format.
+    /// Log format: text or json.
+    #[arg(long, env = "EDDY_LOG_FORMAT", default_value = "text", value_parser = named::<LogFormat>(&["text", "json"]))]
     pub log_format: LogFormat,
-    /// Directory for log files, besides stderr (unset: stderr only). The current file is
-    /// `eddy.log`.
+    /// Also log to files in this directory (the current one is eddy.log) [default: stderr only].
+    #[arg(long, env = "EDDY_LOG_DIR", value_name = "DIR")]
     pub log_dir: Option<PathBuf>,
-    /// When the log file rotates.
+    /// When the log file rotates: size (past --log-max-file-bytes), hourly, daily or never.
+    #[arg(long, env = "EDDY_LOG_ROTATION", default_value = "size", value_parser = named::<LogRotation>(&["size", "hourly", "daily", "never"]))]
     pub log_rotation: LogRotation,
-    /// Size past which the log file rotates under `log_rotation = "size"`.
+    /// Size in bytes past which the log file rotates (--log-rotation size).
+    #[arg(long, env = "EDDY_LOG_MAX_FILE_BYTES", default_value_t = DEFAULT_LOG_MAX_FILE_BYTES)]
     pub log_max_file_bytes: u64,
     /// Rotated log files kept beside the current one; older ones are deleted.
+    #[arg(long, env = "EDDY_LOG_MAX_FILES", default_value_t = DEFAULT_LOG_MAX_FILES)]
     pub log_max_files: u32,
-    /// Bound on the graceful drain at shutdown, in milliseconds.
+    /// Longest wait for in-flight requests at shutdown, in milliseconds.
+    #[arg(long, env = "EDDY_DRAIN_TIMEOUT_MS", default_value_t = DEFAULT_DRAIN_TIMEOUT_MS)]
     pub drain_timeout_ms: u64,
-    /// Cap on concurrent connections per protocol listener.
+    /// Most concurrent connections per protocol port.
+    #[arg(long, env = "EDDY_MAX_CONNECTIONS", default_value_t = DEFAULT_MAX_CONNECTIONS)]
     pub max_connections: u32,
-    /// Cap on the connections of one client address (an IPv6 /64) per client port; more are
-    /// closed at accept. Unset: a quarter of the port's cap, at most 1024. 0: no cap.
+    /// Most connections of one client address (an IPv6 /64) per client port (stream, event,
+    /// HTTP); more are closed at accept. 0: no cap [default: a quarter of the port's cap, at
+    /// most 1024].
+    #[arg(long, env = "EDDY_MAX_CONNECTIONS_PER_IP")]
     pub max_connections_per_ip: Option<u32>,
-    /// Addresses and networks (`ADDRESS` or `ADDRESS/PREFIX`) counted only against the
-    /// port's cap, not `max_connections_per_ip`.
+    /// Addresses or networks (ADDRESS or ADDRESS/PREFIX, comma-separated) counted only against
+    /// --max-connections, not --max-connections-per-ip; an empty value exempts none.
+    #[arg(
+        long,
+        env = "EDDY_MAX_CONNECTIONS_PER_IP_EXEMPT",
+        value_name = "NETWORKS",
+        value_delimiter = ',',
+        default_value = "127.0.0.0/8,::1"
+    )]
     pub max_connections_per_ip_exempt: Vec<String>,
-    /// Budget of request bytes in flight on the stream and event ports together: a frame
-    /// above 64 KiB reserves its bytes before its body is read, and waits while they do not
-    /// fit.
+    /// Budget in bytes of request frames in flight on the stream and event ports together: a
+    /// frame above 64 KiB reserves its bytes before its body is read and waits while they do
+    /// not fit.
+    #[arg(long, env = "EDDY_MAX_INFLIGHT_REQUEST_BYTES", default_value_t = DEFAULT_MAX_INFLIGHT_REQUEST_BYTES)]
     pub max_inflight_request_bytes: u64,
     // Event protocol.
-    /// Cap on event-protocol response bodies (both lengths); also the read page budget.
+    /// Largest event-protocol response body in bytes; also bounds one read page.
+    #[arg(long, env = "EDDY_MAX_RESPONSE_SIZE", default_value_t = DEFAULT_MAX_RESPONSE_SIZE)]
     pub max_response_size: u32,
-    /// Deadline for a complete request frame on the event port, and for each response write;
-    /// an idle connection is closed after it.
+    /// Event port: deadline for a complete request frame (idle close) and for each response write, in milliseconds.
+    #[arg(long, env = "EDDY_CLIENT_CONNECTION_TIMEOUT_MS", default_value_t = DEFAULT_CLIENT_CONNECTION_TIMEOUT_MS)]
     pub client_connection_timeout_ms: u64,
-    /// Cap on a watch's requested coalescing latency.
+    /// Largest requested_latency_ms a watch may ask for (error 8001 above it).
+    #[arg(long, env = "EDDY_MAX_REQUESTED_LATENCY_MS", default_value_t = DEFAULT_MAX_REQUESTED_LATENCY_MS)]
     pub max_requested_latency_ms: u64,
-    /// Cap on watch subscribers per event shard.
+    /// Most watch subscribers per event shard (error 8005 at the cap).
+    #[arg(long, env = "EDDY_MAX_WATCH_SUBSCRIBERS", default_value_t = DEFAULT_MAX_WATCH_SUBSCRIBERS)]
     pub max_watch_subscribers: u32,
-    /// Items per list page (orgs, aggregate types, aggregates).
+    /// Items per page of the event list requests.
+    #[arg(long, env = "EDDY_LIST_PAGE_SIZE", default_value_t = DEFAULT_LIST_PAGE_SIZE)]
     pub list_page_size: u32,
-    /// Event shards; immutable once the store exists. Unset: the stored value, or the number
-    /// of CPUs when the store is created.
+    /// Event shards, fixed when the event store is created [default: the stored value, else the number of CPUs].
+    #[arg(long, env = "EDDY_NUM_SHARDS")]
     pub num_shards: Option<u32>,
-    /// Which id places an aggregate on a shard (immutable once the store exists).
+    /// Which id places an aggregate on an event shard (fixed when the store is created).
+    #[arg(long, env = "EDDY_ROUTING_RULE", default_value = "aggregate_id", value_parser = named::<RoutingRule>(&["aggregate_id", "org_id", "aggregate_type_id"]))]
     pub routing_rule: RoutingRule,
-    /// Shard 0 holds no data (immutable; needs at least two shards).
+    /// Event shard 0 holds no data (fixed when the store is created; needs 2+ shards).
+    #[arg(long, env = "EDDY_RESERVE_COORDINATOR_SHARD", default_value_t = false, num_args = 0..=1, default_missing_value = "true")]
     pub reserve_coordinator_shard: bool,
-    /// Cap on a registered schema's text, in bytes.
+    /// Largest schema text a RegisterSchema may carry, in bytes (error 2021 above it).
+    #[arg(long, env = "EDDY_MAX_SCHEMA_SIZE_BYTES", default_value_t = DEFAULT_MAX_SCHEMA_SIZE_BYTES)]
     pub max_schema_size_bytes: u32,
-    /// Seconds between two event store compaction passes (the first comes one interval after
-    /// the start).
+    /// Seconds between two event store compaction passes, which physically remove trimmed and
+    /// deleted events (the first pass comes one interval after the start).
+    #[arg(long, env = "EDDY_COMPACTION_CHECK_INTERVAL_SECS", default_value_t = DEFAULT_COMPACTION_CHECK_INTERVAL_SECS)]
     pub compaction_check_interval_secs: u64,
-    /// A sealed event segment is rewritten once at least this share (`0..=1`) of it is
-    /// reclaimable (trimmed or deleted events).
+    /// Share (0..=1) of a sealed event segment that must be reclaimable before compaction rewrites it.
+    #[arg(long, env = "EDDY_COMPACTION_MIN_RECLAIMABLE_RATIO", default_value_t = DEFAULT_COMPACTION_MIN_RECLAIMABLE_RATIO)]
     pub compaction_min_reclaimable_ratio: f64,
-    /// Size at which an event shard's log rolls to a new segment; only sealed segments are
-    /// compacted.
+    /// Size in bytes at which an event shard's log rolls to a new segment (Celeriant's
+    /// --shard-log-preallocate-bytes; segments are not created at full size).
+    #[arg(long, env = "EDDY_SHARD_LOG_SEGMENT_BYTES", default_value_t = DEFAULT_SHARD_LOG_SEGMENT_BYTES)]
     pub shard_log_segment_bytes: u64,
-    /// Event-store group-commit window in microseconds: while an event shard's fdatasync is
-    /// in flight, the writes arriving behind it wait this long after it before the next group
-    /// is taken, so one fdatasync covers more of them (an idle shard writes at once). 0 takes
-    /// every group as soon as the writer is free.
+    /// Event-store group-commit window in microseconds (Celeriant's --fsync-delay-us): writes
+    /// arriving while an event shard's fdatasync is in flight wait up to this long after it
+    /// (less once the writers it acknowledged are back), so one fdatasync covers more of them;
+    /// an idle shard writes at once. 0 disables the window.
+    #[arg(long, env = "EDDY_FSYNC_DELAY_US", default_value_t = DEFAULT_FSYNC_DELAY_US)]
     pub fsync_delay_us: u64,
-    /// When the window applies: only while the CPUs are saturated (`busy`), or `always`.
+    /// When the group-commit window applies: busy (only while the machine's CPUs are
+    /// saturated, where it saves CPU per write; writers paced by the disk never wait) or
+    /// always.
+    #[arg(long, env = "EDDY_FSYNC_DELAY_WHEN", default_value = "busy", value_parser = named::<FsyncDelayWhen>(&["busy", "always"]))]
     pub fsync_delay_when: FsyncDelayWhen,
-    /// What a topic created with `durability = replicated` acknowledges after: `fsync`
-    /// (default) or `memory` (see [`ReplicatedDurability`]).
+    /// What a topic created with durability = replicated (every newer Iggy SDK's default)
+    /// acknowledges after: fsync (as persisted: an acknowledged send is on disk, on a majority
+    /// in a cluster) or memory (Iggy's meaning: a majority holds it in memory; on a single
+    /// node, the page cache). enforce_fsync = false asks for memory acks either way.
+    #[arg(long, env = "EDDY_REPLICATED_DURABILITY", default_value = "fsync", value_parser = named::<ReplicatedDurability>(&["fsync", "memory"]))]
     pub replicated_durability: ReplicatedDurability,
-    /// Cap on a stream-protocol frame, header included: a larger frame closes its connection
-    /// before its body is read.
+    /// Largest stream-protocol frame in bytes, header included; a larger one closes its
+    /// connection unread.
+    #[arg(long, env = "EDDY_STREAM_MAX_FRAME_SIZE", default_value_t = DEFAULT_STREAM_MAX_FRAME_SIZE)]
     pub stream_max_frame_size: u32,
-    /// Stream-protocol heartbeat interval in milliseconds; 0 disables stale-client eviction.
+    /// Stream-protocol heartbeat interval in milliseconds: consumer-group members silent for
+    /// 1.2 intervals are evicted as stale (0 disables).
+    #[arg(long, env = "EDDY_STREAM_HEARTBEAT_INTERVAL_MS", default_value_t = DEFAULT_STREAM_HEARTBEAT_INTERVAL_MS)]
     pub stream_heartbeat_interval_ms: u64,
     // Cluster.
-    /// This node's id in the cluster (at least 1; every member's must differ).
+    /// This node's id in the cluster (1, 2, 3...; each member's differs).
+    #[arg(long, env = "EDDY_NODE_ID", default_value_t = 1)]
     pub node_id: u64,
-    /// The other members, `ID=HOST:REPLICATION_PORT` each. None: a single node (unless
-    /// `cluster`).
+    /// Another member of the cluster, ID=HOST:REPLICATION_PORT; repeat for each (env: comma-separated). None: a single node.
+    #[arg(long = "peer", id = "peers", env = "EDDY_PEERS", value_name = "ID=HOST:PORT", value_delimiter = ',', action = clap::ArgAction::Append)]
     pub peers: Vec<String>,
-    /// A cluster member even without `peers`: a cluster of one, this node, which `eddy
-    /// cluster add` grows at run time. A plain single node (no peers, not this) keeps its
-    /// data in the single-node layout and cannot be grown.
+    /// Run as a cluster member without --peer: a cluster of one that `eddy cluster add ID=HOST:PORT` grows at run time (peer TLS as for any member). A plain single node cannot be grown.
+    #[arg(long, env = "EDDY_CLUSTER", default_value_t = false, num_args = 0..=1, default_missing_value = "true")]
     pub cluster: bool,
-    /// Join the cluster of `peers` as a new member: at the first start, its id and founders
-    /// come from them (once `eddy cluster add` recorded this member).
+    /// Join the cluster of the --peer members as a new member (after `eddy cluster add ID=HOST:PORT` on one of them): the cluster's id and founders come from them at the first start.
+    #[arg(long, env = "EDDY_JOIN", default_value_t = false, num_args = 0..=1, default_missing_value = "true")]
     pub join: bool,
-    /// Host clients are sent to for this node (redirects, cluster metadata). Unset: `host`.
+    /// Host clients are sent to for this node (redirects, cluster metadata) [default: --host].
+    #[arg(long, env = "EDDY_ADVERTISE_HOST", value_name = "HOST")]
     pub advertise_host: Option<String>,
-    /// Address the replication port binds. Unset: `host`.
+    /// Address the replication port binds [default: --host].
+    #[arg(long, env = "EDDY_REPLICATION_HOST", value_name = "ADDR")]
     pub replication_host: Option<IpAddr>,
-    /// PEM certificate (chain) this member presents to its peers on the replication port:
-    /// signed by `peer_tls_ca`, naming its node id (`eddy cluster certs` writes them).
+    /// PEM certificate this member presents to its peers (mutual TLS on the replication
+    /// port), signed by --peer-tls-ca and naming its node id; `eddy cluster certs` writes it.
+    #[arg(long, env = "EDDY_PEER_TLS_CERT", value_name = "FILE")]
     pub peer_tls_cert: Option<PathBuf>,
-    /// PEM private key of `peer_tls_cert`.
+    /// PEM private key of --peer-tls-cert.
+    #[arg(long, env = "EDDY_PEER_TLS_KEY", value_name = "FILE")]
     pub peer_tls_key: Option<PathBuf>,
-    /// PEM certificate of the cluster CA every member's certificate must chain to.
+    /// PEM certificate of the cluster CA that every member's certificate must chain to.
+    #[arg(long, env = "EDDY_PEER_TLS_CA", value_name = "FILE")]
     pub peer_tls_ca: Option<PathBuf>,
-    /// Replicate without TLS: any process that reaches the replication port can then act as
-    /// a member. Only for a trusted, isolated network; refused under `tls_mode = strict`.
+    /// Replicate without TLS or peer authentication: any process that reaches the
+    /// replication port can act as a member. Only on a trusted, isolated network.
+    #[arg(long, env = "EDDY_INSECURE_PEER_PLAINTEXT", default_value_t = false, num_args = 0..=1, default_missing_value = "true")]
     pub insecure_peer_plaintext: bool,
-    /// Cap on concurrent connections to the replication port (a cluster member's).
+    /// Most connections to the replication port at once (a cluster member's).
+    #[arg(long, env = "EDDY_MAX_PEER_CONNECTIONS", default_value_t = DEFAULT_MAX_PEER_CONNECTIONS)]
     pub max_peer_connections: u32,
-    /// The consensus clock: heartbeats every 2 ticks, elections after 10 to 20 silent ticks.
+    /// The consensus clock in milliseconds: heartbeats every 2 ticks, elections after 10-20 silent ticks.
+    #[arg(long, env = "EDDY_RAFT_TICK_MS", default_value_t = DEFAULT_RAFT_TICK_MS)]
     pub raft_tick_ms: u64,
-    /// Event-store shard groups: their Raft log is compacted every this many applied
-    /// entries (the shard's own log synced first); a member that needs entries compacted away
-    /// copies the shard's records from a peer.
+    /// Event shard groups: compact the Raft log every this many applied entries; a member that
+    /// needs what was compacted copies the shard's records from a peer.
+    #[arg(long, env = "EDDY_RAFT_EVENT_COMPACT_ENTRIES", default_value_t = crate::cluster::events::DEFAULT_EVENT_COMPACT_ENTRIES)]
     pub raft_event_compact_entries: u64,
     /// After a member joins a consumer group, a partition whose owner has polled and not yet
-    /// committed moves once the owner commits, or at the latest after this many milliseconds
-    /// (0: at once).
+    /// committed stays with it until it commits, or at most this many milliseconds (0: moves at once).
+    #[arg(long, env = "EDDY_STREAM_GROUP_REBALANCING_TIMEOUT_MS", default_value_t = DEFAULT_STREAM_GROUP_REBALANCING_TIMEOUT_MS)]
     pub stream_group_rebalancing_timeout_ms: u64,
-    /// Seconds between two purges of expired personal access tokens.
+    /// Seconds between two purges of expired personal access tokens (they stop working at
+    /// their expiry whatever this is; the purge frees their names and the per-user limit).
+    #[arg(long, env = "EDDY_TOKEN_PURGE_INTERVAL_SECS", default_value_t = DEFAULT_TOKEN_PURGE_INTERVAL_SECS)]
     pub token_purge_interval_secs: u64,
-    /// Stream port: a connection not logged in this many milliseconds after its accept (or its
-    /// logout) is closed.
+    /// Stream port: milliseconds a connection has to log in, from its accept or its logout;
+    /// then it is evicted (NoSession) and closed.
+    #[arg(long, env = "EDDY_STREAM_LOGIN_TIMEOUT_MS", default_value_t = DEFAULT_STREAM_LOGIN_TIMEOUT_MS)]
     pub stream_login_timeout_ms: u64,
-    /// Stream port: a session that completes no request (pings count) for this many
-    /// milliseconds is closed; 0 never closes an idle session.
+    /// Stream port: milliseconds a session may go without completing a request (heartbeat
+    /// pings count) before it is evicted (StaleClient) and closed; 0 disables.
+    #[arg(long, env = "EDDY_STREAM_IDLE_TIMEOUT_MS", default_value_t = DEFAULT_STREAM_IDLE_TIMEOUT_MS)]
     pub stream_idle_timeout_ms: u64,
-    /// Stream port: largest frame read before login, header included; a larger one closes its
-    /// connection before its body is read.
+    /// Stream port: largest frame in bytes (header included) read before login; a larger one
+    /// closes its connection unread.
+    #[arg(long, env = "EDDY_STREAM_MAX_PRELOGIN_FRAME_SIZE", default_value_t = DEFAULT_STREAM_MAX_PRELOGIN_FRAME_SIZE)]
     pub stream_max_prelogin_frame_size: u32,
-    /// Stream port: an answer not written within this many milliseconds (the client stopped
-    /// reading) closes its connection.
+    /// Stream port: milliseconds an answer may take to write; a client that stops reading is
+    /// disconnected after it.
+    #[arg(long, env = "EDDY_STREAM_WRITE_TIMEOUT_MS", default_value_t = DEFAULT_STREAM_WRITE_TIMEOUT_MS)]
     pub stream_write_timeout_ms: u64,
-    /// Most Argon2id computations (password checks and hashes) running at once; more wait.
+    /// Most Argon2id computations (password checks and hashes) at once; further logins wait.
+    #[arg(long, env = "EDDY_MAX_CONCURRENT_PASSWORD_HASHES", default_value_t = DEFAULT_MAX_CONCURRENT_PASSWORD_HASHES)]
     pub max_concurrent_password_hashes: u32,
-    /// Failed logins after which a stream connection is closed (after the failure's eviction).
+    /// Failed logins after which a stream connection is closed.
+    #[arg(long, env = "EDDY_LOGIN_MAX_FAILURES_PER_CONNECTION", default_value_t = DEFAULT_LOGIN_MAX_FAILURES_PER_CONNECTION)]
     pub login_max_failures_per_connection: u32,
-    /// Cap on the delay a login attempt waits after failures of its connection or address.
+    /// Longest delay in milliseconds before a login attempt that follows failed ones (of the
+    /// same connection or address; the delay starts at 100 ms after two failures and doubles).
+    #[arg(long, env = "EDDY_LOGIN_BACKOFF_MAX_MS", default_value_t = DEFAULT_LOGIN_BACKOFF_MAX_MS)]
     pub login_backoff_max_ms: u64,
-    /// HTTP admin port: most connections at once (further ones wait in the kernel backlog).
+    /// HTTP port: most connections at once; further ones wait in the kernel backlog.
+    #[arg(long, env = "EDDY_HTTP_MAX_CONNECTIONS", default_value_t = DEFAULT_HTTP_MAX_CONNECTIONS)]
     pub http_max_connections: u32,
-    /// HTTP admin port: deadline for a request head, and for the next one on a kept-alive
-    /// connection.
+    /// HTTP port: milliseconds a client has to send a request head (also the idle limit of a
+    /// kept-alive connection).
+    #[arg(long, env = "EDDY_HTTP_HEADER_READ_TIMEOUT_MS", default_value_t = DEFAULT_HTTP_HEADER_READ_TIMEOUT_MS)]
     pub http_header_read_timeout_ms: u64,
-    /// HTTP admin port: a response write making no progress this long closes its connection.
+    /// HTTP port: milliseconds a response write may make no progress (the client stopped
+    /// reading) before the connection is closed.
+    #[arg(long, env = "EDDY_HTTP_WRITE_TIMEOUT_MS", default_value_t = DEFAULT_HTTP_WRITE_TIMEOUT_MS)]
     pub http_write_timeout_ms: u64,
 }
 

@@ -8,7 +8,6 @@
 
 pub mod address_cap;
 pub mod budget;
-pub mod cli;
 pub mod clock;
 pub mod cluster;
 pub mod compaction;

@@ -5,5 +5,5 @@
 static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
 
 fn main() -> std::process::ExitCode {
-    eddy_server::cli::main()
+    eddy::cli::main()
 }

@@ -1,7 +1,7 @@
 //! The `eddy` command line: argument parsing, configuration layering, logging and start-up.
 //!
-//! The binary (`bins/eddy`) is a thin call of [`main`]; it lives here so the real-process tests
-//! (`tests/`) start the very same entry point without depending on the binary crate.
+//! The binary (`bins/eddy/src/main.rs`) is a thin call of [`main`]; the real-process tests
+//! (`tests/`) build the very same entry point into a binary of their own package.
 //!
 //! Configuration precedence, highest first: flags, environment (`EDDY_*`), the TOML file given
 //! by `--config`, built-in defaults. Every option has one name in all three: `--data-dir`,
@@ -16,9 +16,8 @@ use std::process::ExitCode;
 
 use clap::parser::ValueSource;
 use clap::{ArgMatches, CommandFactory, FromArgMatches, Parser, Subcommand};
-use serde::Serialize;
 
-use crate::config::{self as cfg, LogFormat, LogRotation, ServerConfig};
+use eddy_server::config::{self as cfg, LogFormat, LogRotation, ServerConfig};
 
 /// Exit code for configuration errors (sysexits `EX_CONFIG`).
 pub const EXIT_CONFIG: u8 = 78;
@@ -59,353 +58,17 @@ Examples:
   eddy serve --data-dir /var/lib/eddy --host 0.0.0.0
   EDDY_ROOT_PASSWORD=change-me eddy serve --config /etc/eddy/eddy.toml";
 
-/// Options of `eddy serve`. Field names are the TOML keys of [`ServerConfig`]; a test checks the
-/// two stay in step.
-#[derive(Debug, clap::Args, Serialize)]
-// One field per flag: the switches are independent options, not a state to model as an enum.
-#[allow(clippy::struct_excessive_bools)]
+/// Options of `eddy serve`: the configuration file and every option of [`ServerConfig`] (its
+/// fields are the flags, environment variables and TOML keys).
+#[derive(Debug, clap::Args)]
 pub struct ServeArgs {
     /// TOML configuration file (keys as the flags, with '_' for '-').
     #[arg(long, env = "EDDY_CONFIG", value_name = "FILE")]
-    #[serde(skip)]
     pub config: Option<PathBuf>,
 
-    /// Data directory; created if missing and locked while the server runs.
-    #[arg(long, env = "EDDY_DATA_DIR", value_name = "DIR", default_value = cfg::DEFAULT_DATA_DIR)]
-    pub data_dir: PathBuf,
-
-    /// Address every listener binds.
-    #[arg(long, env = "EDDY_HOST", default_value = cfg::DEFAULT_HOST)]
-    pub host: std::net::IpAddr,
-
-    /// Stream (Iggy) protocol port.
-    #[arg(long, env = "EDDY_STREAM_PORT", default_value_t = cfg::DEFAULT_STREAM_PORT)]
-    pub stream_port: u16,
-
-    /// Event (Celeriant) protocol port.
-    #[arg(long, env = "EDDY_CLIENT_PORT", default_value_t = cfg::DEFAULT_CLIENT_PORT)]
-    pub client_port: u16,
-
-    /// Replication port.
-    #[arg(long, env = "EDDY_REPLICATION_PORT", default_value_t = cfg::DEFAULT_REPLICATION_PORT)]
-    pub replication_port: u16,
-
-    /// HTTP port for /health and /metrics.
-    #[arg(long, env = "EDDY_HTTP_PORT", default_value_t = cfg::DEFAULT_HTTP_PORT)]
-    pub http_port: u16,
-
-    /// Root user name, created on first start.
-    #[arg(long, env = "EDDY_ROOT_USERNAME", default_value = cfg::DEFAULT_ROOT_USERNAME)]
-    pub root_username: String,
-
-    /// Root password, set on first start. Prefer the environment variable to the flag.
-    #[arg(
-        long,
-        env = "EDDY_ROOT_PASSWORD",
-        default_value = cfg::DEFAULT_ROOT_PASSWORD,
-        hide_env_values = true,
-        hide_default_value = false
-    )]
-    pub root_password: String,
-
-    /// Start on a host other than loopback although root still has the published default
-    /// password (without it the server refuses to start there, exit code 78).
-    #[arg(long, env = "EDDY_ALLOW_DEFAULT_ROOT_PASSWORD", default_value_t = false, num_args = 0..=1, default_missing_value = "true")]
-    pub allow_default_root_password: bool,
-
-    /// Largest event-protocol request body in bytes (both declared lengths are checked).
-    #[arg(long, env = "EDDY_MAX_REQUEST_SIZE", default_value_t = cfg::DEFAULT_MAX_REQUEST_SIZE)]
-    pub max_request_size: u32,
-
-    /// The first frame on the event port must be Identify.
-    #[arg(long, env = "EDDY_REQUIRE_CLIENT_IDENTITY", default_value_t = false, num_args = 0..=1, default_missing_value = "true")]
-    pub require_client_identity: bool,
-
-    /// TLS on the client ports: disabled or strict (TLS 1.3 only).
-    #[arg(long, env = "EDDY_TLS_MODE", default_value = "disabled", value_parser = ["disabled", "strict"])]
-    pub tls_mode: String,
-
-    /// Client certificates under TLS: require (mTLS), optional or none.
-    #[arg(long, env = "EDDY_TLS_CLIENT_AUTH", default_value = "require", value_parser = ["require", "optional", "none"])]
-    pub tls_client_auth: String,
-
-    /// Allow API keys or --require-client-identity without TLS.
-    #[arg(long, env = "EDDY_INSECURE_ALLOW_PLAINTEXT_AUTH", default_value_t = false, num_args = 0..=1, default_missing_value = "true")]
-    pub insecure_allow_plaintext_auth: bool,
-
-    /// With API keys (api_keys.toml) but without --require-client-identity, serve event-port
-    /// clients that never identify; they get read-write access. Without this flag the server
-    /// refuses to start in that configuration.
-    #[arg(long, env = "EDDY_ALLOW_ANONYMOUS_CLIENTS", default_value_t = false, num_args = 0..=1, default_missing_value = "true")]
-    pub allow_anonymous_clients: bool,
-
-    /// PEM certificate chain the client ports present under --tls-mode strict.
-    #[arg(long, env = "EDDY_TLS_CERT", value_name = "FILE")]
-    pub tls_cert: Option<PathBuf>,
-
-    /// PEM private key of --tls-cert (PKCS#8, PKCS#1 or SEC1).
-    #[arg(long, env = "EDDY_TLS_KEY", value_name = "FILE")]
-    pub tls_key: Option<PathBuf>,
-
-    /// PEM CA bundle client certificates must chain to (needed unless --tls-client-auth none).
-    #[arg(long, env = "EDDY_TLS_CA_CERT", value_name = "FILE")]
-    pub tls_ca_cert: Option<PathBuf>,
-
-    /// At-rest encryption key (standard base64 of 32 random bytes, e.g. `openssl rand -base64
-    /// 32`): stored messages and events are encrypted with AES-256-GCM. Losing or changing it
-    /// makes the data written with it unreadable. Prefer the environment variable or the config
-    /// file to the flag.
-    #[arg(
-        long,
-        env = "EDDY_ENCRYPTION_KEY",
-        value_name = "BASE64",
-        hide_env_values = true
-    )]
-    pub encryption_key: Option<String>,
-
-    /// zstd level (1-22) for stored events and compressed responses.
-    #[arg(long, env = "EDDY_WAL_COMPRESSION_LEVEL", default_value_t = cfg::DEFAULT_WAL_COMPRESSION_LEVEL)]
-    pub wal_compression_level: i32,
-
-    /// Log level or filter directive (RUST_LOG applies when this is not set).
-    #[arg(long, env = "EDDY_LOG_LEVEL", default_value = "info")]
-    pub log_level: String,
-
-    /// Log format: text or json.
-    #[arg(long, env = "EDDY_LOG_FORMAT", default_value = "text", value_parser = ["text", "json"])]
-    pub log_format: String,
-
-    /// Also log to files in this directory (the current one is eddy.log) [default: stderr only].
-    #[arg(long, env = "EDDY_LOG_DIR", value_name = "DIR")]
-    pub log_dir: Option<PathBuf>,
-
-    /// When the log file rotates: size (past --log-max-file-bytes), hourly, daily or never.
-    #[arg(long, env = "EDDY_LOG_ROTATION", default_value = "size", value_parser = ["size", "hourly", "daily", "never"])]
-    pub log_rotation: String,
-
-    /// Size in bytes past which the log file rotates (--log-rotation size).
-    #[arg(long, env = "EDDY_LOG_MAX_FILE_BYTES", default_value_t = cfg::DEFAULT_LOG_MAX_FILE_BYTES)]
-    pub log_max_file_bytes: u64,
-
-    /// Rotated log files kept beside the current one; older ones are deleted.
-    #[arg(long, env = "EDDY_LOG_MAX_FILES", default_value_t = cfg::DEFAULT_LOG_MAX_FILES)]
-    pub log_max_files: u32,
-
-    /// Longest wait for in-flight requests at shutdown, in milliseconds.
-    #[arg(long, env = "EDDY_DRAIN_TIMEOUT_MS", default_value_t = cfg::DEFAULT_DRAIN_TIMEOUT_MS)]
-    pub drain_timeout_ms: u64,
-
-    /// Most concurrent connections per protocol port.
-    #[arg(long, env = "EDDY_MAX_CONNECTIONS", default_value_t = cfg::DEFAULT_MAX_CONNECTIONS)]
-    pub max_connections: u32,
-
-    /// Most connections of one client address (an IPv6 /64) per client port (stream, event,
-    /// HTTP); more are closed at accept. 0: no cap [default: a quarter of the port's cap, at
-    /// most 1024].
-    #[arg(long, env = "EDDY_MAX_CONNECTIONS_PER_IP")]
-    pub max_connections_per_ip: Option<u32>,
-
-    /// Addresses or networks (ADDRESS or ADDRESS/PREFIX, comma-separated) counted only against
-    /// --max-connections, not --max-connections-per-ip; an empty value exempts none.
-    #[arg(
-        long,
-        env = "EDDY_MAX_CONNECTIONS_PER_IP_EXEMPT",
-        value_name = "NETWORKS",
-        value_delimiter = ',',
-        default_value = "127.0.0.0/8,::1"
-    )]
-    pub max_connections_per_ip_exempt: Vec<String>,
-
-    /// Budget in bytes of request frames in flight on the stream and event ports together: a
-    /// frame above 64 KiB reserves its bytes before its body is read and waits while they do
-    /// not fit.
-    #[arg(long, env = "EDDY_MAX_INFLIGHT_REQUEST_BYTES", default_value_t = cfg::DEFAULT_MAX_INFLIGHT_REQUEST_BYTES)]
-    pub max_inflight_request_bytes: u64,
-
-    /// Largest event-protocol response body in bytes; also bounds one read page.
-    #[arg(long, env = "EDDY_MAX_RESPONSE_SIZE", default_value_t = cfg::DEFAULT_MAX_RESPONSE_SIZE)]
-    pub max_response_size: u32,
-
-    /// Event port: deadline for a complete request frame (idle close) and for each response write, in milliseconds.
-    #[arg(long, env = "EDDY_CLIENT_CONNECTION_TIMEOUT_MS", default_value_t = cfg::DEFAULT_CLIENT_CONNECTION_TIMEOUT_MS)]
-    pub client_connection_timeout_ms: u64,
-
-    /// Largest requested_latency_ms a watch may ask for (error 8001 above it).
-    #[arg(long, env = "EDDY_MAX_REQUESTED_LATENCY_MS", default_value_t = cfg::DEFAULT_MAX_REQUESTED_LATENCY_MS)]
-    pub max_requested_latency_ms: u64,
-
-    /// Most watch subscribers per event shard (error 8005 at the cap).
-    #[arg(long, env = "EDDY_MAX_WATCH_SUBSCRIBERS", default_value_t = cfg::DEFAULT_MAX_WATCH_SUBSCRIBERS)]
-    pub max_watch_subscribers: u32,
-
-    /// Items per page of the event list requests.
-    #[arg(long, env = "EDDY_LIST_PAGE_SIZE", default_value_t = cfg::DEFAULT_LIST_PAGE_SIZE)]
-    pub list_page_size: u32,
-
-    /// Event shards, fixed when the event store is created [default: the stored value, else the number of CPUs].
-    #[arg(long, env = "EDDY_NUM_SHARDS")]
-    pub num_shards: Option<u32>,
-
-    /// Which id places an aggregate on an event shard (fixed when the store is created).
-    #[arg(long, env = "EDDY_ROUTING_RULE", default_value = "aggregate_id", value_parser = ["aggregate_id", "org_id", "aggregate_type_id"])]
-    pub routing_rule: String,
-
-    /// Event shard 0 holds no data (fixed when the store is created; needs 2+ shards).
-    #[arg(long, env = "EDDY_RESERVE_COORDINATOR_SHARD", default_value_t = false, num_args = 0..=1, default_missing_value = "true")]
-    pub reserve_coordinator_shard: bool,
-
-    /// Largest schema text a RegisterSchema may carry, in bytes (error 2021 above it).
-    #[arg(long, env = "EDDY_MAX_SCHEMA_SIZE_BYTES", default_value_t = cfg::DEFAULT_MAX_SCHEMA_SIZE_BYTES)]
-    pub max_schema_size_bytes: u32,
-
-    /// Seconds between two event store compaction passes, which physically remove trimmed and
-    /// deleted events (the first pass comes one interval after the start).
-    #[arg(long, env = "EDDY_COMPACTION_CHECK_INTERVAL_SECS", default_value_t = cfg::DEFAULT_COMPACTION_CHECK_INTERVAL_SECS)]
-    pub compaction_check_interval_secs: u64,
-
-    /// Share (0..=1) of a sealed event segment that must be reclaimable before compaction rewrites it.
-    #[arg(long, env = "EDDY_COMPACTION_MIN_RECLAIMABLE_RATIO", default_value_t = cfg::DEFAULT_COMPACTION_MIN_RECLAIMABLE_RATIO)]
-    pub compaction_min_reclaimable_ratio: f64,
-
-    /// Size in bytes at which an event shard's log rolls to a new segment (Celeriant's
-    /// --shard-log-preallocate-bytes; segments are not created at full size).
-    #[arg(long, env = "EDDY_SHARD_LOG_SEGMENT_BYTES", default_value_t = cfg::DEFAULT_SHARD_LOG_SEGMENT_BYTES)]
-    pub shard_log_segment_bytes: u64,
-    /// Event-store group-commit window in microseconds (Celeriant's --fsync-delay-us): writes
-    /// arriving while an event shard's fdatasync is in flight wait up to this long after it
-    /// (less once the writers it acknowledged are back), so one fdatasync covers more of them;
-    /// an idle shard writes at once. 0 disables the window.
-    #[arg(long, env = "EDDY_FSYNC_DELAY_US", default_value_t = cfg::DEFAULT_FSYNC_DELAY_US)]
-    pub fsync_delay_us: u64,
-    /// When the group-commit window applies: busy (only while the machine's CPUs are
-    /// saturated, where it saves CPU per write; writers paced by the disk never wait) or
-    /// always.
-    #[arg(long, env = "EDDY_FSYNC_DELAY_WHEN", default_value = "busy", value_parser = ["busy", "always"])]
-    pub fsync_delay_when: String,
-    /// What a topic created with durability = replicated (every newer Iggy SDK's default)
-    /// acknowledges after: fsync (as persisted: an acknowledged send is on disk, on a majority
-    /// in a cluster) or memory (Iggy's meaning: a majority holds it in memory; on a single
-    /// node, the page cache). enforce_fsync = false asks for memory acks either way.
-    #[arg(long, env = "EDDY_REPLICATED_DURABILITY", default_value = "fsync", value_parser = ["fsync", "memory"])]
-    pub replicated_durability: String,
-    /// Largest stream-protocol frame in bytes, header included; a larger one closes its
-    /// connection unread.
-    #[arg(long, env = "EDDY_STREAM_MAX_FRAME_SIZE", default_value_t = cfg::DEFAULT_STREAM_MAX_FRAME_SIZE)]
-    pub stream_max_frame_size: u32,
-
-    /// Stream-protocol heartbeat interval in milliseconds: consumer-group members silent for
-    /// 1.2 intervals are evicted as stale (0 disables).
-    #[arg(long, env = "EDDY_STREAM_HEARTBEAT_INTERVAL_MS", default_value_t = cfg::DEFAULT_STREAM_HEARTBEAT_INTERVAL_MS)]
-    pub stream_heartbeat_interval_ms: u64,
-
-    /// This node's id in the cluster (1, 2, 3...; each member's differs).
-    #[arg(long, env = "EDDY_NODE_ID", default_value_t = 1)]
-    pub node_id: u64,
-
-    /// Another member of the cluster, ID=HOST:REPLICATION_PORT; repeat for each (env: comma-separated). None: a single node.
-    #[arg(long = "peer", id = "peers", env = "EDDY_PEERS", value_name = "ID=HOST:PORT", value_delimiter = ',', action = clap::ArgAction::Append)]
-    pub peers: Vec<String>,
-
-    /// Run as a cluster member without --peer: a cluster of one that `eddy cluster add ID=HOST:PORT` grows at run time (peer TLS as for any member). A plain single node cannot be grown.
-    #[arg(long, env = "EDDY_CLUSTER", default_value_t = false, num_args = 0..=1, default_missing_value = "true")]
-    pub cluster: bool,
-
-    /// Join the cluster of the --peer members as a new member (after `eddy cluster add ID=HOST:PORT` on one of them): the cluster's id and founders come from them at the first start.
-    #[arg(long, env = "EDDY_JOIN", default_value_t = false, num_args = 0..=1, default_missing_value = "true")]
-    pub join: bool,
-
-    /// Host clients are sent to for this node (redirects, cluster metadata) [default: --host].
-    #[arg(long, env = "EDDY_ADVERTISE_HOST", value_name = "HOST")]
-    pub advertise_host: Option<String>,
-
-    /// Address the replication port binds [default: --host].
-    #[arg(long, env = "EDDY_REPLICATION_HOST", value_name = "ADDR")]
-    pub replication_host: Option<std::net::IpAddr>,
-
-    /// PEM certificate this member presents to its peers (mutual TLS on the replication
-    /// port), signed by --peer-tls-ca and naming its node id; `eddy cluster certs` writes it.
-    #[arg(long, env = "EDDY_PEER_TLS_CERT", value_name = "FILE")]
-    pub peer_tls_cert: Option<PathBuf>,
-
-    /// PEM private key of --peer-tls-cert.
-    #[arg(long, env = "EDDY_PEER_TLS_KEY", value_name = "FILE")]
-    pub peer_tls_key: Option<PathBuf>,
-
-    /// PEM certificate of the cluster CA that every member's certificate must chain to.
-    #[arg(long, env = "EDDY_PEER_TLS_CA", value_name = "FILE")]
-    pub peer_tls_ca: Option<PathBuf>,
-
-    /// Replicate without TLS or peer authentication: any process that reaches the
-    /// replication port can act as a member. Only on a trusted, isolated network.
-    #[arg(long, env = "EDDY_INSECURE_PEER_PLAINTEXT", default_value_t = false, num_args = 0..=1, default_missing_value = "true")]
-    pub insecure_peer_plaintext: bool,
-
-    /// Most connections to the replication port at once (a cluster member's).
-    #[arg(long, env = "EDDY_MAX_PEER_CONNECTIONS", default_value_t = cfg::DEFAULT_MAX_PEER_CONNECTIONS)]
-    pub max_peer_connections: u32,
-
-    /// The consensus clock in milliseconds: heartbeats every 2 ticks, elections after 10-20 silent ticks.
-    #[arg(long, env = "EDDY_RAFT_TICK_MS", default_value_t = cfg::DEFAULT_RAFT_TICK_MS)]
-    pub raft_tick_ms: u64,
-    /// Event shard groups: compact the Raft log every this many applied entries; a member that
-    /// needs what was compacted copies the shard's records from a peer.
-    #[arg(long, env = "EDDY_RAFT_EVENT_COMPACT_ENTRIES", default_value_t = crate::cluster::events::DEFAULT_EVENT_COMPACT_ENTRIES)]
-    pub raft_event_compact_entries: u64,
-    /// After a member joins a consumer group, a partition whose owner has polled and not yet
-    /// committed stays with it until it commits, or at most this many milliseconds (0: moves at once).
-    #[arg(long, env = "EDDY_STREAM_GROUP_REBALANCING_TIMEOUT_MS", default_value_t = cfg::DEFAULT_STREAM_GROUP_REBALANCING_TIMEOUT_MS)]
-    pub stream_group_rebalancing_timeout_ms: u64,
-    /// Seconds between two purges of expired personal access tokens (they stop working at
-    /// their expiry whatever this is; the purge frees their names and the per-user limit).
-    #[arg(long, env = "EDDY_TOKEN_PURGE_INTERVAL_SECS", default_value_t = cfg::DEFAULT_TOKEN_PURGE_INTERVAL_SECS)]
-    pub token_purge_interval_secs: u64,
-
-    /// Stream port: milliseconds a connection has to log in, from its accept or its logout;
-    /// then it is evicted (NoSession) and closed.
-    #[arg(long, env = "EDDY_STREAM_LOGIN_TIMEOUT_MS", default_value_t = cfg::DEFAULT_STREAM_LOGIN_TIMEOUT_MS)]
-    pub stream_login_timeout_ms: u64,
-
-    /// Stream port: milliseconds a session may go without completing a request (heartbeat
-    /// pings count) before it is evicted (StaleClient) and closed; 0 disables.
-    #[arg(long, env = "EDDY_STREAM_IDLE_TIMEOUT_MS", default_value_t = cfg::DEFAULT_STREAM_IDLE_TIMEOUT_MS)]
-    pub stream_idle_timeout_ms: u64,
-
-    /// Stream port: largest frame in bytes (header included) read before login; a larger one
-    /// closes its connection unread.
-    #[arg(long, env = "EDDY_STREAM_MAX_PRELOGIN_FRAME_SIZE", default_value_t = cfg::DEFAULT_STREAM_MAX_PRELOGIN_FRAME_SIZE)]
-    pub stream_max_prelogin_frame_size: u32,
-
-    /// Stream port: milliseconds an answer may take to write; a client that stops reading is
-    /// disconnected after it.
-    #[arg(long, env = "EDDY_STREAM_WRITE_TIMEOUT_MS", default_value_t = cfg::DEFAULT_STREAM_WRITE_TIMEOUT_MS)]
-    pub stream_write_timeout_ms: u64,
-
-    /// Most Argon2id computations (password checks and hashes) at once; further logins wait.
-    #[arg(long, env = "EDDY_MAX_CONCURRENT_PASSWORD_HASHES", default_value_t = cfg::DEFAULT_MAX_CONCURRENT_PASSWORD_HASHES)]
-    pub max_concurrent_password_hashes: u32,
-
-    /// Failed logins after which a stream connection is closed.
-    #[arg(long, env = "EDDY_LOGIN_MAX_FAILURES_PER_CONNECTION", default_value_t = cfg::DEFAULT_LOGIN_MAX_FAILURES_PER_CONNECTION)]
-    pub login_max_failures_per_connection: u32,
-
-    /// Longest delay in milliseconds before a login attempt that follows failed ones (of the
-    /// same connection or address; the delay starts at 100 ms after two failures and doubles).
-    #[arg(long, env = "EDDY_LOGIN_BACKOFF_MAX_MS", default_value_t = cfg::DEFAULT_LOGIN_BACKOFF_MAX_MS)]
-    pub login_backoff_max_ms: u64,
-
-    /// HTTP port: most connections at once; further ones wait in the kernel backlog.
-    #[arg(long, env = "EDDY_HTTP_MAX_CONNECTIONS", default_value_t = cfg::DEFAULT_HTTP_MAX_CONNECTIONS)]
-    pub http_max_connections: u32,
-
-    /// HTTP port: milliseconds a client has to send a request head (also the idle limit of a
-    /// kept-alive connection).
-    #[arg(long, env = "EDDY_HTTP_HEADER_READ_TIMEOUT_MS", default_value_t = cfg::DEFAULT_HTTP_HEADER_READ_TIMEOUT_MS)]
-    pub http_header_read_timeout_ms: u64,
-
-    /// HTTP port: milliseconds a response write may make no progress (the client stopped
-    /// reading) before the connection is closed.
-    #[arg(long, env = "EDDY_HTTP_WRITE_TIMEOUT_MS", default_value_t = cfg::DEFAULT_HTTP_WRITE_TIMEOUT_MS)]
-    pub http_write_timeout_ms: u64,
+    /// Every option of the server: flag, environment variable and TOML key.
+    #[command(flatten)]
+    pub server: ServerConfig,
 }
 
 /// A failure that ends the process, with the exit code it maps to.
@@ -465,7 +128,7 @@ pub fn resolve(args: &ServeArgs, matches: &ArgMatches) -> Result<Resolved, Failu
         }
     }
 
-    let given = toml::Table::try_from(args)
+    let given = toml::Table::try_from(&args.server)
         .map_err(|e| config_error(format!("internal: cannot serialize flags: {e}")))?;
     let mut log_level_explicit = file_keys.iter().any(|k| k == "log_level");
     for (key, value) in given {
@@ -641,7 +304,7 @@ impl Signals {
 pub fn serve(args: &ServeArgs, matches: &ArgMatches) -> Result<(), Failure> {
     let resolved = resolve(args, matches)?;
     // Before the log files and the data directory are created: readable by this user only.
-    crate::data_dir::restrict_umask();
+    eddy_server::data_dir::restrict_umask();
     init_logging(&resolved)?;
     tracing::info!(config = ?resolved.config, version = env!("CARGO_PKG_VERSION"), "starting eddy");
     let runtime = tokio::runtime::Builder::new_multi_thread()
@@ -657,7 +320,7 @@ pub fn serve(args: &ServeArgs, matches: &ArgMatches) -> Result<(), Failure> {
             message: format!("cannot install signal handlers: {e}"),
             code: EXIT_FAILURE,
         })?;
-        let server = crate::Server::bind(resolved.config)
+        let server = eddy_server::Server::bind(resolved.config)
             .await
             .map_err(|e| Failure {
                 code: if e.is_config() {
@@ -665,11 +328,11 @@ pub fn serve(args: &ServeArgs, matches: &ArgMatches) -> Result<(), Failure> {
                 } else {
                     EXIT_FAILURE
                 },
-                message: crate::error_chain(&e),
+                message: eddy_server::error_chain(&e),
             })?;
         server.run(signals.first()).await.map_err(|e| Failure {
             code: EXIT_FAILURE,
-            message: crate::error_chain(&e),
+            message: eddy_server::error_chain(&e),
         })
     })
 }
