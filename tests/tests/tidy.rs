@@ -310,13 +310,13 @@ fn readme_has_exactly_two_setup_commands_and_ci_runs_the_test_one() {
         commands,
         [
             "cargo run --release -p eddy -- serve",
-            "cargo test --workspace"
+            "cargo test --workspace --locked"
         ],
         "the README's set-up section must hold exactly the two commands"
     );
     let ci = std::fs::read_to_string(root().join(".ci/run")).unwrap();
     assert!(
-        ci.lines().any(|l| l.trim() == "cargo test --workspace"),
+        ci.lines().any(|l| l.trim() == "cargo test --workspace --locked"),
         ".ci/run must run the README's test command"
     );
 }
