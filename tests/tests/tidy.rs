@@ -316,7 +316,8 @@ fn readme_has_exactly_two_setup_commands_and_ci_runs_the_test_one() {
     );
     let ci = std::fs::read_to_string(root().join(".ci/run")).unwrap();
     assert!(
-        ci.lines().any(|l| l.trim() == "cargo test --workspace --locked"),
+        ci.lines()
+            .any(|l| l.trim() == "cargo test --workspace --locked"),
         ".ci/run must run the README's test command"
     );
 }

@@ -1,9 +1,7 @@
 //! The stream protocol with the published SDK: login, streams, topics, messages, offsets.
 
-mod stream_support;
-
+use crate::stream_support::*;
 use iggy::prelude::*;
-use stream_support::*;
 
 #[tokio::test]
 async fn login_ping_streams_topics_send_poll() {

@@ -1,12 +1,10 @@
 //! Every command group with the SDK, including the error paths (not found, already exists,
 //! invalid options): system, streams, topics, partitions, segments, users.
 
-mod stream_support;
-
 use std::str::FromStr as _;
 
+use crate::stream_support::*;
 use iggy::prelude::*;
-use stream_support::*;
 
 /// Lists a ZIP archive with Python's `zipfile` (CRCs checked): `name<TAB>method<TAB>text` for each
 /// entry, in archive order.

@@ -3,11 +3,10 @@
 //! routing errors with `num_shards` that keep the connection open, idle deadlines, many
 //! concurrent connections, and per-type metrics.
 
-mod event_support;
-
 use std::collections::HashMap;
 use std::time::{Duration, Instant};
 
+use crate::event_support::{client, error_of, start, Raw};
 use celeriant_client_tokio::{ClientError, ServerError};
 use celeriant_msg::process_client_requests::ClientRequest;
 use celeriant_msg::request::requests::{
@@ -15,7 +14,6 @@ use celeriant_msg::request::requests::{
     WriteRequest,
 };
 use celeriant_wal::aggregate_key::AggregateKey;
-use event_support::{client, error_of, start, Raw};
 
 fn list_orgs(correlation_id: Option<u128>, shard_id: u64) -> ClientRequest {
     ClientRequest::ListOrgs(ListOrgsRequest {

@@ -3,11 +3,11 @@
 //! with commits, cooperative hand-over of partitions with uncommitted polls, and the eviction
 //! of stale members.
 
-mod stream_support;
-
 use std::collections::BTreeSet;
 use std::time::{Duration, Instant};
 
+use crate::stream_support::raw::Raw;
+use crate::stream_support::*;
 use eddy_codec::stream::commands::{
     join_consumer_group, poll_messages, store_consumer_offset, sync_consumer_group,
 };
@@ -16,8 +16,6 @@ use eddy_codec::stream::{
 };
 use eddy_wire::stream::EvictionReason;
 use iggy::prelude::*;
-use stream_support::raw::Raw;
-use stream_support::*;
 
 async fn members(client: &IggyClient, group: &str) -> Vec<Vec<u32>> {
     let details = client

@@ -1,17 +1,16 @@
 //! The published `celeriant_client_tokio` **0.3.0** (renamed `celeriant_client_tokio_03`,
 //! built beside 0.2.0) against real `eddy serve` processes: it speaks protocol version 4
 //! (bincode; 5 is `MessagePack`), identifies on every connection, expects OCC conflicts as
-//! typed responses (13/14) and keeps a dictionary cache. The scenario set of event_store.rs,
+//! typed responses (13/14) and keeps a dictionary cache. The scenario set of store.rs,
 //! through the new client, and a three-member cluster through its pool; the 0.2.0 client and
 //! raw V3 frames are checked on the same server to be answered as before.
 //! docs/celeriant-client-revisions.md lists every difference and where eddy handles it.
 
-mod cluster_support;
-mod event_support;
-
 use std::collections::{HashMap, HashSet};
 use std::time::{Duration, Instant};
 
+use crate::cluster_support::{start_cluster, within, Node};
+use crate::event_support::{addr, start, Raw, RawFrame, ANSWER};
 use c3::list_operations::{ListAggregatesIterator, ListOptions, ListOrgsIterator};
 use c3::{
     json_event, CeleriantClient, CeleriantPool, ClientError, ClientIdentityConfig, DeleteError,
@@ -30,8 +29,6 @@ use celeriant_msg_03::response::responses::IdentifyResponse;
 use celeriant_wal_03::aggregate_key::AggregateKey;
 use celeriant_wal_03::datablocks::datablock_aggregate_event::DatablockAggregateEvent;
 use celeriant_wal_03::schema_key::SchemaKey;
-use cluster_support::{start_cluster, within, Node};
-use event_support::{addr, start, Raw, RawFrame, ANSWER};
 use serde_json::json;
 
 const V4: u32 = 4;

@@ -2,11 +2,9 @@
 //! The SDK presents no client certificate, so the server runs with `--tls-client-auth none`
 //! (and `optional`).
 
-mod stream_support;
-
+use crate::stream_support::*;
 use eddy_tests::pki;
 use iggy::prelude::*;
-use stream_support::*;
 
 fn tls_server(pki: &pki::Pki, client_auth: &str) -> eddy_tests::Eddy {
     let cert = pki.server_cert.display().to_string();

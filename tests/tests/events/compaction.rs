@@ -2,12 +2,11 @@
 //! the next pass (`--compaction-check-interval-secs`), live aggregates read back unchanged
 //! before and after a restart, and `/metrics` counts what was reclaimed.
 
-mod event_support;
-
 use std::collections::HashMap;
 use std::path::Path;
 use std::time::{Duration, Instant};
 
+use crate::event_support::{client, start};
 use celeriant_client_tokio::{json_event, CeleriantClient, ClientError, ReadError, ServerError};
 use celeriant_msg::request::read_filters::ReadFilters;
 use celeriant_msg::request::requests::{
@@ -16,7 +15,6 @@ use celeriant_msg::request::requests::{
 use celeriant_wal::aggregate_key::AggregateKey;
 use celeriant_wal::datablocks::datablock_aggregate_event::DatablockAggregateEvent;
 use eddy_tests::http_get;
-use event_support::{client, start};
 use serde_json::json;
 
 /// Payload text that zstd cannot shrink much, so segments fill at a known pace.

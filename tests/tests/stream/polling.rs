@@ -1,10 +1,8 @@
 //! Polling with the SDK: every strategy, server-sliced batches, auto-commit, consumer offsets,
 //! named consumers, 1,000 x 1 KB batches, and data surviving a server restart.
 
-mod stream_support;
-
+use crate::stream_support::*;
 use iggy::prelude::*;
-use stream_support::*;
 
 async fn poll(
     client: &IggyClient,

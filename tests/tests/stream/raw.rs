@@ -3,10 +3,10 @@
 //! checksums, legacy and unknown codes). A broken connection is closed alone; every other client
 //! keeps being served.
 
-mod stream_support;
-
 use std::time::Duration;
 
+use crate::stream_support::raw::{Answer, Raw};
+use crate::stream_support::*;
 use eddy_codec::stream::codec::{LongString, ShortString};
 use eddy_codec::stream::commands::{
     create_stream, delete_consumer_offset, get_consumer_offset, get_streams, login_user,
@@ -19,8 +19,6 @@ use eddy_codec::stream::{
 use eddy_tests::http_get;
 use eddy_wire::stream::{EvictionReason, Operation, RequestHeader};
 use iggy::prelude::*;
-use stream_support::raw::{Answer, Raw};
-use stream_support::*;
 
 fn hex(text: &str) -> Vec<u8> {
     text.split_whitespace()

@@ -6,17 +6,14 @@
 //! exactly once, in order, at contiguous offsets. An operator's `DELETE_SEGMENTS` cuts every
 //! member at the same offset.
 
-mod cluster_support;
-mod stream_support;
-
 use std::collections::BTreeMap;
 use std::net::SocketAddr;
 use std::time::{Duration, Instant};
 
-use cluster_support::{start_cluster, within, Node};
+use crate::cluster_support::{start_cluster, within, Node};
+use crate::stream_support::{id, sized_messages};
 use eddy_tests::{http_get, metric_value};
 use iggy::prelude::*;
-use stream_support::{id, sized_messages};
 
 /// An SDK client logged in as root through `addr` (the SDK moves to the leader it finds),
 /// retried until the cluster has elected a leader and created the root user.
@@ -1431,7 +1428,7 @@ async fn serves_event(addr: SocketAddr, version: u64) {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_member_added_at_run_time_votes_and_a_removed_one_is_not_needed() {
     within(Duration::from_secs(300), async {
-        let plan = cluster_support::Plan::new(3, 4);
+        let plan = crate::cluster_support::Plan::new(3, 4);
         let mut nodes: Vec<Option<Node>> = (0..3)
             .map(|i| Some(plan.start(i, 0..3, &[], false)))
             .collect();
@@ -1559,7 +1556,7 @@ async fn a_member_added_at_run_time_votes_and_a_removed_one_is_not_needed() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_add_whose_leader_dies_half_way_is_finished_by_the_next_leader() {
     within(Duration::from_secs(300), async {
-        let plan = cluster_support::Plan::new(3, 4);
+        let plan = crate::cluster_support::Plan::new(3, 4);
         let mut nodes: Vec<Option<Node>> = (0..3)
             .map(|i| Some(plan.start(i, 0..3, &[], false)))
             .collect();
@@ -1687,7 +1684,7 @@ impl Drop for LogsOnPanic {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_replace_whose_leader_dies_in_the_remove_is_finished_by_the_next_leader() {
     within(Duration::from_secs(300), async {
-        let plan = cluster_support::Plan::new(3, 4);
+        let plan = crate::cluster_support::Plan::new(3, 4);
         let mut nodes: Vec<Option<Node>> = (0..3)
             .map(|i| Some(plan.start(i, 0..3, &[], false)))
             .collect();
@@ -1836,7 +1833,7 @@ async fn a_replace_whose_leader_dies_in_the_remove_is_finished_by_the_next_leade
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_cluster_of_one_holding_data_grows_to_three_without_a_restart() {
     within(Duration::from_secs(300), async {
-        let plan = cluster_support::Plan::new(3, 3);
+        let plan = crate::cluster_support::Plan::new(3, 3);
         let logs = LogsOnPanic::new();
         let first = plan.start(0, 0..1, &["--cluster"], false);
         logs.watch("member 1", &first);
@@ -1927,7 +1924,7 @@ async fn a_cluster_of_one_holding_data_grows_to_three_without_a_restart() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_leader_is_removed_while_another_member_is_down() {
     within(Duration::from_secs(300), async {
-        let plan = cluster_support::Plan::new(4, 4);
+        let plan = crate::cluster_support::Plan::new(4, 4);
         let logs = LogsOnPanic::new();
         let mut nodes: Vec<Option<Node>> = (0..4)
             .map(|i| Some(plan.start(i, 0..4, &[], false)))

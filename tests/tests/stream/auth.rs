@@ -6,10 +6,10 @@
 //! * Password and token logins with the SDK: wrong password, inactive user, expired token,
 //!   the sessions of a deleted or deactivated user, re-login.
 
-mod stream_support;
-
 use std::time::Duration;
 
+use crate::stream_support::raw::{Answer, Raw};
+use crate::stream_support::*;
 use eddy_auth::permissions::{minimal_grant, Resource};
 use eddy_codec::stream::codec::{LongString, ShortString};
 use eddy_codec::stream::commands::*;
@@ -23,8 +23,6 @@ use iggy::prelude::{
     PersonalAccessTokenClient, PersonalAccessTokenExpiry, StreamClient, SystemClient, UserClient,
     UserStatus, UserUpdateOptions,
 };
-use stream_support::raw::{Answer, Raw};
-use stream_support::*;
 
 const STREAM: &str = "s0";
 const TOPIC: &str = "t0";

@@ -3,11 +3,10 @@
 //! atomic multi-aggregate failure, paged reads, details, trim, delete and recreate, list
 //! iterators, watch, schemas, compression both ways, V3 over a raw socket, and restarts.
 
-mod event_support;
-
 use std::collections::{HashMap, HashSet};
 use std::time::Duration;
 
+use crate::event_support::{addr, client, start, Raw, ANSWER};
 use celeriant_client_tokio::list_operations::{
     ListAggregateTypesIterator, ListAggregatesIterator, ListOptions, ListOrgsIterator,
 };
@@ -25,7 +24,6 @@ use celeriant_msg::request::requests::{
 use celeriant_wal::aggregate_key::AggregateKey;
 use celeriant_wal::datablocks::datablock_aggregate_event::DatablockAggregateEvent;
 use celeriant_wal::schema_key::SchemaKey;
-use event_support::{addr, client, start, Raw, ANSWER};
 use serde_json::json;
 
 fn event(ty: u64, value: &serde_json::Value, client_seq: u64) -> DatablockAggregateEvent {
@@ -820,7 +818,7 @@ async fn a_byte_from_a_watcher_ends_its_watch() {
     .await;
     let (_, resp) = raw.recv_response(None).await;
     assert_eq!(resp.correlation_id(), Some(5));
-    assert_eq!(event_support::error_of(&resp).0, 9002);
+    assert_eq!(crate::event_support::error_of(&resp).0, 9002);
     raw.send_request(&watch, 2).await;
     let (frame, _) = raw.recv_response(None).await;
     assert_eq!(frame.message_type, 8);

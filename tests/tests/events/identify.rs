@@ -2,11 +2,10 @@
 //! refusal), API keys with read-write and read-only access, `--require-client-identity`, the
 //! dictionary handshake in V2 and V3, and the published client over TLS.
 
-mod event_support;
-
 use std::collections::HashMap;
 use tokio::io::AsyncReadExt as _;
 
+use crate::event_support::{addr, client, code_of, error_of, start, Raw, ANSWER};
 use base64::Engine as _;
 use celeriant_client_tokio::{
     AuthError, CeleriantClient, ClientError, ClientIdentityConfig, ClientTlsConfig, ServerError,
@@ -17,7 +16,6 @@ use celeriant_msg::request::requests::{
     IdentifyRequest, ListOrgsRequest, SingleAggregateWrite, WriteRequest,
 };
 use celeriant_wal::aggregate_key::AggregateKey;
-use event_support::{addr, client, code_of, error_of, start, Raw, ANSWER};
 
 const B64: base64::engine::GeneralPurpose = base64::engine::general_purpose::STANDARD;
 

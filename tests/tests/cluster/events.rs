@@ -8,14 +8,13 @@
 //! was lost is rebuilt from its peers. The shard groups' logs are compacted every 64 entries,
 //! so the rebuilt member gets snapshots and copies the shards' records from the leader.
 
-mod cluster_support;
-mod event_support;
-
 use std::collections::{BTreeMap, HashMap, HashSet};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+use crate::cluster_support::{start_cluster_with, within, Node};
+use crate::event_support::{error_of, Raw};
 use celeriant_client_tokio::{
     CeleriantClient, CeleriantPool, ClientError, PoolOptions, ServerError, WatchConnection,
     WatchOptions, WriteEventsOptions,
@@ -29,9 +28,7 @@ use celeriant_msg::request::requests::{
 };
 use celeriant_wal::aggregate_key::AggregateKey;
 use celeriant_wal::schema_key::SchemaKey;
-use cluster_support::{start_cluster_with, within, Node};
 use eddy_tests::http_get;
-use event_support::{error_of, Raw};
 
 const WRITERS: u64 = 100;
 const WRITES_EACH: u64 = 30;

@@ -2,15 +2,13 @@
 //! what is missing, resolve partitions client-side, join groups, sync assignments and commit
 //! offsets on their own; all of it must work unchanged against eddy.
 
-mod stream_support;
-
 use std::collections::BTreeSet;
 use std::str::FromStr as _;
 use std::time::Duration;
 
+use crate::stream_support::*;
 use futures_util::StreamExt as _;
 use iggy::prelude::*;
-use stream_support::*;
 
 async fn group_consumer(addr: std::net::SocketAddr) -> (IggyClient, IggyConsumer) {
     let client = root(addr).await;

@@ -1,0 +1,15 @@
+//! The stream (Iggy) protocol end to end, one test binary: real `eddy serve` processes, real
+//! sockets, the published Iggy SDK and raw frames. One module per area; the helpers are
+//! `stream_support`.
+
+#[path = "../stream_support/mod.rs"]
+mod stream_support;
+
+mod auth;
+mod basics;
+mod commands;
+mod groups;
+mod highlevel;
+mod polling;
+mod raw;
+mod tls;
