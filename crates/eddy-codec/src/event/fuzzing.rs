@@ -1,7 +1,7 @@
 //! Fuzz entry points of the event body codecs (not part of the supported API).
 //!
 //! Each `fuzz_*` function is the whole body of one target under `fuzz/fuzz_targets/` and is
-//! replayed over the committed corpus by `tests/event_fuzz_corpus.rs`. Input layout: the
+//! replayed over the committed corpus by `tests/codec/event_fuzz_corpus.rs`. Input layout: the
 //! first byte selects the message type (below 0x80 a request, otherwise a response, taken
 //! modulo the table length), the rest is the body.
 

@@ -2,7 +2,7 @@
 //!
 //! Each `fuzz_*` function is the whole body of one target under `fuzz/fuzz_targets/` and
 //! is replayed over the committed corpus by this crate's `cargo test`
-//! (`tests/event_fuzz_corpus.rs`), so it must hold its own assertions.
+//! (`tests/wire/event_fuzz_corpus.rs`), so it must hold its own assertions.
 
 use std::cell::RefCell;
 use std::sync::Arc;

@@ -1,7 +1,7 @@
 //! Replays the committed corpora of the event body fuzz targets (`fuzz/corpus/event_body_v2`,
 //! `event_body_v3`) through the same functions the targets call, without libfuzzer.
 //!
-//! `EDDY_WRITE_CORPUS=1 cargo test -p eddy-codec --test event_fuzz_corpus -- --ignored`
+//! `EDDY_WRITE_CORPUS=1 cargo test -p eddy-codec --test codec event_fuzz_corpus -- --ignored`
 //! regenerates the seed files of all four event targets from real encodings.
 
 use std::collections::{BTreeMap, BTreeSet};

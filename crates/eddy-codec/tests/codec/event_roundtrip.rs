@@ -2,10 +2,9 @@
 //! without compression), truncation (every prefix fails cleanly), garbage and mutations
 //! (never a panic), and the V3 leniency upstream decoders have.
 
-mod event_strategies;
-
 use std::sync::Arc;
 
+use crate::event_strategies::*;
 use bytes::Bytes;
 use eddy_codec::event::*;
 use eddy_wire::event::{
@@ -13,7 +12,6 @@ use eddy_wire::event::{
     FrameLimits, ProtocolVersion, RequestType, ResponseType, SizeClass, DEFAULT_COMPRESSION_LEVEL,
     HEADER_LEN, MAX_FIXED_BODY_LEN,
 };
-use event_strategies::*;
 use proptest::prelude::*;
 
 const VERSIONS: [ProtocolVersion; 2] = [ProtocolVersion::V2, ProtocolVersion::V3];

@@ -1,7 +1,7 @@
 //! Replays the committed fuzz corpus (`fuzz/corpus/stream_request`, `fuzz/corpus/stream_batch`)
 //! through the same entry points the fuzz targets call, so `cargo test` catches regressions
 //! without libfuzzer. `regenerate_corpus` (ignored) rewrites the seed files from real
-//! encodings: `cargo test -p eddy-codec --test stream_fuzz_corpus -- --ignored`.
+//! encodings: `cargo test -p eddy-codec --test codec stream_fuzz_corpus -- --ignored`.
 
 use std::path::PathBuf;
 

@@ -4,13 +4,12 @@
 //! (fixed, variable, compressed, Identify) through their async frame functions, and the
 //! dictionary SHA-256 format.
 
-mod event_strategies;
-
 use std::collections::{HashMap, HashSet};
 use std::future::Future;
 use std::sync::Arc;
 use std::task::{Context, Poll, Waker};
 
+use crate::event_strategies::*;
 use bytes::Bytes;
 use eddy_codec::event as ours;
 use eddy_codec::event::EventBody;
@@ -18,7 +17,6 @@ use eddy_wire::event::{
     decode_request_frame, Decoded, DictCodec, Dictionary, FrameLimits, ProtocolVersion,
     RequestType, DEFAULT_COMPRESSION_LEVEL,
 };
-use event_strategies::*;
 use proptest::prelude::*;
 use proptest::strategy::ValueTree;
 
