@@ -97,7 +97,7 @@ impl NodeConfig {
             // a rejection moves the peer's next index back below it, the merged append claims
             // "after K+1 come entries from K+1", the follower acknowledges an index it does
             // not hold, and the leader commits on that false acknowledgement (found by the
-            // simulator, seed 1 light; test `seed_1_light_...` in tests/cluster.rs). The node
+            // simulator, seed 1 light; test `seed_1_light_...` in tests/consensus/cluster.rs). The node
             // already sends one batch per peer per step, so nothing is lost.
             batch_append: false,
             ..raft::Config::default()

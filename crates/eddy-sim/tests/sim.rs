@@ -163,7 +163,7 @@ fn regression_seeds_keep_every_guarantee() {
             3,
             "light",
             "raft-rs batch_append merged resent entries into a queued empty append \
-             (eddy-consensus tests/cluster.rs, seed_1_light_...)",
+             (eddy-consensus tests/consensus/cluster.rs, seed_1_light_...)",
         ),
         (
             133,
@@ -177,7 +177,7 @@ fn regression_seeds_keep_every_guarantee() {
             3,
             "heavy",
             "a restarted follower applied an uncommitted tail under a commit index saved for \
-             entries it then lost (eddy-consensus tests/cluster.rs, seed_427_heavy_...); \
+             entries it then lost (eddy-consensus tests/consensus/cluster.rs, seed_427_heavy_...); \
              seeds 523 and 2081 heavy, 154, 350 and 2798 with 5 nodes heavy found the same",
         ),
         (2798, 5, "heavy", "the same stale tail, in a 5-node cluster"),
@@ -186,7 +186,7 @@ fn regression_seeds_keep_every_guarantee() {
             5,
             "heavy",
             "a snapshot behind an unsynced append stopped the node: 'applied(90) is out of \
-             range' (eddy-consensus tests/cluster.rs, seed_1742_heavy_...)",
+             range' (eddy-consensus tests/consensus/cluster.rs, seed_1742_heavy_...)",
         ),
     ] {
         let cfg = SimConfig::new(seed, nodes, FaultConfig::profile(profile, nodes).unwrap());

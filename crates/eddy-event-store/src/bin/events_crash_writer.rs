@@ -1,4 +1,4 @@
-//! A writer for the event store's real-process crash test (`tests/sigkill_events.rs`,
+//! A writer for the event store's real-process crash test (`tests/event_store/sigkill_events.rs`,
 //! `cargo xtask soak`).
 //!
 //! `events_crash_writer DIR` opens an event store in `DIR` (two shards, tiny segments and

@@ -1,4 +1,4 @@
-//! A writer for the real-process crash test (`tests/crash.rs`, `cargo xtask soak`).
+//! A writer for the real-process crash test (`tests/stream_store/crash.rs`, `cargo xtask soak`).
 //!
 //! `crash_writer DIR` opens a store in `DIR` (creating stream 0 / topic 0 with
 //! [`PARTITIONS`] partitions and small segments the first time), then writes until it is
