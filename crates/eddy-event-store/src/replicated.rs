@@ -85,6 +85,28 @@ pub enum Applied {
     Schema,
 }
 
+/// What applying an event shard's entry yields for its proposer.
+pub enum EventApplied {
+    /// The apply's outcome: resolves when the record is durable and visible here, or at once
+    /// with a refusal.
+    Applied(Completion<Applied, EventStoreError>),
+    /// A leader's no-op entry.
+    Nothing,
+    /// This member stopped applying the group after a storage failure (the server's shard
+    /// machine stops rather than leave a hole in the shard's log); a restart resumes it.
+    Stopped,
+}
+
+impl std::fmt::Debug for EventApplied {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(match self {
+            EventApplied::Applied(_) => "Applied",
+            EventApplied::Nothing => "Nothing",
+            EventApplied::Stopped => "Stopped",
+        })
+    }
+}
+
 fn opt_u64(flags: u8, bit: u8, value: u64) -> Result<Option<u64>, Corruption> {
     if flags & bit != 0 {
         Ok(Some(value))

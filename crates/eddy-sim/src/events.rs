@@ -62,15 +62,15 @@ use eddy_codec::event::{
 };
 use eddy_consensus::logstore::RaftLog;
 use eddy_consensus::{GroupId, GroupStore, LogEntry, NodeId, ProposeError, Replicated, StoreError};
-use eddy_event_store::replicated::{Applied, Command};
+use eddy_event_store::replicated::{Applied, Command, EventApplied};
 use eddy_event_store::{
     AggregateKey, EventStore, EventStoreConfig, EventStoreError, Placement, ReadQuery, Refusal,
     SchemaKey,
 };
 use eddy_log::{Cache, CommitPool, Durability, LogConfig, MemBackend};
 use eddy_server::cluster::events::{
-    copy_shard, event_group_id, CopyError, EventApplied, EventCompaction, EventShardMachine,
-    ShardSnapshot, COPY_CHUNK_BYTES, EVENTS_DIR,
+    copy_shard, event_group_id, CopyError, EventCompaction, EventShardMachine, ShardSnapshot,
+    COPY_CHUNK_BYTES, EVENTS_DIR,
 };
 use eddy_server::cluster::events::{refused, stopped};
 use eddy_server::event::change::{cluster_error, respond, store_error, Change, ChangeKind};

@@ -79,9 +79,9 @@ use eddy_codec::stream::{
 use eddy_consensus::logstore::RaftLog;
 use eddy_consensus::{GroupId, GroupStore, NodeId, ProposeError, Replicated, StoreError};
 use eddy_log::{Cache, CommitPool, Durability, LogConfig};
-use eddy_server::cluster::groups::{partition_dir, partition_group_id, METADATA_GROUP};
 use eddy_server::cluster::metadata::{MetadataMachine, NoEffects};
 use eddy_server::cluster::partition::{PartitionGroup, PartitionMachine, Proposals};
+use eddy_server::cluster::raft_groups::{partition_dir, partition_group_id, METADATA_GROUP};
 use eddy_server::cluster::streams::ClusterError;
 use eddy_server::stream::error::StreamError;
 use eddy_server::stream::send_reply;

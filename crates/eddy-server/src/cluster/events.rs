@@ -44,11 +44,11 @@ use eddy_consensus::{
 pub use eddy_event_store::replicated::{
     decode_records_answer, encode_records_request, ShardSnapshot,
 };
-use eddy_event_store::replicated::{Applied, Command, ShardRecord};
+use eddy_event_store::replicated::{Applied, Command, EventApplied, ShardRecord};
 use eddy_event_store::{EventStore, EventStoreError};
 use eddy_log::{write_atomic, Completion, OpenMode, StorageBackend};
 
-use super::groups::{AsCluster, ClusterOutcome, GroupStorage, METADATA_GROUP};
+use super::raft_groups::{AsCluster, ClusterOutcome, GroupStorage, METADATA_GROUP};
 use super::transport::{props, Directory};
 
 /// Group id of event-store shard 0 (shard `s` is this plus `s`): far above partition uids.
@@ -162,28 +162,6 @@ pub struct CopyStats {
     pub records: u64,
     /// Their payload bytes.
     pub bytes: u64,
-}
-
-/// What applying an event shard's entry yields for its proposer.
-pub enum EventApplied {
-    /// The apply's outcome: resolves when the record is durable and visible here, or at once
-    /// with a refusal.
-    Applied(Completion<Applied, EventStoreError>),
-    /// A leader's no-op entry.
-    Nothing,
-    /// This member stopped applying the group after a storage failure (see
-    /// [`EventShardMachine`]); a restart resumes it.
-    Stopped,
-}
-
-impl std::fmt::Debug for EventApplied {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.write_str(match self {
-            EventApplied::Applied(_) => "Applied",
-            EventApplied::Nothing => "Nothing",
-            EventApplied::Stopped => "Stopped",
-        })
-    }
 }
 
 impl From<EventApplied> for ClusterOutcome {

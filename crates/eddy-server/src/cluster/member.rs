@@ -23,11 +23,11 @@ use super::events::{
     event_group_id, forward_refusal, open_shard_group, ClusterEvents, CopyError, EventCompaction,
     ShardSnapshot, EVENT_GROUP_BASE, FORWARD_KIND,
 };
-use super::groups::{
-    balance_leaders, AsCluster, ClusterOutcome, GroupStorage, PartitionGroups, METADATA_GROUP,
-};
 use super::metadata::MetadataMachine;
 use super::peer_tls::PeerTls;
+use super::raft_groups::{
+    balance_leaders, AsCluster, ClusterOutcome, GroupStorage, PartitionGroups, METADATA_GROUP,
+};
 use super::streams::{ClusterStreams, STREAM_FORWARD_KIND};
 use super::transport::{fingerprint, props, AsyncAnswer, Fetcher, Hold, Inbox, Transport};
 use crate::config::{ConfigError, ServerConfig};

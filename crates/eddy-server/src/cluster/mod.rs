@@ -4,12 +4,12 @@
 //! (`eddy_consensus::Runner`) and talks to the transport through queues only.
 
 pub mod events;
-pub mod groups;
 pub mod incarnation;
 pub mod member;
 pub mod metadata;
 pub mod partition;
 pub mod peer_tls;
+pub mod raft_groups;
 pub mod streams;
 pub mod transport;
 

@@ -29,8 +29,8 @@ use eddy_stream_store::{
     PollStrategy, Polled, StampableBatch,
 };
 
-use super::groups::{partition_group_id, ClusterOutcome, PartitionGroups, METADATA_GROUP};
 use super::partition::{PartitionGroup, Proposals, StampedEntry};
+use super::raft_groups::{partition_group_id, ClusterOutcome, PartitionGroups, METADATA_GROUP};
 
 /// Why a cluster operation did not happen.
 #[derive(Debug, thiserror::Error)]

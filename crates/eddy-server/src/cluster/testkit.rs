@@ -9,8 +9,10 @@ use eddy_consensus::{GroupId, Node, NodeConfig, NodeId, Replicated, Role, Runner
 use eddy_log::{Cache, CommitPool, FsBackend, LogConfig, StorageBackend};
 use eddy_stream_store::replicated_metadata::MetadataView;
 
-use super::groups::{AsCluster, ClusterOutcome, GroupStorage, PartitionGroups, METADATA_GROUP};
 use super::metadata::MetadataMachine;
+use super::raft_groups::{
+    AsCluster, ClusterOutcome, GroupStorage, PartitionGroups, METADATA_GROUP,
+};
 
 /// The engine's clock period in tests.
 pub const TICK: Duration = Duration::from_millis(20);

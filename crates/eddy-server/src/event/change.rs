@@ -14,8 +14,13 @@ use eddy_event_store as st;
 use eddy_event_store::replicated::{Applied, Command};
 use eddy_event_store::{EventStore, EventStoreError, Placement};
 
-use super::exec::{delete_error, key, register_error, trim_error, write_error};
+use super::errors::{delete_error, register_error, trim_error, write_error};
 use crate::cluster::events::EventClusterError;
+
+/// The store's key of a wire key.
+pub(super) fn key(k: &wire::AggregateKey) -> st::AggregateKey {
+    st::AggregateKey::new(k.org_id, k.aggregate_type_id, k.aggregate_id)
+}
 
 /// Which change a request is (each kind has its own codes).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

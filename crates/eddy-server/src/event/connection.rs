@@ -26,7 +26,7 @@ use tokio_util::sync::WaitForCancellationFutureOwned;
 
 use super::identify::{self, Identity};
 use super::routing::{self, Route};
-use super::{exec, watch};
+use super::{errors, exec, watch};
 use super::{metric_index, EventService};
 use crate::budget::{RequestBudget, Reservation, UNBUDGETED_FRAME};
 use crate::listener::{Conn, ConnectionContext};
@@ -283,7 +283,7 @@ impl Connection {
         let id = match svc.store.subscribe(shard, watch::filter(&request), sink) {
             Ok(id) => id,
             Err(e) => {
-                let e = exec::subscribe_error(&e);
+                let e = errors::subscribe_error(&e);
                 return self
                     .finish(kind, version, cid, Reply::Error(e), started)
                     .await;

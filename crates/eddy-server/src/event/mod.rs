@@ -26,6 +26,7 @@
 pub mod change;
 mod codecs;
 mod connection;
+mod errors;
 mod exec;
 pub(crate) use exec::answer_forwarded;
 pub mod identify;

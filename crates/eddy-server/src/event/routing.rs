@@ -17,7 +17,8 @@ use eddy_codec::event::{EventRequest, ServerError};
 use eddy_event_store::{Placement, Refusal};
 use eddy_wire::event::RequestType;
 
-use super::exec::{key, routing_refusal};
+use super::change::key;
+use super::errors::routing_refusal;
 use super::watch;
 
 /// Where a request runs.

@@ -1,6 +1,6 @@
 //! Consumer-group commands (stream protocol §5.11, §7.6): groups are durable metadata (ids
 //! never reused within a topic); membership and assignment live in the
-//! [`Coordinator`](super::groups::Coordinator).
+//! [`Coordinator`](super::group_coordinator::Coordinator).
 
 use eddy_codec::stream::codec::{Counted, ToEnd};
 use eddy_codec::stream::commands::create_consumer_group::CreateConsumerGroup;
@@ -12,7 +12,7 @@ use eddy_stream_store::Entity;
 use eddy_stream_store::MetadataOp;
 
 use super::error::{Missing, StreamError};
-use super::groups::GroupKey;
+use super::group_coordinator::GroupKey;
 use super::handler::{Ctx, Outcome};
 use super::views;
 

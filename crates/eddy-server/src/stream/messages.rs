@@ -51,7 +51,7 @@ use eddy_stream_store::{
 };
 
 use super::error::{Missing, StreamError};
-use super::groups::GroupKey;
+use super::group_coordinator::GroupKey;
 use super::handler::{Ctx, Outcome};
 use super::{views, MAX_POLL_BYTES};
 

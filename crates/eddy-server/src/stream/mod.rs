@@ -31,7 +31,7 @@ mod connection;
 mod consumer_groups;
 mod dispatch;
 pub mod error;
-pub mod groups;
+pub mod group_coordinator;
 mod handler;
 mod login;
 mod messages;
@@ -60,7 +60,7 @@ use eddy_stream_store::{MetadataOp, MetadataState, Operation, StreamStore};
 
 pub use connection::serve_connection;
 use error::StreamError;
-use groups::Coordinator;
+use group_coordinator::Coordinator;
 pub use messages::{send_reply, Stampable};
 
 /// Per-command metric names: every command of the table, in table order, then

@@ -16,7 +16,7 @@ use eddy_options::{Compression, Mode, OptionsBlock, TopicOptions, TopicSettings}
 use eddy_stream_store::metadata::{StreamRecord, TopicRecord, UserRecord};
 use eddy_stream_store::{MetadataState, PartitionAddr, PartitionStats, StreamStore, TopicConfig};
 
-use super::groups::{GroupKey, MemberView};
+use super::group_coordinator::{GroupKey, MemberView};
 
 /// A name read back from storage as a wire name. Storage only holds names that were wire names
 /// (1..=255 bytes), so the fallback is unreachable in practice.

@@ -18,8 +18,8 @@
 
 mod checks;
 mod config;
+mod consumer_groups;
 mod encoding;
-mod groups;
 mod offsets;
 mod op;
 mod records;

@@ -13,7 +13,7 @@ use super::checks::check_name;
 use super::config::MAX_REPLICAS;
 use super::op::MetadataOp;
 use super::records::{Effect, PartitionRecord, StreamRecord, TopicConfig, TopicRecord, UserRecord};
-use super::{groups, offsets, streams, topics, users};
+use super::{consumer_groups, offsets, streams, topics, users};
 
 /// The whole metadata state.
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
@@ -183,7 +183,7 @@ impl MetadataState {
             | MetadataOp::CreateToken { .. }
             | MetadataOp::DeleteToken { .. } => users::apply(&mut self.users, op)?,
             MetadataOp::CreateConsumerGroup { .. } | MetadataOp::DeleteConsumerGroup { .. } => {
-                groups::apply(&mut self.streams, op)?;
+                consumer_groups::apply(&mut self.streams, op)?;
             }
             MetadataOp::StoreConsumerOffset { .. } | MetadataOp::DeleteConsumerOffset { .. } => {
                 offsets::apply(&mut self.streams, op)?;

@@ -16,7 +16,7 @@ use eddy_event_store::{
 use eddy_log::{Cache, CommitPool, FsBackend, LogConfig, StorageBackend};
 
 use super::{event_group_id, open_shard_group, EventApplied, EventCompaction};
-use crate::cluster::groups::{ClusterOutcome, GroupStorage};
+use crate::cluster::raft_groups::{ClusterOutcome, GroupStorage};
 use crate::cluster::testkit::{eventually, TICK};
 
 const K: AggregateKey = AggregateKey::new(1, 2, 3);

@@ -27,7 +27,7 @@ use eddy_stream_store::metadata::{decode_op, encode_op};
 use eddy_stream_store::{MetadataError, MetadataOp, PartitionAddr, StampableBatch};
 
 use super::{ClusterError, ClusterStreams};
-use crate::cluster::groups::{partition_group_id, METADATA_GROUP};
+use crate::cluster::raft_groups::{partition_group_id, METADATA_GROUP};
 
 /// The first byte of a forwarded stream write on the peer link.
 pub const STREAM_FORWARD_KIND: u8 = 3;

@@ -28,7 +28,7 @@ use eddy_consensus::{GroupId, MemberChange, Membership, NodeId, ProposeError};
 use eddy_stream_store::MetadataOp;
 
 use super::{ClusterError, ClusterStreams};
-use crate::cluster::groups::METADATA_GROUP;
+use crate::cluster::raft_groups::METADATA_GROUP;
 
 /// A learner at most this many entries behind its group's leader is made a voter.
 pub const PROMOTE_WITHIN: u64 = 64;
@@ -371,7 +371,7 @@ impl ClusterStreams {
     /// a leader gets this member's campaign. While the change runs, this member's balancer
     /// leaves the leaderships it gathers where they are (`changing`).
     async fn ask_leadership(&self, group: GroupId) {
-        crate::cluster::groups::align_to_metadata_leader(&self.runner, vec![group]);
+        crate::cluster::raft_groups::align_to_metadata_leader(&self.runner, vec![group]);
         self.ask_to_transfer(group).await;
     }
 

@@ -14,7 +14,7 @@ use eddy_stream_store::{
 };
 
 use super::{ClusterError, ClusterStreams};
-use crate::cluster::groups::{partition_group_id, ClusterOutcome, METADATA_GROUP};
+use crate::cluster::raft_groups::{partition_group_id, ClusterOutcome, METADATA_GROUP};
 use crate::cluster::testkit;
 
 type Peers = testkit::Peers<ClusterOutcome>;
@@ -120,7 +120,7 @@ async fn producers_consumers_and_a_lost_leader_on_the_replicated_request_path() 
     let aligner = spawn_aligner(&members);
     let uid = at(&members, leader).groups().get(P0).unwrap().0;
     let gid = partition_group_id(uid);
-    let preferred = crate::cluster::groups::preferred_leader(gid, &[3, 1, 2]).unwrap();
+    let preferred = crate::cluster::raft_groups::preferred_leader(gid, &[3, 1, 2]).unwrap();
     testkit::eventually(
         || {
             peers.lock().unwrap()[usize::try_from(preferred - 1).unwrap()]

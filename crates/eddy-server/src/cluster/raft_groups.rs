@@ -18,6 +18,7 @@ use std::sync::{Arc, Mutex, OnceLock, PoisonError};
 
 use eddy_consensus::logstore::{RaftLog, StateMachine};
 use eddy_consensus::{GroupId, LogEntry, Replicated, Runner, Snapshot, SnapshotMeta, StoreError};
+use eddy_event_store::replicated::EventApplied;
 use eddy_log::{Cache, CommitPool, LogConfig, StorageBackend};
 use eddy_stream_store::metadata::Effect;
 use eddy_stream_store::replicated::{ApplyOutcome, PartitionEntry};
@@ -45,7 +46,7 @@ pub enum ClusterOutcome {
     /// A partition entry's outcome.
     Partition(ApplyOutcome),
     /// An event shard entry's outcome.
-    Event(super::events::EventApplied),
+    Event(EventApplied),
 }
 
 /// A state machine whose outcome is wrapped into [`ClusterOutcome`], so groups of every kind
