@@ -77,7 +77,7 @@ pub use node::{
     Event, GroupStatus, Node, NodeConfig, NodeError, ProposeError, MAX_MAINTAINED_PER_TICK,
 };
 pub use runner::{GroupView, Runner, View};
-pub use store::{Durable, GroupStore, StoreError};
+pub use store::{Durable, GroupStore, StoreError, WrapStore};
 pub use types::{
     EntryKind, GroupId, HardState, LogEntry, MemberChange, Membership, NodeId, Role, Snapshot,
     SnapshotMeta, ENTRY_OVERHEAD,

@@ -125,3 +125,106 @@ pub trait GroupStore: Send {
         Ok(())
     }
 }
+
+/// A store that adds to another one: implement [`inner`](WrapStore::inner) and
+/// [`inner_mut`](WrapStore::inner_mut), override the `wrap_` form of only the writes it
+/// observes or changes, and it is a [`GroupStore`] whose every other method is the inner
+/// store's. One forwarding for
+/// the simulator's probes, its held durability reports and tests' counters: a wrapper cannot
+/// forget a method (before, one that did answered with the trait's default).
+pub trait WrapStore: Send {
+    /// The wrapped store.
+    type Inner: GroupStore + ?Sized;
+
+    /// The wrapped store.
+    fn inner(&self) -> &Self::Inner;
+    /// The wrapped store, to change.
+    fn inner_mut(&mut self) -> &mut Self::Inner;
+
+    /// [`GroupStore::append`]; by default the inner store's.
+    fn wrap_append(&mut self, entries: Vec<LogEntry>, durable: Durable) {
+        self.inner_mut().append(entries, durable);
+    }
+    /// [`GroupStore::save_hard_state`]; by default the inner store's.
+    ///
+    /// # Errors
+    /// The inner store's.
+    fn wrap_save_hard_state(&mut self, state: HardState, sync: bool) -> Result<(), StoreError> {
+        self.inner_mut().save_hard_state(state, sync)
+    }
+    /// [`GroupStore::apply`]; by default the inner store's.
+    fn wrap_apply(&mut self, entry: &LogEntry) -> <Self::Inner as GroupStore>::Outcome {
+        self.inner_mut().apply(entry)
+    }
+    /// [`GroupStore::install_snapshot`]; by default the inner store's.
+    ///
+    /// # Errors
+    /// The inner store's.
+    fn wrap_install_snapshot(&mut self, snapshot: &Snapshot) -> Result<(), StoreError> {
+        self.inner_mut().install_snapshot(snapshot)
+    }
+    /// [`GroupStore::save_membership`]; by default the inner store's.
+    ///
+    /// # Errors
+    /// The inner store's.
+    fn wrap_save_membership(&mut self, membership: &Membership) -> Result<(), StoreError> {
+        self.inner_mut().save_membership(membership)
+    }
+    /// [`GroupStore::maintain`]; by default the inner store's.
+    ///
+    /// # Errors
+    /// The inner store's.
+    fn wrap_maintain(&mut self, now_us: u64) -> Result<(), StoreError> {
+        self.inner_mut().maintain(now_us)
+    }
+}
+
+impl<W: WrapStore> GroupStore for W {
+    type Outcome = <W::Inner as GroupStore>::Outcome;
+
+    fn hard_state(&self) -> HardState {
+        self.inner().hard_state()
+    }
+    fn snapshot_meta(&self) -> SnapshotMeta {
+        self.inner().snapshot_meta()
+    }
+    fn first_index(&self) -> u64 {
+        self.inner().first_index()
+    }
+    fn last_index(&self) -> u64 {
+        self.inner().last_index()
+    }
+    fn term(&self, index: u64) -> Result<u64, StoreError> {
+        self.inner().term(index)
+    }
+    fn entries(&self, lo: u64, hi: u64, max_bytes: u64) -> Result<Vec<LogEntry>, StoreError> {
+        self.inner().entries(lo, hi, max_bytes)
+    }
+    fn append(&mut self, entries: Vec<LogEntry>, durable: Durable) {
+        self.wrap_append(entries, durable);
+    }
+    fn save_hard_state(&mut self, state: HardState, sync: bool) -> Result<(), StoreError> {
+        self.wrap_save_hard_state(state, sync)
+    }
+    fn applied_index(&self) -> u64 {
+        self.inner().applied_index()
+    }
+    fn apply(&mut self, entry: &LogEntry) -> Self::Outcome {
+        self.wrap_apply(entry)
+    }
+    fn snapshot(&self) -> Result<Snapshot, StoreError> {
+        self.inner().snapshot()
+    }
+    fn install_snapshot(&mut self, snapshot: &Snapshot) -> Result<(), StoreError> {
+        self.wrap_install_snapshot(snapshot)
+    }
+    fn membership(&self) -> Option<Membership> {
+        self.inner().membership()
+    }
+    fn save_membership(&mut self, membership: &Membership) -> Result<(), StoreError> {
+        self.wrap_save_membership(membership)
+    }
+    fn maintain(&mut self, now_us: u64) -> Result<(), StoreError> {
+        self.wrap_maintain(now_us)
+    }
+}

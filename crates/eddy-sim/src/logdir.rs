@@ -21,8 +21,7 @@ use std::sync::{Arc, Mutex, PoisonError};
 use bytes::Bytes;
 use eddy_consensus::testing::{Applied, ListMachine, MachineDisk};
 use eddy_consensus::{
-    Durable, GroupId, GroupStore, HardState, LogEntry, NodeId, RaftLog, Replicated, Snapshot,
-    SnapshotMeta, StoreError,
+    Durable, GroupId, GroupStore, LogEntry, NodeId, RaftLog, Replicated, StoreError, WrapStore,
 };
 use eddy_log::{Cache, CommitPool, Durability, Log, LogConfig, MemBackend};
 
@@ -246,75 +245,24 @@ pub(crate) struct HeldStore<S> {
     held: Held,
 }
 
-impl<S: GroupStore> GroupStore for HeldStore<S> {
-    type Outcome = S::Outcome;
+impl<S: GroupStore> WrapStore for HeldStore<S> {
+    type Inner = S;
 
-    fn hard_state(&self) -> HardState {
-        self.inner.hard_state()
+    fn inner(&self) -> &S {
+        &self.inner
     }
 
-    fn snapshot_meta(&self) -> SnapshotMeta {
-        self.inner.snapshot_meta()
+    fn inner_mut(&mut self) -> &mut S {
+        &mut self.inner
     }
 
-    fn first_index(&self) -> u64 {
-        self.inner.first_index()
-    }
-
-    fn last_index(&self) -> u64 {
-        self.inner.last_index()
-    }
-
-    fn term(&self, index: u64) -> Result<u64, StoreError> {
-        self.inner.term(index)
-    }
-
-    fn entries(&self, lo: u64, hi: u64, max_bytes: u64) -> Result<Vec<LogEntry>, StoreError> {
-        self.inner.entries(lo, hi, max_bytes)
-    }
-
-    fn append(&mut self, entries: Vec<LogEntry>, durable: Durable) {
+    fn wrap_append(&mut self, entries: Vec<LogEntry>, durable: Durable) {
         // The inline pool writes (and reports) before `append` returns; the report waits.
         let held = Arc::clone(&self.held);
         self.inner.append(
             entries,
             Box::new(move |result| lock(&held).push((result, durable))),
         );
-    }
-
-    fn save_hard_state(&mut self, state: HardState, sync: bool) -> Result<(), StoreError> {
-        self.inner.save_hard_state(state, sync)
-    }
-
-    fn applied_index(&self) -> u64 {
-        self.inner.applied_index()
-    }
-
-    fn membership(&self) -> Option<eddy_consensus::Membership> {
-        self.inner.membership()
-    }
-
-    fn save_membership(
-        &mut self,
-        membership: &eddy_consensus::Membership,
-    ) -> Result<(), eddy_consensus::StoreError> {
-        self.inner.save_membership(membership)
-    }
-
-    fn apply(&mut self, entry: &LogEntry) -> S::Outcome {
-        self.inner.apply(entry)
-    }
-
-    fn snapshot(&self) -> Result<Snapshot, StoreError> {
-        self.inner.snapshot()
-    }
-
-    fn install_snapshot(&mut self, snapshot: &Snapshot) -> Result<(), StoreError> {
-        self.inner.install_snapshot(snapshot)
-    }
-
-    fn maintain(&mut self, now_us: u64) -> Result<(), StoreError> {
-        self.inner.maintain(now_us)
     }
 }
 

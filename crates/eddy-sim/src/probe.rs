@@ -16,7 +16,8 @@ use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 
 use bytes::Bytes;
 use eddy_consensus::{
-    Durable, EntryKind, GroupStore, HardState, LogEntry, NodeId, Snapshot, SnapshotMeta, StoreError,
+    Durable, EntryKind, GroupStore, HardState, LogEntry, NodeId, Snapshot, SnapshotMeta,
+    StoreError, WrapStore,
 };
 
 /// The entries a member has on stable storage, as far as its store reported.
@@ -211,34 +212,18 @@ impl<O> std::fmt::Debug for Probe<O> {
     }
 }
 
-impl<O: Send + 'static> GroupStore for Probe<O> {
-    type Outcome = O;
+impl<O: Send + 'static> WrapStore for Probe<O> {
+    type Inner = dyn GroupStore<Outcome = O>;
 
-    fn hard_state(&self) -> HardState {
-        self.inner.hard_state()
+    fn inner(&self) -> &Self::Inner {
+        &*self.inner
     }
 
-    fn snapshot_meta(&self) -> SnapshotMeta {
-        self.inner.snapshot_meta()
+    fn inner_mut(&mut self) -> &mut Self::Inner {
+        &mut *self.inner
     }
 
-    fn first_index(&self) -> u64 {
-        self.inner.first_index()
-    }
-
-    fn last_index(&self) -> u64 {
-        self.inner.last_index()
-    }
-
-    fn term(&self, index: u64) -> Result<u64, StoreError> {
-        self.inner.term(index)
-    }
-
-    fn entries(&self, lo: u64, hi: u64, max_bytes: u64) -> Result<Vec<LogEntry>, StoreError> {
-        self.inner.entries(lo, hi, max_bytes)
-    }
-
-    fn append(&mut self, entries: Vec<LogEntry>, durable: Durable) {
+    fn wrap_append(&mut self, entries: Vec<LogEntry>, durable: Durable) {
         let first = entries.first().map_or(0, |e| e.index);
         let terms: Vec<u64> = entries.iter().map(|e| e.term).collect();
         let shared = self.shared.clone();
@@ -257,28 +242,13 @@ impl<O: Send + 'static> GroupStore for Probe<O> {
         );
     }
 
-    fn save_hard_state(&mut self, state: HardState, sync: bool) -> Result<(), StoreError> {
+    fn wrap_save_hard_state(&mut self, state: HardState, sync: bool) -> Result<(), StoreError> {
         self.inner.save_hard_state(state, sync)?;
         self.shared.lock().hard = state;
         Ok(())
     }
 
-    fn applied_index(&self) -> u64 {
-        self.inner.applied_index()
-    }
-
-    fn membership(&self) -> Option<eddy_consensus::Membership> {
-        self.inner.membership()
-    }
-
-    fn save_membership(
-        &mut self,
-        membership: &eddy_consensus::Membership,
-    ) -> Result<(), eddy_consensus::StoreError> {
-        self.inner.save_membership(membership)
-    }
-
-    fn apply(&mut self, entry: &LogEntry) -> O {
+    fn wrap_apply(&mut self, entry: &LogEntry) -> O {
         let outcome = self.inner.apply(entry);
         let mut s = self.shared.lock();
         s.observed.push(Observation::Applied {
@@ -290,15 +260,7 @@ impl<O: Send + 'static> GroupStore for Probe<O> {
         outcome
     }
 
-    fn snapshot(&self) -> Result<Snapshot, StoreError> {
-        self.inner.snapshot()
-    }
-
-    fn maintain(&mut self, now_us: u64) -> Result<(), StoreError> {
-        self.inner.maintain(now_us)
-    }
-
-    fn install_snapshot(&mut self, snapshot: &Snapshot) -> Result<(), StoreError> {
+    fn wrap_install_snapshot(&mut self, snapshot: &Snapshot) -> Result<(), StoreError> {
         self.inner.install_snapshot(snapshot)?;
         let mut s = self.shared.lock();
         s.generation += 1;

@@ -11,8 +11,8 @@ use std::sync::{Arc, Mutex};
 use bytes::Bytes;
 use eddy_consensus::testing::{ListMachine, MachineDisk, MemDisk, MemStore};
 use eddy_consensus::{
-    Durable, EntryKind, GroupId, GroupStore, HardState, LogEntry, Node, NodeConfig, RaftLog,
-    Replicated, Snapshot, SnapshotMeta, StateMachine, StoreError,
+    EntryKind, GroupId, GroupStore, HardState, LogEntry, Node, NodeConfig, RaftLog, Replicated,
+    Snapshot, SnapshotMeta, StateMachine, StoreError, WrapStore,
 };
 use eddy_log::{Cache, CommitPool, Durability, LogConfig, MemBackend};
 
@@ -369,45 +369,15 @@ struct Counting {
     calls: Arc<Mutex<Vec<u64>>>,
 }
 
-impl GroupStore for Counting {
-    type Outcome = u64;
-    fn hard_state(&self) -> HardState {
-        self.inner.hard_state()
+impl WrapStore for Counting {
+    type Inner = MemStore;
+    fn inner(&self) -> &MemStore {
+        &self.inner
     }
-    fn snapshot_meta(&self) -> SnapshotMeta {
-        self.inner.snapshot_meta()
+    fn inner_mut(&mut self) -> &mut MemStore {
+        &mut self.inner
     }
-    fn first_index(&self) -> u64 {
-        self.inner.first_index()
-    }
-    fn last_index(&self) -> u64 {
-        self.inner.last_index()
-    }
-    fn term(&self, index: u64) -> Result<u64, StoreError> {
-        self.inner.term(index)
-    }
-    fn entries(&self, lo: u64, hi: u64, max: u64) -> Result<Vec<LogEntry>, StoreError> {
-        self.inner.entries(lo, hi, max)
-    }
-    fn append(&mut self, entries: Vec<LogEntry>, durable: Durable) {
-        self.inner.append(entries, durable);
-    }
-    fn save_hard_state(&mut self, state: HardState, sync: bool) -> Result<(), StoreError> {
-        self.inner.save_hard_state(state, sync)
-    }
-    fn applied_index(&self) -> u64 {
-        self.inner.applied_index()
-    }
-    fn apply(&mut self, entry: &LogEntry) -> u64 {
-        self.inner.apply(entry)
-    }
-    fn snapshot(&self) -> Result<Snapshot, StoreError> {
-        self.inner.snapshot()
-    }
-    fn install_snapshot(&mut self, snapshot: &Snapshot) -> Result<(), StoreError> {
-        self.inner.install_snapshot(snapshot)
-    }
-    fn maintain(&mut self, now_us: u64) -> Result<(), StoreError> {
+    fn wrap_maintain(&mut self, now_us: u64) -> Result<(), StoreError> {
         self.calls.lock().unwrap().push(now_us);
         if now_us == 666 {
             return Err(StoreError::SnapshotTemporarilyUnavailable);
