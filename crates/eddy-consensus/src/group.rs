@@ -602,6 +602,24 @@ impl<O: Send + 'static> Group<O> {
             if e.index <= self.applied {
                 continue;
             }
+            // A group's applied (and so committed) index only grows, one entry at a time, and
+            // terms never fall along its log (checked in debug builds, the simulator and tests).
+            debug_assert_eq!(
+                e.index,
+                self.applied + 1,
+                "group {:?} applies entry {} after {}: a gap",
+                self.id,
+                e.index,
+                self.applied
+            );
+            debug_assert!(
+                e.term >= self.applied_term,
+                "group {:?} applies entry {} of term {} after term {}",
+                self.id,
+                e.index,
+                e.term,
+                self.applied_term
+            );
             let changed = if e.get_entry_type() == eraftpb::EntryType::EntryNormal {
                 None
             } else {

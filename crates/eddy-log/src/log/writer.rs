@@ -524,6 +524,37 @@ impl LogInner {
     ) {
         let first_ts = group.records.first().map(|r| r.header.timestamp);
         let last_ts = group.records.last().map(|r| r.header.timestamp);
+        // The module's invariants, checked where they could first break (debug builds, the
+        // simulator and every test): readers see only what is durable under `Fsync` (4); a
+        // group continues the log's sequence numbers without a gap or an overlap (1) and its
+        // timestamps do not go back (5).
+        debug_assert!(
+            !matches!(self.config.durability, Durability::Fsync)
+                || writer.active.synced_len == writer.active.len,
+            "published before fdatasync: synced {} of {} bytes",
+            writer.active.synced_len,
+            writer.active.len
+        );
+        debug_assert!(
+            group
+                .records
+                .first()
+                .is_none_or(|r| r.header.seq == writer.next_seq),
+            "a group does not start at the log's next sequence number {}",
+            writer.next_seq
+        );
+        debug_assert!(
+            group
+                .records
+                .windows(2)
+                .all(|w| w[0].header.end_seq() == w[1].header.seq
+                    && w[0].header.timestamp <= w[1].header.timestamp),
+            "a group's records are not contiguous or go back in time"
+        );
+        debug_assert!(
+            first_ts.is_none_or(|t| t >= writer.last_ts),
+            "a group's first timestamp is below the log's last"
+        );
         writer.next_seq = end_seq;
         if let Some(ts) = last_ts {
             writer.last_ts = ts;
