@@ -276,12 +276,15 @@ fn stream_bench(args: &[String]) -> Result<()> {
     bench_release("streams", "stream-bench", args)
 }
 
-/// Builds the simulator in release and runs it with `args` (its exit status is the task's).
+/// Builds the simulator optimised with debug assertions on (the `sim` profile: the stores'
+/// and the engine's invariant checks run in every campaign) and runs it with `args` (its exit
+/// status is the task's).
 fn sim(args: &[String]) -> Result<()> {
     let mut cmd = cargo();
     cmd.args([
         "run",
-        "--release",
+        "--profile",
+        "sim",
         "--quiet",
         "-p",
         "eddy-sim",
