@@ -140,6 +140,7 @@ impl AddressCap {
     }
 
     /// The cap in force (`None`: no per-address cap).
+    #[cfg(test)]
     pub fn limit(&self) -> Option<u32> {
         self.limit
     }
@@ -166,6 +167,7 @@ impl AddressCap {
     }
 
     /// Addresses holding connections now (exempt ones are not tracked).
+    #[cfg(test)]
     pub fn tracked(&self) -> usize {
         eddy_log::lock(&self.open).len()
     }

@@ -6,23 +6,23 @@
 //! shutdown future fires, drains in-flight requests (bounded by `drain_timeout_ms`), flushes
 //! storage and releases the lock.
 
-pub mod address_cap;
-pub mod budget;
-pub mod clock;
+pub(crate) mod address_cap;
+pub(crate) mod budget;
+pub(crate) mod clock;
 pub mod cluster;
-pub mod compaction;
+pub(crate) mod compaction;
 pub mod config;
-pub mod cpu;
+pub(crate) mod cpu;
 pub mod data_dir;
 pub mod event;
-pub mod fds;
+pub(crate) mod fds;
 pub mod fuzzing;
-pub mod http;
-pub mod listener;
-pub mod metrics;
-pub mod offload;
+pub(crate) mod http;
+pub(crate) mod listener;
+pub(crate) mod metrics;
+pub(crate) mod offload;
 pub mod stream;
-pub mod tls;
+pub(crate) mod tls;
 
 use std::future::Future;
 use std::net::SocketAddr;

@@ -103,6 +103,7 @@ impl InFlight {
     }
 
     /// Bytes in flight now.
+    #[cfg(test)]
     pub fn bytes(&self) -> u64 {
         self.0.load(Ordering::Acquire)
     }
