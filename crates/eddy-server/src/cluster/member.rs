@@ -227,6 +227,8 @@ pub struct Member {
     inbox: Arc<RunnerInbox>,
     stop: CancellationToken,
     elections: Arc<std::sync::atomic::AtomicU64>,
+    /// The sending half of the transport (for its count of frames dropped towards peers).
+    outbox: super::transport::Outbox,
     /// Groups whose storage failed on this member (they stop here until it restarts).
     failed_groups: Arc<std::sync::atomic::AtomicU64>,
     /// Each event shard's stop flag (set at a failed write, before its group fails).
@@ -598,6 +600,7 @@ pub async fn start(
     });
     let stop = CancellationToken::new();
     let outbox = transport.start_outbound(&inbox, &stop);
+    let sender = outbox.clone();
     let tick = Duration::from_millis(config.raft_tick_ms);
     let voters = members.clone();
     let elections = Arc::new(std::sync::atomic::AtomicU64::new(0));
@@ -608,7 +611,7 @@ pub async fn start(
         "eddy-raft",
         move |wake| Node::new(NodeConfig::new(me, voters), wake),
         tick,
-        Box::new(move |to, batch| outbox.send(to, &batch)),
+        Box::new(move |to, batch| sender.send(to, &batch)),
         Box::new(move |event| {
             if let Event::GroupFailed { group } = event {
                 failures.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
@@ -670,6 +673,7 @@ pub async fn start(
         inbox,
         stop,
         elections,
+        outbox,
         failed_groups,
         stopped_shards,
         followed: std::sync::Mutex::default(),
@@ -912,6 +916,11 @@ impl Member {
             out,
             "# HELP eddy_cluster_raft_longest_turn_seconds The longest turn of the Raft thread since start (it sends every group's heartbeats: a long turn can cause elections).\n# TYPE eddy_cluster_raft_longest_turn_seconds gauge\neddy_cluster_raft_longest_turn_seconds {longest}\n# HELP eddy_cluster_raft_stalls_total Turns of the Raft thread longer than 50 ms.\n# TYPE eddy_cluster_raft_stalls_total counter\neddy_cluster_raft_stalls_total {}",
             stalls.over.load(Ordering::Relaxed)
+        );
+        let _ = writeln!(
+            out,
+            "# HELP eddy_cluster_peer_frames_dropped_total Replication frames this member dropped because a peer's send queue was full or closed (Raft sends what matters again).\n# TYPE eddy_cluster_peer_frames_dropped_total counter\neddy_cluster_peer_frames_dropped_total {}",
+            self.outbox.dropped()
         );
         let port = self.transport.counters();
         let _ = writeln!(

@@ -4,14 +4,14 @@
 //! (`eddy_consensus::Runner`) and talks to the transport through queues only.
 
 pub mod events;
-pub mod incarnation;
-pub mod member;
+pub(crate) mod incarnation;
+pub(crate) mod member;
 pub mod metadata;
 pub mod partition;
-pub mod peer_tls;
+pub(crate) mod peer_tls;
 pub mod raft_groups;
 pub mod streams;
-pub mod transport;
+pub(crate) mod transport;
 
 #[cfg(test)]
 mod testkit;

@@ -29,7 +29,7 @@ mod connection;
 mod errors;
 mod exec;
 pub(crate) use exec::answer_forwarded;
-pub mod identify;
+pub(crate) mod identify;
 pub mod routing;
 mod watch;
 

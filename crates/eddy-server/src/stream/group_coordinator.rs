@@ -37,6 +37,8 @@ use eddy_auth::sessions::ClientId;
 
 /// A consumer group's address.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
+// The protocol's own names for the three ids.
+#[allow(clippy::struct_field_names)]
 pub struct GroupKey {
     /// Stream id.
     pub stream_id: u32,
