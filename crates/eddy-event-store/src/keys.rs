@@ -58,11 +58,12 @@ pub(crate) fn key_type(org: u128, ty: u128) -> Vec<u8> {
     k
 }
 
+#[cfg(any(test, feature = "fuzzing"))]
 pub(crate) fn key_agg(key: &AggregateKey) -> Vec<u8> {
     agg_key_bytes(key).to_vec()
 }
 
-/// [`key_agg`] on the stack (the write path's lookups allocate nothing).
+/// `key_agg` on the stack (the write path's lookups allocate nothing).
 pub(crate) fn agg_key_bytes(key: &AggregateKey) -> [u8; 57] {
     let mut k = [0u8; 57];
     k[0] = KIND_AGG;

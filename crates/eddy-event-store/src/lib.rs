@@ -179,6 +179,7 @@
 
 pub mod compact;
 pub mod error;
+#[cfg(any(test, feature = "fuzzing"))]
 #[doc(hidden)]
 pub mod fuzzing;
 pub mod index;

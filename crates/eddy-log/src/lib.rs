@@ -173,6 +173,7 @@ pub mod log;
 pub mod pool;
 pub mod sync;
 
+#[cfg(any(test, feature = "fuzzing"))]
 #[doc(hidden)]
 pub mod fuzzing;
 

@@ -40,6 +40,8 @@ pub use tlv::{TlvEntry, ValueKind};
 pub use topic::{Compression, TopicOptions, TopicSettings};
 
 /// Entry points for `fuzz/` targets; `cargo test` replays the committed corpus through them.
+/// Built for tests and with the `fuzzing` feature only: production builds do not carry it.
+#[cfg(any(test, feature = "fuzzing"))]
 #[doc(hidden)]
 pub mod fuzzing {
     use super::{validate_block, DescribeOptionsReply, Mode, OptionsBlock, Scope, TopicOptions};

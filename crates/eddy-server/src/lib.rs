@@ -16,6 +16,7 @@ pub(crate) mod cpu;
 pub mod data_dir;
 pub mod event;
 pub(crate) mod fds;
+#[cfg(any(test, feature = "fuzzing"))]
 pub mod fuzzing;
 pub(crate) mod http;
 pub(crate) mod listener;

@@ -121,6 +121,7 @@ pub mod replicated;
 pub mod replicated_metadata;
 pub mod store;
 
+#[cfg(any(test, feature = "fuzzing"))]
 #[doc(hidden)]
 pub mod fuzzing;
 

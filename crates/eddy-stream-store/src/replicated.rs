@@ -96,6 +96,7 @@
 //! ```
 
 mod entry;
+#[cfg(any(test, feature = "fuzzing"))]
 #[doc(hidden)]
 pub mod fuzzing;
 mod poll;

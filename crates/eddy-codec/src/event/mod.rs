@@ -62,6 +62,7 @@ mod v2;
 mod v3;
 mod value;
 
+#[cfg(any(test, feature = "fuzzing"))]
 #[doc(hidden)]
 pub mod fuzzing;
 

@@ -62,6 +62,7 @@ pub use reply::{reply_payload, ReplyFrame};
 pub use request::{route, Request, Route};
 
 /// Entry points for `fuzz/` targets; `cargo test` replays the committed corpus through them.
+#[cfg(any(test, feature = "fuzzing"))]
 #[doc(hidden)]
 pub mod fuzzing {
     use bytes::Bytes;

@@ -621,6 +621,7 @@ impl ClusterStreams {
 }
 
 mod forwarding;
+#[cfg(any(test, feature = "fuzzing"))]
 pub(crate) use forwarding::{forwarded_seeds, fuzz_forwarded};
 pub use forwarding::{not_there, FORWARD_PATIENCE, FORWARD_RETRY, STREAM_FORWARD_KIND};
 mod membership;

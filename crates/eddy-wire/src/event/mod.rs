@@ -43,6 +43,7 @@ mod header;
 pub mod sample;
 mod types;
 
+#[cfg(any(test, feature = "fuzzing"))]
 #[doc(hidden)]
 pub mod fuzzing;
 

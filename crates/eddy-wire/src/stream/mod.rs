@@ -40,6 +40,7 @@ pub use header::{
 pub use operation::Operation;
 
 /// Entry points for `fuzz/` targets; `cargo test` replays the committed corpus through them.
+#[cfg(any(test, feature = "fuzzing"))]
 #[doc(hidden)]
 pub mod fuzzing {
     use super::frame::{decode_with_limit, Decoded, Header};

@@ -426,6 +426,7 @@ impl ClusterStreams {
 
 /// For `crate::fuzzing`: decodes `request` as a forwarded stream write and `answer` as the
 /// answer to one; each decodes or is refused.
+#[cfg(any(test, feature = "fuzzing"))]
 pub(crate) fn fuzz_forwarded(request: Option<Bytes>, answer: Option<Bytes>) {
     if let Some(request) = request {
         let _ = decode_request(request);
@@ -437,6 +438,7 @@ pub(crate) fn fuzz_forwarded(request: Option<Bytes>, answer: Option<Bytes>) {
 
 /// For `crate::fuzzing`: one request of each op and one answer of each status (name, bytes,
 /// whether it is an answer).
+#[cfg(any(test, feature = "fuzzing"))]
 pub(crate) fn forwarded_seeds() -> Vec<(String, Vec<u8>, bool)> {
     let addr = PartitionAddr {
         stream_id: 1,
