@@ -531,6 +531,29 @@ mod tests {
     }
 
     #[test]
+    fn every_listed_value_of_an_enumerated_option_parses() {
+        let cli = Cli::command();
+        let serve = cli.find_subcommand("serve").unwrap();
+        let mut checked = 0;
+        for arg in serve.get_arguments() {
+            let long = arg.get_long().unwrap_or_default();
+            for value in arg.get_possible_values() {
+                if value.is_hide_set() || long.is_empty() {
+                    continue;
+                }
+                let flag = format!("--{long}");
+                Cli::command()
+                    .try_get_matches_from(["eddy", "serve", &flag, value.get_name()])
+                    .unwrap_or_else(|e| panic!("{flag} {}: {e}", value.get_name()));
+                checked += 1;
+            }
+        }
+        // tls_mode 2, tls_client_auth 3, log_format 2, log_rotation 4, routing_rule 3,
+        // fsync_delay_when 2, replicated_durability 2 (booleans list true/false too).
+        assert!(checked >= 18, "only {checked} listed values");
+    }
+
+    #[test]
     fn defaults_resolve_to_the_default_config() {
         let (a, m) = parse(&["eddy", "serve"]);
         let r = resolve(&a, &m).unwrap();

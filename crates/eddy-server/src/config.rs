@@ -234,9 +234,8 @@ where
     T: serde::de::DeserializeOwned + Clone + Send + Sync + 'static,
 {
     use clap::builder::TypedValueParser as _;
-    clap::builder::PossibleValuesParser::new(names).map(|name| {
-        let name = serde::de::value::StrDeserializer::<serde::de::value::Error>::new(&name);
-        T::deserialize(name).expect("every listed name is one of the type's")
+    clap::builder::PossibleValuesParser::new(names).try_map(|name| {
+        T::deserialize(serde::de::value::StrDeserializer::<serde::de::value::Error>::new(&name))
     })
 }
 
