@@ -106,6 +106,7 @@ const EVERY_LIBRARY: &[&str] = &[
     "eddy-stream-store",
     "eddy-event-store",
     "eddy-consensus",
+    "eddy-replicated",
     "eddy-client",
     "eddy-ctl",
     "eddy-server",
@@ -122,6 +123,7 @@ const EVERY_LIBRARY_AND_THE_COMMAND_LINE: &[&str] = &[
     "eddy-stream-store",
     "eddy-event-store",
     "eddy-consensus",
+    "eddy-replicated",
     "eddy-client",
     "eddy-ctl",
     "eddy-server",
@@ -151,8 +153,9 @@ const ALLOWED: &[(&str, &[&str])] = &[
         "eddy-ctl",
         &["eddy-wire", "eddy-options", "eddy-codec", "eddy-client"],
     ),
+    // The replicated state machines, with no async runtime: the stores under consensus.
     (
-        "eddy-server",
+        "eddy-replicated",
         &[
             "eddy-wire",
             "eddy-options",
@@ -164,8 +167,23 @@ const ALLOWED: &[(&str, &[&str])] = &[
             "eddy-consensus",
         ],
     ),
-    // The simulator runs the consensus crate, the real stores under it and the server's own
-    // state machines: it sits above the server, as the tests do, and nothing depends on it.
+    (
+        "eddy-server",
+        &[
+            "eddy-wire",
+            "eddy-options",
+            "eddy-codec",
+            "eddy-auth",
+            "eddy-log",
+            "eddy-stream-store",
+            "eddy-event-store",
+            "eddy-consensus",
+            "eddy-replicated",
+        ],
+    ),
+    // The simulator runs the consensus crate, the real stores under it and the very state
+    // machines the server runs, beside the server rather than above it: nothing with sockets
+    // or an async runtime, and nothing depends on it.
     (
         "eddy-sim",
         &[
@@ -177,7 +195,7 @@ const ALLOWED: &[(&str, &[&str])] = &[
             "eddy-stream-store",
             "eddy-event-store",
             "eddy-consensus",
-            "eddy-server",
+            "eddy-replicated",
         ],
     ),
     // The binary owns the command line: the server and the client subcommands side by side.

@@ -512,7 +512,7 @@ pub struct ServerConfig {
     pub raft_tick_ms: u64,
     /// Event shard groups: compact the Raft log every this many applied entries; a member that
     /// needs what was compacted copies the shard's records from a peer.
-    #[arg(long, env = "EDDY_RAFT_EVENT_COMPACT_ENTRIES", default_value_t = crate::cluster::events::DEFAULT_EVENT_COMPACT_ENTRIES)]
+    #[arg(long, env = "EDDY_RAFT_EVENT_COMPACT_ENTRIES", default_value_t = eddy_replicated::shard::DEFAULT_EVENT_COMPACT_ENTRIES)]
     pub raft_event_compact_entries: u64,
     /// After a member joins a consumer group, a partition whose owner has polled and not yet
     /// committed stays with it until it commits, or at most this many milliseconds (0: moves at once).
@@ -626,7 +626,7 @@ impl Default for ServerConfig {
             insecure_peer_plaintext: false,
             max_peer_connections: DEFAULT_MAX_PEER_CONNECTIONS,
             raft_tick_ms: DEFAULT_RAFT_TICK_MS,
-            raft_event_compact_entries: crate::cluster::events::DEFAULT_EVENT_COMPACT_ENTRIES,
+            raft_event_compact_entries: eddy_replicated::shard::DEFAULT_EVENT_COMPACT_ENTRIES,
             stream_group_rebalancing_timeout_ms: DEFAULT_STREAM_GROUP_REBALANCING_TIMEOUT_MS,
             token_purge_interval_secs: DEFAULT_TOKEN_PURGE_INTERVAL_SECS,
             stream_login_timeout_ms: DEFAULT_STREAM_LOGIN_TIMEOUT_MS,

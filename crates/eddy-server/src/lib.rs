@@ -9,12 +9,12 @@
 pub(crate) mod address_cap;
 pub(crate) mod budget;
 pub(crate) mod clock;
-pub mod cluster;
+pub(crate) mod cluster;
 pub(crate) mod compaction;
 pub mod config;
 pub(crate) mod cpu;
 pub mod data_dir;
-pub mod event;
+pub(crate) mod event;
 pub(crate) mod fds;
 #[cfg(any(test, feature = "fuzzing"))]
 pub mod fuzzing;
@@ -22,7 +22,7 @@ pub(crate) mod http;
 pub(crate) mod listener;
 pub(crate) mod metrics;
 pub(crate) mod offload;
-pub mod stream;
+pub(crate) mod stream;
 pub(crate) mod tls;
 
 use std::future::Future;
@@ -172,7 +172,7 @@ pub enum ServeError {
     RootBootstrap {
         /// The cause.
         #[source]
-        source: stream::error::StreamError,
+        source: eddy_replicated::stream::error::StreamError,
     },
     /// A listener could not bind its address.
     #[error("cannot listen on {addr} ({listener} port)")]
@@ -238,18 +238,8 @@ fn check_exposed_root(
     Ok(())
 }
 
-/// An error and every cause below it on one line (`outer: cause: root cause`): what the
-/// command line prints and what error details sent to clients carry.
-pub fn error_chain(e: &dyn std::error::Error) -> String {
-    let mut line = e.to_string();
-    let mut cause = e.source();
-    while let Some(c) = cause {
-        line.push_str(": ");
-        line.push_str(&c.to_string());
-        cause = c.source();
-    }
-    line
-}
+pub use eddy_replicated::error_chain;
+pub use event::EventSetupError;
 
 /// The addresses the server's listeners are bound to (ports resolved when 0 was asked).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -646,7 +636,7 @@ impl Server {
                         .answer_forwarded(request, |batch, count| {
                             eddy_codec::stream::batch::admit(batch, count)
                                 .ok()
-                                .map(stream::Stampable)
+                                .map(eddy_replicated::stream::Stampable)
                         })
                         .await
                 })

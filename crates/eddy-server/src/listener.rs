@@ -46,13 +46,6 @@ pub enum Conn {
     Tls(Box<TlsStream<TcpStream>>),
 }
 
-impl Conn {
-    /// True for TLS connections.
-    pub fn is_tls(&self) -> bool {
-        matches!(self, Conn::Tls(_))
-    }
-}
-
 impl AsyncRead for Conn {
     fn poll_read(
         self: Pin<&mut Self>,

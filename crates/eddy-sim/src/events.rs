@@ -68,13 +68,13 @@ use eddy_event_store::{
     SchemaKey,
 };
 use eddy_log::{Cache, CommitPool, Durability, LogConfig, MemBackend};
-use eddy_server::cluster::events::{
-    copy_shard, event_group_id, CopyError, EventCompaction, EventShardMachine, ShardSnapshot,
-    COPY_CHUNK_BYTES, EVENTS_DIR,
+use eddy_replicated::event::change::{cluster_error, respond, store_error, Change, ChangeKind};
+use eddy_replicated::event::routing;
+use eddy_replicated::groups::{event_group_id, EVENTS_DIR};
+use eddy_replicated::shard::{
+    copy_shard, refused, stopped, CopyError, EventCompaction, EventShardMachine, ShardSnapshot,
+    COPY_CHUNK_BYTES,
 };
-use eddy_server::cluster::events::{refused, stopped};
-use eddy_server::event::change::{cluster_error, respond, store_error, Change, ChangeKind};
-use eddy_server::event::routing;
 use eddy_wire::event::{
     decode_response_frame, Decoded, FrameLimits, ProtocolVersion, RequestFrameDecoder,
 };

@@ -6,7 +6,7 @@
 
 use bytes::Bytes;
 use eddy_consensus::{GroupId, GroupStore, NodeId, ProposeError, StoreError};
-use eddy_server::cluster::events::event_group_id;
+use eddy_replicated::groups::event_group_id;
 
 use crate::config::Millis;
 use crate::events::{EventDir, EventFactory, EventWorkload};

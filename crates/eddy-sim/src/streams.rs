@@ -79,13 +79,11 @@ use eddy_codec::stream::{
 use eddy_consensus::logstore::RaftLog;
 use eddy_consensus::{GroupId, GroupStore, NodeId, ProposeError, Replicated, StoreError};
 use eddy_log::{Cache, CommitPool, Durability, LogConfig};
-use eddy_server::cluster::metadata::{MetadataMachine, NoEffects};
-use eddy_server::cluster::partition::{PartitionGroup, PartitionMachine, Proposals};
-use eddy_server::cluster::raft_groups::{partition_dir, partition_group_id, METADATA_GROUP};
-use eddy_server::cluster::streams::ClusterError;
-use eddy_server::stream::error::StreamError;
-use eddy_server::stream::send_reply;
-use eddy_server::stream::Stampable;
+use eddy_replicated::groups::{partition_dir, partition_group_id, METADATA_GROUP};
+use eddy_replicated::metadata::{MetadataMachine, NoEffects};
+use eddy_replicated::partition::{PartitionGroup, PartitionMachine, Proposals};
+use eddy_replicated::stream::error::{ClusterError, StreamError};
+use eddy_replicated::stream::{send_reply, Stampable};
 use eddy_stream_store::metadata::{decode_op, encode_op};
 use eddy_stream_store::replicated::{ApplyOutcome, PartitionEntry};
 use eddy_stream_store::replicated_metadata::{MetadataApplied, MetadataView};

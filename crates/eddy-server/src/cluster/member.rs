@@ -15,18 +15,19 @@ use eddy_consensus::logstore::RaftLog;
 use eddy_consensus::wire::Hello;
 use eddy_consensus::{Event, GroupId, Node, NodeConfig, NodeId, Replicated, Runner};
 use eddy_log::{Cache, CommitPool, FsBackend, LogConfig, StorageBackend};
+use eddy_replicated::groups::{event_group_id, EVENT_GROUP_BASE, METADATA_GROUP};
+use eddy_replicated::metadata::MetadataMachine;
+use eddy_replicated::shard::{
+    answer_records_request, copy_shard, decode_records_answer, encode_records_request, CopyError,
+    EventCompaction, ShardSnapshot,
+};
 use tokio::net::TcpListener;
 use tokio_util::sync::CancellationToken;
 
-use super::events::{
-    answer_records_request, copy_shard, decode_records_answer, encode_records_request,
-    event_group_id, forward_refusal, open_shard_group, ClusterEvents, CopyError, EventCompaction,
-    ShardSnapshot, EVENT_GROUP_BASE, FORWARD_KIND,
-};
-use super::metadata::MetadataMachine;
+use super::events::{forward_refusal, open_shard_group, ClusterEvents, FORWARD_KIND};
 use super::peer_tls::PeerTls;
 use super::raft_groups::{
-    balance_leaders, AsCluster, ClusterOutcome, GroupStorage, PartitionGroups, METADATA_GROUP,
+    balance_leaders, AsCluster, ClusterOutcome, GroupStorage, PartitionGroups,
 };
 use super::streams::{ClusterStreams, STREAM_FORWARD_KIND};
 use super::transport::{fingerprint, props, AsyncAnswer, Fetcher, Hold, Inbox, Transport};

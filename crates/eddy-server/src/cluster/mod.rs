@@ -3,14 +3,12 @@
 //! `transport` owns the replication sockets; the consensus engine runs on its own thread
 //! (`eddy_consensus::Runner`) and talks to the transport through queues only.
 
-pub mod events;
+pub(crate) mod events;
 pub(crate) mod incarnation;
 pub(crate) mod member;
-pub mod metadata;
-pub mod partition;
 pub(crate) mod peer_tls;
-pub mod raft_groups;
-pub mod streams;
+pub(crate) mod raft_groups;
+pub(crate) mod streams;
 pub(crate) mod transport;
 
 #[cfg(test)]

@@ -13,30 +13,21 @@
 //! metadata state (and deletes the directories of partitions the state no longer has).
 
 use std::collections::BTreeMap;
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::sync::{Arc, Mutex, OnceLock, PoisonError};
 
 use eddy_consensus::logstore::{RaftLog, StateMachine};
 use eddy_consensus::{GroupId, LogEntry, Replicated, Runner, Snapshot, SnapshotMeta, StoreError};
 use eddy_event_store::replicated::EventApplied;
 use eddy_log::{Cache, CommitPool, LogConfig, StorageBackend};
+use eddy_replicated::groups::{partition_dir, partition_group_id, METADATA_GROUP, PARTITIONS_DIR};
 use eddy_stream_store::metadata::Effect;
 use eddy_stream_store::replicated::{ApplyOutcome, PartitionEntry};
 use eddy_stream_store::replicated_metadata::{MetadataApplied, MetadataView};
 use eddy_stream_store::PartitionAddr;
 
-use super::metadata::EffectSink;
-use super::partition::{PartitionGroup, PartitionMachine};
-
-/// The metadata group's id.
-pub const METADATA_GROUP: GroupId = GroupId(0);
-/// Where partition groups' logs live, under the data directory.
-pub const PARTITIONS_DIR: &str = "raft/partitions";
-
-/// The group of the partition with `uid`.
-pub fn partition_group_id(uid: u64) -> GroupId {
-    GroupId(uid + 1)
-}
+use eddy_replicated::metadata::EffectSink;
+use eddy_replicated::partition::{PartitionGroup, PartitionMachine};
 
 /// What a proposal to any of a node's groups yields.
 #[derive(Debug)]
@@ -153,7 +144,10 @@ impl std::fmt::Debug for PartitionGroups {
 /// A partition's retention policy from its topic's options, read at each maintenance: the
 /// topic's `message_expiry`, and its `max_topic_size` shared evenly by its partitions (each
 /// partition group deletes on its own).
-fn retention_source(view: MetadataView, addr: PartitionAddr) -> super::partition::PolicySource {
+fn retention_source(
+    view: MetadataView,
+    addr: PartitionAddr,
+) -> eddy_replicated::partition::PolicySource {
     Box::new(move || {
         view.read(|s| {
             let topic = s.topic(addr.stream_id, addr.topic_id)?;
@@ -165,11 +159,6 @@ fn retention_source(view: MetadataView, addr: PartitionAddr) -> super::partition
             })
         })
     })
-}
-
-/// The directory of the partition group with `uid`, under the data directory.
-pub fn partition_dir(uid: u64) -> PathBuf {
-    Path::new(PARTITIONS_DIR).join(format!("{uid:020}"))
 }
 
 impl PartitionGroups {

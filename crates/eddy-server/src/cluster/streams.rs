@@ -22,72 +22,17 @@ use std::sync::{Arc, Mutex, PoisonError};
 use bytes::Bytes;
 use eddy_consensus::{GroupId, ProposeError, Role, Runner};
 use eddy_stream_store::metadata::{encode_op, Effect};
-use eddy_stream_store::replicated::{ApplyOutcome, PartitionEntry, ReplicatedError};
+use eddy_stream_store::replicated::{ApplyOutcome, PartitionEntry};
 use eddy_stream_store::replicated_metadata::{MetadataApplied, MetadataView};
 use eddy_stream_store::{
-    Appended, ConsumerKey, MetadataError, MetadataOp, MetadataState, PartitionAddr, PartitionStats,
-    PollStrategy, Polled, StampableBatch,
+    Appended, ConsumerKey, MetadataOp, MetadataState, PartitionAddr, PartitionStats, PollStrategy,
+    Polled, StampableBatch,
 };
 
-use super::partition::{PartitionGroup, Proposals, StampedEntry};
-use super::raft_groups::{partition_group_id, ClusterOutcome, PartitionGroups, METADATA_GROUP};
-
-/// Why a cluster operation did not happen.
-#[derive(Debug, thiserror::Error)]
-pub enum ClusterError {
-    /// This member does not lead the group (or no leader is known): ask the leader.
-    #[error("this node is not the leader of the {0}; retry on the leader")]
-    NotLeader(&'static str),
-    /// The proposal was not committed (leadership changed, the node is stopping, or too much
-    /// is uncommitted); nothing is known to have changed.
-    #[error("the cluster did not commit the request: {0}")]
-    NotCommitted(ProposeError),
-    /// A batch's predicted offset went stale (a proposal ahead of it was lost); nothing was
-    /// appended.
-    #[error("the batch was stamped for offset {0}, which another batch took; retry")]
-    Stale(u64),
-    /// The metadata state refused the operation (on every member alike).
-    #[error(transparent)]
-    Metadata(#[from] MetadataError),
-    /// The partition has no group on this member.
-    #[error("partition {0:?} not found")]
-    NoPartition(PartitionAddr),
-    /// A partition read failed.
-    #[error(transparent)]
-    Read(#[from] ReplicatedError),
-    /// An entry could not be encoded (a bug).
-    #[error("cannot encode the entry: {0}")]
-    Encode(String),
-    /// A membership change was refused or did not complete.
-    #[error("{0}")]
-    Membership(String),
-    /// The member a request was forwarded to did not do it, or its answer was lost;
-    /// `transient` when the client should retry.
-    #[error("{message}")]
-    Forwarded {
-        /// Whether retrying may succeed.
-        transient: bool,
-        /// What the leader (or the lane to it) said.
-        message: String,
-    },
-}
-
-impl ClusterError {
-    /// Whether the client should retry (on the leader): the stream protocol answers these with
-    /// `TransientNotAccepted`.
-    pub fn is_transient(&self) -> bool {
-        matches!(
-            self,
-            ClusterError::NotLeader(_)
-                | ClusterError::NotCommitted(_)
-                | ClusterError::Stale(_)
-                | ClusterError::Forwarded {
-                    transient: true,
-                    ..
-                }
-        )
-    }
-}
+use super::raft_groups::{ClusterOutcome, PartitionGroups};
+use eddy_replicated::groups::{partition_group_id, METADATA_GROUP};
+use eddy_replicated::partition::{PartitionGroup, Proposals, StampedEntry};
+use eddy_replicated::stream::error::ClusterError;
 
 /// Proposed, not yet answered appends per partition, by proposal id.
 type Pending = Proposals<PartitionAddr, u64>;
@@ -294,10 +239,10 @@ impl ClusterStreams {
         for (gid, status) in statuses {
             let (kind, id, addr) = if gid == METADATA_GROUP {
                 (GROUP_METADATA, 0, None)
-            } else if gid.0 >= super::events::EVENT_GROUP_BASE {
+            } else if gid.0 >= eddy_replicated::groups::EVENT_GROUP_BASE {
                 (
                     GROUP_EVENT_SHARD,
-                    gid.0 - super::events::EVENT_GROUP_BASE,
+                    gid.0 - eddy_replicated::groups::EVENT_GROUP_BASE,
                     None,
                 )
             } else {

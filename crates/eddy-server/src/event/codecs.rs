@@ -48,7 +48,8 @@ impl CodecPool {
         out
     }
 
-    /// Idle contexts (for tests and metrics).
+    /// Idle contexts.
+    #[cfg(test)]
     pub fn idle(&self) -> usize {
         lock(&self.idle).len()
     }

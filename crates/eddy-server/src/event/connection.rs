@@ -25,13 +25,14 @@ use tokio::io::{AsyncReadExt as _, AsyncWriteExt as _};
 use tokio_util::sync::WaitForCancellationFutureOwned;
 
 use super::identify::{self, Identity};
-use super::routing::{self, Route};
-use super::{errors, exec, watch};
+use super::{exec, watch};
 use super::{metric_index, EventService};
 use crate::budget::{RequestBudget, Reservation, UNBUDGETED_FRAME};
 use crate::listener::{Conn, ConnectionContext};
 use crate::metrics::Protocol;
 use crate::Shared;
+use eddy_replicated::event::errors;
+use eddy_replicated::event::routing::{self, Route};
 
 /// Why a connection ends without (another) response.
 #[derive(Debug, thiserror::Error)]
@@ -280,7 +281,11 @@ impl Connection {
             other => other.map(Duration::from_millis),
         };
         let (sink, mut rx) = watch::channel();
-        let id = match svc.store.subscribe(shard, watch::filter(&request), sink) {
+        let id = match svc.store.subscribe(
+            shard,
+            eddy_replicated::event::routing::filter(&request),
+            sink,
+        ) {
             Ok(id) => id,
             Err(e) => {
                 let e = errors::subscribe_error(&e);

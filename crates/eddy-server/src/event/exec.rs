@@ -18,10 +18,12 @@ use eddy_event_store::{EventStore, EventStoreError};
 use eddy_log::Completion;
 use eddy_wire::event::RequestType;
 
-use super::change::{cluster_error, key, respond, store_error, Change, ChangeKind, StoreChange};
-use super::errors::{details_error, list_error, read_error};
 use super::EventService;
-use crate::cluster::events::EventClusterError;
+use eddy_replicated::event::change::{
+    cluster_error, key, respond, store_error, Change, ChangeKind, StoreChange,
+};
+use eddy_replicated::event::errors::{details_error, list_error, read_error};
+use eddy_replicated::shard::EventClusterError;
 // Synchronous store work runs off the reactor (a cold index block or segment is a disk read).
 use crate::offload::blocking;
 

@@ -23,14 +23,11 @@
 //!   of at least 1024 bytes; fixed-size responses always fit 1007 bytes (error messages are
 //!   truncated by the codec).
 
-pub mod change;
 mod codecs;
 mod connection;
-mod errors;
 mod exec;
 pub(crate) use exec::answer_forwarded;
 pub(crate) mod identify;
-pub mod routing;
 mod watch;
 
 use std::path::{Path, PathBuf};
@@ -318,12 +315,12 @@ impl EventService {
     pub(crate) fn cluster(
         &self,
     ) -> Option<
-        Result<&crate::cluster::events::ClusterEvents, crate::cluster::events::EventClusterError>,
+        Result<&crate::cluster::events::ClusterEvents, eddy_replicated::shard::EventClusterError>,
     > {
         self.clustered.then(|| {
             self.cluster
                 .get()
-                .ok_or(crate::cluster::events::EventClusterError::NotLeader {
+                .ok_or(eddy_replicated::shard::EventClusterError::NotLeader {
                     leader_address: None,
                 })
         })

@@ -15,10 +15,8 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
-use eddy_codec::event::{WatchRequest, WatchResponseEvent};
-use eddy_event_store::{
-    EventStore, SubscriptionId, WatchEvent, WatchFilter, WatchOperation, WatchSink,
-};
+use eddy_codec::event::WatchResponseEvent;
+use eddy_event_store::{EventStore, SubscriptionId, WatchEvent, WatchOperation, WatchSink};
 use tokio::sync::mpsc;
 
 /// Notifications a subscriber may have queued before it is dropped.
@@ -70,22 +68,6 @@ pub fn channel() -> (Arc<ChannelSink>, Receiver) {
         }),
         Receiver { rx, queued },
     )
-}
-
-/// The store filter of a watch request.
-pub fn filter(w: &WatchRequest) -> WatchFilter {
-    WatchFilter {
-        orgs: w.orgs.as_ref().map(|s| s.iter().copied().collect()),
-        aggregate_types: w
-            .aggregate_types
-            .as_ref()
-            .map(|s| s.iter().copied().collect()),
-        aggregates: w.aggregates.as_ref().map(|s| s.iter().copied().collect()),
-        operations: w
-            .operation_types
-            .as_ref()
-            .map(|s| s.iter().copied().collect()),
-    }
 }
 
 /// Unsubscribes when the watch ends, however it ends.

@@ -25,9 +25,9 @@ use eddy_options::OptionsBlock;
 use eddy_stream_store::changes::{Change, ChangeJournal, TopicRef};
 use eddy_stream_store::{MetadataState, TopicConfig};
 
-use super::error::StreamError;
 use super::handler::{Ctx, Outcome};
 use super::views;
+use eddy_replicated::stream::error::StreamError;
 
 /// Body bytes a page stops after (at least one record or item is always served).
 pub const PAGE_BYTES: usize = 1 << 20;

@@ -53,12 +53,12 @@ use tokio::io::{AsyncRead, AsyncReadExt as _, AsyncWrite, AsyncWriteExt as _};
 use tracing::Instrument as _;
 
 use super::dispatch;
-use super::error::StreamError;
 use super::handler::Outcome;
 use super::StreamState;
 use crate::budget::{RequestBudget, Reservation, STREAM_WAIT};
 use crate::listener::{Conn, ConnectionContext};
 use crate::metrics::Protocol;
+use eddy_replicated::stream::error::StreamError;
 
 /// Bytes made room for when the next frame's size is not known yet.
 const READ_CHUNK: usize = 8 * 1024;
@@ -468,7 +468,7 @@ async fn run(
             Err(e) => {
                 if e.is_server_fault() {
                     // The whole chain: a storage failure names its file and the OS error.
-                    let error = crate::error_chain(&e);
+                    let error = eddy_replicated::error_chain(&e);
                     tracing::warn!(%error, code = e.code().code(), "request failed");
                 } else {
                     tracing::debug!(error = %e, code = e.code().code(), "request refused");

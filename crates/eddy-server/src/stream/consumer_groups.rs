@@ -11,10 +11,10 @@ use eddy_codec::stream::Identifier;
 use eddy_stream_store::Entity;
 use eddy_stream_store::MetadataOp;
 
-use super::error::{Missing, StreamError};
 use super::group_coordinator::GroupKey;
 use super::handler::{Ctx, Outcome};
 use super::views;
+use eddy_replicated::stream::error::{Missing, StreamError};
 
 fn key(ctx: Ctx<'_>, stream_id: u32, topic_id: u32, group: &Identifier) -> Option<GroupKey> {
     ctx.state

@@ -29,12 +29,12 @@ use eddy_wire::stream::{
     request_checksum, EvictionHeader, EvictionReason, Operation, RequestHeader,
 };
 
-use super::error::{Missing, StreamError};
 use super::handler::{Ctx, Outcome};
 use super::{
     changes, consumer_groups, login, messages, metric_index, streams, system, update_resource,
     users, views, StreamState, INVALID_METRIC,
 };
+use eddy_replicated::stream::error::{Missing, StreamError};
 
 /// Handles one request. Returns the metrics index of the command and the outcome.
 /// The metrics index of a request, from its header alone (a refused frame's).

@@ -13,7 +13,7 @@ use super::StreamState;
 /// The version string login replies and `GET_STATS` carry.
 pub const SERVER_VERSION: &str = env!("CARGO_PKG_VERSION");
 
-/// What a request is answered with (errors travel as [`StreamError`](super::error::StreamError)).
+/// What a request is answered with (errors travel as [`StreamError`](eddy_replicated::stream::error::StreamError)).
 #[derive(Debug)]
 pub(crate) enum Outcome {
     /// Success: the payload (the result section, where the operation has one, is added when the

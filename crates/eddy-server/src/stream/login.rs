@@ -31,10 +31,10 @@ use eddy_codec::stream::CommandCode;
 use eddy_wire::stream::version::{Revision, PROTOCOL_VERSION_MAX, PROTOCOL_VERSION_MIN};
 use eddy_wire::stream::{EvictionHeader, EvictionReason, RequestHeader};
 
-use super::error::StreamError;
 use super::handler::{Ctx, Outcome, SERVER_VERSION};
 use super::throttle::Check;
 use super::{views, StreamState};
+use eddy_replicated::stream::error::StreamError;
 
 /// Handles a Register body. Returns the command it turned out to be (for metrics).
 pub(crate) async fn register(

@@ -23,8 +23,7 @@
 
 use std::sync::Arc;
 
-use bytes::{Bytes, BytesMut};
-use eddy_codec::stream::batch::BATCH_HEADER_SIZE;
+use bytes::Bytes;
 use eddy_codec::stream::commands::delete_consumer_offset::DeleteConsumerOffset;
 use eddy_codec::stream::commands::fetch_messages::{
     FetchMessages, FetchMessagesReply, FetchSection, FetchTarget,
@@ -36,59 +35,19 @@ use eddy_codec::stream::commands::poll_messages::{
 use eddy_codec::stream::commands::poll_messages_deferred::{
     PollMessagesDeferred, MAX_WAIT_US, REPLY_PREFIX_LEN,
 };
-use eddy_codec::stream::commands::send_messages::{
-    SendConfirmation, SendMessages, SendMessagesReply,
-};
+use eddy_codec::stream::commands::send_messages::SendMessages;
 use eddy_codec::stream::commands::store_consumer_offset::StoreConsumerOffset;
 use eddy_codec::stream::commands::Maybe;
 use eddy_codec::stream::v0_12::PartitionContext;
-use eddy_codec::stream::{
-    admit, AdmittedBatch, Consumer, ConsumerKind, Partitioning, PollingStrategy,
-};
+use eddy_codec::stream::{admit, Consumer, ConsumerKind, Partitioning, PollingStrategy};
 use eddy_codec::stream::{PollRecord, WireDecode};
-use eddy_stream_store::{
-    ConsumerKey, MetadataOp, PartitionAddr, PollStrategy, Stamp, StampableBatch,
-};
+use eddy_replicated::stream::{send_reply, Stampable};
+use eddy_stream_store::{ConsumerKey, MetadataOp, PartitionAddr, PollStrategy};
 
-use super::error::{Missing, StreamError};
 use super::group_coordinator::GroupKey;
 use super::handler::{Ctx, Outcome};
 use super::{views, MAX_POLL_BYTES};
-
-/// The codec's admitted batch as storage's [`StampableBatch`]: stamping rewrites the 256-byte
-/// header in place when the received buffer is no longer shared (the usual case for a large
-/// send), and copies the batch into a fresh buffer otherwise.
-#[derive(Debug)]
-pub struct Stampable(pub AdmittedBatch);
-
-impl StampableBatch for Stampable {
-    fn message_count(&self) -> u32 {
-        self.0.message_count()
-    }
-
-    fn stamp(self, stamp: &Stamp) -> Bytes {
-        let whole = self.0.as_bytes().clone();
-        let stamped = self.0.stamp(
-            u64::from(stamp.partition_id),
-            stamp.base_offset,
-            stamp.base_timestamp,
-        );
-        let header = *stamped.header_bytes();
-        drop(stamped);
-        match whole.try_into_mut() {
-            Ok(mut unique) => {
-                unique[..BATCH_HEADER_SIZE].copy_from_slice(&header);
-                unique.freeze()
-            }
-            Err(shared) => {
-                let mut copy = BytesMut::with_capacity(shared.len());
-                copy.extend_from_slice(&header);
-                copy.extend_from_slice(&shared[BATCH_HEADER_SIZE..]);
-                copy.freeze()
-            }
-        }
-    }
-}
+use eddy_replicated::stream::error::{Missing, StreamError};
 
 /// `SEND_MESSAGES`.
 pub(crate) async fn send(
@@ -154,7 +113,7 @@ pub(crate) async fn send(
                 .forward_append(addr, admitted.message_count(), admitted.as_bytes())
                 .await
             {
-                Err(crate::cluster::streams::ClusterError::NotLeader(_))
+                Err(eddy_replicated::stream::error::ClusterError::NotLeader(_))
                     if cluster.appends_here(addr) => {}
                 forwarded => break forwarded?,
             }
@@ -175,18 +134,6 @@ pub(crate) async fn send(
     };
     let appended = ticket.await?;
     Ok(Outcome::payload(&send_reply(addr, appended.base_offset)))
-}
-
-/// The `SEND_MESSAGES` reply for a batch appended to `addr` at `base_offset`.
-pub fn send_reply(addr: PartitionAddr, base_offset: u64) -> SendMessagesReply {
-    SendMessagesReply {
-        confirmations: vec![SendConfirmation {
-            stream_id: addr.stream_id,
-            topic_id: addr.topic_id,
-            partition_id: addr.partition_id,
-            base_offset,
-        }],
-    }
 }
 
 fn strategy(strategy: PollingStrategy) -> PollStrategy {
@@ -759,56 +706,4 @@ pub(crate) async fn delete_offset(
         .commit(MetadataOp::DeleteConsumerOffset { addr, consumer })
         .await?;
     Ok(Outcome::empty())
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-    use eddy_codec::stream::{build_batch, Message, StoredBatch};
-
-    fn received_batch() -> Bytes {
-        let batch = build_batch(&[
-            Message::new(1, 1_000, &b"first"[..]),
-            Message::new(2, 1_010, &b"second"[..]),
-        ])
-        .unwrap();
-        // As the connection reads it: a frame split off a read buffer, the frame header dropped.
-        let mut read = BytesMut::with_capacity(1024);
-        read.extend_from_slice(&[0u8; 40]);
-        read.extend_from_slice(&batch);
-        let frame = read.split_to(read.len()).freeze();
-        drop(read);
-        frame.slice(40..)
-    }
-
-    const STAMP: Stamp = Stamp {
-        partition_id: 3,
-        base_offset: 70,
-        base_timestamp: 9_000,
-    };
-
-    #[test]
-    fn stamping_rewrites_an_unshared_batch_in_place() {
-        let body = received_batch();
-        let at = body.as_ptr();
-        let stored = Stampable(admit(body, 2).unwrap()).stamp(&STAMP);
-        assert_eq!(stored.as_ptr(), at, "no copy");
-        let parsed = StoredBatch::parse(stored).unwrap();
-        parsed.verify().unwrap();
-        assert_eq!(parsed.base_offset(), 70);
-        assert_eq!(parsed.header().partition_id, 3);
-        assert_eq!(parsed.base_timestamp(), 9_000);
-    }
-
-    #[test]
-    fn stamping_a_shared_batch_copies_it() {
-        let body = received_batch();
-        let kept = body.clone();
-        let stored = Stampable(admit(body, 2).unwrap()).stamp(&STAMP);
-        assert_ne!(stored.as_ptr(), kept.as_ptr());
-        let parsed = StoredBatch::parse(stored).unwrap();
-        parsed.verify().unwrap();
-        assert_eq!(parsed.base_offset(), 70);
-        assert_eq!(&kept[256..], &parsed.bytes()[256..], "frames unchanged");
-    }
 }

@@ -30,7 +30,6 @@ mod changes;
 mod connection;
 mod consumer_groups;
 mod dispatch;
-pub mod error;
 pub(crate) mod group_coordinator;
 mod handler;
 mod login;
@@ -59,9 +58,8 @@ use eddy_log::lock;
 use eddy_stream_store::{MetadataOp, MetadataState, Operation, StreamStore};
 
 pub use connection::serve_connection;
-use error::StreamError;
+use eddy_replicated::stream::error::StreamError;
 use group_coordinator::Coordinator;
-pub use messages::{send_reply, Stampable};
 
 /// Per-command metric names: every command of the table, in table order, then
 /// [`INVALID_REQUEST`] for frames that route to no command.

@@ -28,7 +28,7 @@ use eddy_log::Cipher;
 use eddy_options::{validate_block, Mode, OptionsBlock, Scope, ValueKind};
 use sha2::{Digest as _, Sha256};
 
-use super::error::StreamError;
+use eddy_replicated::stream::error::StreamError;
 
 /// The create option carrying the key.
 pub const KEY: &str = "encryption_key";

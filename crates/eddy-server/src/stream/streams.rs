@@ -22,9 +22,9 @@ use eddy_stream_store::metadata::MAX_PARTITIONS_PER_TOPIC;
 use eddy_stream_store::Entity;
 use eddy_stream_store::{MetadataOp, Operation, PartitionAddr};
 
-use super::error::{Missing, StreamError};
 use super::handler::{Ctx, Outcome};
 use super::{views, MAX_STREAMS, MAX_TOPICS_PER_STREAM};
+use eddy_replicated::stream::error::{Missing, StreamError};
 
 /// `GET_STREAM`: the stream and its topic headers (empty body if it is gone).
 pub(crate) async fn get_stream(ctx: Ctx<'_>, stream_id: u32) -> Outcome {

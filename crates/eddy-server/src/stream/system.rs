@@ -13,9 +13,9 @@ use eddy_codec::stream::commands::get_snapshot::{GetSnapshot, Snapshot};
 use eddy_codec::stream::commands::get_stats::Stats;
 use eddy_options::{DescribeOptionsReply, TopicSettings};
 
-use super::error::StreamError;
 use super::handler::{Ctx, Outcome, SERVER_VERSION};
 use super::{stats, views};
+use eddy_replicated::stream::error::StreamError;
 
 /// Cluster name of a single node.
 pub const CLUSTER_NAME: &str = "single-node";
@@ -253,7 +253,9 @@ pub(crate) fn get_client(ctx: Ctx<'_>, client_id: u32) -> Result<Outcome, Stream
         .state
         .clients
         .get(client_id)
-        .ok_or(StreamError::NotFound(super::error::Missing::Client))?;
+        .ok_or(StreamError::NotFound(
+            eddy_replicated::stream::error::Missing::Client,
+        ))?;
     let groups = ctx.state.groups().groups_of(client_id);
     Ok(Outcome::payload(&views::client_details(&info, &groups)))
 }

@@ -13,8 +13,8 @@ use eddy_options::catalog::{self, Scope};
 use eddy_options::{OptionsBlock, OptionsError, TopicSettings, ValueKind};
 use eddy_stream_store::MetadataState;
 
-use super::error::{Missing, StreamError};
 use super::views;
+use eddy_replicated::stream::error::{Missing, StreamError};
 
 fn unsupported(scope: Scope, key: &str) -> StreamError {
     StreamError::Options(OptionsError::UnsupportedKey {

@@ -26,10 +26,10 @@ use eddy_codec::stream::commands::Maybe;
 use eddy_options::{validate_block, Mode, Scope};
 use eddy_stream_store::{Entity, MetadataError, MetadataOp, StreamStoreError};
 
-use super::error::{Missing, StreamError};
 use super::handler::{Ctx, Outcome};
 use super::throttle::Check;
 use super::{views, StreamState};
+use eddy_replicated::stream::error::{Missing, StreamError};
 
 /// Hashes a password on the blocking pool (Argon2id takes tens of milliseconds), within the
 /// bound on concurrent hashes.

@@ -1,6 +1,6 @@
 //! The membership driver: what an operator's `eddy cluster add/remove/replace` does to the
 //! simulated cluster, step by step, as the server's metadata leader runs it
-//! (`eddy_server::cluster::streams::membership`): passes over the groups every
+//! (`crates/eddy-server/src/cluster/streams/membership.rs`): passes over the groups every
 //! [`PASS_MS`], each moving every group one step on its current leader (a learner first, a
 //! voter once at most [`PROMOTE_WITHIN`] entries behind; a removal once, the leader handing
 //! its leadership over first when it is the member removed); a change the engine dropped

@@ -15,8 +15,9 @@ use eddy_stream_store::replicated::{ApplyOutcome, PartitionEntry};
 use eddy_stream_store::replicated_metadata::{MetadataApplied, MetadataView};
 use eddy_stream_store::{MetadataOp, PartitionAddr, PollStrategy};
 
-use super::{partition_group_id, ClusterOutcome, PartitionGroups, METADATA_GROUP};
+use super::{ClusterOutcome, PartitionGroups};
 use crate::cluster::testkit;
+use eddy_replicated::groups::{partition_group_id, METADATA_GROUP};
 
 type Peers = testkit::Peers<ClusterOutcome>;
 
@@ -269,7 +270,7 @@ fn partition_groups_follow_the_metadata_on_every_member() {
         let dir = tmp
             .path()
             .join(format!("node-{}", i + 1))
-            .join(super::PARTITIONS_DIR);
+            .join(eddy_replicated::groups::PARTITIONS_DIR);
         testkit::eventually(
             || {
                 m.groups.all().is_empty()

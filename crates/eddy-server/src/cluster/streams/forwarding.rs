@@ -26,8 +26,9 @@ use eddy_consensus::{GroupId, NodeId};
 use eddy_stream_store::metadata::{decode_op, encode_op};
 use eddy_stream_store::{MetadataError, MetadataOp, PartitionAddr, StampableBatch};
 
-use super::{ClusterError, ClusterStreams};
-use crate::cluster::raft_groups::{partition_group_id, METADATA_GROUP};
+use super::ClusterStreams;
+use eddy_replicated::groups::{partition_group_id, METADATA_GROUP};
+use eddy_replicated::stream::error::ClusterError;
 
 /// The first byte of a forwarded stream write on the peer link.
 pub const STREAM_FORWARD_KIND: u8 = 3;

@@ -27,8 +27,9 @@ use std::time::Duration;
 use eddy_consensus::{GroupId, MemberChange, Membership, NodeId, ProposeError};
 use eddy_stream_store::MetadataOp;
 
-use super::{ClusterError, ClusterStreams};
-use crate::cluster::raft_groups::METADATA_GROUP;
+use super::ClusterStreams;
+use eddy_replicated::groups::METADATA_GROUP;
+use eddy_replicated::stream::error::ClusterError;
 
 /// A learner at most this many entries behind its group's leader is made a voter.
 pub const PROMOTE_WITHIN: u64 = 64;

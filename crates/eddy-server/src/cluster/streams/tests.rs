@@ -13,9 +13,11 @@ use eddy_stream_store::{
     ConsumerKey, MetadataOp, PartitionAddr, PollStrategy, StampWith, TopicConfig,
 };
 
-use super::{ClusterError, ClusterStreams};
-use crate::cluster::raft_groups::{partition_group_id, ClusterOutcome, METADATA_GROUP};
+use super::ClusterStreams;
+use crate::cluster::raft_groups::ClusterOutcome;
 use crate::cluster::testkit;
+use eddy_replicated::groups::{partition_group_id, METADATA_GROUP};
+use eddy_replicated::stream::error::ClusterError;
 
 type Peers = testkit::Peers<ClusterOutcome>;
 

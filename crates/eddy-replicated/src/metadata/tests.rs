@@ -16,7 +16,7 @@ use eddy_stream_store::replicated_metadata::{MetadataApplied, MetadataView};
 use eddy_stream_store::{MetadataOp, MetadataState};
 
 use super::{EffectSink, MetadataMachine};
-use crate::cluster::testkit;
+use crate::testkit;
 
 const G: GroupId = GroupId(0);
 /// Small, so the test crosses several snapshots and compactions.
@@ -122,7 +122,7 @@ fn create_topic(stream_id: u32) -> MetadataOp {
         name: "events".into(),
         created_at: 7,
         partitions: 2,
-        config: crate::cluster::testkit::small_topic(),
+        config: crate::testkit::small_topic(),
         explicit_options: vec![],
         derived_options: vec![],
     }

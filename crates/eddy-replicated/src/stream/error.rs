@@ -6,10 +6,12 @@
 
 use eddy_auth::permissions::Denied;
 use eddy_codec::stream::{BatchError, CodecError, CommandCode, ErrorCode};
+use eddy_consensus::ProposeError;
 use eddy_log::LogError;
 use eddy_options::OptionsError;
+use eddy_stream_store::replicated::ReplicatedError;
 use eddy_stream_store::Entity;
-use eddy_stream_store::{MetadataError, StreamStoreError};
+use eddy_stream_store::{MetadataError, PartitionAddr, StreamStoreError};
 
 /// A resource a request named that does not exist.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -197,7 +199,7 @@ pub enum StreamError {
     /// A cluster member could not do it (not the leader, not committed: transient), or a
     /// replicated read failed.
     #[error(transparent)]
-    Cluster(crate::cluster::streams::ClusterError),
+    Cluster(ClusterError),
     /// A poll as an external group, which only holds offsets.
     #[error("an external consumer group only holds offsets; poll as the group or a consumer")]
     ExternalGroupPoll,
@@ -237,9 +239,8 @@ impl From<StreamStoreError> for StreamError {
     }
 }
 
-impl From<crate::cluster::streams::ClusterError> for StreamError {
-    fn from(e: crate::cluster::streams::ClusterError) -> Self {
-        use crate::cluster::streams::ClusterError;
+impl From<ClusterError> for StreamError {
+    fn from(e: ClusterError) -> Self {
         match e {
             ClusterError::Metadata(e) => StreamError::Storage(StreamStoreError::Metadata(e)),
             ClusterError::NoPartition(_) => StreamError::NotFound(Missing::Partition),
@@ -370,6 +371,63 @@ fn storage_code(e: &StreamStoreError) -> ErrorCode {
         StreamStoreError::PartitionNotFound { .. } => ErrorCode::PartitionNotFound,
         StreamStoreError::Log(LogError::LimitExceeded { .. }) => ErrorCode::InvalidCommand,
         _ => ErrorCode::Error,
+    }
+}
+
+/// Why a cluster operation did not happen.
+#[derive(Debug, thiserror::Error)]
+pub enum ClusterError {
+    /// This member does not lead the group (or no leader is known): ask the leader.
+    #[error("this node is not the leader of the {0}; retry on the leader")]
+    NotLeader(&'static str),
+    /// The proposal was not committed (leadership changed, the node is stopping, or too much
+    /// is uncommitted); nothing is known to have changed.
+    #[error("the cluster did not commit the request: {0}")]
+    NotCommitted(ProposeError),
+    /// A batch's predicted offset went stale (a proposal ahead of it was lost); nothing was
+    /// appended.
+    #[error("the batch was stamped for offset {0}, which another batch took; retry")]
+    Stale(u64),
+    /// The metadata state refused the operation (on every member alike).
+    #[error(transparent)]
+    Metadata(#[from] MetadataError),
+    /// The partition has no group on this member.
+    #[error("partition {0:?} not found")]
+    NoPartition(PartitionAddr),
+    /// A partition read failed.
+    #[error(transparent)]
+    Read(#[from] ReplicatedError),
+    /// An entry could not be encoded (a bug).
+    #[error("cannot encode the entry: {0}")]
+    Encode(String),
+    /// A membership change was refused or did not complete.
+    #[error("{0}")]
+    Membership(String),
+    /// The member a request was forwarded to did not do it, or its answer was lost;
+    /// `transient` when the client should retry.
+    #[error("{message}")]
+    Forwarded {
+        /// Whether retrying may succeed.
+        transient: bool,
+        /// What the leader (or the lane to it) said.
+        message: String,
+    },
+}
+
+impl ClusterError {
+    /// Whether the client should retry (on the leader): the stream protocol answers these with
+    /// `TransientNotAccepted`.
+    pub fn is_transient(&self) -> bool {
+        matches!(
+            self,
+            ClusterError::NotLeader(_)
+                | ClusterError::NotCommitted(_)
+                | ClusterError::Stale(_)
+                | ClusterError::Forwarded {
+                    transient: true,
+                    ..
+                }
+        )
     }
 }
 

@@ -44,7 +44,7 @@ static FAILURE_REFERENCE: AtomicU64 = AtomicU64::new(1);
 /// log, a full disk) would hand storage paths and operating-system texts to a client that may
 /// not even be identified, so it is logged here with its whole cause chain and the client gets
 /// a generic text carrying the reference of that log line.
-pub(super) fn detail(e: &EventStoreError) -> String {
+pub fn detail(e: &EventStoreError) -> String {
     match e {
         EventStoreError::Refused(_) | EventStoreError::Log(LogError::LimitExceeded { .. }) => {
             error_chain(e)
@@ -82,7 +82,7 @@ fn is_routing(r: &Refusal) -> bool {
 
 /// The 9001/9002 answer to a routing refusal of a `kind` request; every one carries
 /// `"num_shards":N`.
-pub(super) fn routing_refusal(r: &Refusal, kind: RequestType, placement: Placement) -> ServerError {
+pub fn routing_refusal(r: &Refusal, kind: RequestType, placement: Placement) -> ServerError {
     let n = u64::from(placement.num_shards());
     match r {
         Refusal::EmptyRequest if kind == RequestType::Delete => ServerError::empty_delete(n),
@@ -100,7 +100,7 @@ pub(super) fn routing_refusal(r: &Refusal, kind: RequestType, placement: Placeme
     }
 }
 
-pub(super) fn write_error(e: &EventStoreError, placement: Placement) -> ServerError {
+pub fn write_error(e: &EventStoreError, placement: Placement) -> ServerError {
     let r = match e {
         EventStoreError::Refused(r) => r,
         EventStoreError::SchemaLookup { source } => {
@@ -176,7 +176,7 @@ pub(super) fn write_error(e: &EventStoreError, placement: Placement) -> ServerEr
     }
 }
 
-pub(super) fn read_error(e: &EventStoreError, placement: Placement) -> ServerError {
+pub fn read_error(e: &EventStoreError, placement: Placement) -> ServerError {
     match e.refusal() {
         Some(Refusal::NotFound { .. } | Refusal::Deleted { .. }) => {
             ServerError::ReadAggregateNotExists
@@ -195,14 +195,14 @@ pub(super) fn read_error(e: &EventStoreError, placement: Placement) -> ServerErr
     }
 }
 
-pub(super) fn details_error(e: &EventStoreError) -> ServerError {
+pub fn details_error(e: &EventStoreError) -> ServerError {
     match e.refusal() {
         Some(Refusal::NotFound { .. }) => ServerError::ExistsAggregateNotExists,
         _ => ServerError::ExistsMetablockReadError { detail: detail(e) },
     }
 }
 
-pub(super) fn trim_error(e: &EventStoreError) -> ServerError {
+pub fn trim_error(e: &EventStoreError) -> ServerError {
     match e.refusal() {
         Some(Refusal::NotFound { .. } | Refusal::Deleted { .. }) => {
             ServerError::TrimAggregateNotExists
@@ -218,7 +218,7 @@ pub(super) fn trim_error(e: &EventStoreError) -> ServerError {
     }
 }
 
-pub(super) fn delete_error(e: &EventStoreError, placement: Placement) -> ServerError {
+pub fn delete_error(e: &EventStoreError, placement: Placement) -> ServerError {
     match e.refusal() {
         Some(Refusal::NotFound { .. } | Refusal::Deleted { .. }) => {
             ServerError::DeleteAggregateNotExists
@@ -238,11 +238,7 @@ pub(super) fn delete_error(e: &EventStoreError, placement: Placement) -> ServerE
     }
 }
 
-pub(super) fn list_error(
-    kind: RequestType,
-    e: &EventStoreError,
-    placement: Placement,
-) -> ServerError {
+pub fn list_error(kind: RequestType, e: &EventStoreError, placement: Placement) -> ServerError {
     if let Some(r) = e.refusal().filter(|r| is_routing(r)) {
         return routing_refusal(r, kind, placement);
     }
@@ -254,7 +250,7 @@ pub(super) fn list_error(
     }
 }
 
-pub(super) fn register_error(e: &EventStoreError, schema_type: u8) -> ServerError {
+pub fn register_error(e: &EventStoreError, schema_type: u8) -> ServerError {
     match e.refusal() {
         Some(Refusal::SchemaTypeUnsupported { schema_type }) => {
             ServerError::RegisterSchemaUnsupportedType {
@@ -284,7 +280,7 @@ pub(super) fn register_error(e: &EventStoreError, schema_type: u8) -> ServerErro
 }
 
 /// The answer to a refused watch subscription (after routing).
-pub(super) fn subscribe_error(e: &EventStoreError) -> ServerError {
+pub fn subscribe_error(e: &EventStoreError) -> ServerError {
     match e.refusal() {
         Some(Refusal::TooManySubscribers { active, max }) => ServerError::WatchTooManySubscribers {
             active_subscribers: *active as u64,

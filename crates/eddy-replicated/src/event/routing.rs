@@ -13,13 +13,12 @@
 //!
 //! Every routing error carries `"num_shards":N` and leaves the connection open.
 
-use eddy_codec::event::{EventRequest, ServerError};
-use eddy_event_store::{Placement, Refusal};
+use eddy_codec::event::{EventRequest, ServerError, WatchRequest};
+use eddy_event_store::{Placement, Refusal, WatchFilter};
 use eddy_wire::event::RequestType;
 
 use super::change::key;
 use super::errors::routing_refusal;
-use super::watch;
 
 /// Where a request runs.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -36,7 +35,7 @@ pub enum Route {
 pub fn route(placement: &Placement, request: &EventRequest) -> Result<Route, ServerError> {
     match request {
         EventRequest::Watch(w) => placement
-            .watch_shard(w.shard_id, &watch::filter(w))
+            .watch_shard(w.shard_id, &filter(w))
             .map(Route::Watch)
             .map_err(|r| routing_refusal(&r, RequestType::Watch, *placement)),
         EventRequest::Identify(_) => Ok(Route::Connection),
@@ -58,6 +57,22 @@ pub fn precedes_identity(placement: &Placement, request: &EventRequest) -> Optio
             Some(routing_refusal(&r, kind, *placement))
         }
         _ => None,
+    }
+}
+
+/// The store filter of a watch request.
+pub fn filter(w: &WatchRequest) -> WatchFilter {
+    WatchFilter {
+        orgs: w.orgs.as_ref().map(|s| s.iter().copied().collect()),
+        aggregate_types: w
+            .aggregate_types
+            .as_ref()
+            .map(|s| s.iter().copied().collect()),
+        aggregates: w.aggregates.as_ref().map(|s| s.iter().copied().collect()),
+        operations: w
+            .operation_types
+            .as_ref()
+            .map(|s| s.iter().copied().collect()),
     }
 }
 

@@ -15,7 +15,7 @@ use eddy_stream_store::replicated::{ApplyOutcome, PartitionEntry};
 use eddy_stream_store::{PartitionAddr, PollStrategy};
 
 use super::{PartitionGroup, PartitionMachine};
-use crate::cluster::testkit;
+use crate::testkit;
 
 const G: GroupId = GroupId(7);
 const ADDR: PartitionAddr = PartitionAddr {

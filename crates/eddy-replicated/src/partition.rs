@@ -141,7 +141,7 @@ pub struct StampedEntry {
 /// The appends a leader proposed and has not seen answered, per partition (`K`), oldest
 /// first, each under its proposal's id (`I`): a new append is stamped after them
 /// ([`PartitionGroup::stamp`]), so predictions reach the Raft log in order. The server keeps
-/// one per member under a lock ([`ClusterStreams`](super::streams::ClusterStreams)); the
+/// one per member under a lock (the server's `ClusterStreams`); the
 /// simulator one per simulated member.
 #[derive(Debug)]
 pub struct Proposals<K, I> {

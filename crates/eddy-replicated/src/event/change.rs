@@ -4,7 +4,7 @@
 //! outcome answered with the kind's codes ([`store_error`], [`cluster_error`], [`respond`]).
 //!
 //! The connection handler runs these steps around the store (one node) or around
-//! [`ClusterEvents::submit`](crate::cluster::events::ClusterEvents::submit) (a cluster
+//! `ClusterEvents::submit` (the server's) (a cluster
 //! member); the simulator runs the very same steps around its simulated members, so what its
 //! clients are told is what a published client would decode from this server.
 
@@ -15,10 +15,10 @@ use eddy_event_store::replicated::{Applied, Command};
 use eddy_event_store::{EventStore, EventStoreError, Placement};
 
 use super::errors::{delete_error, register_error, trim_error, write_error};
-use crate::cluster::events::EventClusterError;
+use crate::shard::EventClusterError;
 
 /// The store's key of a wire key.
-pub(super) fn key(k: &wire::AggregateKey) -> st::AggregateKey {
+pub fn key(k: &wire::AggregateKey) -> st::AggregateKey {
     st::AggregateKey::new(k.org_id, k.aggregate_type_id, k.aggregate_id)
 }
 
@@ -54,7 +54,7 @@ impl ChangeKind {
 
 /// The store's form of a change request.
 #[derive(Debug)]
-pub(super) enum StoreChange {
+pub enum StoreChange {
     Write(st::WriteRequest),
     Trim(st::TrimRequest),
     Delete(st::DeleteRequest),
@@ -66,7 +66,7 @@ pub(super) enum StoreChange {
 pub struct Change {
     kind: ChangeKind,
     correlation_id: Option<u128>,
-    pub(super) request: StoreChange,
+    pub request: StoreChange,
 }
 
 /// A change prepared on the member that takes it: the command its shard's group applies.
