@@ -833,6 +833,23 @@ fn told_versions(keys: &[AggregateKey], answer: &Answer) -> Vec<(AggregateKey, u
 
 /// The event-store guarantees over one member's (agreed) history.
 fn check_history(ledger: &Ledger, held: &History) -> Result<String, String> {
+    let at = stored_versions(ledger, held)?;
+    let mut counts: BTreeMap<&'static str, u64> = BTreeMap::new();
+    counts.insert("stored multi-aggregate writes", check_atomic(ledger, &at)?);
+    check_answers(ledger, held, &at, &mut counts)?;
+    Ok(format!(
+        "event stores agree: {} events readable; answers: {counts:?}",
+        at.len()
+    ))
+}
+
+/// Where each op's event is stored, by (op, aggregate), after checking every served history:
+/// no gap, each event a proposed write to that aggregate, OCC decided in log order, no op
+/// stored twice.
+fn stored_versions(
+    ledger: &Ledger,
+    held: &History,
+) -> Result<BTreeMap<(OpId, AggregateKey), u64>, String> {
     let mut at: BTreeMap<(OpId, AggregateKey), u64> = BTreeMap::new();
     for (key, served) in held {
         for (due, &(version, op)) in (served.floor.max(1)..).zip(&served.events) {
@@ -865,7 +882,12 @@ fn check_history(ledger: &Ledger, held: &History) -> Result<String, String> {
             }
         }
     }
-    // Atomicity: a write to several aggregates (never trimmed or deleted) is in all or none.
+    Ok(at)
+}
+
+/// Atomicity: a write to several aggregates (never trimmed or deleted) is in all or none;
+/// returns how many such writes are stored.
+fn check_atomic(ledger: &Ledger, at: &BTreeMap<(OpId, AggregateKey), u64>) -> Result<u64, String> {
     let mut atomic = 0;
     for (op, proposed) in &ledger.proposed {
         let Proposed::Write(parts) = proposed else {
@@ -887,8 +909,17 @@ fn check_history(ledger: &Ledger, held: &History) -> Result<String, String> {
             atomic += 1;
         }
     }
-    let mut counts: BTreeMap<&'static str, u64> = BTreeMap::new();
-    counts.insert("stored multi-aggregate writes", atomic);
+    Ok(atomic)
+}
+
+/// Every answer a client was told is what the members store (unless trimmed or deleted
+/// since); counts the answers by kind into `counts`.
+fn check_answers(
+    ledger: &Ledger,
+    held: &History,
+    at: &BTreeMap<(OpId, AggregateKey), u64>,
+    counts: &mut BTreeMap<&'static str, u64>,
+) -> Result<(), String> {
     for (op, answers) in &ledger.told {
         let keys = ledger
             .proposed
@@ -932,10 +963,7 @@ fn check_history(ledger: &Ledger, held: &History) -> Result<String, String> {
             }
         }
     }
-    Ok(format!(
-        "event stores agree: {} events readable; answers: {counts:?}",
-        at.len()
-    ))
+    Ok(())
 }
 
 /// The schema keys the workload registers: an aggregate type no workload write has, so the
