@@ -100,7 +100,15 @@ pub mod fuzzing {
             u32::from_le_bytes([raw[0], raw[1], raw[2], raw[3]])
         });
         if let Ok(admitted) = admit(bytes.clone(), count) {
+            // The stored bytes are the same whether stamped in place (a buffer nothing else
+            // holds), into a copy (a shared one) or as a `StampedBatch`.
+            let copied = admitted.clone().stamp_into_bytes(3, 100, 5);
+            let in_place = admit(Bytes::from(data.to_vec()), count)
+                .expect("admitted once, admitted again")
+                .stamp_into_bytes(3, 100, 5);
             let stamped = admitted.stamp(3, 100, 5);
+            assert_eq!(copied, stamped.to_vec(), "stamped into a copy");
+            assert_eq!(in_place, stamped.to_vec(), "stamped in place");
             let stored =
                 StoredBatch::parse(Bytes::from(stamped.to_vec())).expect("a stamped batch parses");
             stored.verify().expect("a stamped batch verifies");

@@ -4,8 +4,7 @@
 //! [`send_reply`]). The server answers clients with these; the simulator checks it answers
 //! the same.
 
-use bytes::{Bytes, BytesMut};
-use eddy_codec::stream::batch::BATCH_HEADER_SIZE;
+use bytes::Bytes;
 use eddy_codec::stream::commands::send_messages::{SendConfirmation, SendMessagesReply};
 use eddy_codec::stream::AdmittedBatch;
 use eddy_stream_store::{PartitionAddr, Stamp, StampableBatch};
@@ -24,26 +23,11 @@ impl StampableBatch for Stampable {
     }
 
     fn stamp(self, stamp: &Stamp) -> Bytes {
-        let whole = self.0.as_bytes().clone();
-        let stamped = self.0.stamp(
+        self.0.stamp_into_bytes(
             u64::from(stamp.partition_id),
             stamp.base_offset,
             stamp.base_timestamp,
-        );
-        let header = *stamped.header_bytes();
-        drop(stamped);
-        match whole.try_into_mut() {
-            Ok(mut unique) => {
-                unique[..BATCH_HEADER_SIZE].copy_from_slice(&header);
-                unique.freeze()
-            }
-            Err(shared) => {
-                let mut copy = BytesMut::with_capacity(shared.len());
-                copy.extend_from_slice(&header);
-                copy.extend_from_slice(&shared[BATCH_HEADER_SIZE..]);
-                copy.freeze()
-            }
-        }
+        )
     }
 }
 
@@ -62,6 +46,7 @@ pub fn send_reply(addr: PartitionAddr, base_offset: u64) -> SendMessagesReply {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use bytes::BytesMut;
     use eddy_codec::stream::{admit, build_batch, Message, StoredBatch};
 
     fn received_batch() -> Bytes {

@@ -8,7 +8,7 @@
 //! checksum correct as received. [`AdmittedBatch::stamp`] then rewrites only the 256-byte
 //! header: `partition_id`, `base_offset`, `base_timestamp` and the recomputed checksum.
 
-use bytes::Bytes;
+use bytes::{Bytes, BytesMut};
 use eddy_wire::stream::xxh3_64;
 
 use super::{BatchHeader, FrameWalk, BATCH_HEADER_SIZE, MAX_BATCH_BYTES, MAX_BATCH_MESSAGES};
@@ -144,13 +144,55 @@ impl AdmittedBatch {
     /// Stamps the three server fields and recomputes the batch checksum. Only the header is
     /// rewritten; the frames stay the received `Bytes`.
     pub fn stamp(self, partition_id: u64, base_offset: u64, base_timestamp: u64) -> StampedBatch {
+        let header = self.stamped_header(partition_id, base_offset, base_timestamp);
+        StampedBatch {
+            header_bytes: header.encode(),
+            header,
+            frames: self.bytes.slice(BATCH_HEADER_SIZE..),
+            max_timestamp_delta: self.max_timestamp_delta,
+        }
+    }
+
+    /// Stamps as [`AdmittedBatch::stamp`] does and returns the stored batch's bytes (stamped
+    /// header, then the frames): the received buffer with its header rewritten in place when
+    /// nothing else shares it (the usual case for a large send), a fresh copy otherwise.
+    pub fn stamp_into_bytes(
+        self,
+        partition_id: u64,
+        base_offset: u64,
+        base_timestamp: u64,
+    ) -> Bytes {
+        let header = self
+            .stamped_header(partition_id, base_offset, base_timestamp)
+            .encode();
+        match self.bytes.try_into_mut() {
+            Ok(mut unique) => {
+                unique[..BATCH_HEADER_SIZE].copy_from_slice(&header);
+                unique.freeze()
+            }
+            Err(shared) => {
+                let mut copy = BytesMut::with_capacity(shared.len());
+                copy.extend_from_slice(&header);
+                copy.extend_from_slice(&shared[BATCH_HEADER_SIZE..]);
+                copy.freeze()
+            }
+        }
+    }
+
+    /// The received header with the three server fields set and the batch checksum recomputed.
+    fn stamped_header(
+        &self,
+        partition_id: u64,
+        base_offset: u64,
+        base_timestamp: u64,
+    ) -> BatchHeader {
         let mut header = self.header;
         header.partition_id = partition_id;
         header.base_offset = base_offset;
         header.base_timestamp = base_timestamp;
-        let frames = self.bytes.slice(BATCH_HEADER_SIZE..);
+        let frames = &self.bytes[BATCH_HEADER_SIZE..];
         let mut hasher = header.checksum_hasher();
-        for step in FrameWalk::new(&frames) {
+        for step in FrameWalk::new(frames) {
             // Admission proved the layout, so the walk cannot fail.
             let Ok((start, _)) = step else {
                 unreachable!("admitted batches tile exactly");
@@ -158,12 +200,7 @@ impl AdmittedBatch {
             hasher.update(&frames[start..start + 8]);
         }
         header.batch_checksum = hasher.digest();
-        StampedBatch {
-            header_bytes: header.encode(),
-            header,
-            frames,
-            max_timestamp_delta: self.max_timestamp_delta,
-        }
+        header
     }
 }
 
