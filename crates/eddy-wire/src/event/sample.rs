@@ -169,28 +169,7 @@ impl SampleEvents {
                 );
             }
             "add_to_cart" | "checkout_started" | "order_placed" | "payment_captured" => {
-                let items = 1 + self.below(4);
-                s.push_str(r#""items":["#);
-                let mut total = 0usize;
-                for i in 0..items {
-                    if i > 0 {
-                        s.push(',');
-                    }
-                    let price = 199 + self.below(20_000);
-                    let quantity = 1 + self.below(3);
-                    total += price * quantity;
-                    let _ = write!(
-                        s,
-                        r#"{{"sku":"{}","quantity":{quantity},"unit_price_cents":{price}}}"#,
-                        self.pick(&SKUS)
-                    );
-                }
-                let _ = write!(
-                    s,
-                    r#"],"total_cents":{total},"currency":"{}","order_id":"ord_{:010}""#,
-                    self.pick(&CURRENCIES),
-                    self.next_u64() % 10_000_000_000,
-                );
+                self.order(s);
             }
             "user_signed_up" | "user_logged_in" => {
                 let _ = write!(
@@ -244,6 +223,33 @@ impl SampleEvents {
                 );
             }
         }
+    }
+
+    /// The properties of a commerce event: a basket of one to four items, its total and an
+    /// order id.
+    fn order(&mut self, s: &mut String) {
+        let items = 1 + self.below(4);
+        s.push_str(r#""items":["#);
+        let mut total = 0usize;
+        for i in 0..items {
+            if i > 0 {
+                s.push(',');
+            }
+            let price = 199 + self.below(20_000);
+            let quantity = 1 + self.below(3);
+            total += price * quantity;
+            let _ = write!(
+                s,
+                r#"{{"sku":"{}","quantity":{quantity},"unit_price_cents":{price}}}"#,
+                self.pick(&SKUS)
+            );
+        }
+        let _ = write!(
+            s,
+            r#"],"total_cents":{total},"currency":"{}","order_id":"ord_{:010}""#,
+            self.pick(&CURRENCIES),
+            self.next_u64() % 10_000_000_000,
+        );
     }
 }
 
