@@ -909,6 +909,27 @@ impl ChangeBody<'_> {
     pub fn encode(&self) -> (u8, u8, Vec<u8>) {
         let mut out = Vec::with_capacity(64);
         let (group, kind) = match self {
+            Self::Stream { .. }
+            | Self::StreamDeleted { .. }
+            | Self::Topic { .. }
+            | Self::TopicDeleted { .. }
+            | Self::PartitionsChanged { .. }
+            | Self::ConsumerGroupCreated { .. }
+            | Self::ConsumerGroupDeleted { .. } => self.put_catalog(&mut out),
+            Self::User { .. }
+            | Self::UserDeleted { .. }
+            | Self::UserPasswordChanged { .. }
+            | Self::UserPermissionsUpdated { .. }
+            | Self::TokenCreated { .. }
+            | Self::TokenDeleted { .. } => self.put_account(&mut out),
+        };
+        (group, kind, out)
+    }
+
+    /// Puts the body of a change to a stream, a topic, its partitions or a consumer group (keyed
+    /// by stream or topic); returns its group and kind codes.
+    fn put_catalog(&self, out: &mut Vec<u8>) -> (u8, u8) {
+        match self {
             Self::Stream {
                 created,
                 key,
@@ -916,10 +937,10 @@ impl ChangeBody<'_> {
                 name,
                 options,
             } => {
-                key.put(&mut out);
+                key.put(out);
                 out.extend_from_slice(&created_at.to_le_bytes());
-                put_name(&mut out, name);
-                put_options(&mut out, *options);
+                put_name(out, name);
+                put_options(out, *options);
                 (group::STREAMS, if *created { 1 } else { 2 })
             }
             Self::StreamDeleted {
@@ -927,9 +948,9 @@ impl ChangeBody<'_> {
                 created_at,
                 name,
             } => {
-                key.put(&mut out);
+                key.put(out);
                 out.extend_from_slice(&created_at.to_le_bytes());
-                put_name(&mut out, name);
+                put_name(out, name);
                 out.push(0); // no requested_op
                 (group::STREAMS, 3)
             }
@@ -941,11 +962,11 @@ impl ChangeBody<'_> {
                 partitions_count,
                 options,
             } => {
-                key.put(&mut out);
+                key.put(out);
                 out.extend_from_slice(&created_at.to_le_bytes());
-                put_name(&mut out, name);
+                put_name(out, name);
                 out.extend_from_slice(&partitions_count.to_le_bytes());
-                put_options(&mut out, *options);
+                put_options(out, *options);
                 (group::TOPICS, if *created { 10 } else { 11 })
             }
             Self::TopicDeleted {
@@ -953,9 +974,9 @@ impl ChangeBody<'_> {
                 created_at,
                 name,
             } => {
-                key.put(&mut out);
+                key.put(out);
                 out.extend_from_slice(&created_at.to_le_bytes());
-                put_name(&mut out, name);
+                put_name(out, name);
                 out.push(0);
                 (group::TOPICS, 12)
             }
@@ -964,7 +985,7 @@ impl ChangeBody<'_> {
                 partitions_count,
                 removed,
             } => {
-                topic.put(&mut out);
+                topic.put(out);
                 out.extend_from_slice(&partitions_count.to_le_bytes());
                 #[allow(clippy::cast_possible_truncation)]
                 out.extend_from_slice(&(removed.len() as u32).to_le_bytes());
@@ -980,9 +1001,9 @@ impl ChangeBody<'_> {
                 name,
                 groups_count,
             } => {
-                topic.put(&mut out);
+                topic.put(out);
                 out.extend_from_slice(&group_id.to_le_bytes());
-                put_name(&mut out, name);
+                put_name(out, name);
                 out.extend_from_slice(&groups_count.to_le_bytes());
                 (group::CONSUMER_GROUPS, 30)
             }
@@ -992,13 +1013,28 @@ impl ChangeBody<'_> {
                 name,
                 groups_count,
             } => {
-                topic.put(&mut out);
+                topic.put(out);
                 out.extend_from_slice(&group_id.to_le_bytes());
-                put_name(&mut out, name);
+                put_name(out, name);
                 out.extend_from_slice(&groups_count.to_le_bytes());
                 out.push(0);
                 (group::CONSUMER_GROUPS, 31)
             }
+            Self::User { .. }
+            | Self::UserDeleted { .. }
+            | Self::UserPasswordChanged { .. }
+            | Self::UserPermissionsUpdated { .. }
+            | Self::TokenCreated { .. }
+            | Self::TokenDeleted { .. } => {
+                unreachable!("a user or token change is put by put_account")
+            }
+        }
+    }
+
+    /// Puts the body of a change to a user or a personal access token (keyed by user); returns
+    /// its group and kind codes.
+    fn put_account(&self, out: &mut Vec<u8>) -> (u8, u8) {
+        match self {
             Self::User {
                 created,
                 key,
@@ -1007,21 +1043,21 @@ impl ChangeBody<'_> {
                 permissions,
                 options,
             } => {
-                key.put(&mut out);
-                put_name(&mut out, username);
+                key.put(out);
+                put_name(out, username);
                 out.push(*status);
-                put_permissions(&mut out, *permissions);
-                put_options(&mut out, *options);
+                put_permissions(out, *permissions);
+                put_options(out, *options);
                 (group::USERS, if *created { 50 } else { 51 })
             }
             Self::UserDeleted { key, username } => {
-                key.put(&mut out);
-                put_name(&mut out, username);
+                key.put(out);
+                put_name(out, username);
                 (group::USERS, 52)
             }
             Self::UserPasswordChanged { key, username } => {
-                key.put(&mut out);
-                put_name(&mut out, username);
+                key.put(out);
+                put_name(out, username);
                 (group::USERS, 53)
             }
             Self::UserPermissionsUpdated {
@@ -1029,15 +1065,15 @@ impl ChangeBody<'_> {
                 username,
                 permissions,
             } => {
-                key.put(&mut out);
-                put_name(&mut out, username);
-                put_permissions(&mut out, *permissions);
+                key.put(out);
+                put_name(out, username);
+                put_permissions(out, *permissions);
                 out.push(0); // reason: updated
                 (group::USERS, 54)
             }
             Self::TokenCreated { user, name, expiry } => {
-                user.put(&mut out);
-                put_name(&mut out, name);
+                user.put(out);
+                put_name(out, name);
                 out.extend_from_slice(&expiry.to_le_bytes());
                 (group::PERSONAL_ACCESS_TOKENS, 60)
             }
@@ -1046,13 +1082,21 @@ impl ChangeBody<'_> {
                 name,
                 expired,
             } => {
-                user.put(&mut out);
-                put_name(&mut out, name);
+                user.put(out);
+                put_name(out, name);
                 out.push(u8::from(*expired));
                 (group::PERSONAL_ACCESS_TOKENS, 61)
             }
-        };
-        (group, kind, out)
+            Self::Stream { .. }
+            | Self::StreamDeleted { .. }
+            | Self::Topic { .. }
+            | Self::TopicDeleted { .. }
+            | Self::PartitionsChanged { .. }
+            | Self::ConsumerGroupCreated { .. }
+            | Self::ConsumerGroupDeleted { .. } => {
+                unreachable!("a catalog change is put by put_catalog")
+            }
+        }
     }
 }
 
