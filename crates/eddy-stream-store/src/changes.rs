@@ -430,6 +430,18 @@ pub fn after(state: &MetadataState, op: &MetadataOp, out: &mut Vec<Change>) {
                 }
             }
         }
+        MetadataOp::CreateUser { .. }
+        | MetadataOp::UpdateUser { .. }
+        | MetadataOp::ChangePassword { .. }
+        | MetadataOp::UpdatePermissions { .. }
+        | MetadataOp::CreateToken { .. } => after_user(state, op, out),
+        _ => {}
+    }
+}
+
+/// [`after`] for the operations on users and their tokens.
+fn after_user(state: &MetadataState, op: &MetadataOp, out: &mut Vec<Change>) {
+    match op {
         MetadataOp::CreateUser { id, .. } | MetadataOp::UpdateUser { id, .. } => {
             if let Some(u) = state.users.get(id) {
                 out.push(Change::User {
