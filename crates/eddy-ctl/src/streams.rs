@@ -285,6 +285,63 @@ pub fn topic_options(
     .map_err(|e| CtlError::Usage(format!("topic options: {e}")))
 }
 
+/// Prints a topic's details: its figures and options, then its partitions.
+fn print_topic(
+    out: &mut dyn Write,
+    format: Format,
+    details: &eddy_codec::stream::entities::TopicDetails,
+) -> Result<(), CtlError> {
+    let human = format == Format::Table;
+    let t = &details.topic;
+    let mut partitions = Table::new(vec![
+        "partition",
+        "messages",
+        "current_offset",
+        "segments",
+        "size",
+    ]);
+    for p in &details.partitions {
+        partitions.push(vec![
+            json!(p.id),
+            json!(p.messages_count),
+            json!(p.current_offset),
+            json!(p.segments_count),
+            size(p.size_bytes, human),
+        ]);
+    }
+    let options: BTreeMap<String, Value> = t
+        .derived_options
+        .entries()
+        .chain(t.options.entries())
+        .map(|e| {
+            let kind = ValueKind::from_code(e.kind);
+            (e.key.to_owned(), output::typed_value(kind, e.value))
+        })
+        .collect();
+    let mut record = Record::new()
+        .field("id", t.id)
+        .field("name", t.name.as_str())
+        .field("partitions_count", t.partitions_count)
+        .field("messages", t.messages_count)
+        .field("size", size(t.size_bytes, human))
+        .field("created", created(t.created_at, human));
+    if human {
+        for (k, v) in &options {
+            record
+                .fields
+                .push(("option", json!(format!("{k} = {}", output::cell(v)))));
+        }
+        print_record(out, Format::Table, &record).map_err(CtlError::Output)?;
+        writeln!(out).map_err(CtlError::Output)?;
+        print_table(out, Format::Table, &partitions).map_err(CtlError::Output)
+    } else {
+        let record = record
+            .field("options", Value::Object(options.into_iter().collect()))
+            .field("partitions", Value::Array(partitions.objects()));
+        print_record(out, format, &record).map_err(CtlError::Output)
+    }
+}
+
 /// Runs `eddy topic`.
 pub async fn topic(args: &TopicArgs, out: &mut dyn Write) -> Result<(), CtlError> {
     let settings = args.conn.resolve()?;
@@ -315,54 +372,7 @@ pub async fn topic(args: &TopicArgs, out: &mut dyn Write) -> Result<(), CtlError
                 .ok_or_else(|| {
                     CtlError::NotFound(format!("topic {topic:?} in stream {stream:?}"))
                 })?;
-            let t = &details.topic;
-            let mut partitions = Table::new(vec![
-                "partition",
-                "messages",
-                "current_offset",
-                "segments",
-                "size",
-            ]);
-            for p in &details.partitions {
-                partitions.push(vec![
-                    json!(p.id),
-                    json!(p.messages_count),
-                    json!(p.current_offset),
-                    json!(p.segments_count),
-                    size(p.size_bytes, human),
-                ]);
-            }
-            let options: BTreeMap<String, Value> = t
-                .derived_options
-                .entries()
-                .chain(t.options.entries())
-                .map(|e| {
-                    let kind = ValueKind::from_code(e.kind);
-                    (e.key.to_owned(), output::typed_value(kind, e.value))
-                })
-                .collect();
-            let mut record = Record::new()
-                .field("id", t.id)
-                .field("name", t.name.as_str())
-                .field("partitions_count", t.partitions_count)
-                .field("messages", t.messages_count)
-                .field("size", size(t.size_bytes, human))
-                .field("created", created(t.created_at, human));
-            if human {
-                for (k, v) in &options {
-                    record
-                        .fields
-                        .push(("option", json!(format!("{k} = {}", output::cell(v)))));
-                }
-                print_record(out, Format::Table, &record).map_err(CtlError::Output)?;
-                writeln!(out).map_err(CtlError::Output)?;
-                print_table(out, Format::Table, &partitions).map_err(CtlError::Output)
-            } else {
-                let record = record
-                    .field("options", Value::Object(options.into_iter().collect()))
-                    .field("partitions", Value::Array(partitions.objects()));
-                print_record(out, settings.format, &record).map_err(CtlError::Output)
-            }
+            print_topic(out, settings.format, &details)
         }
         TopicCommand::Create {
             stream,
@@ -1176,6 +1186,50 @@ fn status_name(status: u8) -> &'static str {
     }
 }
 
+/// A user's details as a record; for people, its permissions one line per stream and topic.
+fn user_record(details: &eddy_codec::stream::entities::UserDetails, human: bool) -> Record {
+    let permissions = permissions_json(details.permissions.as_ref());
+    let record = Record::new()
+        .field("id", details.user.id)
+        .field("username", details.user.username.as_str())
+        .field("status", status_name(details.user.status))
+        .field("created", created(details.user.created_at, human));
+    if human {
+        let global = permissions["global"]
+            .as_array()
+            .map(|g| g.iter().map(output::cell).collect::<Vec<_>>().join(", "))
+            .unwrap_or_default();
+        let mut r = record.field(
+            "global",
+            if global.is_empty() {
+                "-".into()
+            } else {
+                global
+            },
+        );
+        let list = |v: &Value| {
+            v.as_array()
+                .map(|a| a.iter().map(output::cell).collect::<Vec<_>>().join(", "))
+                .unwrap_or_default()
+        };
+        if let Some(streams) = permissions["streams"].as_object() {
+            for (id, s) in streams {
+                r.fields
+                    .push(("stream", json!(format!("{id}: {}", list(&s["granted"])))));
+                if let Some(topics) = s["topics"].as_object() {
+                    for (tid, t) in topics {
+                        r.fields
+                            .push(("topic", json!(format!("{id}/{tid}: {}", list(t)))));
+                    }
+                }
+            }
+        }
+        r
+    } else {
+        record.field("permissions", permissions)
+    }
+}
+
 /// Runs `eddy user`.
 pub async fn user(args: &UserArgs, out: &mut dyn Write) -> Result<(), CtlError> {
     let settings = args.conn.resolve()?;
@@ -1200,46 +1254,7 @@ pub async fn user(args: &UserArgs, out: &mut dyn Write) -> Result<(), CtlError> 
                 .await
                 .context(|| format!("get user {user:?}"))?
                 .ok_or_else(|| CtlError::NotFound(format!("user {user:?}")))?;
-            let permissions = permissions_json(details.permissions.as_ref());
-            let record = Record::new()
-                .field("id", details.user.id)
-                .field("username", details.user.username.as_str())
-                .field("status", status_name(details.user.status))
-                .field("created", created(details.user.created_at, human));
-            let record = if human {
-                let global = permissions["global"]
-                    .as_array()
-                    .map(|g| g.iter().map(output::cell).collect::<Vec<_>>().join(", "))
-                    .unwrap_or_default();
-                let mut r = record.field(
-                    "global",
-                    if global.is_empty() {
-                        "-".into()
-                    } else {
-                        global
-                    },
-                );
-                let list = |v: &Value| {
-                    v.as_array()
-                        .map(|a| a.iter().map(output::cell).collect::<Vec<_>>().join(", "))
-                        .unwrap_or_default()
-                };
-                if let Some(streams) = permissions["streams"].as_object() {
-                    for (id, s) in streams {
-                        r.fields
-                            .push(("stream", json!(format!("{id}: {}", list(&s["granted"])))));
-                        if let Some(topics) = s["topics"].as_object() {
-                            for (tid, t) in topics {
-                                r.fields
-                                    .push(("topic", json!(format!("{id}/{tid}: {}", list(t)))));
-                            }
-                        }
-                    }
-                }
-                r
-            } else {
-                record.field("permissions", permissions)
-            };
+            let record = user_record(&details, human);
             print_record(out, settings.format, &record).map_err(CtlError::Output)
         }
         UserCommand::Create {
