@@ -663,8 +663,22 @@ impl ServerConfig {
 impl std::fmt::Debug for ServerConfig {
     // Hand-written so the root password can never reach a log line.
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("ServerConfig")
-            .field("data_dir", &self.data_dir)
+        let mut d = f.debug_struct("ServerConfig");
+        self.debug_server_fields(&mut d);
+        self.debug_logging_fields(&mut d);
+        self.debug_limit_fields(&mut d);
+        self.debug_storage_fields(&mut d);
+        self.debug_cluster_fields(&mut d);
+        self.debug_session_fields(&mut d);
+        d.finish()
+    }
+}
+
+impl ServerConfig {
+    /// The `Debug` fields of the data directory, the listeners, the root user, TLS and the
+    /// encryption key (both secrets redacted) and the WAL compression.
+    fn debug_server_fields(&self, d: &mut std::fmt::DebugStruct<'_, '_>) {
+        d.field("data_dir", &self.data_dir)
             .field("host", &self.host)
             .field("stream_port", &self.stream_port)
             .field("client_port", &self.client_port)
@@ -692,14 +706,22 @@ impl std::fmt::Debug for ServerConfig {
                 "encryption_key",
                 &self.encryption_key.as_ref().map(|_| "<redacted>"),
             )
-            .field("wal_compression_level", &self.wal_compression_level)
-            .field("log_level", &self.log_level)
+            .field("wal_compression_level", &self.wal_compression_level);
+    }
+
+    /// The `Debug` fields of logging.
+    fn debug_logging_fields(&self, d: &mut std::fmt::DebugStruct<'_, '_>) {
+        d.field("log_level", &self.log_level)
             .field("log_format", &self.log_format)
             .field("log_dir", &self.log_dir)
             .field("log_rotation", &self.log_rotation)
             .field("log_max_file_bytes", &self.log_max_file_bytes)
-            .field("log_max_files", &self.log_max_files)
-            .field("drain_timeout_ms", &self.drain_timeout_ms)
+            .field("log_max_files", &self.log_max_files);
+    }
+
+    /// The `Debug` fields of the connection, request and response limits.
+    fn debug_limit_fields(&self, d: &mut std::fmt::DebugStruct<'_, '_>) {
+        d.field("drain_timeout_ms", &self.drain_timeout_ms)
             .field("max_connections", &self.max_connections)
             .field("max_connections_per_ip", &self.max_connections_per_ip)
             .field(
@@ -717,8 +739,12 @@ impl std::fmt::Debug for ServerConfig {
             )
             .field("max_requested_latency_ms", &self.max_requested_latency_ms)
             .field("max_watch_subscribers", &self.max_watch_subscribers)
-            .field("list_page_size", &self.list_page_size)
-            .field("num_shards", &self.num_shards)
+            .field("list_page_size", &self.list_page_size);
+    }
+
+    /// The `Debug` fields of shards, schemas, compaction, the log, durability and stream framing.
+    fn debug_storage_fields(&self, d: &mut std::fmt::DebugStruct<'_, '_>) {
+        d.field("num_shards", &self.num_shards)
             .field("routing_rule", &self.routing_rule)
             .field("reserve_coordinator_shard", &self.reserve_coordinator_shard)
             .field("max_schema_size_bytes", &self.max_schema_size_bytes)
@@ -738,8 +764,12 @@ impl std::fmt::Debug for ServerConfig {
             .field(
                 "stream_heartbeat_interval_ms",
                 &self.stream_heartbeat_interval_ms,
-            )
-            .field("node_id", &self.node_id)
+            );
+    }
+
+    /// The `Debug` fields of cluster membership, peers and Raft.
+    fn debug_cluster_fields(&self, d: &mut std::fmt::DebugStruct<'_, '_>) {
+        d.field("node_id", &self.node_id)
             .field("peers", &self.peers)
             .field("cluster", &self.cluster)
             .field("join", &self.join)
@@ -754,35 +784,39 @@ impl std::fmt::Debug for ServerConfig {
             .field(
                 "raft_event_compact_entries",
                 &self.raft_event_compact_entries,
-            )
-            .field(
-                "stream_group_rebalancing_timeout_ms",
-                &self.stream_group_rebalancing_timeout_ms,
-            )
-            .field("token_purge_interval_secs", &self.token_purge_interval_secs)
-            .field("stream_login_timeout_ms", &self.stream_login_timeout_ms)
-            .field("stream_idle_timeout_ms", &self.stream_idle_timeout_ms)
-            .field(
-                "stream_max_prelogin_frame_size",
-                &self.stream_max_prelogin_frame_size,
-            )
-            .field("stream_write_timeout_ms", &self.stream_write_timeout_ms)
-            .field(
-                "max_concurrent_password_hashes",
-                &self.max_concurrent_password_hashes,
-            )
-            .field(
-                "login_max_failures_per_connection",
-                &self.login_max_failures_per_connection,
-            )
-            .field("login_backoff_max_ms", &self.login_backoff_max_ms)
-            .field("http_max_connections", &self.http_max_connections)
-            .field(
-                "http_header_read_timeout_ms",
-                &self.http_header_read_timeout_ms,
-            )
-            .field("http_write_timeout_ms", &self.http_write_timeout_ms)
-            .finish()
+            );
+    }
+
+    /// The `Debug` fields of consumer groups, tokens, stream sessions, logins and the HTTP
+    /// listener.
+    fn debug_session_fields(&self, d: &mut std::fmt::DebugStruct<'_, '_>) {
+        d.field(
+            "stream_group_rebalancing_timeout_ms",
+            &self.stream_group_rebalancing_timeout_ms,
+        )
+        .field("token_purge_interval_secs", &self.token_purge_interval_secs)
+        .field("stream_login_timeout_ms", &self.stream_login_timeout_ms)
+        .field("stream_idle_timeout_ms", &self.stream_idle_timeout_ms)
+        .field(
+            "stream_max_prelogin_frame_size",
+            &self.stream_max_prelogin_frame_size,
+        )
+        .field("stream_write_timeout_ms", &self.stream_write_timeout_ms)
+        .field(
+            "max_concurrent_password_hashes",
+            &self.max_concurrent_password_hashes,
+        )
+        .field(
+            "login_max_failures_per_connection",
+            &self.login_max_failures_per_connection,
+        )
+        .field("login_backoff_max_ms", &self.login_backoff_max_ms)
+        .field("http_max_connections", &self.http_max_connections)
+        .field(
+            "http_header_read_timeout_ms",
+            &self.http_header_read_timeout_ms,
+        )
+        .field("http_write_timeout_ms", &self.http_write_timeout_ms);
     }
 }
 
@@ -819,6 +853,63 @@ impl ServerConfig {
         if self.data_dir.as_os_str().is_empty() {
             return invalid("data_dir", "must not be empty".into());
         }
+        self.validate_frame_sizes()?;
+        let at_least_one = [
+            ("stream_login_timeout_ms", self.stream_login_timeout_ms),
+            ("stream_write_timeout_ms", self.stream_write_timeout_ms),
+            (
+                "max_concurrent_password_hashes",
+                u64::from(self.max_concurrent_password_hashes),
+            ),
+            (
+                "login_max_failures_per_connection",
+                u64::from(self.login_max_failures_per_connection),
+            ),
+            ("http_max_connections", u64::from(self.http_max_connections)),
+            (
+                "http_header_read_timeout_ms",
+                self.http_header_read_timeout_ms,
+            ),
+            ("http_write_timeout_ms", self.http_write_timeout_ms),
+        ];
+        for (key, value) in at_least_one {
+            if value == 0 {
+                return invalid(key, "must be at least 1".into());
+            }
+        }
+        if !(1..=22).contains(&self.wal_compression_level) {
+            return invalid(
+                "wal_compression_level",
+                format!("{} is outside 1..=22", self.wal_compression_level),
+            );
+        }
+        self.validate_credentials()?;
+        self.validate_connection_limits()?;
+        if self.log_max_file_bytes < MIN_LOG_MAX_FILE_BYTES {
+            return invalid(
+                "log_max_file_bytes",
+                format!("must be at least {MIN_LOG_MAX_FILE_BYTES}"),
+            );
+        }
+        if !(1..=MAX_LOG_MAX_FILES).contains(&self.log_max_files) {
+            return invalid(
+                "log_max_files",
+                format!("{} is outside 1..={MAX_LOG_MAX_FILES}", self.log_max_files),
+            );
+        }
+        if self.token_purge_interval_secs == 0 {
+            return invalid("token_purge_interval_secs", "must be at least 1".into());
+        }
+        self.validate_event()?;
+        self.cluster_peers()?;
+        self.validate_peer_tls()?;
+        self.validate_listeners()
+    }
+
+    /// The frame-size rules: each limit within its range, the pre-login limit no larger than
+    /// the stream limit.
+    fn validate_frame_sizes(&self) -> Result<(), ConfigError> {
+        let invalid = |key, reason: String| Err(ConfigError::Invalid { key, reason });
         if !(MIN_MAX_REQUEST_SIZE..=MAX_MAX_REQUEST_SIZE).contains(&self.max_request_size) {
             return invalid(
                 "max_request_size",
@@ -850,35 +941,13 @@ impl ServerConfig {
                 ),
             );
         }
-        let at_least_one = [
-            ("stream_login_timeout_ms", self.stream_login_timeout_ms),
-            ("stream_write_timeout_ms", self.stream_write_timeout_ms),
-            (
-                "max_concurrent_password_hashes",
-                u64::from(self.max_concurrent_password_hashes),
-            ),
-            (
-                "login_max_failures_per_connection",
-                u64::from(self.login_max_failures_per_connection),
-            ),
-            ("http_max_connections", u64::from(self.http_max_connections)),
-            (
-                "http_header_read_timeout_ms",
-                self.http_header_read_timeout_ms,
-            ),
-            ("http_write_timeout_ms", self.http_write_timeout_ms),
-        ];
-        for (key, value) in at_least_one {
-            if value == 0 {
-                return invalid(key, "must be at least 1".into());
-            }
-        }
-        if !(1..=22).contains(&self.wal_compression_level) {
-            return invalid(
-                "wal_compression_level",
-                format!("{} is outside 1..=22", self.wal_compression_level),
-            );
-        }
+        Ok(())
+    }
+
+    /// The root user's credentials and the encryption key (whose value is never part of a
+    /// message).
+    fn validate_credentials(&self) -> Result<(), ConfigError> {
+        let invalid = |key, reason: String| Err(ConfigError::Invalid { key, reason });
         if self.root_username.is_empty() {
             return invalid("root_username", "must not be empty".into());
         }
@@ -892,6 +961,12 @@ impl ServerConfig {
                 "must be the standard base64 of exactly 32 bytes".into(),
             );
         }
+        Ok(())
+    }
+
+    /// The connection caps: the total, the per-address exemptions and the in-flight bytes.
+    fn validate_connection_limits(&self) -> Result<(), ConfigError> {
+        let invalid = |key, reason: String| Err(ConfigError::Invalid { key, reason });
         if self.max_connections == 0 {
             return invalid("max_connections", "must be at least 1".into());
         }
@@ -917,24 +992,13 @@ impl ServerConfig {
                 ),
             );
         }
-        if self.log_max_file_bytes < MIN_LOG_MAX_FILE_BYTES {
-            return invalid(
-                "log_max_file_bytes",
-                format!("must be at least {MIN_LOG_MAX_FILE_BYTES}"),
-            );
-        }
-        if !(1..=MAX_LOG_MAX_FILES).contains(&self.log_max_files) {
-            return invalid(
-                "log_max_files",
-                format!("{} is outside 1..={MAX_LOG_MAX_FILES}", self.log_max_files),
-            );
-        }
-        if self.token_purge_interval_secs == 0 {
-            return invalid("token_purge_interval_secs", "must be at least 1".into());
-        }
-        self.validate_event()?;
-        self.cluster_peers()?;
-        self.validate_peer_tls()?;
+        Ok(())
+    }
+
+    /// The client-facing listeners: no two on one port, what `tls_mode = strict` needs, and
+    /// no client identity over plaintext unless explicitly allowed.
+    fn validate_listeners(&self) -> Result<(), ConfigError> {
+        let invalid = |key, reason: String| Err(ConfigError::Invalid { key, reason });
         let ports = [
             ("stream_port", self.stream_port),
             ("client_port", self.client_port),

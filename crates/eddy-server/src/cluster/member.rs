@@ -19,8 +19,9 @@ use eddy_replicated::groups::{event_group_id, EVENT_GROUP_BASE, METADATA_GROUP};
 use eddy_replicated::metadata::MetadataMachine;
 use eddy_replicated::shard::{
     answer_records_request, copy_shard, decode_records_answer, encode_records_request, CopyError,
-    EventCompaction, ShardSnapshot,
+    EventCompaction, EventShardMachine, ShardSnapshot,
 };
+use eddy_stream_store::replicated_metadata::MetadataView;
 use tokio::net::TcpListener;
 use tokio_util::sync::CancellationToken;
 
@@ -487,26 +488,29 @@ async fn join_cluster(
     Ok(())
 }
 
-/// Starts this node's member of the cluster `config` describes, its groups under
-/// `data_dir/raft/`: the metadata group, a group per stream partition and one per shard of
-/// `events`.
-///
-/// # Errors
-/// Peers that do not resolve, or group storage that does not open.
-pub async fn start(
+/// What [`start`] opens from `data_dir` before anything runs: the groups' storage.
+struct OpenedGroups {
+    /// The stream partitions' groups (added as streams appear).
+    groups: PartitionGroups,
+    /// One group per shard of the event store, with its id.
+    event_groups: Vec<(GroupId, Replicated<AsCluster<EventShardMachine>>)>,
+    /// Each event shard's stop flag.
+    stopped_shards: Vec<Arc<std::sync::atomic::AtomicBool>>,
+    /// The metadata group's state, as readers see it.
+    view: MetadataView,
+    /// The metadata group.
+    store: Replicated<AsCluster<MetadataMachine>>,
+}
+
+/// Opens the metadata group's log and state, the partition groups' storage and a group per
+/// shard of `events`, all under `data_dir/raft/`.
+fn open_groups(
     config: &ServerConfig,
     data_dir: &Path,
     pool: &CommitPool,
     cache: &Arc<Cache>,
-    advertised: Advertised,
     events: &Arc<eddy_event_store::EventStore>,
-) -> Result<Member, ConfigError> {
-    let peer_tls = load_peer_tls(config)?;
-    let peers = peer_addrs(config).await?;
-    let me = config.node_id;
-    let raft_dir = data_dir.join("raft");
-    std::fs::create_dir_all(&raft_dir).map_err(storage_error)?;
-    let members = founding_members(config, &peers, &raft_dir, peer_tls.as_ref()).await?;
+) -> Result<OpenedGroups, ConfigError> {
     let backend: Arc<dyn StorageBackend> =
         Arc::new(FsBackend::new(data_dir).map_err(storage_error)?);
     let log = LogConfig {
@@ -558,15 +562,104 @@ pub async fn start(
     )
     .map_err(storage_error)?;
     let store = Replicated::open(raft_log, AsCluster(machine)).map_err(storage_error)?;
+    Ok(OpenedGroups {
+        groups,
+        event_groups,
+        stopped_shards,
+        view,
+        store,
+    })
+}
 
-    let members_fingerprint = fingerprint(&members);
-    let cluster = super::incarnation::cluster_id(
-        &raft_dir,
-        peer_tls.as_ref().map_or(members_fingerprint, |tls| {
+/// The cluster's id, kept in `raft_dir` (chosen on the first start from the founding
+/// `members` and, with peer TLS, the CA's fingerprint).
+fn cluster_id(
+    raft_dir: &Path,
+    peer_tls: Option<&PeerTls>,
+    members: &[NodeId],
+) -> Result<u64, ConfigError> {
+    let members_fingerprint = fingerprint(members);
+    super::incarnation::cluster_id(
+        raft_dir,
+        peer_tls.map_or(members_fingerprint, |tls| {
             tls.ca_fingerprint() ^ members_fingerprint.rotate_left(17)
         }),
     )
-    .map_err(storage_error)?;
+    .map_err(storage_error)
+}
+
+/// The members this node followed before a restart (kept in `raft_dir`), or else `peers`
+/// (the `--peer` flags).
+fn followed_or(
+    raft_dir: &Path,
+    me: NodeId,
+    peers: BTreeMap<NodeId, SocketAddr>,
+) -> BTreeMap<NodeId, SocketAddr> {
+    match read_followed_members(raft_dir, me) {
+        Some(followed) => {
+            if followed != peers {
+                tracing::info!(followed = ?followed.keys().collect::<Vec<_>>(), "peers: the members followed before the restart, not the --peer flags");
+            }
+            followed
+        }
+        None => peers,
+    }
+}
+
+/// The node's events as [`start`]'s runner reports them: counts a failed group in `failures`
+/// and the metadata group's elections of this node in `elected`, and logs role changes.
+fn count_node_event(event: &Event, elected: &AtomicU64, failures: &AtomicU64) {
+    if let Event::GroupFailed { group } = event {
+        failures.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        tracing::error!(%group, "a replicated group failed on this member: it takes no part in it until restarted; /health answers 503");
+    }
+    if let Event::RoleChanged {
+        group,
+        role,
+        term,
+        leader,
+    } = event
+    {
+        if *group == METADATA_GROUP {
+            if *role == eddy_consensus::Role::Leader {
+                elected.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+            }
+            tracing::info!(?role, term, ?leader, "metadata group role changed");
+        } else {
+            tracing::debug!(?group, ?role, term, ?leader, "partition group role changed");
+        }
+    }
+}
+
+/// Starts this node's member of the cluster `config` describes, its groups under
+/// `data_dir/raft/`: the metadata group, a group per stream partition and one per shard of
+/// `events`.
+///
+/// # Errors
+/// Peers that do not resolve, or group storage that does not open.
+pub async fn start(
+    config: &ServerConfig,
+    data_dir: &Path,
+    pool: &CommitPool,
+    cache: &Arc<Cache>,
+    advertised: Advertised,
+    events: &Arc<eddy_event_store::EventStore>,
+) -> Result<Member, ConfigError> {
+    let peer_tls = load_peer_tls(config)?;
+    let peers = peer_addrs(config).await?;
+    let me = config.node_id;
+    let raft_dir = data_dir.join("raft");
+    std::fs::create_dir_all(&raft_dir).map_err(storage_error)?;
+    let members = founding_members(config, &peers, &raft_dir, peer_tls.as_ref()).await?;
+    let OpenedGroups {
+        groups,
+        event_groups,
+        stopped_shards,
+        view,
+        store,
+    } = open_groups(config, data_dir, pool, cache, events)?;
+
+    let cluster = cluster_id(&raft_dir, peer_tls.as_ref(), &members)?;
     // The metadata change feed's history is the cluster's: every member records the same
     // entries at the same Raft indexes, so a client's cursor holds on any member.
     view.adopt_history(u128::from(cluster));
@@ -577,15 +670,7 @@ pub async fn start(
         tracing::info!("new member directory: a peer that knew this node will have it rebuilt");
     }
     let incarnations = Arc::new(incarnations);
-    let peers = match read_followed_members(&raft_dir, me) {
-        Some(followed) => {
-            if followed != peers {
-                tracing::info!(followed = ?followed.keys().collect::<Vec<_>>(), "peers: the members followed before the restart, not the --peer flags");
-            }
-            followed
-        }
-        None => peers,
-    };
+    let peers = followed_or(&raft_dir, me, peers);
     let transport = Transport::new(hello, peers, peer_tls, config.max_peer_connections)
         .with_incarnations(Arc::clone(&incarnations));
     let inbox = Arc::new(RunnerInbox {
@@ -613,28 +698,7 @@ pub async fn start(
         move |wake| Node::new(NodeConfig::new(me, voters), wake),
         tick,
         Box::new(move |to, batch| sender.send(to, &batch)),
-        Box::new(move |event| {
-            if let Event::GroupFailed { group } = event {
-                failures.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-                tracing::error!(%group, "a replicated group failed on this member: it takes no part in it until restarted; /health answers 503");
-            }
-            if let Event::RoleChanged {
-                group,
-                role,
-                term,
-                leader,
-            } = event
-            {
-                if *group == METADATA_GROUP {
-                    if *role == eddy_consensus::Role::Leader {
-                        elected.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-                    }
-                    tracing::info!(?role, term, ?leader, "metadata group role changed");
-                } else {
-                    tracing::debug!(?group, ?role, term, ?leader, "partition group role changed");
-                }
-            }
-        }),
+        Box::new(move |event| count_node_event(event, &elected, &failures)),
     )
     .map_err(storage_error)?;
     let _ = inbox.runner.set(runner.clone());
@@ -850,6 +914,52 @@ impl Member {
     /// groups and how many it leads, frames dropped towards peers.
     pub fn sample(&self, out: &mut String) {
         use std::fmt::Write as _;
+        self.sample_groups(out);
+        let elections = self.elections.load(std::sync::atomic::Ordering::Relaxed);
+        let failed = self
+            .failed_groups
+            .load(std::sync::atomic::Ordering::Relaxed);
+        let _ = writeln!(
+            out,
+            "# HELP eddy_cluster_failed_groups Replicated groups whose storage failed on this member (each stopped here until a restart).\n# TYPE eddy_cluster_failed_groups gauge\neddy_cluster_failed_groups {failed}"
+        );
+        let _ = writeln!(
+            out,
+            "# HELP eddy_cluster_elections_total Times this member became leader of the metadata group.\n# TYPE eddy_cluster_elections_total counter\neddy_cluster_elections_total {elections}"
+        );
+        let stalls = self.streams.runner().stalls();
+        #[allow(clippy::cast_precision_loss)] // µs far below 2^52
+        let longest = stalls.longest_us.load(Ordering::Relaxed) as f64 / 1e6;
+        let _ = writeln!(
+            out,
+            "# HELP eddy_cluster_raft_longest_turn_seconds The longest turn of the Raft thread since start (it sends every group's heartbeats: a long turn can cause elections).\n# TYPE eddy_cluster_raft_longest_turn_seconds gauge\neddy_cluster_raft_longest_turn_seconds {longest}\n# HELP eddy_cluster_raft_stalls_total Turns of the Raft thread longer than 50 ms.\n# TYPE eddy_cluster_raft_stalls_total counter\neddy_cluster_raft_stalls_total {}",
+            stalls.over.load(Ordering::Relaxed)
+        );
+        let _ = writeln!(
+            out,
+            "# HELP eddy_cluster_peer_frames_dropped_total Replication frames this member dropped because a peer's send queue was full or closed (Raft sends what matters again).\n# TYPE eddy_cluster_peer_frames_dropped_total counter\neddy_cluster_peer_frames_dropped_total {}",
+            self.outbox.dropped()
+        );
+        self.sample_peer_port(out);
+        let copies = &self.inbox.copies;
+        for (name, help, value) in [
+            ("eddy_cluster_event_snapshot_copies_total", "Event shard snapshots this member installed after copying the shard's records from a peer.", &copies.done),
+            ("eddy_cluster_event_snapshot_copy_failures_total", "Event shard snapshot copies that failed here (the leader sends another snapshot).", &copies.failed),
+            ("eddy_cluster_event_snapshot_records_copied_total", "Event shard records copied from peers for snapshots.", &copies.records),
+            ("eddy_cluster_event_snapshot_bytes_copied_total", "Payload bytes of the event shard records copied from peers for snapshots.", &copies.bytes),
+        ] {
+            let _ = writeln!(
+                out,
+                "# HELP {name} {help}\n# TYPE {name} counter\n{name} {}",
+                value.load(Ordering::Relaxed)
+            );
+        }
+    }
+
+    /// The `/metrics` lines of the Raft groups on this member: the metadata group's role,
+    /// term, indexes and (on its leader) each peer's lag, and the partition groups.
+    fn sample_groups(&self, out: &mut String) {
+        use std::fmt::Write as _;
         let statuses = self.streams.runner().statuses();
         let role_code = |r: eddy_consensus::Role| match r {
             eddy_consensus::Role::Leader => 2,
@@ -898,31 +1008,12 @@ impl Member {
             out,
             "# HELP eddy_cluster_partition_groups Partition groups on this member.\n# TYPE eddy_cluster_partition_groups gauge\neddy_cluster_partition_groups {partitions}\n# HELP eddy_cluster_partition_groups_led Partition groups this member leads.\n# TYPE eddy_cluster_partition_groups_led gauge\neddy_cluster_partition_groups_led {led}"
         );
-        let elections = self.elections.load(std::sync::atomic::Ordering::Relaxed);
-        let failed = self
-            .failed_groups
-            .load(std::sync::atomic::Ordering::Relaxed);
-        let _ = writeln!(
-            out,
-            "# HELP eddy_cluster_failed_groups Replicated groups whose storage failed on this member (each stopped here until a restart).\n# TYPE eddy_cluster_failed_groups gauge\neddy_cluster_failed_groups {failed}"
-        );
-        let _ = writeln!(
-            out,
-            "# HELP eddy_cluster_elections_total Times this member became leader of the metadata group.\n# TYPE eddy_cluster_elections_total counter\neddy_cluster_elections_total {elections}"
-        );
-        let stalls = self.streams.runner().stalls();
-        #[allow(clippy::cast_precision_loss)] // µs far below 2^52
-        let longest = stalls.longest_us.load(Ordering::Relaxed) as f64 / 1e6;
-        let _ = writeln!(
-            out,
-            "# HELP eddy_cluster_raft_longest_turn_seconds The longest turn of the Raft thread since start (it sends every group's heartbeats: a long turn can cause elections).\n# TYPE eddy_cluster_raft_longest_turn_seconds gauge\neddy_cluster_raft_longest_turn_seconds {longest}\n# HELP eddy_cluster_raft_stalls_total Turns of the Raft thread longer than 50 ms.\n# TYPE eddy_cluster_raft_stalls_total counter\neddy_cluster_raft_stalls_total {}",
-            stalls.over.load(Ordering::Relaxed)
-        );
-        let _ = writeln!(
-            out,
-            "# HELP eddy_cluster_peer_frames_dropped_total Replication frames this member dropped because a peer's send queue was full or closed (Raft sends what matters again).\n# TYPE eddy_cluster_peer_frames_dropped_total counter\neddy_cluster_peer_frames_dropped_total {}",
-            self.outbox.dropped()
-        );
+    }
+
+    /// The `/metrics` lines of the replication port: whether it authenticates members, the
+    /// connections it refused and those it authenticated.
+    fn sample_peer_port(&self, out: &mut String) {
+        use std::fmt::Write as _;
         let port = self.transport.counters();
         let _ = writeln!(
             out,
@@ -950,19 +1041,6 @@ impl Member {
             "# HELP eddy_cluster_peer_connections_authenticated_total Replication-port connections that proved which member they are.\n# TYPE eddy_cluster_peer_connections_authenticated_total counter\neddy_cluster_peer_connections_authenticated_total {}",
             port.authenticated.load(Ordering::Relaxed)
         );
-        let copies = &self.inbox.copies;
-        for (name, help, value) in [
-            ("eddy_cluster_event_snapshot_copies_total", "Event shard snapshots this member installed after copying the shard's records from a peer.", &copies.done),
-            ("eddy_cluster_event_snapshot_copy_failures_total", "Event shard snapshot copies that failed here (the leader sends another snapshot).", &copies.failed),
-            ("eddy_cluster_event_snapshot_records_copied_total", "Event shard records copied from peers for snapshots.", &copies.records),
-            ("eddy_cluster_event_snapshot_bytes_copied_total", "Payload bytes of the event shard records copied from peers for snapshots.", &copies.bytes),
-        ] {
-            let _ = writeln!(
-                out,
-                "# HELP {name} {help}\n# TYPE {name} counter\n{name} {}",
-                value.load(Ordering::Relaxed)
-            );
-        }
     }
 
     /// Stops the transport and the Raft thread.

@@ -216,59 +216,8 @@ pub(super) async fn execute(
 ) -> Result<EventResponse, ServerError> {
     let placement = *svc.store.placement();
     match request {
-        EventRequest::AggregateDetails(r) => {
-            let svc2 = Arc::clone(svc);
-            let k = key(&r.aggregate_key);
-            linearize(svc, &k)
-                .await
-                .map_err(|()| ServerError::ExistsMetablockReadError {
-                    detail: UNCONFIRMED.into(),
-                })?;
-            let found = blocking(move || svc2.store.details(&k))
-                .await
-                .map_err(|e| details_error(&e))?;
-            let d = found;
-            Ok(EventResponse::AggregateDetails(
-                wire::AggregateDetailsResponse {
-                    correlation_id: r.correlation_id,
-                    min_aggregate_version: d.min_aggregate_version,
-                    max_aggregate_version: d.max_aggregate_version,
-                    max_event_seq: d.max_event_seq,
-                    is_deleted: d.is_deleted,
-                    allow_recreate: d.allow_recreate,
-                    allow_sequence_continuation: d.allow_sequence_continuation,
-                    last_server_timestamp: d.last_server_timestamp,
-                    last_client_id: d.last_client_id,
-                    last_user_id: d.last_user_id,
-                },
-            ))
-        }
-        EventRequest::Read(r) => {
-            let svc2 = Arc::clone(svc);
-            let k = key(&r.aggregate_key);
-            linearize(svc, &k)
-                .await
-                .map_err(|()| ServerError::ReadCacheLoadLockTimeout)?;
-            let query = read_query(r.filters, svc.read_page_bytes);
-            let page = blocking(move || svc2.store.read(&k, &query))
-                .await
-                .map_err(|e| read_error(&e, placement))?;
-            Ok(EventResponse::Read(wire::ReadResponse {
-                correlation_id: r.correlation_id,
-                event_batches: page
-                    .batches
-                    .into_iter()
-                    .map(|b| wire::AggregateEventBatch {
-                        aggregate_version: b.version,
-                        client_id: b.client_id,
-                        user_id: b.user_id,
-                        server_timestamp: b.server_timestamp,
-                        events: b.events.into_iter().map(stored_event).collect(),
-                    })
-                    .collect(),
-                next_aggregate_version: page.next_version,
-            }))
-        }
+        EventRequest::AggregateDetails(r) => details(svc, r).await,
+        EventRequest::Read(r) => read(svc, r, placement).await,
         request @ (EventRequest::Write(_)
         | EventRequest::TrimStart(_)
         | EventRequest::Delete(_)
@@ -277,88 +226,175 @@ pub(super) async fn execute(
                 .expect("a change request");
             apply_change(svc, change).await
         }
-        EventRequest::ListOrgs(r) => {
-            let svc2 = Arc::clone(svc);
-            let page = blocking(move || svc2.store.list_orgs(r.shard_id, r.cursor, svc2.list_page))
-                .await
-                .map_err(|e| list_error(RequestType::ListOrgs, &e, placement))?;
-            Ok(EventResponse::ListOrgs(wire::ListOrgsResponse {
-                correlation_id: r.correlation_id,
-                orgs: page
-                    .items
-                    .into_iter()
-                    .map(|org_id| wire::OrgListItem { org_id })
-                    .collect(),
-                next_cursor: page.next_cursor,
-            }))
-        }
-        EventRequest::ListAggregateTypes(r) => {
-            let svc2 = Arc::clone(svc);
-            let page = blocking(move || {
-                svc2.store
-                    .list_aggregate_types(r.shard_id, r.org_id, r.cursor, svc2.list_page)
-            })
-            .await
-            .map_err(|e| list_error(RequestType::ListAggregateTypes, &e, placement))?;
-            Ok(EventResponse::ListAggregateTypes(
-                wire::ListAggregateTypesResponse {
-                    correlation_id: r.correlation_id,
-                    aggregate_types: page
-                        .items
-                        .into_iter()
-                        .map(|t| wire::AggregateTypeListItem {
-                            org_id: t.org_id,
-                            aggregate_type_id: t.aggregate_type_id,
-                        })
-                        .collect(),
-                    next_cursor: page.next_cursor,
-                },
-            ))
-        }
-        EventRequest::ListAggregates(r) => {
-            let svc2 = Arc::clone(svc);
-            let page = blocking(move || {
-                svc2.store.list_aggregates(
-                    r.shard_id,
-                    r.org_id,
-                    r.aggregate_type_id,
-                    r.cursor,
-                    svc2.list_page,
-                )
-            })
-            .await
-            .map_err(|e| list_error(RequestType::ListAggregates, &e, placement))?;
-            Ok(EventResponse::ListAggregates(
-                wire::ListAggregatesResponse {
-                    correlation_id: r.correlation_id,
-                    aggregates: page
-                        .items
-                        .into_iter()
-                        .map(|a| wire::AggregateListItem {
-                            is_deleted: a.is_deleted,
-                            org_id: a.key.org_id,
-                            aggregate_type_id: a.key.aggregate_type_id,
-                            aggregate_id: a.key.aggregate_id,
-                            event_batch_count: a.event_batch_count,
-                            min_event_timestamp: a.min_event_timestamp,
-                            max_event_timestamp: a.max_event_timestamp,
-                            min_aggregate_version: a.min_aggregate_version,
-                            max_aggregate_version: a.max_aggregate_version,
-                            min_event_seq: a.min_event_seq,
-                            max_event_seq: a.max_event_seq,
-                            min_server_timestamp: a.min_server_timestamp,
-                            max_server_timestamp: a.max_server_timestamp,
-                            compressed_size: a.compressed_size,
-                            uncompressed_size: a.uncompressed_size,
-                        })
-                        .collect(),
-                    next_cursor: page.next_cursor,
-                },
-            ))
-        }
+        EventRequest::ListOrgs(r) => list_orgs(svc, r, placement).await,
+        EventRequest::ListAggregateTypes(r) => list_aggregate_types(svc, r, placement).await,
+        EventRequest::ListAggregates(r) => list_aggregates(svc, r, placement).await,
         EventRequest::Watch(_) | EventRequest::Identify(_) => {
             // Both take over the connection and are handled before execution.
             Err(ServerError::WatchRequestInvalid)
         }
     }
+}
+
+/// Answers an `AggregateDetails` request, once the aggregate's shard here is confirmed up to
+/// date.
+async fn details(
+    svc: &Arc<EventService>,
+    r: wire::AggregateDetailsRequest,
+) -> Result<EventResponse, ServerError> {
+    let svc2 = Arc::clone(svc);
+    let k = key(&r.aggregate_key);
+    linearize(svc, &k)
+        .await
+        .map_err(|()| ServerError::ExistsMetablockReadError {
+            detail: UNCONFIRMED.into(),
+        })?;
+    let found = blocking(move || svc2.store.details(&k))
+        .await
+        .map_err(|e| details_error(&e))?;
+    let d = found;
+    Ok(EventResponse::AggregateDetails(
+        wire::AggregateDetailsResponse {
+            correlation_id: r.correlation_id,
+            min_aggregate_version: d.min_aggregate_version,
+            max_aggregate_version: d.max_aggregate_version,
+            max_event_seq: d.max_event_seq,
+            is_deleted: d.is_deleted,
+            allow_recreate: d.allow_recreate,
+            allow_sequence_continuation: d.allow_sequence_continuation,
+            last_server_timestamp: d.last_server_timestamp,
+            last_client_id: d.last_client_id,
+            last_user_id: d.last_user_id,
+        },
+    ))
+}
+
+/// Answers a `Read` request, once the aggregate's shard here is confirmed up to date.
+async fn read(
+    svc: &Arc<EventService>,
+    r: wire::ReadRequest,
+    placement: st::Placement,
+) -> Result<EventResponse, ServerError> {
+    let svc2 = Arc::clone(svc);
+    let k = key(&r.aggregate_key);
+    linearize(svc, &k)
+        .await
+        .map_err(|()| ServerError::ReadCacheLoadLockTimeout)?;
+    let query = read_query(r.filters, svc.read_page_bytes);
+    let page = blocking(move || svc2.store.read(&k, &query))
+        .await
+        .map_err(|e| read_error(&e, placement))?;
+    Ok(EventResponse::Read(wire::ReadResponse {
+        correlation_id: r.correlation_id,
+        event_batches: page
+            .batches
+            .into_iter()
+            .map(|b| wire::AggregateEventBatch {
+                aggregate_version: b.version,
+                client_id: b.client_id,
+                user_id: b.user_id,
+                server_timestamp: b.server_timestamp,
+                events: b.events.into_iter().map(stored_event).collect(),
+            })
+            .collect(),
+        next_aggregate_version: page.next_version,
+    }))
+}
+
+/// Answers a `ListOrgs` request: a page of one shard's organisations.
+async fn list_orgs(
+    svc: &Arc<EventService>,
+    r: wire::ListOrgsRequest,
+    placement: st::Placement,
+) -> Result<EventResponse, ServerError> {
+    let svc2 = Arc::clone(svc);
+    let page = blocking(move || svc2.store.list_orgs(r.shard_id, r.cursor, svc2.list_page))
+        .await
+        .map_err(|e| list_error(RequestType::ListOrgs, &e, placement))?;
+    Ok(EventResponse::ListOrgs(wire::ListOrgsResponse {
+        correlation_id: r.correlation_id,
+        orgs: page
+            .items
+            .into_iter()
+            .map(|org_id| wire::OrgListItem { org_id })
+            .collect(),
+        next_cursor: page.next_cursor,
+    }))
+}
+
+/// Answers a `ListAggregateTypes` request: a page of an organisation's aggregate types on one
+/// shard.
+async fn list_aggregate_types(
+    svc: &Arc<EventService>,
+    r: wire::ListAggregateTypesRequest,
+    placement: st::Placement,
+) -> Result<EventResponse, ServerError> {
+    let svc2 = Arc::clone(svc);
+    let page = blocking(move || {
+        svc2.store
+            .list_aggregate_types(r.shard_id, r.org_id, r.cursor, svc2.list_page)
+    })
+    .await
+    .map_err(|e| list_error(RequestType::ListAggregateTypes, &e, placement))?;
+    Ok(EventResponse::ListAggregateTypes(
+        wire::ListAggregateTypesResponse {
+            correlation_id: r.correlation_id,
+            aggregate_types: page
+                .items
+                .into_iter()
+                .map(|t| wire::AggregateTypeListItem {
+                    org_id: t.org_id,
+                    aggregate_type_id: t.aggregate_type_id,
+                })
+                .collect(),
+            next_cursor: page.next_cursor,
+        },
+    ))
+}
+
+/// Answers a `ListAggregates` request: a page of one aggregate type's aggregates on one shard.
+async fn list_aggregates(
+    svc: &Arc<EventService>,
+    r: wire::ListAggregatesRequest,
+    placement: st::Placement,
+) -> Result<EventResponse, ServerError> {
+    let svc2 = Arc::clone(svc);
+    let page = blocking(move || {
+        svc2.store.list_aggregates(
+            r.shard_id,
+            r.org_id,
+            r.aggregate_type_id,
+            r.cursor,
+            svc2.list_page,
+        )
+    })
+    .await
+    .map_err(|e| list_error(RequestType::ListAggregates, &e, placement))?;
+    Ok(EventResponse::ListAggregates(
+        wire::ListAggregatesResponse {
+            correlation_id: r.correlation_id,
+            aggregates: page
+                .items
+                .into_iter()
+                .map(|a| wire::AggregateListItem {
+                    is_deleted: a.is_deleted,
+                    org_id: a.key.org_id,
+                    aggregate_type_id: a.key.aggregate_type_id,
+                    aggregate_id: a.key.aggregate_id,
+                    event_batch_count: a.event_batch_count,
+                    min_event_timestamp: a.min_event_timestamp,
+                    max_event_timestamp: a.max_event_timestamp,
+                    min_aggregate_version: a.min_aggregate_version,
+                    max_aggregate_version: a.max_aggregate_version,
+                    min_event_seq: a.min_event_seq,
+                    max_event_seq: a.max_event_seq,
+                    min_server_timestamp: a.min_server_timestamp,
+                    max_server_timestamp: a.max_server_timestamp,
+                    compressed_size: a.compressed_size,
+                    uncompressed_size: a.uncompressed_size,
+                })
+                .collect(),
+            next_cursor: page.next_cursor,
+        },
+    ))
 }
