@@ -303,6 +303,25 @@ struct Owned(Change);
 impl Owned {
     fn encode(&self) -> (u8, u8, Vec<u8>) {
         match &self.0 {
+            Change::Stream { .. }
+            | Change::StreamDeleted { .. }
+            | Change::Topic { .. }
+            | Change::TopicDeleted { .. }
+            | Change::Partitions { .. }
+            | Change::GroupCreated { .. }
+            | Change::GroupDeleted { .. } => self.encode_catalog(),
+            Change::User { .. }
+            | Change::UserDeleted { .. }
+            | Change::PasswordChanged { .. }
+            | Change::PermissionsChanged { .. }
+            | Change::TokenCreated { .. }
+            | Change::TokenDeleted { .. } => self.encode_account(),
+        }
+    }
+
+    /// [`Self::encode`] for a change to a stream, a topic, its partitions or a consumer group.
+    fn encode_catalog(&self) -> (u8, u8, Vec<u8>) {
+        match &self.0 {
             Change::Stream {
                 created,
                 id,
@@ -386,6 +405,20 @@ impl Owned {
                 groups_count: *count,
             }
             .encode(),
+            Change::User { .. }
+            | Change::UserDeleted { .. }
+            | Change::PasswordChanged { .. }
+            | Change::PermissionsChanged { .. }
+            | Change::TokenCreated { .. }
+            | Change::TokenDeleted { .. } => {
+                unreachable!("a user or token change is encoded by encode_account")
+            }
+        }
+    }
+
+    /// [`Self::encode`] for a change to a user or a personal access token.
+    fn encode_account(&self) -> (u8, u8, Vec<u8>) {
+        match &self.0 {
             Change::User {
                 created,
                 id,
@@ -453,6 +486,15 @@ impl Owned {
                 expired: false,
             }
             .encode(),
+            Change::Stream { .. }
+            | Change::StreamDeleted { .. }
+            | Change::Topic { .. }
+            | Change::TopicDeleted { .. }
+            | Change::Partitions { .. }
+            | Change::GroupCreated { .. }
+            | Change::GroupDeleted { .. } => {
+                unreachable!("a catalog change is encoded by encode_catalog")
+            }
         }
     }
 }
@@ -488,146 +530,18 @@ fn current(
     anchor: Cursor,
     answer: &mut MetadataChangesPage,
 ) {
-    let mut items: Vec<(Place, Item)> = Vec::new();
-    let limit = limit as usize;
-    let mut bytes = 0usize;
-    let mut more = false;
-    let after_order = after.map(|(g, key)| (*g, order(*g, key)));
-    let mut push = |place: Place, body: (u8, Vec<u8>)| -> bool {
-        if let Some(after) = &after_order {
-            if (place.0, order(place.0, &place.1)) <= *after {
-                return true;
-            }
-        }
-        if items.len() >= limit || (bytes >= PAGE_BYTES && !items.is_empty()) {
-            more = true;
-            return false;
-        }
-        bytes += body.1.len();
-        items.push((
-            place,
-            Item {
-                group: body.0,
-                body: body.1,
-            },
-        ));
-        true
+    let mut page = ItemPage {
+        items: Vec::new(),
+        limit: limit as usize,
+        bytes: 0,
+        more: false,
+        after: after.map(|(g, key)| (*g, order(*g, key))),
     };
     let wanted = |code: u8| mask & group::bit(code) != 0;
-    'scan: {
-        if wanted(group::STREAMS) {
-            for s in state.streams.values() {
-                let body = ItemBody::Stream {
-                    key: stream_key(s.id, s.created_at),
-                    created_at: s.created_at,
-                    name: &s.name,
-                    options: EMPTY,
-                }
-                .encode();
-                if !push((group::STREAMS, le(&[s.id])), body) {
-                    break 'scan;
-                }
-            }
-        }
-        let topics = || {
-            state.streams.values().flat_map(|s| {
-                s.topics.values().map(move |t| {
-                    (
-                        TopicRef {
-                            stream_id: s.id,
-                            stream_created_at: s.created_at,
-                            topic_id: t.id,
-                            topic_created_at: t.created_at,
-                        },
-                        t,
-                    )
-                })
-            })
-        };
-        if wanted(group::TOPICS) {
-            for (topic, t) in topics() {
-                let (explicit, derived) = topic_blocks(&t.explicit_options, &t.config);
-                let body = ItemBody::Topic {
-                    key: topic_key(&topic),
-                    created_at: t.created_at,
-                    name: &t.name,
-                    options: Some((explicit.as_bytes(), derived.as_bytes())),
-                }
-                .encode();
-                if !push(
-                    (group::TOPICS, le(&[topic.stream_id, topic.topic_id])),
-                    body,
-                ) {
-                    break 'scan;
-                }
-            }
-        }
-        if wanted(group::PARTITIONS) {
-            for (topic, t) in topics() {
-                let body = ItemBody::Partitions {
-                    topic: topic_key(&topic),
-                    partitions_count: u32::try_from(t.partitions.len()).unwrap_or(u32::MAX),
-                }
-                .encode();
-                if !push(
-                    (group::PARTITIONS, le(&[topic.stream_id, topic.topic_id])),
-                    body,
-                ) {
-                    break 'scan;
-                }
-            }
-        }
-        if wanted(group::CONSUMER_GROUPS) {
-            for (topic, t) in topics() {
-                for g in t.groups.values() {
-                    let body = ItemBody::ConsumerGroup {
-                        topic: topic_key(&topic),
-                        group_id: g.id,
-                        name: &g.name,
-                    }
-                    .encode();
-                    let key = le(&[topic.stream_id, topic.topic_id, g.id]);
-                    if !push((group::CONSUMER_GROUPS, key), body) {
-                        break 'scan;
-                    }
-                }
-            }
-        }
-        if wanted(group::USERS) {
-            for u in state.users.values() {
-                let body = ItemBody::User {
-                    key: user_key(u.id, u.created_at),
-                    username: &u.username,
-                    status: u.status,
-                    permissions: u.permissions.as_deref(),
-                    options: EMPTY,
-                }
-                .encode();
-                if !push((group::USERS, le(&[u.id])), body) {
-                    break 'scan;
-                }
-            }
-        }
-        if wanted(group::PERSONAL_ACCESS_TOKENS) {
-            for u in state.users.values() {
-                for token in u.tokens.values() {
-                    let body = ItemBody::Token {
-                        user: user_key(u.id, u.created_at),
-                        name: &token.name,
-                        expiry: token.expiry_at.unwrap_or(0),
-                    }
-                    .encode();
-                    let mut key = le(&[u.id]);
-                    let name = &token.name.as_bytes()[..token.name.len().min(255)];
-                    key.push(u8::try_from(name.len()).unwrap_or(u8::MAX));
-                    key.extend_from_slice(name);
-                    if !push((group::PERSONAL_ACCESS_TOKENS, key), body) {
-                        break 'scan;
-                    }
-                }
-            }
-        }
+    if scan_catalog(state, &wanted, &mut page) {
+        scan_accounts(state, &wanted, &mut page);
     }
+    let ItemPage { items, more, .. } = page;
     answer.next = Some(anchor);
     answer.has_more = more;
     if more {
@@ -642,4 +556,167 @@ fn current(
         }
     }
     answer.items = items.into_iter().map(|(_, item)| item).collect();
+}
+
+/// A place in its comparable form: its group and [`order`] of its key.
+type Ordered = (u8, (Vec<u32>, Vec<u8>));
+
+/// A page of current-state items being filled, in scan order.
+struct ItemPage {
+    items: Vec<(Place, Item)>,
+    /// At most this many items.
+    limit: usize,
+    /// The body bytes of `items`.
+    bytes: usize,
+    /// Whether an item did not fit.
+    more: bool,
+    /// The comparable form of the place the page starts after.
+    after: Option<Ordered>,
+}
+
+impl ItemPage {
+    /// Adds the item at `place` (skipped if at or before the page's start); false once the
+    /// page is full: the scan stops, and there is more.
+    fn push(&mut self, place: Place, body: (u8, Vec<u8>)) -> bool {
+        if let Some(after) = &self.after {
+            if (place.0, order(place.0, &place.1)) <= *after {
+                return true;
+            }
+        }
+        if self.items.len() >= self.limit || (self.bytes >= PAGE_BYTES && !self.items.is_empty()) {
+            self.more = true;
+            return false;
+        }
+        self.bytes += body.1.len();
+        self.items.push((
+            place,
+            Item {
+                group: body.0,
+                body: body.1,
+            },
+        ));
+        true
+    }
+}
+
+/// Adds the `wanted` groups of streams, topics, partitions and consumer groups to `page`;
+/// false once it is full.
+fn scan_catalog(state: &MetadataState, wanted: &impl Fn(u8) -> bool, page: &mut ItemPage) -> bool {
+    if wanted(group::STREAMS) {
+        for s in state.streams.values() {
+            let body = ItemBody::Stream {
+                key: stream_key(s.id, s.created_at),
+                created_at: s.created_at,
+                name: &s.name,
+                options: EMPTY,
+            }
+            .encode();
+            if !page.push((group::STREAMS, le(&[s.id])), body) {
+                return false;
+            }
+        }
+    }
+    let topics = || {
+        state.streams.values().flat_map(|s| {
+            s.topics.values().map(move |t| {
+                (
+                    TopicRef {
+                        stream_id: s.id,
+                        stream_created_at: s.created_at,
+                        topic_id: t.id,
+                        topic_created_at: t.created_at,
+                    },
+                    t,
+                )
+            })
+        })
+    };
+    if wanted(group::TOPICS) {
+        for (topic, t) in topics() {
+            let (explicit, derived) = topic_blocks(&t.explicit_options, &t.config);
+            let body = ItemBody::Topic {
+                key: topic_key(&topic),
+                created_at: t.created_at,
+                name: &t.name,
+                options: Some((explicit.as_bytes(), derived.as_bytes())),
+            }
+            .encode();
+            if !page.push(
+                (group::TOPICS, le(&[topic.stream_id, topic.topic_id])),
+                body,
+            ) {
+                return false;
+            }
+        }
+    }
+    if wanted(group::PARTITIONS) {
+        for (topic, t) in topics() {
+            let body = ItemBody::Partitions {
+                topic: topic_key(&topic),
+                partitions_count: u32::try_from(t.partitions.len()).unwrap_or(u32::MAX),
+            }
+            .encode();
+            if !page.push(
+                (group::PARTITIONS, le(&[topic.stream_id, topic.topic_id])),
+                body,
+            ) {
+                return false;
+            }
+        }
+    }
+    if wanted(group::CONSUMER_GROUPS) {
+        for (topic, t) in topics() {
+            for g in t.groups.values() {
+                let body = ItemBody::ConsumerGroup {
+                    topic: topic_key(&topic),
+                    group_id: g.id,
+                    name: &g.name,
+                }
+                .encode();
+                let key = le(&[topic.stream_id, topic.topic_id, g.id]);
+                if !page.push((group::CONSUMER_GROUPS, key), body) {
+                    return false;
+                }
+            }
+        }
+    }
+    true
+}
+
+/// Adds the `wanted` groups of users and personal access tokens to `page`, until it is full.
+fn scan_accounts(state: &MetadataState, wanted: &impl Fn(u8) -> bool, page: &mut ItemPage) {
+    if wanted(group::USERS) {
+        for u in state.users.values() {
+            let body = ItemBody::User {
+                key: user_key(u.id, u.created_at),
+                username: &u.username,
+                status: u.status,
+                permissions: u.permissions.as_deref(),
+                options: EMPTY,
+            }
+            .encode();
+            if !page.push((group::USERS, le(&[u.id])), body) {
+                return;
+            }
+        }
+    }
+    if wanted(group::PERSONAL_ACCESS_TOKENS) {
+        for u in state.users.values() {
+            for token in u.tokens.values() {
+                let body = ItemBody::Token {
+                    user: user_key(u.id, u.created_at),
+                    name: &token.name,
+                    expiry: token.expiry_at.unwrap_or(0),
+                }
+                .encode();
+                let mut key = le(&[u.id]);
+                let name = &token.name.as_bytes()[..token.name.len().min(255)];
+                key.push(u8::try_from(name.len()).unwrap_or(u8::MAX));
+                key.extend_from_slice(name);
+                if !page.push((group::PERSONAL_ACCESS_TOKENS, key), body) {
+                    return;
+                }
+            }
+        }
+    }
 }

@@ -330,16 +330,7 @@ async fn run(
             limits.max_prelogin_frame_size
         };
         let stale_at = stale.map(|s| tokio::time::Instant::from_std(stale_from + s));
-        let (closes_at, reason) = match unauthenticated_since {
-            Some(since) => (
-                Some(since + limits.login_timeout),
-                EvictionReason::NoSession,
-            ),
-            None => (
-                limits.idle_timeout.map(|idle| last_activity + idle),
-                EvictionReason::StaleClient,
-            ),
-        };
+        let (closes_at, reason) = close_deadline(unauthenticated_since, last_activity, limits);
         let frame = if let Some(frame) = held.pop_front() {
             frame
         } else {
@@ -347,22 +338,11 @@ async fn run(
                 biased;
                 () = ctx.drain.cancelled() => return Ok(()),
                 () = sleep_until(closes_at.map(tokio::time::Instant::from_std)) => {
-                    if logged_in {
-                        tracing::info!(client_id, "closing a session idle for longer than stream_idle_timeout_ms");
-                        state.leave_all_groups(client_id);
-                    } else {
-                        tracing::info!(client_id, "closing a connection not logged in within stream_login_timeout_ms");
-                    }
-                    let eviction = EvictionHeader::new(last_client, reason);
-                    let _ = write_bounded(io, &[Bytes::copy_from_slice(&eviction.encode())], limits).await;
+                    close_expired(io, state, client_id, logged_in, EvictionHeader::new(last_client, reason)).await;
                     return Ok(());
                 }
                 () = sleep_until(stale_at) => {
-                    if state.groups().is_member_anywhere(client_id) {
-                        tracing::info!(client_id, "evicting a stale consumer-group member");
-                        state.leave_all_groups(client_id);
-                        let eviction = EvictionHeader::new(last_client, EvictionReason::StaleClient);
-                        let _ = write_bounded(io, &[Bytes::copy_from_slice(&eviction.encode())], limits).await;
+                    if evict_stale_member(io, state, client_id, last_client).await {
                         return Ok(());
                     }
                     stale_from = Instant::now();
@@ -385,14 +365,7 @@ async fn run(
                     len,
                     "frame refused: no room in --max-inflight-request-bytes"
                 );
-                let code = eddy_codec::stream::ErrorCode::TransientNotAccepted;
-                metrics.record_request(
-                    Protocol::Stream,
-                    dispatch::metric_of(&header),
-                    false,
-                    started.elapsed(),
-                );
-                write_bounded(io, &status_reply(&header, code), limits).await?;
+                not_accepted(io, &metrics, &header, started, limits).await?;
                 last_activity = Instant::now();
                 stale_from = last_activity;
                 continue;
@@ -404,88 +377,198 @@ async fn run(
         if header.client != 0 {
             last_client = header.client;
         }
-        let started = Instant::now();
-        let deferred = logged_in
-            && header.operation == eddy_wire::stream::Operation::NonReplicated.as_u8()
-            && DEFERRED_CODES.contains(&header.command_code);
-        let work = dispatch::handle(state, client_id, &header, frame.body);
-        let (metric, result) = if deferred {
-            let answer = wait_or_cancel(
-                work,
-                &header,
-                io,
-                &mut reader,
-                &ctx.shared.budget,
-                &mut held,
-            )
-            .await;
-            let Some(answer) = answer else {
-                tracing::debug!(
-                    client_id,
-                    request = header.request,
-                    "deferred request cancelled"
-                );
-                metrics.record_request(
-                    Protocol::Stream,
-                    dispatch::metric_of(&header),
-                    false,
-                    started.elapsed(),
-                );
-                let code = eddy_codec::stream::ErrorCode::TransientNotAccepted;
-                write_bounded(io, &status_reply(&header, code), limits).await?;
-                last_activity = Instant::now();
-                stale_from = last_activity;
-                continue;
-            };
-            answer
-        } else {
-            work.await
-        };
-        if matches!(result, Ok(Outcome::NoReply)) {
-            // A cancel that found nothing waiting: never answered.
-            metrics.record_request(Protocol::Stream, metric, true, started.elapsed());
-            last_activity = Instant::now();
-            stale_from = last_activity;
-            continue;
-        }
-        let evicted = matches!(result, Ok(Outcome::Evict(_)));
-        let wrong_password = matches!(result, Err(StreamError::WrongPassword));
-        let (chunks, ok) = match result {
-            Ok(Outcome::Reply(payload)) => match ReplyFrame::success_chunks(&header, payload) {
-                Ok(frame) => (frame.into_chunks(), true),
-                Err(e) => {
-                    tracing::warn!(error = %e, "reply too large to frame");
-                    (
-                        status_reply(&header, eddy_codec::stream::ErrorCode::Error),
-                        false,
-                    )
-                }
-            },
-            Ok(Outcome::Evict(eviction)) => {
-                (vec![Bytes::copy_from_slice(&eviction.encode())], false)
-            }
-            Ok(Outcome::NoReply) => (Vec::new(), true),
-            Err(e) => {
-                if e.is_server_fault() {
-                    // The whole chain: a storage failure names its file and the OS error.
-                    let error = eddy_replicated::error_chain(&e);
-                    tracing::warn!(%error, code = e.code().code(), "request failed");
-                } else {
-                    tracing::debug!(error = %e, code = e.code().code(), "request refused");
-                }
-                (status_reply(&header, e.code()), false)
-            }
-        };
-        metrics.record_request(Protocol::Stream, metric, ok, started.elapsed());
-        write_bounded(io, &chunks, limits).await?;
+        let close = answer(
+            io,
+            ctx,
+            client_id,
+            logged_in,
+            &header,
+            frame.body,
+            &mut reader,
+            &mut held,
+        )
+        .await?;
         last_activity = Instant::now();
         stale_from = last_activity;
-        if (evicted || wrong_password)
-            && state.clients.login_failures(client_id) >= state.login.max_failures_per_connection
-        {
-            tracing::info!(client_id, peer = %ctx.peer, "closing a connection after too many failed logins or password changes");
-            state.login.closed_connection();
+        if close {
             return Ok(());
+        }
+    }
+}
+
+/// Runs one request and writes its answer (a deferred one while reading the frames that follow
+/// it into `held`); true when the connection is to close after too many failed logins or
+/// password changes.
+#[allow(clippy::too_many_arguments)]
+async fn answer(
+    io: &mut Conn,
+    ctx: &ConnectionContext,
+    client_id: ClientId,
+    logged_in: bool,
+    header: &RequestHeader,
+    body: Bytes,
+    reader: &mut FrameReader,
+    held: &mut std::collections::VecDeque<Result<Option<Frame>, FrameError>>,
+) -> Result<bool, FrameError> {
+    let state = &ctx.shared.stream;
+    let metrics = &ctx.shared.metrics;
+    let limits = state.limits;
+    let started = Instant::now();
+    let deferred = logged_in
+        && header.operation == eddy_wire::stream::Operation::NonReplicated.as_u8()
+        && DEFERRED_CODES.contains(&header.command_code);
+    let work = dispatch::handle(state, client_id, header, body);
+    let (metric, result) = if deferred {
+        let answer = wait_or_cancel(work, header, io, reader, &ctx.shared.budget, held).await;
+        let Some(answer) = answer else {
+            tracing::debug!(
+                client_id,
+                request = header.request,
+                "deferred request cancelled"
+            );
+            not_accepted(io, metrics, header, started, limits).await?;
+            return Ok(false);
+        };
+        answer
+    } else {
+        work.await
+    };
+    if matches!(result, Ok(Outcome::NoReply)) {
+        // A cancel that found nothing waiting: never answered.
+        metrics.record_request(Protocol::Stream, metric, true, started.elapsed());
+        return Ok(false);
+    }
+    let evicted = matches!(result, Ok(Outcome::Evict(_)));
+    let wrong_password = matches!(result, Err(StreamError::WrongPassword));
+    let (chunks, ok) = reply(header, result);
+    metrics.record_request(Protocol::Stream, metric, ok, started.elapsed());
+    write_bounded(io, &chunks, limits).await?;
+    if (evicted || wrong_password)
+        && state.clients.login_failures(client_id) >= state.login.max_failures_per_connection
+    {
+        tracing::info!(client_id, peer = %ctx.peer, "closing a connection after too many failed logins or password changes");
+        state.login.closed_connection();
+        return Ok(true);
+    }
+    Ok(false)
+}
+
+/// When a connection is closed for want of activity, and why: `stream_login_timeout_ms`
+/// after it was left without a session (`unauthenticated_since`), else
+/// `stream_idle_timeout_ms` after its last request (if set).
+fn close_deadline(
+    unauthenticated_since: Option<Instant>,
+    last_activity: Instant,
+    limits: super::ConnectionLimits,
+) -> (Option<Instant>, EvictionReason) {
+    match unauthenticated_since {
+        Some(since) => (
+            Some(since + limits.login_timeout),
+            EvictionReason::NoSession,
+        ),
+        None => (
+            limits.idle_timeout.map(|idle| last_activity + idle),
+            EvictionReason::StaleClient,
+        ),
+    }
+}
+
+/// Ends a connection past its [`close_deadline`]: a session leaves its consumer groups, and
+/// the client is sent `eviction` (best effort).
+async fn close_expired(
+    io: &mut Conn,
+    state: &StreamState,
+    client_id: ClientId,
+    logged_in: bool,
+    eviction: EvictionHeader,
+) {
+    if logged_in {
+        tracing::info!(
+            client_id,
+            "closing a session idle for longer than stream_idle_timeout_ms"
+        );
+        state.leave_all_groups(client_id);
+    } else {
+        tracing::info!(
+            client_id,
+            "closing a connection not logged in within stream_login_timeout_ms"
+        );
+    }
+    let _ = write_bounded(
+        io,
+        &[Bytes::copy_from_slice(&eviction.encode())],
+        state.limits,
+    )
+    .await;
+}
+
+/// A consumer-group member gone stale (no heartbeat in time) leaves its groups and is sent an
+/// eviction (best effort): true then, and the connection ends. False for a client in no group.
+async fn evict_stale_member(
+    io: &mut Conn,
+    state: &StreamState,
+    client_id: ClientId,
+    last_client: u128,
+) -> bool {
+    if !state.groups().is_member_anywhere(client_id) {
+        return false;
+    }
+    tracing::info!(client_id, "evicting a stale consumer-group member");
+    state.leave_all_groups(client_id);
+    let eviction = EvictionHeader::new(last_client, EvictionReason::StaleClient);
+    let _ = write_bounded(
+        io,
+        &[Bytes::copy_from_slice(&eviction.encode())],
+        state.limits,
+    )
+    .await;
+    true
+}
+
+/// Answers `header`'s request, which was not run, with `TransientNotAccepted` (the client
+/// may retry), counting it as a failed request started at `started`.
+async fn not_accepted(
+    io: &mut Conn,
+    metrics: &crate::metrics::Metrics,
+    header: &RequestHeader,
+    started: Instant,
+    limits: super::ConnectionLimits,
+) -> Result<(), FrameError> {
+    let code = eddy_codec::stream::ErrorCode::TransientNotAccepted;
+    metrics.record_request(
+        Protocol::Stream,
+        dispatch::metric_of(header),
+        false,
+        started.elapsed(),
+    );
+    write_bounded(io, &status_reply(header, code), limits).await
+}
+
+/// The frame answering `header`'s request with `result`, and whether the request counts as a
+/// success (failures are logged: a server fault as a warning, with its whole chain).
+fn reply(header: &RequestHeader, result: Result<Outcome, StreamError>) -> (Vec<Bytes>, bool) {
+    match result {
+        Ok(Outcome::Reply(payload)) => match ReplyFrame::success_chunks(header, payload) {
+            Ok(frame) => (frame.into_chunks(), true),
+            Err(e) => {
+                tracing::warn!(error = %e, "reply too large to frame");
+                (
+                    status_reply(header, eddy_codec::stream::ErrorCode::Error),
+                    false,
+                )
+            }
+        },
+        Ok(Outcome::Evict(eviction)) => (vec![Bytes::copy_from_slice(&eviction.encode())], false),
+        Ok(Outcome::NoReply) => (Vec::new(), true),
+        Err(e) => {
+            if e.is_server_fault() {
+                // The whole chain: a storage failure names its file and the OS error.
+                let error = crate::error_chain(&e);
+                tracing::warn!(%error, code = e.code().code(), "request failed");
+            } else {
+                tracing::debug!(error = %e, code = e.code().code(), "request refused");
+            }
+            (status_reply(header, e.code()), false)
         }
     }
 }

@@ -150,27 +150,7 @@ async fn handle_command(
         authorize(&caller, code, &Resource::default())?;
         return run(ctx, request, Resource::default()).await;
     }
-    if let Some(cluster) = &state.cluster {
-        // A read on a cluster member is linearizable: served only once this member applied
-        // every metadata change acknowledged before it arrived (permissions included), as
-        // its leader and a quorum confirm; a member that cannot confirm answers
-        // TransientNotAccepted instead of stale data. A write is ordered by its own
-        // proposal; one that arrives on a member which does not lead the metadata group is
-        // resolved and authorised against confirmed-current metadata too (a stream created
-        // through another member is found, a revoked permission is not used), then forwarded
-        // to the leader. The cluster's member list answers from what this member knows (its
-        // leader only once confirmed): the SDK probes it to find the leader.
-        let read = operation == Operation::NonReplicated
-            && !matches!(
-                code,
-                CommandCode::GetClusterMetadata | CommandCode::GetClusterStatus
-            );
-        let forwarded_write =
-            operation != Operation::NonReplicated && !cluster.is_metadata_leader();
-        if read || forwarded_write {
-            cluster.linearize_metadata().await?;
-        }
-    }
+    confirm_current(state, operation, code).await?;
     let credential = session.map_or(Credential::Password, |s| s.credential);
     let now = crate::clock::now_micros();
     let checked = state.read(|meta| {
@@ -181,19 +161,7 @@ async fn handle_command(
     });
     let (resource, permissions) = match checked {
         Ok(found) => found,
-        Err(Refused::Missing(missing)) => return when_missing(code, missing),
-        Err(Refused::Session(SessionEnded::User)) => {
-            // The user was deleted or deactivated since it logged in.
-            state.end_sessions_of(user_id);
-            return Err(StreamError::Unauthenticated);
-        }
-        Err(Refused::Session(SessionEnded::Token)) => {
-            // The token this session logged in with was deleted or has expired.
-            if state.clients.logout(client_id).is_some() {
-                state.leave_all_groups(client_id);
-            }
-            return Err(StreamError::Unauthenticated);
-        }
+        Err(refused) => return answer_refused(state, client_id, user_id, code, refused),
     };
     let caller = Caller {
         user_id,
@@ -216,6 +184,64 @@ async fn handle_command(
         });
     }
     Ok(outcome)
+}
+
+/// On a cluster member, waits until this member's metadata is confirmed current where the
+/// request needs it (see within).
+async fn confirm_current(
+    state: &StreamState,
+    operation: Operation,
+    code: CommandCode,
+) -> Result<(), StreamError> {
+    if let Some(cluster) = &state.cluster {
+        // A read on a cluster member is linearizable: served only once this member applied
+        // every metadata change acknowledged before it arrived (permissions included), as
+        // its leader and a quorum confirm; a member that cannot confirm answers
+        // TransientNotAccepted instead of stale data. A write is ordered by its own
+        // proposal; one that arrives on a member which does not lead the metadata group is
+        // resolved and authorised against confirmed-current metadata too (a stream created
+        // through another member is found, a revoked permission is not used), then forwarded
+        // to the leader. The cluster's member list answers from what this member knows (its
+        // leader only once confirmed): the SDK probes it to find the leader.
+        let read = operation == Operation::NonReplicated
+            && !matches!(
+                code,
+                CommandCode::GetClusterMetadata | CommandCode::GetClusterStatus
+            );
+        let forwarded_write =
+            operation != Operation::NonReplicated && !cluster.is_metadata_leader();
+        if read || forwarded_write {
+            cluster.linearize_metadata().await?;
+        }
+    }
+    Ok(())
+}
+
+/// The answer to a request `refused` before its permission check: a missing resource as
+/// [`when_missing`] says; an ended session (its user gone or inactive, or its token gone or
+/// expired) is ended here and the request refused as unauthenticated.
+fn answer_refused(
+    state: &StreamState,
+    client_id: ClientId,
+    user_id: u32,
+    code: CommandCode,
+    refused: Refused,
+) -> Result<Outcome, StreamError> {
+    match refused {
+        Refused::Missing(missing) => when_missing(code, missing),
+        Refused::Session(SessionEnded::User) => {
+            // The user was deleted or deactivated since it logged in.
+            state.end_sessions_of(user_id);
+            Err(StreamError::Unauthenticated)
+        }
+        Refused::Session(SessionEnded::Token) => {
+            // The token this session logged in with was deleted or has expired.
+            if state.clients.logout(client_id).is_some() {
+                state.leave_all_groups(client_id);
+            }
+            Err(StreamError::Unauthenticated)
+        }
+    }
 }
 
 /// A non-zero `request_checksum` on an operation that carries one must be the XXH3 of the body
@@ -246,7 +272,7 @@ enum SessionEnded {
 }
 
 /// Why a request stops before its permission check.
-#[derive(Debug)]
+#[derive(Debug, Clone, Copy)]
 enum Refused {
     /// The session cannot go on.
     Session(SessionEnded),

@@ -26,7 +26,9 @@ use eddy_auth::credentials::{
 };
 use eddy_auth::sessions::{ClientId, Credential};
 use eddy_auth::token::TokenDigest;
-use eddy_codec::stream::commands::login_register::{LoginRegisterReply, RegisterAttempts};
+use eddy_codec::stream::commands::login_register::{
+    LoginRegister, LoginRegisterReply, RegisterAttempts,
+};
 use eddy_codec::stream::CommandCode;
 use eddy_wire::stream::version::{Revision, PROTOCOL_VERSION_MAX, PROTOCOL_VERSION_MIN};
 use eddy_wire::stream::{EvictionHeader, EvictionReason, RequestHeader};
@@ -90,24 +92,7 @@ pub(crate) async fn register(
         .await;
     let mut refusal = LoginRefusal::InvalidCredentials;
     if let Some(login) = attempts.password {
-        let username = login.username.into_string();
-        let password = login.password.0;
-        let user = state.read(|meta| {
-            meta.user_by_name(&username)
-                .map(|u| (u.id, u.status, u.password_hash.clone()))
-        });
-        let permit = state.login.hash_permit().await;
-        let checked = crate::offload::blocking(move || {
-            let _permit = permit;
-            let credentials = user.as_ref().map(|(id, status, hash)| UserCredentials {
-                id: *id,
-                status: *status,
-                password_hash: hash,
-            });
-            check_password_login(&username, &password, credentials)
-        })
-        .await;
-        match checked {
+        match check_password(state, login).await {
             Ok(user_id) => {
                 return (
                     CommandCode::LoginRegister,
@@ -118,19 +103,7 @@ pub(crate) async fn register(
         }
     }
     if let Some(login) = attempts.token {
-        let now = crate::clock::now_micros();
-        let checked = state.read(|meta| {
-            let candidates = meta.users.values().flat_map(|user| {
-                user.tokens.values().map(move |token| TokenCandidate {
-                    user_id: user.id,
-                    user_status: user.status,
-                    token_hash: &token.token_hash,
-                    expiry_at: token.expiry_at,
-                })
-            });
-            check_token_login(login.token.as_str(), candidates, now)
-        });
-        match checked {
+        match check_token(state, login.token.as_str()) {
             Ok(user_id) => {
                 let credential = Credential::Token(TokenDigest::of(login.token.as_str()));
                 return (
@@ -150,6 +123,45 @@ pub(crate) async fn register(
         _ => EvictionReason::InvalidCredentials,
     };
     (code, evict(reason))
+}
+
+/// Checks a username and password against the stored hash (off the async threads, within
+/// the bound on concurrent hashes): the user's id, or why the login is refused.
+async fn check_password(state: &StreamState, login: LoginRegister) -> Result<u32, LoginRefusal> {
+    let username = login.username.into_string();
+    let password = login.password.0;
+    let user = state.read(|meta| {
+        meta.user_by_name(&username)
+            .map(|u| (u.id, u.status, u.password_hash.clone()))
+    });
+    let permit = state.login.hash_permit().await;
+    crate::offload::blocking(move || {
+        let _permit = permit;
+        let credentials = user.as_ref().map(|(id, status, hash)| UserCredentials {
+            id: *id,
+            status: *status,
+            password_hash: hash,
+        });
+        check_password_login(&username, &password, credentials)
+    })
+    .await
+}
+
+/// Checks a personal access token against every stored one: its user's id, or why the login
+/// is refused.
+fn check_token(state: &StreamState, presented: &str) -> Result<u32, LoginRefusal> {
+    let now = crate::clock::now_micros();
+    state.read(|meta| {
+        let candidates = meta.users.values().flat_map(|user| {
+            user.tokens.values().map(move |token| TokenCandidate {
+                user_id: user.id,
+                user_status: user.status,
+                token_hash: &token.token_hash,
+                expiry_at: token.expiry_at,
+            })
+        });
+        check_token_login(presented, candidates, now)
+    })
 }
 
 /// Binds a session for `user_id` to the connection and builds the login reply.

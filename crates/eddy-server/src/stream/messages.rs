@@ -42,7 +42,7 @@ use eddy_codec::stream::v0_12::PartitionContext;
 use eddy_codec::stream::{admit, Consumer, ConsumerKind, Partitioning, PollingStrategy};
 use eddy_codec::stream::{PollRecord, WireDecode};
 use eddy_replicated::stream::{send_reply, Stampable};
-use eddy_stream_store::{ConsumerKey, MetadataOp, PartitionAddr, PollStrategy};
+use eddy_stream_store::{ConsumerKey, MetadataOp, PartitionAddr, PollStrategy, Polled};
 
 use super::group_coordinator::GroupKey;
 use super::handler::{Ctx, Outcome};
@@ -266,18 +266,7 @@ pub(crate) async fn fetch(
     request: FetchMessages,
 ) -> Result<Outcome, StreamError> {
     let targets = &request.targets.0;
-    let unique = targets.iter().enumerate().all(|(i, t)| {
-        targets[..i]
-            .iter()
-            .all(|o| o.partition_id != t.partition_id)
-    });
-    if targets.is_empty()
-        || !unique
-        || request.count == 0
-        || request.min_count == 0
-        || request.min_count > request.count
-        || !request.byte_limits_valid()
-    {
+    if !fetch_is_valid(&request) {
         return Err(StreamError::Decode(
             eddy_codec::stream::CodecError::InvalidValue {
                 field: "fetch",
@@ -339,33 +328,11 @@ pub(crate) async fn fetch(
             // Nothing fitted what is left: no section, the target keeps its position.
             Ok((outcome, true)) if polled_count(&outcome) == 0 => continue,
             Ok((Outcome::Reply(chunks), _)) => {
-                let joined: Vec<u8> = chunks.iter().flat_map(|c| c.iter().copied()).collect();
-                let polled = PollMessagesReply::decode(&joined)?;
-                let last = polled
-                    .records
-                    .iter()
-                    .flat_map(PollRecord::messages)
-                    .map(|m| m.offset)
-                    .last();
-                let next_offset = match (last, target.strategy) {
-                    (Some(last), _) => last + 1,
-                    (None, PollingStrategy::Offset(offset)) => offset,
-                    (None, _) if polled.messages_count == 0 && polled.current_offset == 0 => 0,
-                    (None, _) => polled.current_offset + 1,
-                };
-                left = left.saturating_sub(polled.messages_count);
-                let records_len = joined.len() - 16;
-                bytes_left = bytes_left.saturating_sub(records_len as u64);
-                reply.records.push(Bytes::copy_from_slice(&joined[16..]));
-                FetchSection {
-                    partition_id: target.partition_id,
-                    status: 0,
-                    current_offset: polled.current_offset,
-                    messages_count: polled.messages_count,
-                    context: PartitionContext::EDDY,
-                    next_offset,
-                    records_len: u32::try_from(records_len).unwrap_or(u32::MAX),
-                }
+                let (section, records) = fetched_section(target, &chunks)?;
+                left = left.saturating_sub(section.messages_count);
+                bytes_left = bytes_left.saturating_sub(records.len() as u64);
+                reply.records.push(records);
+                section
             }
             Ok((other @ (Outcome::Evict(_) | Outcome::NoReply), _)) => return Ok(other),
             Err(error) => FetchSection {
@@ -384,6 +351,56 @@ pub(crate) async fn fetch(
         reply.sections.push(section);
     }
     Ok(Outcome::Reply(reply.chunks()))
+}
+
+/// Whether a fetch names at least one target and no partition twice, and its counts and byte
+/// limits are within bounds.
+fn fetch_is_valid(request: &FetchMessages) -> bool {
+    let targets = &request.targets.0;
+    let unique = targets.iter().enumerate().all(|(i, t)| {
+        targets[..i]
+            .iter()
+            .all(|o| o.partition_id != t.partition_id)
+    });
+    !targets.is_empty()
+        && unique
+        && request.count != 0
+        && request.min_count != 0
+        && request.min_count <= request.count
+        && request.byte_limits_valid()
+}
+
+/// A fetch section from the poll reply (`chunks`) of `target`, with its records: the poll's
+/// figures, and the offset the target's next read starts from.
+fn fetched_section(
+    target: &FetchTarget,
+    chunks: &[Bytes],
+) -> Result<(FetchSection, Bytes), StreamError> {
+    let joined: Vec<u8> = chunks.iter().flat_map(|c| c.iter().copied()).collect();
+    let polled = PollMessagesReply::decode(&joined)?;
+    let last = polled
+        .records
+        .iter()
+        .flat_map(PollRecord::messages)
+        .map(|m| m.offset)
+        .last();
+    let next_offset = match (last, target.strategy) {
+        (Some(last), _) => last + 1,
+        (None, PollingStrategy::Offset(offset)) => offset,
+        (None, _) if polled.messages_count == 0 && polled.current_offset == 0 => 0,
+        (None, _) => polled.current_offset + 1,
+    };
+    let records_len = joined.len() - 16;
+    let section = FetchSection {
+        partition_id: target.partition_id,
+        status: 0,
+        current_offset: polled.current_offset,
+        messages_count: polled.messages_count,
+        context: PartitionContext::EDDY,
+        next_offset,
+        records_len: u32::try_from(records_len).unwrap_or(u32::MAX),
+    };
+    Ok((section, Bytes::copy_from_slice(&joined[16..])))
 }
 
 /// The record bytes a poll may answer with (`max_bytes` of a deferred poll or a fetch).
@@ -490,6 +507,52 @@ pub(crate) async fn poll_within(
         .await
         .unwrap_or_else(|join| std::panic::resume_unwind(join.into_panic()))?
     };
+    let Served {
+        records,
+        count: served,
+        last,
+        withheld,
+    } = serve_within(&polled, budget)?;
+    if let Some(group_poll) = &mut group_poll {
+        group_poll.uncommitted = last;
+    }
+    if let (true, Some(last)) = (request.auto_commit, last) {
+        ctx.state
+            .commit(MetadataOp::StoreConsumerOffset {
+                addr,
+                consumer,
+                offset: last,
+                forward_only: true,
+            })
+            .await?;
+        // The stored offset is now at least `last`.
+        if let Some(group_poll) = &mut group_poll {
+            group_poll.uncommitted = None;
+        }
+    }
+    drop(group_poll);
+    Ok((
+        poll_reply(polled.partition_id, polled.current_offset, served, records),
+        withheld,
+    ))
+}
+
+/// What a poll serves of a [`Polled`] range within its [`ByteBudget`].
+struct Served {
+    /// Whole stored batches, or a sliced batch's header and frames.
+    records: Vec<Bytes>,
+    /// Messages served.
+    count: u32,
+    /// The last offset served.
+    last: Option<u64>,
+    /// Whether messages in range were withheld for the budget.
+    withheld: bool,
+}
+
+/// The records of `polled`'s range within `budget`: a stored batch as it is when it lies
+/// wholly in range and fits, else the slice of it that does (the first message alone if the
+/// budget lets it exceed).
+fn serve_within(polled: &Polled, budget: ByteBudget) -> Result<Served, StreamError> {
     let mut records = Vec::with_capacity(polled.batches.len() * 2);
     let mut served = 0u32;
     let mut used = 0u64;
@@ -538,28 +601,12 @@ pub(crate) async fn poll_within(
             break;
         }
     }
-    if let Some(group_poll) = &mut group_poll {
-        group_poll.uncommitted = last;
-    }
-    if let (true, Some(last)) = (request.auto_commit, last) {
-        ctx.state
-            .commit(MetadataOp::StoreConsumerOffset {
-                addr,
-                consumer,
-                offset: last,
-                forward_only: true,
-            })
-            .await?;
-        // The stored offset is now at least `last`.
-        if let Some(group_poll) = &mut group_poll {
-            group_poll.uncommitted = None;
-        }
-    }
-    drop(group_poll);
-    Ok((
-        poll_reply(polled.partition_id, polled.current_offset, served, records),
+    Ok(Served {
+        records,
+        count: served,
+        last,
         withheld,
-    ))
+    })
 }
 
 /// The consumer key of an offset request (and its group), checking group ownership when
