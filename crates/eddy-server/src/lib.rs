@@ -5,6 +5,7 @@
 //! starting), recover storage, bind the protocol listeners. [`Server::run`] then accepts until its
 //! shutdown future fires, drains in-flight requests (bounded by `drain_timeout_ms`), flushes
 //! storage and releases the lock.
+#![cfg_attr(test, allow(clippy::too_many_lines))] // tests are exempt from the 100-line rule
 
 pub(crate) mod address_cap;
 pub(crate) mod budget;
@@ -497,6 +498,283 @@ fn local_addr(
     })
 }
 
+/// Binds the HTTP listener (`/health`, `/metrics`) and starts serving it on `tracker`: its
+/// address, its request counters and the per-address caps of the stream, event and
+/// replication ports (sampled, with HTTP's, into `metrics`).
+async fn start_http(
+    config: &ServerConfig,
+    metrics: &Arc<Metrics>,
+    health: &HealthState,
+    http_stop: &CancellationToken,
+    tracker: &TaskTracker,
+) -> Result<
+    (
+        SocketAddr,
+        Arc<http::HttpStats>,
+        [Arc<address_cap::AddressCap>; 3],
+    ),
+    ServeError,
+> {
+    let http_addr = SocketAddr::new(config.host, config.http_port);
+    let http = bind("http", http_addr).await?;
+    let http_local = local_addr("http", &http, http_addr)?;
+    let http_stats = Arc::new(http::HttpStats::default());
+    let cap = |label, port_cap| address_cap::AddressCap::new(label, config, port_cap);
+    let per_ip = [
+        cap(Protocol::Stream.label(), config.max_connections),
+        cap(Protocol::Event.label(), config.max_connections),
+        cap(Protocol::Replication.label(), config.max_connections),
+    ];
+    let http_limits = http::HttpLimits::from_config(config);
+    let sampled: Vec<_> = per_ip
+        .iter()
+        .chain([&http_limits.per_ip])
+        .map(Arc::clone)
+        .collect();
+    metrics.add_sampler(Box::new(move |out| address_cap::sample(&sampled, out)));
+    tracker.spawn(http::serve(
+        http,
+        health.clone(),
+        Arc::clone(metrics),
+        Arc::clone(&http_stats),
+        http_limits,
+        http_stop.clone(),
+        tracker.clone(),
+    ));
+    let sampled = Arc::clone(&http_stats);
+    metrics.add_sampler(Box::new(move |out| sampled.sample(out)));
+    Ok((http_local, http_stats, per_ip))
+}
+
+/// A single node's root user: created with the configured password unless stored, which is
+/// refused if it is the published default and the host is not loopback.
+async fn bootstrap_root(config: &ServerConfig, store: &Arc<StreamStore>) -> Result<(), ServeError> {
+    if store.read_metadata(stream::stored_root).is_none() {
+        // It is about to be created with the configured password.
+        check_exposed_root(config, config.uses_default_root_password(), false)?;
+    }
+    stream::bootstrap_root(store, config)
+        .await
+        .map_err(|source| ServeError::RootBootstrap { source })?;
+    let check = stream::check_root_credentials(store, config).await;
+    check_exposed_root(config, check.default_password, true)
+}
+
+/// The stream, event and replication listeners, bound.
+struct Listeners {
+    stream: TcpListener,
+    client: TcpListener,
+    replication: TcpListener,
+    /// Their addresses, and the HTTP listener's.
+    addrs: BoundAddrs,
+}
+
+/// Binds the stream, client (event) and replication ports.
+async fn bind_listeners(
+    config: &ServerConfig,
+    http_local: SocketAddr,
+) -> Result<Listeners, ServeError> {
+    let at = |port| SocketAddr::new(config.host, port);
+    let stream_addr = at(config.stream_port);
+    let stream = bind("stream", stream_addr).await?;
+    let client_addr = at(config.client_port);
+    let client = bind("client", client_addr).await?;
+    let replication_addr = SocketAddr::new(
+        config.replication_host.unwrap_or(config.host),
+        config.replication_port,
+    );
+    let replication = bind("replication", replication_addr).await?;
+    let addrs = BoundAddrs {
+        stream: local_addr("stream", &stream, stream_addr)?,
+        client: local_addr("client", &client, client_addr)?,
+        replication: local_addr("replication", &replication, replication_addr)?,
+        http: http_local,
+    };
+    Ok(Listeners {
+        stream,
+        client,
+        replication,
+        addrs,
+    })
+}
+
+/// Connects a started cluster `member` to the server: checks the root credential it will
+/// use, hands it the event service, answers what peers forward, and reports its role to
+/// `/health` and its figures to `/metrics`.
+async fn attach_member(
+    member: cluster::member::Member,
+    config: &ServerConfig,
+    stream_state: &stream::StreamState,
+    events: &Arc<event::EventService>,
+    health: &HealthState,
+    metrics: &Arc<Metrics>,
+) -> Result<Arc<cluster::member::Member>, ServeError> {
+    // The stored root password when this member already applied the root user;
+    // otherwise the configured one, which it gets if this member creates it. (The
+    // warnings come once the root user is known, see `run`.)
+    match stream_state.read(stream::stored_root) {
+        Some((_, hash)) => {
+            let default = stream::is_default_password(hash).await;
+            check_exposed_root(config, default, true)?;
+        }
+        None => check_exposed_root(config, config.uses_default_root_password(), false)?,
+    }
+    events.set_cluster(member.events.clone());
+    let service = Arc::clone(events);
+    member.set_forward_handler(Arc::new(move |request| {
+        Box::pin(event::answer_forwarded(Arc::clone(&service), request))
+    }));
+    let streams = member.streams.clone();
+    member.set_stream_forward_handler(Arc::new(move |request| {
+        let streams = streams.clone();
+        Box::pin(async move {
+            streams
+                .answer_forwarded(request, |batch, count| {
+                    eddy_codec::stream::batch::admit(batch, count)
+                        .ok()
+                        .map(eddy_replicated::stream::Stampable)
+                })
+                .await
+        })
+    }));
+    let member = Arc::new(member);
+    let probed = Arc::clone(&member);
+    health.set_role_probe(Arc::new(move || probed.health_role()));
+    let sampled = Arc::clone(&member);
+    metrics.add_sampler(Box::new(move |out| sampled.sample(out)));
+    Ok(member)
+}
+
+/// Samples into `/metrics` what lives in `shared`: the login throttle, the request budget
+/// and the compatibility figures.
+fn sample_shared(shared: &Arc<Shared>, http_stats: Arc<http::HttpStats>) {
+    // Weak: the registry lives inside `shared`.
+    let sampled = Arc::downgrade(shared);
+    shared.metrics.add_sampler(Box::new(move |out| {
+        if let Some(shared) = sampled.upgrade() {
+            shared.stream.login.sample(out);
+            shared.budget.sample(out);
+            metrics::compat::sample(&shared, http_stats.requests(), out);
+        }
+    }));
+}
+
+/// A cluster member's tasks on `loops`: serving the replication port (peers only; it never
+/// takes client TLS settings), the member's periodic work (the root user's creation by the
+/// first leader included), and the root credential's warning once the root user is applied.
+fn spawn_member_tasks(
+    loops: &TaskTracker,
+    member: &Arc<cluster::member::Member>,
+    shared: &Arc<Shared>,
+    replication: TcpListener,
+    stop: &CancellationToken,
+) {
+    let config = &shared.config;
+    loops.spawn(Arc::clone(member).serve_replication(replication, stop.clone()));
+    let root = (config.root_username.clone(), config.root_password.clone());
+    loops.spawn(Arc::clone(member).maintain(stop.clone(), move |streams| {
+        let root = root.clone();
+        async move { stream::bootstrap_cluster_root(&streams, &root.0, &root.1).await }
+    }));
+    // A member warns about the stored root credential as a single node does, once it
+    // has applied the root user.
+    let checked = Arc::clone(shared);
+    let until = stop.clone();
+    loops.spawn(async move {
+        let config = &checked.config;
+        let check = stream::check_cluster_root_credentials(&checked.stream, config, until).await;
+        if check.is_some_and(|c| c.default_password) && !is_loopback(config.host) {
+            tracing::warn!(
+                host = %config.host,
+                "this member serves on a host other than loopback and the cluster's root \
+                 user logs in with the published default password: change it with \
+                 CHANGE_PASSWORD"
+            );
+        }
+    });
+}
+
+/// A running server's periodic work, stopped together at shutdown.
+struct Background {
+    stop: CancellationToken,
+    /// Retention and background flushes.
+    maintenance: tokio::task::JoinHandle<()>,
+    /// The purge of expired personal access tokens.
+    token_purge: tokio::task::JoinHandle<()>,
+    /// The CPU saturation sampler (when fsyncs are delayed only while the server is busy).
+    saturation: Option<tokio::task::JoinHandle<()>>,
+    /// Event store compaction.
+    compaction: tokio::task::JoinHandle<()>,
+}
+
+impl Background {
+    /// Starts every task, stopped by [`Self::stop`].
+    fn start(shared: &Arc<Shared>) -> Self {
+        let config = &shared.config;
+        let stop = CancellationToken::new();
+        let maintenance = tokio::spawn(maintenance(Arc::clone(&shared.store), stop.clone()));
+        let token_purge = {
+            let shared = Arc::clone(shared);
+            let stop = stop.clone();
+            let every = Duration::from_secs(config.token_purge_interval_secs);
+            tokio::spawn(async move {
+                stream::purge_expired_tokens(&shared.stream, every, stop).await;
+            })
+        };
+        let saturation = (config.fsync_delay_us > 0
+            && config.fsync_delay_when == config::FsyncDelayWhen::Busy)
+            .then(|| tokio::spawn(cpu::sample(cpu::saturation_gate(), stop.clone())));
+        let compaction = tokio::spawn(compaction::run(
+            Arc::clone(shared.events.store()),
+            eddy_event_store::CompactionPolicy {
+                min_reclaimable_ratio: config.compaction_min_reclaimable_ratio,
+                ..eddy_event_store::CompactionPolicy::default()
+            },
+            Duration::from_secs(config.compaction_check_interval_secs),
+            Arc::clone(&shared.compaction),
+            stop.clone(),
+        ));
+        Self {
+            stop,
+            maintenance,
+            token_purge,
+            saturation,
+            compaction,
+        }
+    }
+
+    /// Stops every task and waits for each in turn.
+    async fn stop(self) {
+        self.stop.cancel();
+        let _ = self.maintenance.await;
+        let _ = self.token_purge.await;
+        if let Some(task) = self.saturation {
+            let _ = task.await;
+        }
+        let _ = self.compaction.await;
+    }
+}
+
+/// Closes the event store, then flushes, syncs and stops the stream store (off the async
+/// threads), once `shared` is dropped.
+async fn close_stores(shared: Arc<Shared>) {
+    let store = Arc::clone(&shared.store);
+    let event_store = Arc::clone(shared.events.store());
+    drop(shared);
+    let closed = tokio::task::spawn_blocking(move || event_store.close()).await;
+    match closed {
+        Ok(Ok(())) => tracing::info!("event store closed"),
+        Ok(Err(e)) => tracing::error!(error = %e, "closing the event store failed"),
+        Err(e) => tracing::error!(error = %e, "closing the event store panicked"),
+    }
+    let closed = tokio::task::spawn_blocking(move || store.shutdown()).await;
+    match closed {
+        Ok(Ok(())) => tracing::info!("storage flushed and synced"),
+        Ok(Err(e)) => tracing::error!(error = %e, "storage flush at shutdown failed"),
+        Err(e) => tracing::error!(error = %e, "storage flush at shutdown panicked"),
+    }
+}
+
 impl Server {
     /// Validates `config`, locks the data directory, starts `/health` (503 until [`Server::run`]),
     /// and binds every protocol listener.
@@ -521,35 +799,8 @@ impl Server {
         let tracker = TaskTracker::new();
         let http_stop = CancellationToken::new();
 
-        let at = |port| SocketAddr::new(config.host, port);
-        let http_addr = at(config.http_port);
-        let http = bind("http", http_addr).await?;
-        let http_local = local_addr("http", &http, http_addr)?;
-        let http_stats = Arc::new(http::HttpStats::default());
-        let cap = |label, port_cap| address_cap::AddressCap::new(label, &config, port_cap);
-        let per_ip = [
-            cap(Protocol::Stream.label(), config.max_connections),
-            cap(Protocol::Event.label(), config.max_connections),
-            cap(Protocol::Replication.label(), config.max_connections),
-        ];
-        let http_limits = http::HttpLimits::from_config(&config);
-        let sampled: Vec<_> = per_ip
-            .iter()
-            .chain([&http_limits.per_ip])
-            .map(Arc::clone)
-            .collect();
-        metrics.add_sampler(Box::new(move |out| address_cap::sample(&sampled, out)));
-        tracker.spawn(http::serve(
-            http,
-            health.clone(),
-            Arc::clone(&metrics),
-            Arc::clone(&http_stats),
-            http_limits,
-            http_stop.clone(),
-            tracker.clone(),
-        ));
-        let sampled = Arc::clone(&http_stats);
-        metrics.add_sampler(Box::new(move |out| sampled.sample(out)));
+        let (http_local, http_stats, per_ip) =
+            start_http(&config, &metrics, &health, &http_stop, &tracker).await?;
 
         let (pool, cache) = storage_engine(&config)?;
         let store = open_store(&config, &data_dir, &pool, &cache).await?;
@@ -562,32 +813,15 @@ impl Server {
         let events = Arc::new(event::EventService::new(&config, dictionary, event_store));
         if !config.is_clustered() {
             // A cluster's root user is created by its first metadata leader (see `run`).
-            if store.read_metadata(stream::stored_root).is_none() {
-                // It is about to be created with the configured password.
-                check_exposed_root(&config, config.uses_default_root_password(), false)?;
-            }
-            stream::bootstrap_root(&store, &config)
-                .await
-                .map_err(|source| ServeError::RootBootstrap { source })?;
-            let check = stream::check_root_credentials(&store, &config).await;
-            check_exposed_root(&config, check.default_password, true)?;
+            bootstrap_root(&config, &store).await?;
         }
 
-        let stream_addr = at(config.stream_port);
-        let stream = bind("stream", stream_addr).await?;
-        let client_addr = at(config.client_port);
-        let client = bind("client", client_addr).await?;
-        let replication_addr = SocketAddr::new(
-            config.replication_host.unwrap_or(config.host),
-            config.replication_port,
-        );
-        let replication = bind("replication", replication_addr).await?;
-        let addrs = BoundAddrs {
-            stream: local_addr("stream", &stream, stream_addr)?,
-            client: local_addr("client", &client, client_addr)?,
-            replication: local_addr("replication", &replication, replication_addr)?,
-            http: http_local,
-        };
+        let Listeners {
+            stream,
+            client,
+            replication,
+            addrs,
+        } = bind_listeners(&config, http_local).await?;
         let sampled = Arc::clone(&store);
         metrics.add_sampler(Box::new(move |out| storage_metrics(&sampled, out)));
         let sampled = Arc::clone(events.store());
@@ -613,40 +847,7 @@ impl Server {
             )
             .await?;
             stream_state = stream_state.with_cluster(member.streams.clone());
-            // The stored root password when this member already applied the root user;
-            // otherwise the configured one, which it gets if this member creates it. (The
-            // warnings come once the root user is known, see `run`.)
-            match stream_state.read(stream::stored_root) {
-                Some((_, hash)) => {
-                    let default = stream::is_default_password(hash).await;
-                    check_exposed_root(&config, default, true)?;
-                }
-                None => check_exposed_root(&config, config.uses_default_root_password(), false)?,
-            }
-            events.set_cluster(member.events.clone());
-            let service = Arc::clone(&events);
-            member.set_forward_handler(Arc::new(move |request| {
-                Box::pin(event::answer_forwarded(Arc::clone(&service), request))
-            }));
-            let streams = member.streams.clone();
-            member.set_stream_forward_handler(Arc::new(move |request| {
-                let streams = streams.clone();
-                Box::pin(async move {
-                    streams
-                        .answer_forwarded(request, |batch, count| {
-                            eddy_codec::stream::batch::admit(batch, count)
-                                .ok()
-                                .map(eddy_replicated::stream::Stampable)
-                        })
-                        .await
-                })
-            }));
-            let member = Arc::new(member);
-            let probed = Arc::clone(&member);
-            health.set_role_probe(Arc::new(move || probed.health_role()));
-            let sampled = Arc::clone(&member);
-            metrics.add_sampler(Box::new(move |out| sampled.sample(out)));
-            Some(member)
+            Some(attach_member(member, &config, &stream_state, &events, &health, &metrics).await?)
         } else {
             None
         };
@@ -661,15 +862,7 @@ impl Server {
             compaction,
             budget,
         });
-        // Weak: the registry lives inside `shared`.
-        let sampled = Arc::downgrade(&shared);
-        shared.metrics.add_sampler(Box::new(move |out| {
-            if let Some(shared) = sampled.upgrade() {
-                shared.stream.login.sample(out);
-                shared.budget.sample(out);
-                metrics::compat::sample(&shared, http_stats.requests(), out);
-            }
-        }));
+        sample_shared(&shared, http_stats);
         Ok(Self {
             shared,
             data_dir,
@@ -742,30 +935,7 @@ impl Server {
             event::serve_connection,
         ));
         if let Some(member) = &cluster {
-            // Peers only; it never takes client TLS settings.
-            loops.spawn(Arc::clone(member).serve_replication(replication, stop.clone()));
-            let root = (config.root_username.clone(), config.root_password.clone());
-            loops.spawn(Arc::clone(member).maintain(stop.clone(), move |streams| {
-                let root = root.clone();
-                async move { stream::bootstrap_cluster_root(&streams, &root.0, &root.1).await }
-            }));
-            // A member warns about the stored root credential as a single node does, once it
-            // has applied the root user.
-            let checked = Arc::clone(&shared);
-            let until = stop.clone();
-            loops.spawn(async move {
-                let config = &checked.config;
-                let check =
-                    stream::check_cluster_root_credentials(&checked.stream, config, until).await;
-                if check.is_some_and(|c| c.default_password) && !is_loopback(config.host) {
-                    tracing::warn!(
-                        host = %config.host,
-                        "this member serves on a host other than loopback and the cluster's root \
-                         user logs in with the published default password: change it with \
-                         CHANGE_PASSWORD"
-                    );
-                }
-            });
+            spawn_member_tasks(&loops, member, &shared, replication, &stop);
         } else {
             // A single node does not replicate; the port refuses whatever is sent to it.
             loops.spawn(listener::accept_loop(
@@ -777,37 +947,7 @@ impl Server {
                 listener::close_on_first_bytes,
             ));
         }
-        let maintenance_stop = CancellationToken::new();
-        let maintenance_task = tokio::spawn(maintenance(
-            Arc::clone(&shared.store),
-            maintenance_stop.clone(),
-        ));
-        let token_purge_task = {
-            let shared = Arc::clone(&shared);
-            let stop = maintenance_stop.clone();
-            let every = Duration::from_secs(config.token_purge_interval_secs);
-            tokio::spawn(async move {
-                stream::purge_expired_tokens(&shared.stream, every, stop).await;
-            })
-        };
-        let saturation_task = (config.fsync_delay_us > 0
-            && config.fsync_delay_when == config::FsyncDelayWhen::Busy)
-            .then(|| {
-                tokio::spawn(cpu::sample(
-                    cpu::saturation_gate(),
-                    maintenance_stop.clone(),
-                ))
-            });
-        let compaction_task = tokio::spawn(compaction::run(
-            Arc::clone(shared.events.store()),
-            eddy_event_store::CompactionPolicy {
-                min_reclaimable_ratio: config.compaction_min_reclaimable_ratio,
-                ..eddy_event_store::CompactionPolicy::default()
-            },
-            Duration::from_secs(config.compaction_check_interval_secs),
-            Arc::clone(&shared.compaction),
-            maintenance_stop.clone(),
-        ));
+        let background = Background::start(&shared);
         health.set(Health::Ready);
         tracing::info!(
             stream = %addrs.stream,
@@ -835,15 +975,9 @@ impl Server {
         }
         http_stop.cancel();
         tracker.close();
-        maintenance_stop.cancel();
-        let _ = maintenance_task.await;
-        let _ = token_purge_task.await;
-        if let Some(task) = saturation_task {
-            let _ = task.await;
-        }
         // A compaction pass in progress stops at its next segment boundary; the store is closed
         // after it.
-        let _ = compaction_task.await;
+        background.stop().await;
         // Flush, sync and stop both stores before the lock goes: connections that outlived the
         // drain (and the metrics samplers) may still hold them, and nothing may reach the disk
         // once another server can own the directory. Their late writes are refused.
@@ -853,21 +987,7 @@ impl Server {
             let _ = tokio::task::spawn_blocking(move || member.stop()).await;
             tracing::info!("cluster member stopped");
         }
-        let store = Arc::clone(&shared.store);
-        let event_store = Arc::clone(shared.events.store());
-        drop(shared);
-        let closed = tokio::task::spawn_blocking(move || event_store.close()).await;
-        match closed {
-            Ok(Ok(())) => tracing::info!("event store closed"),
-            Ok(Err(e)) => tracing::error!(error = %e, "closing the event store failed"),
-            Err(e) => tracing::error!(error = %e, "closing the event store panicked"),
-        }
-        let closed = tokio::task::spawn_blocking(move || store.shutdown()).await;
-        match closed {
-            Ok(Ok(())) => tracing::info!("storage flushed and synced"),
-            Ok(Err(e)) => tracing::error!(error = %e, "storage flush at shutdown failed"),
-            Err(e) => tracing::error!(error = %e, "storage flush at shutdown panicked"),
-        }
+        close_stores(shared).await;
         // Both stores are stopped: only now may another server take the directory.
         drop(data_dir);
         tracing::info!("stopped");

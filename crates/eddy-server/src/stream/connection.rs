@@ -563,7 +563,7 @@ fn reply(header: &RequestHeader, result: Result<Outcome, StreamError>) -> (Vec<B
         Err(e) => {
             if e.is_server_fault() {
                 // The whole chain: a storage failure names its file and the OS error.
-                let error = crate::error_chain(&e);
+                let error = eddy_replicated::error_chain(&e);
                 tracing::warn!(%error, code = e.code().code(), "request failed");
             } else {
                 tracing::debug!(error = %e, code = e.code().code(), "request refused");
