@@ -371,24 +371,7 @@ impl Checker {
         let Some((first_node, reference)) = states.first() else {
             return Ok(FinalCounts::default());
         };
-        for (node, state) in &states[1..] {
-            if state != reference {
-                let at = state
-                    .iter()
-                    .zip(reference)
-                    .position(|(a, b)| a != b)
-                    .unwrap_or(state.len().min(reference.len()));
-                let index_at = |s: &Vec<(u64, Bytes)>| s.get(at).map(|(i, _)| *i);
-                return Err(format!(
-                    "{group}: final states of nodes {first_node} and {node} differ at position \
-                     {at} (lengths {} and {}; indexes there {:?} and {:?})",
-                    reference.len(),
-                    state.len(),
-                    index_at(reference),
-                    index_at(state)
-                ));
-            }
-        }
+        same_final_states(group, *first_node, reference, &states[1..])?;
         let mut counts = FinalCounts::default();
         let mut seen: BTreeMap<OpId, Vec<u64>> = BTreeMap::new();
         for (index, payload) in reference {
@@ -472,6 +455,35 @@ impl Checker {
         }
         Ok(counts)
     }
+}
+
+/// Whether every member's final state (`others`) equals `first_node`'s `reference`; if not,
+/// where the first that differs does.
+fn same_final_states(
+    group: GroupId,
+    first_node: NodeId,
+    reference: &[(u64, Bytes)],
+    others: &[(NodeId, Vec<(u64, Bytes)>)],
+) -> Result<(), String> {
+    for (node, state) in others {
+        if state != reference {
+            let at = state
+                .iter()
+                .zip(reference)
+                .position(|(a, b)| a != b)
+                .unwrap_or(state.len().min(reference.len()));
+            let index_at = |s: &[(u64, Bytes)]| s.get(at).map(|(i, _)| *i);
+            return Err(format!(
+                "{group}: final states of nodes {first_node} and {node} differ at position \
+                 {at} (lengths {} and {}; indexes there {:?} and {:?})",
+                reference.len(),
+                state.len(),
+                index_at(reference),
+                index_at(state)
+            ));
+        }
+    }
+    Ok(())
 }
 
 #[cfg(test)]

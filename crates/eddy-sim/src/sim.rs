@@ -1275,6 +1275,31 @@ impl<F: StoreFactory, W: Workload> Sim<F, W> {
             return;
         }
         let f = self.faults.clone();
+        self.maybe_partition(&f);
+        self.maybe_crash(&f);
+        self.maybe_wipe(&f);
+        let live = self.live_nodes();
+        self.maybe_clock_jump(&f, &live);
+        self.maybe_disk_fault(&f, &live);
+        if !live.is_empty() && self.rng.chance(f.compact) {
+            let id = live[self.rng.index(live.len())];
+            self.compact(id);
+        }
+        if !live.is_empty() && self.rng.chance(f.delete_segments) {
+            let id = live[self.rng.index(live.len())];
+            self.operator(id, FaultKind::DeleteSegments);
+        }
+        if !live.is_empty() && self.rng.chance(f.purge) {
+            let id = live[self.rng.index(live.len())];
+            self.operator(id, FaultKind::Purge);
+        }
+        if self.now + f.step_ms < self.cfg.fault_ms {
+            self.schedule(f.step_ms.max(1), Event::Nemesis);
+        }
+    }
+
+    /// A network partition (symmetric, one-way or isolating one node), healed after a while.
+    fn maybe_partition(&mut self, f: &FaultConfig) {
         if !self.net.partitioned() && self.rng.chance(f.partition) {
             let kind = match self.rng.below(3) {
                 0 => PartitionKind::Symmetric,
@@ -1292,6 +1317,11 @@ impl<F: StoreFactory, W: Workload> Sim<F, W> {
             let lasts = 1 + self.rng.exponential(f.partition_mean_ms);
             self.schedule(lasts, Event::Heal { epoch });
         }
+    }
+
+    /// A crash of a running node (torn writes possible), restarted after a while, while no more
+    /// than `max_down` are down.
+    fn maybe_crash(&mut self, f: &FaultConfig) {
         let live = self.live_nodes();
         let down = self.in_service() - live.len() as u64;
         if !live.is_empty() && down < f.max_down && self.rng.chance(f.crash) {
@@ -1312,6 +1342,11 @@ impl<F: StoreFactory, W: Workload> Sim<F, W> {
             let after = 1 + self.rng.exponential(f.down_mean_ms);
             self.schedule(after, Event::Restart { node: id });
         }
+    }
+
+    /// A running node loses its data directory (unless that could lose acknowledged state), and
+    /// restarts to rebuild it from its peers.
+    fn maybe_wipe(&mut self, f: &FaultConfig) {
         let live = self.live_nodes();
         let down = self.in_service() - live.len() as u64;
         // A lost disk's survivability is judged against the founding members.
@@ -1335,7 +1370,10 @@ impl<F: StoreFactory, W: Workload> Sim<F, W> {
                 self.schedule(after, Event::Restart { node: id });
             }
         }
-        let live = self.live_nodes();
+    }
+
+    /// One of the `live` nodes' clocks stalls for a while, and its wall clock steps.
+    fn maybe_clock_jump(&mut self, f: &FaultConfig, live: &[NodeId]) {
         if !live.is_empty() && self.rng.chance(f.clock_jump) {
             let id = live[self.rng.index(live.len())];
             let n = &mut self.nodes[Self::slot(id)];
@@ -1358,6 +1396,10 @@ impl<F: StoreFactory, W: Workload> Sim<F, W> {
                 self.schedule(lasts, Event::Resume { node: id, life });
             }
         }
+    }
+
+    /// One of the `live` nodes' disks fails (full, or I/O errors) for a while.
+    fn maybe_disk_fault(&mut self, f: &FaultConfig, live: &[NodeId]) {
         if !live.is_empty() && self.rng.chance(f.disk_fault) {
             let id = live[self.rng.index(live.len())];
             let kind = if self.rng.chance(0.5) {
@@ -1378,21 +1420,6 @@ impl<F: StoreFactory, W: Workload> Sim<F, W> {
                 self.note(|| format!("node {id}: disk fault {kind:?} for {lasts} ms"));
                 self.schedule(lasts, Event::Repair { node: id, life });
             }
-        }
-        if !live.is_empty() && self.rng.chance(f.compact) {
-            let id = live[self.rng.index(live.len())];
-            self.compact(id);
-        }
-        if !live.is_empty() && self.rng.chance(f.delete_segments) {
-            let id = live[self.rng.index(live.len())];
-            self.operator(id, FaultKind::DeleteSegments);
-        }
-        if !live.is_empty() && self.rng.chance(f.purge) {
-            let id = live[self.rng.index(live.len())];
-            self.operator(id, FaultKind::Purge);
-        }
-        if self.now + f.step_ms < self.cfg.fault_ms {
-            self.schedule(f.step_ms.max(1), Event::Nemesis);
         }
     }
 
