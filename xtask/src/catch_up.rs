@@ -78,8 +78,8 @@ fn lag_of(eddy: &Path, via: &NodeAddrs, member: u64) -> Option<u64> {
     Some(worst)
 }
 
-/// Runs the measurement with the release `eddy` at `eddy`, under `scratch`.
-pub fn run(eddy: &Path, scratch: &Path, args: &[String]) -> Result<()> {
+/// `--mib`, `--producers` and `--size`, with their defaults.
+fn parse_args(args: &[String]) -> Result<(u64, u64, u64)> {
     let (mut mib, mut producers, mut size) = (512u64, 4u64, 1000u64);
     let mut it = args.iter();
     while let Some(flag) = it.next() {
@@ -95,6 +95,41 @@ pub fn run(eddy: &Path, scratch: &Path, args: &[String]) -> Result<()> {
             _ => bail!("{USAGE}"),
         }
     }
+    Ok((mib, producers, size))
+}
+
+/// Each member's longest Raft turn before and after the catch-up, and its long turns during
+/// it, as a Markdown table.
+fn print_turns(before: &[Turns], after: &[Turns], leader: usize, lagging: usize) {
+    eprintln!(
+        "| member | role | longest Raft turn before / after (ms) | turns > 50 ms during catch-up |"
+    );
+    eprintln!("|---|---|---|---|");
+    for (i, (b, a)) in before.iter().zip(after).enumerate() {
+        let role = if i == leader {
+            "leader"
+        } else if i == lagging {
+            "lagging follower"
+        } else {
+            "follower"
+        };
+        eprintln!(
+            "| {} | {role} | {:.1} / {:.1} | {:.0} |",
+            i + 1,
+            b.longest_s * 1e3,
+            a.longest_s * 1e3,
+            a.stalls - b.stalls
+        );
+    }
+    eprintln!(
+        "(the lagging member's figures are since its start: a turn running when it was \
+         stopped counts the stop)"
+    );
+}
+
+/// Runs the measurement with the release `eddy` at `eddy`, under `scratch`.
+pub fn run(eddy: &Path, scratch: &Path, args: &[String]) -> Result<()> {
+    let (mib, producers, size) = parse_args(args)?;
     let messages = 1000u64;
     let batches = (mib << 20) / (producers * messages * size).max(1);
     let batches = batches.max(1);
@@ -183,29 +218,6 @@ pub fn run(eddy: &Path, scratch: &Path, args: &[String]) -> Result<()> {
         mib_written / catch_up_s,
         write_s / catch_up_s
     );
-    eprintln!(
-        "| member | role | longest Raft turn before / after (ms) | turns > 50 ms during catch-up |"
-    );
-    eprintln!("|---|---|---|---|");
-    for (i, (b, a)) in before.iter().zip(&after).enumerate() {
-        let role = if i == leader {
-            "leader"
-        } else if i == lagging {
-            "lagging follower"
-        } else {
-            "follower"
-        };
-        eprintln!(
-            "| {} | {role} | {:.1} / {:.1} | {:.0} |",
-            i + 1,
-            b.longest_s * 1e3,
-            a.longest_s * 1e3,
-            a.stalls - b.stalls
-        );
-    }
-    eprintln!(
-        "(the lagging member's figures are since its start: a turn running when it was \
-         stopped counts the stop)"
-    );
+    print_turns(&before, &after, leader, lagging);
     Ok(())
 }

@@ -294,43 +294,7 @@ pub fn run(eddy: &Path, scratch: &Path, args: &[String]) -> Result<()> {
         ("msgs/s", "batch")
     };
     for (label, run) in &measured {
-        eprintln!("\n{label}:");
-        eprintln!(
-            "| run | single {rate} | cluster {rate} | cluster / single | single p50 / p99 µs/{per} \
-             | cluster p50 / p99 µs/{per} |"
-        );
-        eprintln!("|---|---|---|---|---|---|");
-        let mut headline = None;
-        for c in &run.runs {
-            let Some(s) = single.iter().find(|s| s.name == c.name) else {
-                continue;
-            };
-            let ratio = c.msgs_per_sec / s.msgs_per_sec.max(1.0);
-            eprintln!(
-                "| {} | {:.0} | {:.0} | {ratio:.2} | {} / {} | {} / {} |",
-                c.name, s.msgs_per_sec, c.msgs_per_sec, s.p50_us, s.p99_us, c.p50_us, c.p99_us
-            );
-            // The issue's shape: 1,000 connections for events; the producers for streams.
-            if headline.is_none() || c.name.contains("1000 connections") {
-                headline = Some((c.name.clone(), ratio));
-            }
-        }
-        let (name, ratio) = headline.context("no run in both benches")?;
-        eprintln!(
-            "cluster / single {rate} ({name}): {ratio:.2} (goal >= 0.5 with three nodes on this \
-             machine's cores)"
-        );
-        for (i, cpu) in run.cpu_per_item.iter().enumerate() {
-            eprintln!(
-                "node {} ({}): server CPU {cpu:.2} µs per {unit} (over all runs)",
-                i + 1,
-                match (i == run.leader, i == run.target) {
-                    (true, _) => "leader",
-                    (false, true) => "follower, written to",
-                    (false, false) => "follower",
-                },
-            );
-        }
+        print_cluster_run(label, run, &single, (rate, per, unit))?;
     }
     if let [(first, a), (second, b)] = measured.as_slice() {
         let sum = |r: &ClusterRun| r.runs.iter().map(|f| f.msgs_per_sec).sum::<f64>();
@@ -345,6 +309,56 @@ pub fn run(eddy: &Path, scratch: &Path, args: &[String]) -> Result<()> {
         );
     }
     eprintln!("results under {}", scratch.display());
+    Ok(())
+}
+
+/// One cluster setup's figures against the single node's, as a Markdown table, with the
+/// headline ratio and each node's server CPU; `units` names the rate, what a latency is per,
+/// and what the CPU is per.
+fn print_cluster_run(
+    label: &str,
+    run: &ClusterRun,
+    single: &[Figures],
+    units: (&str, &str, &str),
+) -> Result<()> {
+    let (rate, per, unit) = units;
+    eprintln!("\n{label}:");
+    eprintln!(
+        "| run | single {rate} | cluster {rate} | cluster / single | single p50 / p99 µs/{per} \
+         | cluster p50 / p99 µs/{per} |"
+    );
+    eprintln!("|---|---|---|---|---|---|");
+    let mut headline = None;
+    for c in &run.runs {
+        let Some(s) = single.iter().find(|s| s.name == c.name) else {
+            continue;
+        };
+        let ratio = c.msgs_per_sec / s.msgs_per_sec.max(1.0);
+        eprintln!(
+            "| {} | {:.0} | {:.0} | {ratio:.2} | {} / {} | {} / {} |",
+            c.name, s.msgs_per_sec, c.msgs_per_sec, s.p50_us, s.p99_us, c.p50_us, c.p99_us
+        );
+        // The issue's shape: 1,000 connections for events; the producers for streams.
+        if headline.is_none() || c.name.contains("1000 connections") {
+            headline = Some((c.name.clone(), ratio));
+        }
+    }
+    let (name, ratio) = headline.context("no run in both benches")?;
+    eprintln!(
+        "cluster / single {rate} ({name}): {ratio:.2} (goal >= 0.5 with three nodes on this \
+         machine's cores)"
+    );
+    for (i, cpu) in run.cpu_per_item.iter().enumerate() {
+        eprintln!(
+            "node {} ({}): server CPU {cpu:.2} µs per {unit} (over all runs)",
+            i + 1,
+            match (i == run.leader, i == run.target) {
+                (true, _) => "leader",
+                (false, true) => "follower, written to",
+                (false, false) => "follower",
+            },
+        );
+    }
     Ok(())
 }
 
