@@ -3,6 +3,7 @@
 //! test package's `eddy-test-server` is the `eddy` entry point, built where cargo can hand its
 //! path to these tests). Each command's happy path, its JSON parsed back, and its main error
 //! with the exit code a script would branch on.
+#![allow(clippy::too_many_lines)] // tests are exempt from the 100-line rule
 
 use std::io::{BufRead as _, BufReader, Write as _};
 use std::process::{Child, Command, Output, Stdio};

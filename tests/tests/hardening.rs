@@ -2,6 +2,8 @@
 //! told when storage fails, credentials at start-up, login throttling, token revocation, the
 //! stream port's deadlines and pre-login frame cap, the HTTP port's limits, and responsiveness
 //! while storage is slow. Each test names the limit it checks; OPERATIONS.md lists them all.
+#![allow(clippy::too_many_lines)]
+// tests are exempt from the 100-line rule
 // Metric samples compared here are small counts, exact in an f64.
 #![allow(clippy::float_cmp)]
 

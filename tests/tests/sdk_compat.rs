@@ -14,6 +14,7 @@
 //! `cargo test -- --nocapture` shows them). `edge4_scenarios_through_a_cluster_follower` runs
 //! the edge.4 ones against a follower of a three-member cluster (the SDK moves to the leader
 //! that `GET_CLUSTER_METADATA` names).
+#![allow(clippy::too_many_lines)] // tests are exempt from the 100-line rule
 #![allow(clippy::print_stdout)]
 
 mod cluster_support;

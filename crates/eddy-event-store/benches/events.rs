@@ -21,7 +21,7 @@
 //! Flags (after `--`): `--writers N`, `--seconds S`, `--aggregates N`, `--shards N`,
 //! `--compaction-mib M`, `--skip-writes`, `--skip-memory`, `--skip-compaction`,
 //! `--fsync-delay-us US` (the group-commit window of the durable-write runs; default 0).
-
+#![allow(clippy::too_many_lines)] // tests are exempt from the 100-line rule
 #![allow(
     clippy::print_stdout,
     clippy::cast_precision_loss,

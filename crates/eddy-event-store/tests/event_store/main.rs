@@ -1,5 +1,6 @@
 //! eddy-event-store's integration tests, one binary: the model-based and history checks, fault
 //! injection, compaction, and the real-process SIGKILL test of `events_crash_writer`.
+#![allow(clippy::too_many_lines)] // tests are exempt from the 100-line rule
 
 mod events_compaction;
 mod events_faults;
