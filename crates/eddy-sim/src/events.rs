@@ -55,7 +55,7 @@ use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 use std::time::Duration;
 
 use bytes::{BufMut, Bytes, BytesMut};
-use eddy_codec::event as wire;
+use eddy_codec::event as codec;
 use eddy_codec::event::{
     decode_request, decode_response, encode_request, encode_response, ErrorCode, EventRequest,
     EventResponse, ServerError,
@@ -1121,11 +1121,11 @@ impl Workload for EventWorkload {
                 let keys = schema_keys();
                 let schema_key = keys[rng.index(keys.len())];
                 let schema = schema_text(id);
-                let request = EventRequest::RegisterSchema(wire::RegisterSchemaRequest {
+                let request = EventRequest::RegisterSchema(codec::RegisterSchemaRequest {
                     correlation_id,
                     client_id,
                     user_id: None,
-                    schema_key: wire::SchemaKey {
+                    schema_key: codec::SchemaKey {
                         org_id: schema_key.org_id,
                         aggregate_type_id: schema_key.aggregate_type_id,
                         event_type_major: schema_key.event_type_major,
@@ -1137,7 +1137,7 @@ impl Workload for EventWorkload {
                 (Proposed::Schema(schema_key, schema), request)
             }
             0..=4 => {
-                let request = EventRequest::TrimStart(wire::TrimStartRequest {
+                let request = EventRequest::TrimStart(codec::TrimStartRequest {
                     correlation_id,
                     aggregate_key: wire_key(key),
                     keep_from_aggregate_version: known.div_ceil(2).max(1),
@@ -1147,12 +1147,12 @@ impl Workload for EventWorkload {
                 (Proposed::Trim(key), request)
             }
             5..=6 => {
-                let delete = wire::SingleAggregateDelete {
+                let delete = codec::SingleAggregateDelete {
                     allow_recreate: true,
                     allow_sequence_continuation: true,
                     expected_version: None,
                 };
-                let request = EventRequest::Delete(wire::DeleteRequest {
+                let request = EventRequest::Delete(codec::DeleteRequest {
                     correlation_id,
                     client_id,
                     user_id: None,
@@ -1216,12 +1216,12 @@ impl Workload for EventWorkload {
 }
 
 /// The wire form of a store key.
-fn wire_key(key: AggregateKey) -> wire::AggregateKey {
-    wire::AggregateKey::new(key.org_id, key.aggregate_type_id, key.aggregate_id)
+fn wire_key(key: AggregateKey) -> codec::AggregateKey {
+    codec::AggregateKey::new(key.org_id, key.aggregate_type_id, key.aggregate_id)
 }
 
 /// The store form of a wire key.
-fn store_key(key: &wire::AggregateKey) -> AggregateKey {
+fn store_key(key: &codec::AggregateKey) -> AggregateKey {
     AggregateKey::new(key.org_id, key.aggregate_type_id, key.aggregate_id)
 }
 
@@ -1232,7 +1232,7 @@ fn write_request(
     parts: &[(AggregateKey, Option<u64>)],
     id: OpId,
     rng: &mut SimRng,
-) -> wire::WriteRequest {
+) -> codec::WriteRequest {
     let writes = parts
         .iter()
         .map(|&(key, expected)| {
@@ -1243,13 +1243,13 @@ fn write_request(
             for _ in 0..pad {
                 value.put_u8(rng.below(256) as u8);
             }
-            let event = wire::Event {
+            let event = codec::Event {
                 client_seq: 1,
                 event_type_major: 1,
                 event_value: value.freeze(),
-                ..wire::Event::default()
+                ..codec::Event::default()
             };
-            let write = wire::SingleAggregateWrite {
+            let write = codec::SingleAggregateWrite {
                 events: vec![event],
                 allow_create: true,
                 expected_version: expected,
@@ -1258,7 +1258,7 @@ fn write_request(
             (wire_key(key), write)
         })
         .collect();
-    wire::WriteRequest {
+    codec::WriteRequest {
         correlation_id: Some(u128::from(id)),
         client_id: u128::from(id) + 1,
         user_id: None,

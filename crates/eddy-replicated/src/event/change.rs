@@ -8,7 +8,7 @@
 //! member); the simulator runs the very same steps around its simulated members, so what its
 //! clients are told is what a published client would decode from this server.
 
-use eddy_codec::event as wire;
+use eddy_codec::event as codec;
 use eddy_codec::event::{EventRequest, EventResponse, ServerError};
 use eddy_event_store as st;
 use eddy_event_store::replicated::{Applied, Command};
@@ -18,7 +18,7 @@ use super::errors::{delete_error, register_error, trim_error, write_error};
 use crate::shard::EventClusterError;
 
 /// The store's key of a wire key.
-pub fn key(k: &wire::AggregateKey) -> st::AggregateKey {
+pub fn key(k: &codec::AggregateKey) -> st::AggregateKey {
     st::AggregateKey::new(k.org_id, k.aggregate_type_id, k.aggregate_id)
 }
 
@@ -208,7 +208,7 @@ impl Change {
 }
 
 /// The store's request of a wire write.
-fn write_request(w: wire::WriteRequest, now: u64) -> st::WriteRequest {
+fn write_request(w: codec::WriteRequest, now: u64) -> st::WriteRequest {
     st::WriteRequest {
         client_id: w.client_id,
         user_id: w.user_id,
@@ -287,22 +287,22 @@ pub fn respond(
     outcome: Result<Applied, ServerError>,
 ) -> Result<EventResponse, ServerError> {
     match (kind, outcome?) {
-        (ChangeKind::Write, Applied::Write(w)) => Ok(EventResponse::Write(wire::WriteResponse {
+        (ChangeKind::Write, Applied::Write(w)) => Ok(EventResponse::Write(codec::WriteResponse {
             correlation_id,
             max_aggregate_version: w.max_aggregate_version(),
         })),
         (ChangeKind::Trim, Applied::Trim(_)) => {
-            Ok(EventResponse::TrimStart(wire::TrimStartResponse {
+            Ok(EventResponse::TrimStart(codec::TrimStartResponse {
                 correlation_id,
             }))
         }
         (ChangeKind::Delete, Applied::Delete(_)) => {
-            Ok(EventResponse::Delete(wire::DeleteResponse {
+            Ok(EventResponse::Delete(codec::DeleteResponse {
                 correlation_id,
             }))
         }
         (ChangeKind::Schema { .. }, Applied::Schema) => Ok(EventResponse::RegisterSchema(
-            wire::RegisterSchemaResponse { correlation_id },
+            codec::RegisterSchemaResponse { correlation_id },
         )),
         (_, other) => {
             tracing::error!(

@@ -8,7 +8,7 @@
 
 use std::sync::atomic::{AtomicU64, Ordering};
 
-use eddy_codec::event as wire;
+use eddy_codec::event as codec;
 use eddy_codec::event::{RoutingField, ServerError};
 use eddy_event_store::{EventStoreError, Placement, Refusal, RoutingRule};
 use eddy_log::LogError;
@@ -18,13 +18,13 @@ use crate::error_chain;
 
 /// An OCC refusal's first conflict (the 0.2.0 client's JSON names one) and every conflict in
 /// wire form (what a 0.3.0 client is told: docs/celeriant-client-revisions.md).
-fn conflicts(r: &Refusal) -> (u64, u64, Vec<wire::AggregateConflict>) {
+fn conflicts(r: &Refusal) -> (u64, u64, Vec<codec::AggregateConflict>) {
     let all = r.version_conflicts();
     let first = all.first().map_or((0, 0), |c| (c.expected, c.current));
     let wire = all
         .iter()
-        .map(|c| wire::AggregateConflict {
-            key: wire::AggregateKey {
+        .map(|c| codec::AggregateConflict {
+            key: codec::AggregateKey {
                 org_id: c.key.org_id,
                 aggregate_type_id: c.key.aggregate_type_id,
                 aggregate_id: c.key.aggregate_id,
@@ -351,9 +351,10 @@ mod tests {
             let Some(Ok(typed)) = e.conflict_answer(None, 1 << 20) else {
                 panic!("{e:?} has no typed answer")
             };
-            let (EventResponse::WriteConflict(wire::WriteConflictResponse { conflicts, .. })
-            | EventResponse::DeleteConflict(wire::DeleteConflictResponse { conflicts, .. })) =
-                typed
+            let (EventResponse::WriteConflict(codec::WriteConflictResponse { conflicts, .. })
+            | EventResponse::DeleteConflict(codec::DeleteConflictResponse {
+                conflicts, ..
+            })) = typed
             else {
                 panic!("{typed:?}")
             };

@@ -11,7 +11,7 @@
 
 use std::sync::Arc;
 
-use eddy_codec::event as wire;
+use eddy_codec::event as codec;
 use eddy_codec::event::{EventRequest, EventResponse, ServerError};
 use eddy_event_store as st;
 use eddy_event_store::{EventStore, EventStoreError};
@@ -27,8 +27,8 @@ use eddy_replicated::shard::EventClusterError;
 // Synchronous store work runs off the reactor (a cold index block or segment is a disk read).
 use crate::offload::blocking;
 
-fn stored_event(e: st::StoredEvent) -> wire::Event {
-    wire::Event {
+fn stored_event(e: st::StoredEvent) -> codec::Event {
+    codec::Event {
         client_seq: e.client_seq,
         event_seq: e.event_seq,
         event_id: e.event_id,
@@ -40,7 +40,7 @@ fn stored_event(e: st::StoredEvent) -> wire::Event {
     }
 }
 
-fn read_query(f: wire::ReadFilters, max_bytes: u64) -> st::ReadQuery {
+fn read_query(f: codec::ReadFilters, max_bytes: u64) -> st::ReadQuery {
     st::ReadQuery {
         from_version: f.from_aggregate_version,
         to_version: f.to_aggregate_version,
@@ -240,7 +240,7 @@ pub(super) async fn execute(
 /// date.
 async fn details(
     svc: &Arc<EventService>,
-    r: wire::AggregateDetailsRequest,
+    r: codec::AggregateDetailsRequest,
 ) -> Result<EventResponse, ServerError> {
     let svc2 = Arc::clone(svc);
     let k = key(&r.aggregate_key);
@@ -254,7 +254,7 @@ async fn details(
         .map_err(|e| details_error(&e))?;
     let d = found;
     Ok(EventResponse::AggregateDetails(
-        wire::AggregateDetailsResponse {
+        codec::AggregateDetailsResponse {
             correlation_id: r.correlation_id,
             min_aggregate_version: d.min_aggregate_version,
             max_aggregate_version: d.max_aggregate_version,
@@ -272,7 +272,7 @@ async fn details(
 /// Answers a `Read` request, once the aggregate's shard here is confirmed up to date.
 async fn read(
     svc: &Arc<EventService>,
-    r: wire::ReadRequest,
+    r: codec::ReadRequest,
     placement: st::Placement,
 ) -> Result<EventResponse, ServerError> {
     let svc2 = Arc::clone(svc);
@@ -284,12 +284,12 @@ async fn read(
     let page = blocking(move || svc2.store.read(&k, &query))
         .await
         .map_err(|e| read_error(&e, placement))?;
-    Ok(EventResponse::Read(wire::ReadResponse {
+    Ok(EventResponse::Read(codec::ReadResponse {
         correlation_id: r.correlation_id,
         event_batches: page
             .batches
             .into_iter()
-            .map(|b| wire::AggregateEventBatch {
+            .map(|b| codec::AggregateEventBatch {
                 aggregate_version: b.version,
                 client_id: b.client_id,
                 user_id: b.user_id,
@@ -304,19 +304,19 @@ async fn read(
 /// Answers a `ListOrgs` request: a page of one shard's organisations.
 async fn list_orgs(
     svc: &Arc<EventService>,
-    r: wire::ListOrgsRequest,
+    r: codec::ListOrgsRequest,
     placement: st::Placement,
 ) -> Result<EventResponse, ServerError> {
     let svc2 = Arc::clone(svc);
     let page = blocking(move || svc2.store.list_orgs(r.shard_id, r.cursor, svc2.list_page))
         .await
         .map_err(|e| list_error(RequestType::ListOrgs, &e, placement))?;
-    Ok(EventResponse::ListOrgs(wire::ListOrgsResponse {
+    Ok(EventResponse::ListOrgs(codec::ListOrgsResponse {
         correlation_id: r.correlation_id,
         orgs: page
             .items
             .into_iter()
-            .map(|org_id| wire::OrgListItem { org_id })
+            .map(|org_id| codec::OrgListItem { org_id })
             .collect(),
         next_cursor: page.next_cursor,
     }))
@@ -326,7 +326,7 @@ async fn list_orgs(
 /// shard.
 async fn list_aggregate_types(
     svc: &Arc<EventService>,
-    r: wire::ListAggregateTypesRequest,
+    r: codec::ListAggregateTypesRequest,
     placement: st::Placement,
 ) -> Result<EventResponse, ServerError> {
     let svc2 = Arc::clone(svc);
@@ -337,12 +337,12 @@ async fn list_aggregate_types(
     .await
     .map_err(|e| list_error(RequestType::ListAggregateTypes, &e, placement))?;
     Ok(EventResponse::ListAggregateTypes(
-        wire::ListAggregateTypesResponse {
+        codec::ListAggregateTypesResponse {
             correlation_id: r.correlation_id,
             aggregate_types: page
                 .items
                 .into_iter()
-                .map(|t| wire::AggregateTypeListItem {
+                .map(|t| codec::AggregateTypeListItem {
                     org_id: t.org_id,
                     aggregate_type_id: t.aggregate_type_id,
                 })
@@ -355,7 +355,7 @@ async fn list_aggregate_types(
 /// Answers a `ListAggregates` request: a page of one aggregate type's aggregates on one shard.
 async fn list_aggregates(
     svc: &Arc<EventService>,
-    r: wire::ListAggregatesRequest,
+    r: codec::ListAggregatesRequest,
     placement: st::Placement,
 ) -> Result<EventResponse, ServerError> {
     let svc2 = Arc::clone(svc);
@@ -371,12 +371,12 @@ async fn list_aggregates(
     .await
     .map_err(|e| list_error(RequestType::ListAggregates, &e, placement))?;
     Ok(EventResponse::ListAggregates(
-        wire::ListAggregatesResponse {
+        codec::ListAggregatesResponse {
             correlation_id: r.correlation_id,
             aggregates: page
                 .items
                 .into_iter()
-                .map(|a| wire::AggregateListItem {
+                .map(|a| codec::AggregateListItem {
                     is_deleted: a.is_deleted,
                     org_id: a.key.org_id,
                     aggregate_type_id: a.key.aggregate_type_id,
