@@ -107,6 +107,16 @@ fn corrupt_in(log: &Log, seq: u64) -> impl Fn(Corruption) -> EventStoreError + '
     move |kind| EventStoreError::corrupt(log.dir().to_path_buf(), seq, kind)
 }
 
+/// What appending one record did.
+enum Append {
+    /// The record is queued: the log's acknowledgement of it.
+    Queued(Completion<RecordMeta>),
+    /// A refusal raced with the validation: nothing was appended; validate again.
+    Raced,
+    /// Refused: the index backlog, the log, or the record's update.
+    Failed(EventStoreError),
+}
+
 impl Shard {
     pub(crate) fn hook(
         shard: u32,
@@ -275,34 +285,34 @@ impl Shard {
 
     /// Appends `body` (validated against the write-ahead state `priors`: per aggregate it
     /// names, in record order, its state and the writing client's mark, taken at refusal
-    /// generation `generation`) and returns the log's acknowledgement of its record. `None`
-    /// when a refusal raced with the validation (start over).
+    /// generation `generation`) and returns the log's acknowledgement of its record, or
+    /// [`Append::Raced`] when a refusal raced with the validation (start over).
     fn append(
         &self,
         header: RecordHeading,
         body: RecordBody,
         priors: &[Prior],
         generation: u64,
-    ) -> Option<Result<Completion<RecordMeta>>> {
+    ) -> Append {
         // A replicated entry is applied whatever the index's backlog: every member must
         // take the same entries (the group's own flow control bounds what is in flight).
         if header.raft_index.is_none() {
             if let Some(source) = self.index.flush_backlog() {
-                return Some(Err(EventStoreError::IndexBacklog {
+                return Append::Failed(EventStoreError::IndexBacklog {
                     shard: self.id,
                     source,
-                }));
+                });
             }
         }
         let tag = body.tag();
         let reservation = match self.log.reserve(1, tag, header.now) {
             Ok(r) => r,
-            Err(e) => return Some(Err(e.into())),
+            Err(e) => return Append::Failed(e.into()),
         };
         let assigned = reservation.assigned();
         let mut p = lock(&self.pending);
         if p.generation != generation {
-            return None;
+            return Append::Raced;
         }
         let record = EventRecord {
             prev_tip: p.tip,
@@ -337,7 +347,7 @@ impl Shard {
             corrupt_in(&self.log, assigned.seq),
         ) {
             Ok(u) => u,
-            Err(e) => return Some(Err(e)),
+            Err(e) => return Append::Failed(e),
         };
         // Pending before the record is queued: the writer may publish it as soon as it is.
         p.add(&update);
@@ -353,7 +363,7 @@ impl Shard {
                 if let Some(index) = header.raft_index {
                     self.raft_through.store(index, Ordering::Release);
                 }
-                Some(Ok(ack))
+                Append::Queued(ack)
             }
             Err(e) => {
                 // The log refused the record (it queued nothing): take it back.
@@ -362,7 +372,7 @@ impl Shard {
                     p.release(&r.update);
                     p.tip = p.records.back().map_or(p.committed_tip, |r| r.tip_after);
                 }
-                Some(Err(e.into()))
+                Append::Failed(e.into())
             }
         }
     }
@@ -493,8 +503,8 @@ impl Shard {
                 raft_index,
             };
             match self.append(heading, body, &priors, generation) {
-                None => {}
-                Some(Ok(ack)) => {
+                Append::Raced => {}
+                Append::Queued(ack) => {
                     let shard = self.id;
                     return ack.map(move |meta| {
                         let meta = meta?;
@@ -506,7 +516,7 @@ impl Shard {
                         })
                     });
                 }
-                Some(Err(e)) => return Completion::ready(Err(e)),
+                Append::Failed(e) => return Completion::ready(Err(e)),
             }
         }
     }
@@ -570,8 +580,8 @@ impl Shard {
                 raft_index,
             };
             match self.append(heading, body, &[prior], generation) {
-                None => {}
-                Some(Ok(ack)) => {
+                Append::Raced => {}
+                Append::Queued(ack) => {
                     return ack.map(move |meta| {
                         meta?;
                         Ok(TrimOutcome {
@@ -580,7 +590,7 @@ impl Shard {
                         })
                     });
                 }
-                Some(Err(e)) => return Completion::ready(Err(e)),
+                Append::Failed(e) => return Completion::ready(Err(e)),
             }
         }
     }
@@ -650,8 +660,8 @@ impl Shard {
             };
             let body = RecordBody::Delete(parts);
             match self.append(heading, body, &priors, generation) {
-                None => {}
-                Some(Ok(ack)) => {
+                Append::Raced => {}
+                Append::Queued(ack) => {
                     let shard = self.id;
                     return ack.map(move |meta| {
                         let meta = meta?;
@@ -661,7 +671,7 @@ impl Shard {
                         })
                     });
                 }
-                Some(Err(e)) => return Completion::ready(Err(e)),
+                Append::Failed(e) => return Completion::ready(Err(e)),
             }
         }
     }
@@ -702,9 +712,9 @@ impl Shard {
                 raft_index,
             };
             match self.append(heading, body, &[], generation) {
-                None => {}
-                Some(Ok(ack)) => return ack.map(|meta| meta.map(|_| ()).map_err(Into::into)),
-                Some(Err(e)) => return Completion::ready(Err(e)),
+                Append::Raced => {}
+                Append::Queued(ack) => return ack.map(|meta| meta.map(|_| ()).map_err(Into::into)),
+                Append::Failed(e) => return Completion::ready(Err(e)),
             }
         }
     }
