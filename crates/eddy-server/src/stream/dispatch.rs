@@ -31,7 +31,7 @@ use eddy_wire::stream::{
 
 use super::handler::{Ctx, Outcome};
 use super::{
-    changes, consumer_groups, login, messages, metric_index, streams, system, update_resource,
+    catalog, changes, consumer_groups, login, messages, metric_index, system, update_resource,
     users, views, StreamState, INVALID_METRIC,
 };
 use eddy_replicated::stream::error::{Missing, StreamError};
@@ -389,7 +389,7 @@ async fn run(ctx: Ctx<'_>, request: Request, on: Resource) -> Result<Outcome, St
         Request::PollMessagesDeferred(r) => messages::poll_deferred(ctx, stream, topic, r).await,
         Request::FetchMessages(r) => messages::fetch(ctx, stream, topic, r).await,
         Request::GetPartitionRoute(r) => {
-            streams::partition_route(ctx, stream, topic, r.partition_id)
+            catalog::partition_route(ctx, stream, topic, r.partition_id)
         }
         Request::SendMessages(r) => messages::send(ctx, stream, topic, r).await,
         Request::FlushUnsavedBuffer(_) => Err(StreamError::Unavailable {
@@ -398,25 +398,25 @@ async fn run(ctx: Ctx<'_>, request: Request, on: Resource) -> Result<Outcome, St
         Request::GetConsumerOffset(r) => messages::get_offset(ctx, stream, topic, &r).await,
         Request::StoreConsumerOffset(r) => messages::store_offset(ctx, stream, topic, r).await,
         Request::DeleteConsumerOffset(r) => messages::delete_offset(ctx, stream, topic, r).await,
-        Request::GetStream(_) => Ok(streams::get_stream(ctx, stream).await),
-        Request::GetStreams(_) => Ok(streams::get_streams(ctx).await),
-        Request::CreateStream(r) => streams::create_stream(ctx, r).await,
-        Request::DeleteStream(_) => streams::delete_stream(ctx, stream).await,
-        Request::UpdateStream(r) => streams::update_stream(ctx, stream, r).await,
-        Request::PurgeStream(_) => streams::purge_stream(ctx, stream).await,
-        Request::GetTopic(_) => Ok(streams::get_topic(ctx, stream, topic).await),
-        Request::GetTopics(_) => Ok(streams::get_topics(ctx, stream).await),
-        Request::CreateTopic(r) => streams::create_topic(ctx, stream, r).await,
-        Request::DeleteTopic(_) => streams::delete_topic(ctx, stream, topic).await,
-        Request::UpdateTopic(r) => streams::update_topic(ctx, stream, topic, r).await,
-        Request::PurgeTopic(_) => streams::purge_topic(ctx, stream, topic).await,
+        Request::GetStream(_) => Ok(catalog::get_stream(ctx, stream).await),
+        Request::GetStreams(_) => Ok(catalog::get_streams(ctx).await),
+        Request::CreateStream(r) => catalog::create_stream(ctx, r).await,
+        Request::DeleteStream(_) => catalog::delete_stream(ctx, stream).await,
+        Request::UpdateStream(r) => catalog::update_stream(ctx, stream, r).await,
+        Request::PurgeStream(_) => catalog::purge_stream(ctx, stream).await,
+        Request::GetTopic(_) => Ok(catalog::get_topic(ctx, stream, topic).await),
+        Request::GetTopics(_) => Ok(catalog::get_topics(ctx, stream).await),
+        Request::CreateTopic(r) => catalog::create_topic(ctx, stream, r).await,
+        Request::DeleteTopic(_) => catalog::delete_topic(ctx, stream, topic).await,
+        Request::UpdateTopic(r) => catalog::update_topic(ctx, stream, topic, r).await,
+        Request::PurgeTopic(_) => catalog::purge_topic(ctx, stream, topic).await,
         Request::CreatePartitions(r) => {
-            streams::create_partitions(ctx, stream, topic, r.partitions_count).await
+            catalog::create_partitions(ctx, stream, topic, r.partitions_count).await
         }
         Request::DeletePartitions(r) => {
-            streams::delete_partitions(ctx, stream, topic, r.partitions_count).await
+            catalog::delete_partitions(ctx, stream, topic, r.partitions_count).await
         }
-        Request::DeleteSegments(r) => streams::delete_segments(ctx, stream, topic, &r).await,
+        Request::DeleteSegments(r) => catalog::delete_segments(ctx, stream, topic, &r).await,
         Request::GetConsumerGroup(r) => Ok(consumer_groups::get(ctx, stream, topic, &r.group_id)),
         Request::GetConsumerGroups(_) => Ok(consumer_groups::list(ctx, stream, topic)),
         Request::CreateConsumerGroup(r) => consumer_groups::create(ctx, stream, topic, r).await,

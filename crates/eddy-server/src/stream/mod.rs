@@ -8,7 +8,7 @@
 //!           dispatch (route, checksum, login gate, decode, resolve ids, authorize)
 //!              |  decoded request + resolved resource
 //!              v
-//!           handlers: system, users (+tokens), login, streams (+topics, partitions, segments),
+//!           handlers: system, users (+tokens), login, catalog (streams, topics, partitions, segments),
 //!                     messages (+offsets), consumer_groups
 //!              |  Outcome (reply payload or eviction) / StreamError
 //!              v
@@ -26,6 +26,7 @@
 //! write's reply is sent only after the operation is durable and applied, and an acknowledged
 //! `SEND_MESSAGES` is durable when its topic has `enforce_fsync` (the default).
 
+mod catalog;
 mod changes;
 mod connection;
 mod consumer_groups;
@@ -37,7 +38,6 @@ mod messages;
 mod snapshot;
 pub(crate) mod stats;
 pub(crate) mod stream_keys;
-mod streams;
 mod system;
 pub(crate) mod throttle;
 mod update_resource;

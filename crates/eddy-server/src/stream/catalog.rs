@@ -1,4 +1,4 @@
-//! Streams, topics, partitions and segments (stream protocol §5.7-§5.10, §7.1, §7.7).
+//! The catalog: streams, topics, partitions and segments (stream protocol §5.7-§5.10, §7.1, §7.7).
 //!
 //! Ids are 0-based: a new stream or topic takes the lowest free id (deleted ids are reused),
 //! partitions are `0..n` at creation and continue after the highest id. Picking an id and
