@@ -25,7 +25,8 @@ use eddy_codec::event::{AggregateKey, Event};
 use hdrhistogram::Histogram;
 
 use super::result::{
-    cpu_seconds, f, histogram, thread_cpu_per_op, thread_cpu_seconds, Counters, Recorder, Run,
+    cpu_seconds, f, histogram, peak_rss_mib, thread_cpu_per_op, thread_cpu_seconds, Counters,
+    Recorder, Run,
 };
 use super::streams::micros;
 use crate::error::CtlError;
@@ -295,6 +296,7 @@ pub async fn run_point(
             writes,
         ),
         client_cpu_us_per_op: per_write(own0, own1),
+        server_peak_rss_mib: target.pid.and_then(peak_rss_mib),
         writes_per_fsync: counters0
             .zip(counters1)
             .filter(|((fs0, _), (fs1, _))| fs1 > fs0)
@@ -434,7 +436,8 @@ async fn floor_connection(mut socket: tokio::net::TcpStream) {
     }
 }
 
-/// The medians of the candidate/baseline ratios of writes/s and CPU per write, per point.
+/// The medians of the candidate/baseline ratios of writes/s, CPU per write and (when known)
+/// peak RSS, per point.
 pub fn comparison_notes(runs: &[Run]) -> Vec<String> {
     let median = |mut v: Vec<f64>| {
         v.sort_by(f64::total_cmp);
@@ -457,8 +460,15 @@ pub fn comparison_notes(runs: &[Run]) -> Vec<String> {
                 / median(base.iter().map(|r| r.ops_per_sec).collect());
             let cpu = median(cand.iter().filter_map(|r| r.server_cpu_us_per_op).collect())
                 / median(base.iter().filter_map(|r| r.server_cpu_us_per_op).collect());
+            let rss = median(cand.iter().filter_map(|r| r.server_peak_rss_mib).collect())
+                / median(base.iter().filter_map(|r| r.server_peak_rss_mib).collect());
+            let rss = if rss.is_finite() {
+                format!(", peak RSS {rss:.2}x")
+            } else {
+                String::new()
+            };
             format!(
-                "eddy/baseline, {name}: ops/s {rate:.2}x, server CPU us/op {cpu:.2}x (medians of {} runs each)",
+                "eddy/baseline, {name}: ops/s {rate:.2}x, server CPU us/op {cpu:.2}x{rss} (medians of {} runs each)",
                 cand.len()
             )
         })
@@ -513,5 +523,15 @@ mod tests {
             notes[0].contains("ops/s 1.50x") && notes[0].contains("CPU us/op 0.50x"),
             "{notes:?}"
         );
+        assert!(
+            !notes[0].contains("RSS"),
+            "no memory figures, no ratio: {notes:?}"
+        );
+        let with_rss = |system: &str, mib: f64| Run {
+            server_peak_rss_mib: Some(mib),
+            ..run(system, 100.0, 10.0)
+        };
+        let notes = comparison_notes(&[with_rss("baseline", 200.0), with_rss("eddy", 150.0)]);
+        assert!(notes[0].contains("peak RSS 0.75x"), "{notes:?}");
     }
 }

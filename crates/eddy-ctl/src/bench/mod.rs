@@ -220,8 +220,12 @@ fn running_target(common: &Common, system: &str) -> Result<Target, CtlError> {
 }
 
 fn announce(run: &Run) {
+    let rss = run
+        .server_peak_rss_mib
+        .map(|m| format!(", server peak RSS {m:.0} MiB"))
+        .unwrap_or_default();
     eprintln!(
-        "{}: {}: {:.0} ops/s, {:.0} msgs/s, {:.1} MB/s, p50 {} us, p99 {} us, max {} us, {} errors",
+        "{}: {}: {:.0} ops/s, {:.0} msgs/s, {:.1} MB/s, p50 {} us, p99 {} us, max {} us, {} errors{rss}",
         run.system,
         run.name,
         run.ops_per_sec,

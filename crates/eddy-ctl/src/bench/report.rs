@@ -394,6 +394,7 @@ pub fn summary_rows(runs: &[Run]) -> (Vec<&'static str>, Vec<Vec<String>>) {
         "max us",
         "server CPU us/op",
         "writes/fsync",
+        "peak RSS MiB",
         "errors",
     ];
     let rows = runs
@@ -412,6 +413,7 @@ pub fn summary_rows(runs: &[Run]) -> (Vec<&'static str>, Vec<Vec<String>>) {
                 r.latency_us.max.to_string(),
                 cell(r.server_cpu_us_per_op, 2),
                 cell(r.writes_per_fsync, 1),
+                cell(r.server_peak_rss_mib, 0),
                 r.errors.to_string(),
             ]
         })

@@ -117,6 +117,10 @@ pub struct Run {
     pub client_cpu_us_per_op: Option<f64>,
     /// Event store commits per fdatasync, from the server's `/metrics`.
     pub writes_per_fsync: Option<f64>,
+    /// The server's peak resident memory at the end of the point, MiB (`VmHWM`: since the
+    /// server started, so with `--running` it may predate the run).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub server_peak_rss_mib: Option<f64>,
 }
 
 /// A count as a float (counts stay far below 2^52, where the conversion is exact).
@@ -286,6 +290,21 @@ impl Recorder {
     }
 }
 
+/// Peak resident memory of process `pid` in MiB, from `VmHWM` in `/proc/<pid>/status`; `None`
+/// when it cannot be read (another OS, a process that is gone).
+pub fn peak_rss_mib(pid: u32) -> Option<f64> {
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).ok()?;
+    let kib: u64 = status
+        .lines()
+        .find_map(|l| l.strip_prefix("VmHWM:"))?
+        .trim()
+        .strip_suffix("kB")?
+        .trim()
+        .parse()
+        .ok()?;
+    Some(f(kib) / 1024.0)
+}
+
 /// CPU seconds (user + system) of process `pid`, from `/proc/<pid>/stat`; `None` when it
 /// cannot be read (another OS, a process that is gone).
 pub fn cpu_seconds(pid: u32) -> Option<f64> {
@@ -363,6 +382,14 @@ fn stat_seconds(path: &str) -> Option<f64> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn peak_rss_is_read_from_proc_status() {
+        let mib = peak_rss_mib(std::process::id()).expect("this process's VmHWM");
+        // A test binary holds at least a MiB, and far less than a TiB.
+        assert!((1.0..1_048_576.0).contains(&mib), "{mib} MiB");
+        assert_eq!(peak_rss_mib(u32::MAX), None, "no such process");
+    }
 
     #[test]
     fn thread_names_group_without_their_number() {

@@ -23,7 +23,9 @@ use eddy_codec::stream::commands::send_messages::SendMessages;
 use eddy_codec::stream::{Consumer, Identifier, Message, Partitioning, PollingStrategy};
 use hdrhistogram::Histogram;
 
-use super::result::{cpu_seconds, f, histogram, thread_cpu_per_op, thread_cpu_seconds, Run};
+use super::result::{
+    cpu_seconds, f, histogram, peak_rss_mib, thread_cpu_per_op, thread_cpu_seconds, Run,
+};
 use super::{Suite, Target};
 use crate::conn::{login, Credentials};
 use crate::error::CtlError;
@@ -469,6 +471,7 @@ async fn phase(
     run.client_cpu_us_per_op = own_cpu
         .zip(cpu_seconds(std::process::id()))
         .map(|(a, b)| (b - a) * 1e6 / ops);
+    run.server_peak_rss_mib = target.pid.and_then(peak_rss_mib);
     Ok(run.finish(&latencies))
 }
 
