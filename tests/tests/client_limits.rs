@@ -348,3 +348,85 @@ async fn stream_frames_without_room_are_refused_and_replayed_by_the_sdk() {
         .unwrap();
     assert_eq!(polled.messages.len(), 16, "stored exactly once");
 }
+
+/// A logged-in session that declares a large stream frame, sends part of it and stalls holds
+/// its room in the request budget only for `--stream-frame-timeout-ms` (here 1 s, with a
+/// session idle timeout of a minute): then its connection is closed, the room is given back
+/// and the port serves a large send from the published SDK.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_stalled_stream_frame_keeps_its_room_only_until_the_frame_deadline() {
+    use eddy_wire::stream::Operation;
+    use iggy::prelude::*;
+    use stream_support::raw::Raw;
+    let eddy = stream_support::server_with(&[
+        "--max-inflight-request-bytes",
+        &(8 * MIB).to_string(),
+        "--stream-idle-timeout-ms",
+        "60000",
+        "--stream-frame-timeout-ms",
+        "1000",
+    ]);
+    let addrs = eddy.addrs();
+    let admin = stream_support::root(addrs.stream).await;
+    stream_support::stream_and_topic(&admin, "s", "t", 1).await;
+
+    // The whole budget declared, a quarter of it sent, then nothing (the socket stays open).
+    let mut hog = Raw::logged_in(addrs.stream, "iggy", "iggy").await;
+    let header = hog.header(Operation::NonReplicated, 101, &vec![0u8; 8 * MIB - 256]);
+    hog.write(&header.encode()).await;
+    hog.write(&vec![0u8; 2 * MIB]).await;
+    let held_from = Instant::now();
+    let mut in_flight = 0.0;
+    while in_flight == 0.0 && held_from.elapsed() < Duration::from_millis(900) {
+        in_flight = metric(addrs.http, "eddy_request_bytes_in_flight").await;
+    }
+    assert_eq!(
+        in_flight,
+        8.0 * MIB_F64,
+        "the stalled frame holds the whole budget"
+    );
+
+    let closed = hog.closed_within(Duration::from_secs(5)).await;
+    assert!(closed.is_some(), "the stalled frame outlived its deadline");
+    let held = held_from.elapsed();
+    assert!(
+        held < Duration::from_secs(4),
+        "held for {held:?} with a 1 s frame deadline"
+    );
+    assert_eq!(
+        metric(addrs.http, "eddy_request_bytes_in_flight").await,
+        0.0,
+        "the room is given back"
+    );
+
+    // A large send gets in at once, stored exactly once.
+    let producer = stream_support::root(addrs.stream).await;
+    let started = Instant::now();
+    producer
+        .send_messages(
+            &stream_support::named("s"),
+            &stream_support::named("t"),
+            &Partitioning::partition_id(0),
+            &mut stream_support::sized_messages("big", 16, 64 * 1024),
+        )
+        .await
+        .expect("the send is stored");
+    assert!(
+        started.elapsed() < Duration::from_secs(4),
+        "the send waited {:?}",
+        started.elapsed()
+    );
+    let polled = producer
+        .poll_messages(
+            &stream_support::named("s"),
+            &stream_support::named("t"),
+            Some(0),
+            &Consumer::new(stream_support::id(1)),
+            &PollingStrategy::offset(0),
+            100,
+            false,
+        )
+        .await
+        .unwrap();
+    assert_eq!(polled.messages.len(), 16);
+}

@@ -91,6 +91,9 @@ pub const DEFAULT_STREAM_IDLE_TIMEOUT_MS: u64 = 300_000;
 pub const DEFAULT_STREAM_MAX_PRELOGIN_FRAME_SIZE: u32 = 4 * 1024;
 /// Default deadline for writing one stream-protocol answer (as the event port's).
 pub const DEFAULT_STREAM_WRITE_TIMEOUT_MS: u64 = 30_000;
+/// Default deadline for a stream-protocol frame holding room in the request budget (one above
+/// 64 KiB) to finish arriving: a 64 MiB batch needs about 2.2 MB/s.
+pub const DEFAULT_STREAM_FRAME_TIMEOUT_MS: u64 = 30_000;
 /// Smallest accepted `stream_max_prelogin_frame_size`.
 pub const MIN_STREAM_MAX_PRELOGIN_FRAME_SIZE: u32 = 1024;
 /// Default cap on concurrent Argon2id computations (login, user creation, password change);
@@ -538,6 +541,11 @@ pub struct ServerConfig {
     /// disconnected after it.
     #[arg(long, env = "EDDY_STREAM_WRITE_TIMEOUT_MS", default_value_t = DEFAULT_STREAM_WRITE_TIMEOUT_MS)]
     pub stream_write_timeout_ms: u64,
+    /// Stream port: milliseconds a frame above 64 KiB may take to finish arriving once it holds
+    /// its bytes in the request budget (--max-inflight-request-bytes); a slower one closes its
+    /// connection and gives the room back.
+    #[arg(long, env = "EDDY_STREAM_FRAME_TIMEOUT_MS", default_value_t = DEFAULT_STREAM_FRAME_TIMEOUT_MS)]
+    pub stream_frame_timeout_ms: u64,
     /// Most Argon2id computations (password checks and hashes) at once; further logins wait.
     #[arg(long, env = "EDDY_MAX_CONCURRENT_PASSWORD_HASHES", default_value_t = DEFAULT_MAX_CONCURRENT_PASSWORD_HASHES)]
     pub max_concurrent_password_hashes: u32,
@@ -633,6 +641,7 @@ impl Default for ServerConfig {
             stream_idle_timeout_ms: DEFAULT_STREAM_IDLE_TIMEOUT_MS,
             stream_max_prelogin_frame_size: DEFAULT_STREAM_MAX_PRELOGIN_FRAME_SIZE,
             stream_write_timeout_ms: DEFAULT_STREAM_WRITE_TIMEOUT_MS,
+            stream_frame_timeout_ms: DEFAULT_STREAM_FRAME_TIMEOUT_MS,
             max_concurrent_password_hashes: DEFAULT_MAX_CONCURRENT_PASSWORD_HASHES,
             login_max_failures_per_connection: DEFAULT_LOGIN_MAX_FAILURES_PER_CONNECTION,
             login_backoff_max_ms: DEFAULT_LOGIN_BACKOFF_MAX_MS,
@@ -802,6 +811,7 @@ impl ServerConfig {
             &self.stream_max_prelogin_frame_size,
         )
         .field("stream_write_timeout_ms", &self.stream_write_timeout_ms)
+        .field("stream_frame_timeout_ms", &self.stream_frame_timeout_ms)
         .field(
             "max_concurrent_password_hashes",
             &self.max_concurrent_password_hashes,
@@ -857,6 +867,7 @@ impl ServerConfig {
         let at_least_one = [
             ("stream_login_timeout_ms", self.stream_login_timeout_ms),
             ("stream_write_timeout_ms", self.stream_write_timeout_ms),
+            ("stream_frame_timeout_ms", self.stream_frame_timeout_ms),
             (
                 "max_concurrent_password_hashes",
                 u64::from(self.max_concurrent_password_hashes),

@@ -40,7 +40,7 @@
 
 use std::io::{self, IoSlice};
 use std::sync::Arc;
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
 use bytes::{Buf as _, Bytes, BytesMut};
 use eddy_auth::sessions::{stale_after, ClientId, Transport};
@@ -100,6 +100,12 @@ enum FrameError {
         /// The frame's size, header included.
         len: usize,
     },
+    /// A frame holding room in the request budget did not finish arriving within
+    /// `stream_frame_timeout_ms` of getting it (a trickled frame must not keep its room).
+    #[error(
+        "a frame holding room in the request budget did not arrive within stream_frame_timeout_ms"
+    )]
+    SlowFrame,
 }
 
 /// One whole frame and the budget its bytes hold until it has been answered.
@@ -115,8 +121,12 @@ struct Frame {
 struct FrameReader {
     buf: BytesMut,
     max_frame: u32,
-    /// The budget reserved for the frame being read (one above `UNBUDGETED_FRAME`).
+    /// The budget reserved for the frame being read (one above `UNBUDGETED_FRAME`), and by
+    /// when the rest of that frame must have arrived.
     reserved: Option<Reservation>,
+    reserved_until: Option<tokio::time::Instant>,
+    /// How long a frame that holds room in the budget may take to arrive.
+    frame_timeout: Duration,
     /// Since when the frame being read has waited for room in the budget.
     waiting_since: Option<Instant>,
     /// Bytes of a refused frame's body still to be skipped.
@@ -129,6 +139,8 @@ impl FrameReader {
             buf: BytesMut::with_capacity(READ_CHUNK),
             max_frame,
             reserved: None,
+            reserved_until: None,
+            frame_timeout: Duration::from_millis(crate::config::DEFAULT_STREAM_FRAME_TIMEOUT_MS),
             waiting_since: None,
             skip: 0,
         }
@@ -150,6 +162,7 @@ impl FrameReader {
         };
         self.waiting_since = None;
         self.reserved = Some(reserved);
+        self.reserved_until = Some(tokio::time::Instant::now() + self.frame_timeout);
         Ok(())
     }
 
@@ -196,6 +209,7 @@ impl FrameReader {
                     let frame = frame.freeze();
                     let mut header = [0u8; HEADER_SIZE];
                     header.copy_from_slice(&frame[..HEADER_SIZE]);
+                    self.reserved_until = None;
                     return Ok(Some(Frame {
                         header,
                         body: frame.slice(HEADER_SIZE..),
@@ -216,7 +230,13 @@ impl FrameReader {
                 }
                 None => self.buf.reserve(READ_CHUNK),
             }
-            let read = io.read_buf(&mut self.buf).await.map_err(FrameError::Io)?;
+            let read = match self.reserved_until {
+                Some(until) => tokio::time::timeout_at(until, io.read_buf(&mut self.buf))
+                    .await
+                    .map_err(|_| FrameError::SlowFrame)?,
+                None => io.read_buf(&mut self.buf).await,
+            }
+            .map_err(FrameError::Io)?;
             if read == 0 {
                 return if self.buf.is_empty() && self.skip == 0 {
                     Ok(None)
@@ -306,6 +326,7 @@ async fn run(
     let metrics = Arc::clone(&ctx.shared.metrics);
     let limits = state.limits;
     let mut reader = FrameReader::new(limits.max_prelogin_frame_size);
+    reader.frame_timeout = limits.frame_timeout;
     let stale = state.heartbeat.map(stale_after);
     let mut last_activity = Instant::now();
     let mut stale_from = last_activity;
@@ -649,7 +670,6 @@ async fn sleep_until(deadline: Option<tokio::time::Instant>) {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use std::time::Duration;
 
     fn frame(body_len: usize) -> Vec<u8> {
         let mut header =

@@ -122,6 +122,9 @@ pub struct ConnectionLimits {
     pub max_prelogin_frame_size: u32,
     /// Longest an answer may take to write.
     pub write_timeout: Duration,
+    /// Longest a frame holding room in the request budget may take to arrive, from when it
+    /// got that room.
+    pub frame_timeout: Duration,
 }
 
 impl ConnectionLimits {
@@ -133,6 +136,7 @@ impl ConnectionLimits {
                 .then(|| Duration::from_millis(config.stream_idle_timeout_ms)),
             max_prelogin_frame_size: config.stream_max_prelogin_frame_size,
             write_timeout: Duration::from_millis(config.stream_write_timeout_ms),
+            frame_timeout: Duration::from_millis(config.stream_frame_timeout_ms),
         }
     }
 }
