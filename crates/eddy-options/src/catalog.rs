@@ -11,6 +11,9 @@
 //! | `messages_required_to_save` | Uint32 | Uint32, String | no |
 //! | `size_of_messages_required_to_save` | Uint64 | Uint64, String | no |
 //! | `preallocate_segments` | Bool | Bool, String | no |
+//! | `durability` | String | String | no |
+//! | `consumer_offset_durability` | String | String | no |
+//! | `partition_resize_policy` | String | String | no |
 //!
 //! The stream and user catalogs are empty. Defaults live in [`crate::topic::TopicSettings`]
 //! because eddy's differ from the reference server's (`enforce_fsync` defaults to **true**).
@@ -109,8 +112,11 @@ pub mod keys {
     pub const SIZE_OF_MESSAGES_REQUIRED_TO_SAVE: &str = "size_of_messages_required_to_save";
     /// `preallocate_segments`.
     pub const PREALLOCATE_SEGMENTS: &str = "preallocate_segments";
+    /// `durability` (the newer SDKs' word for when a send is acknowledged).
     pub const DURABILITY: &str = "durability";
+    /// `consumer_offset_durability`.
     pub const CONSUMER_OFFSET_DURABILITY: &str = "consumer_offset_durability";
+    /// `partition_resize_policy`.
     pub const PARTITION_RESIZE_POLICY: &str = "partition_resize_policy";
 }
 
