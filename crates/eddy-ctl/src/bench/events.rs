@@ -235,7 +235,8 @@ pub async fn run_point(
                 .map_err(|e| CtlError::Failed(format!("connect task: {e}")))??,
         );
     }
-    let mut recorder = Recorder::new(&format!("{} {name}", target.system), None);
+    let mut recorder =
+        Recorder::new(&format!("{} {name}", target.system), None).with_server(target.pid);
     let measure_from = Instant::now() + shape.warmup();
     let until = measure_from + Duration::from_secs(shape.seconds);
     let tasks: Vec<_> = clients

@@ -239,6 +239,7 @@ fn window(rows: Vec<(u64, u64)>, shape: &EventShape, connections: usize, errors:
                 t: f((i as u64 + 1) * step) / 1e6,
                 ops,
                 errors: 0,
+                rss_mib: None,
             })
             .collect(),
         ..Run::default()

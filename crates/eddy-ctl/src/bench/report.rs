@@ -326,6 +326,39 @@ pub fn throughput_chart(runs: &[Run]) -> String {
     )
 }
 
+/// The server's resident memory over time, for the runs that recorded it (empty otherwise).
+pub fn memory_chart(runs: &[Run]) -> String {
+    let series: Vec<Series> = runs
+        .iter()
+        .map(|r| Series {
+            name: label(r),
+            points: r
+                .timeline
+                .iter()
+                .filter_map(|s| s.rss_mib.map(|m| (s.t, m)))
+                .collect(),
+        })
+        .filter(|s| !s.points.is_empty())
+        .collect();
+    if series.is_empty() {
+        return String::new();
+    }
+    line_chart(
+        "Server resident memory over time",
+        &Axis {
+            label: "seconds since the start of the run".into(),
+            log: false,
+            ticks: None,
+        },
+        &Axis {
+            label: "MiB (VmRSS)".into(),
+            log: false,
+            ticks: None,
+        },
+        &series,
+    )
+}
+
 /// Where a percentile sits on the chart's x axis: its number of nines (90 % = 1, 99 % = 2).
 pub fn nines(percentile: f64) -> f64 {
     if percentile >= 100.0 {
@@ -464,6 +497,7 @@ pub fn html(result: &BenchResult) -> String {
     }
     page.push_str("<h2>Throughput</h2>");
     page.push_str(&throughput_chart(&result.runs));
+    page.push_str(&memory_chart(&result.runs));
     page.push_str("<h2>Latency</h2>");
     page.push_str(&percentile_chart(&result.runs));
     let config = serde_json::to_string_pretty(&result.config).unwrap_or_default();
@@ -489,11 +523,13 @@ mod tests {
                     t: 0.25,
                     ops: 100,
                     errors: 0,
+                    rss_mib: None,
                 },
                 Sample {
                     t: 0.5,
                     ops: 120,
                     errors: 0,
+                    rss_mib: None,
                 },
             ],
             spectrum: vec![(0.0, 10), (50.0, 20), (99.0, 80), (100.0, 500)],
@@ -539,7 +575,27 @@ mod tests {
             ..BenchResult::default()
         });
         assert!(page.starts_with("<!DOCTYPE html>"));
-        assert_eq!(page.matches("<svg").count(), 2);
+        assert_eq!(
+            page.matches("<svg").count(),
+            2,
+            "no memory samples, no memory chart"
+        );
         assert!(page.contains("ratio &amp; more"));
+        // With the server's resident memory sampled: one more chart, a line per run.
+        let mut with_rss = runs.to_vec();
+        for r in &mut with_rss {
+            for (s, mib) in r.timeline.iter_mut().zip([100.0, 110.0]) {
+                s.rss_mib = Some(mib);
+            }
+        }
+        let m = memory_chart(&with_rss);
+        assert_eq!(m.matches("<polyline").count(), 2);
+        assert!(m.contains("VmRSS"));
+        let page = html(&BenchResult {
+            kind: "events".into(),
+            runs: with_rss,
+            ..BenchResult::default()
+        });
+        assert_eq!(page.matches("<svg").count(), 3);
     }
 }

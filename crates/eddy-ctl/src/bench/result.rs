@@ -74,6 +74,10 @@ pub struct Sample {
     pub ops: u64,
     /// Errors in the interval.
     pub errors: u64,
+    /// The server's resident memory at the end of the interval, MiB (`VmRSS`), when its pid
+    /// is known.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub rss_mib: Option<f64>,
 }
 
 /// One measured run.
@@ -200,6 +204,8 @@ pub struct Recorder {
     started: Instant,
     last: (u64, u64),
     timeline: Vec<Sample>,
+    /// The server whose resident memory each sample records.
+    server_pid: Option<u32>,
 }
 
 impl Recorder {
@@ -225,7 +231,15 @@ impl Recorder {
             started: Instant::now(),
             last: (0, 0),
             timeline: Vec::new(),
+            server_pid: None,
         }
+    }
+
+    /// Records server `pid`'s resident memory with every sample (none when `None`).
+    #[must_use]
+    pub fn with_server(mut self, pid: Option<u32>) -> Self {
+        self.server_pid = pid;
+        self
     }
 
     /// The counters the workers update.
@@ -251,6 +265,7 @@ impl Recorder {
             t,
             ops: ops - self.last.0,
             errors: errors - self.last.1,
+            rss_mib: self.server_pid.and_then(rss_mib),
         };
         let rate = f(point.ops) / (t - previous_t).max(1e-9);
         self.timeline.push(point);
@@ -293,10 +308,20 @@ impl Recorder {
 /// Peak resident memory of process `pid` in MiB, from `VmHWM` in `/proc/<pid>/status`; `None`
 /// when it cannot be read (another OS, a process that is gone).
 pub fn peak_rss_mib(pid: u32) -> Option<f64> {
+    status_mib(pid, "VmHWM:")
+}
+
+/// Resident memory of process `pid` now, in MiB (`VmRSS`); `None` when it cannot be read.
+pub fn rss_mib(pid: u32) -> Option<f64> {
+    status_mib(pid, "VmRSS:")
+}
+
+/// A `kB` field of `/proc/<pid>/status` in MiB.
+fn status_mib(pid: u32, field: &str) -> Option<f64> {
     let status = std::fs::read_to_string(format!("/proc/{pid}/status")).ok()?;
     let kib: u64 = status
         .lines()
-        .find_map(|l| l.strip_prefix("VmHWM:"))?
+        .find_map(|l| l.strip_prefix(field))?
         .trim()
         .strip_suffix("kB")?
         .trim()
@@ -389,6 +414,11 @@ mod tests {
         // A test binary holds at least a MiB, and far less than a TiB.
         assert!((1.0..1_048_576.0).contains(&mib), "{mib} MiB");
         assert_eq!(peak_rss_mib(u32::MAX), None, "no such process");
+        let now = rss_mib(std::process::id()).expect("this process's VmRSS");
+        assert!(
+            now > 0.0 && now <= mib + 1.0,
+            "{now} MiB now, {mib} MiB at peak"
+        );
     }
 
     #[test]

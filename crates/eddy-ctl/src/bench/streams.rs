@@ -388,7 +388,7 @@ async fn phase(
     };
     let name = format!("{prefix} {kind}");
     let total_ops = (shape.producers * shape.batches) as u64;
-    let mut recorder = super::result::Recorder::new(&name, Some(total_ops));
+    let mut recorder = super::result::Recorder::new(&name, Some(total_ops)).with_server(target.pid);
     let mut clients = Vec::with_capacity(shape.producers);
     for _ in 0..shape.producers {
         clients.push(client(&target.stream_addr, &target.connect, &target.credentials).await?);
