@@ -30,12 +30,30 @@ fn bench(args: &[&str], out: &Path) -> Value {
         serde_json::from_str(&std::fs::read_to_string(out.join("result.json")).unwrap()).unwrap();
     assert_eq!(printed, file, "stdout and result.json agree");
     let report = std::fs::read_to_string(out.join("report.html")).unwrap();
+    // A server whose pid the bench knows (one it started, or `--server-pid`) has its memory
+    // read: the peak beside its CPU figure, the resident set with every timeline sample, and
+    // a third chart.
+    let runs = printed["runs"].as_array().expect("runs");
+    for run in runs {
+        if run["server_cpu_us_per_op"].is_number() && run["system"] != "disk" {
+            assert!(
+                run["server_peak_rss_mib"].as_f64().is_some_and(|m| m > 1.0),
+                "a server's run without its peak RSS: {run}"
+            );
+        }
+    }
+    let sampled = runs.iter().any(|r| {
+        r["timeline"]
+            .as_array()
+            .is_some_and(|t| t.iter().any(|s| s["rss_mib"].is_number()))
+    });
     assert_eq!(
         report.matches("<svg").count(),
-        2,
-        "throughput and latency charts"
+        2 + usize::from(sampled),
+        "throughput and latency charts, and memory when sampled"
     );
     assert!(report.contains("Throughput over time") && report.contains("Latency by percentile"));
+    assert_eq!(report.contains("Server resident memory over time"), sampled);
     printed
 }
 
