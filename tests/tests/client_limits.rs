@@ -282,9 +282,6 @@ async fn request_bodies_in_memory_stay_within_the_budget() {
 /// holding the budget is gone (its session idle-closed) the send is stored exactly once.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn stream_frames_without_room_are_refused_and_replayed_by_the_sdk() {
-    use eddy_wire::stream::Operation;
-    use iggy::prelude::*;
-    use stream_support::raw::Raw;
     let eddy = stream_support::server_with(&[
         "--max-inflight-request-bytes",
         &(16 * MIB).to_string(),
@@ -292,14 +289,8 @@ async fn stream_frames_without_room_are_refused_and_replayed_by_the_sdk() {
         "8000",
     ]);
     let addrs = eddy.addrs();
-    let admin = stream_support::root(addrs.stream).await;
-    stream_support::stream_and_topic(&admin, "s", "t", 1).await;
-
     // A session declares a 16 MiB frame (the whole budget), sends half of it and stalls.
-    let mut hog = Raw::logged_in(addrs.stream, "iggy", "iggy").await;
-    let header = hog.header(Operation::NonReplicated, 101, &vec![0u8; 16 * MIB - 256]);
-    hog.write(&header.encode()).await;
-    hog.write(&vec![0u8; 8 * MIB]).await;
+    let mut hog = stalled_stream_frame(addrs.stream, 16 * MIB, 8 * MIB).await;
     tokio::time::sleep(Duration::from_millis(200)).await;
     assert_eq!(
         metric(addrs.http, "eddy_request_bytes_in_flight").await,
@@ -309,17 +300,7 @@ async fn stream_frames_without_room_are_refused_and_replayed_by_the_sdk() {
     // A 1 MiB send waits, is refused with 58 after 5 s, replayed by the SDK, and lands once
     // the hog's session is closed at its idle timeout.
     let producer = stream_support::root(addrs.stream).await;
-    let started = Instant::now();
-    producer
-        .send_messages(
-            &stream_support::named("s"),
-            &stream_support::named("t"),
-            &Partitioning::partition_id(0),
-            &mut stream_support::sized_messages("big", 16, 64 * 1024),
-        )
-        .await
-        .expect("the send is stored after its replays");
-    let took = started.elapsed();
+    let took = send_sixteen(&producer).await;
     assert!(took >= Duration::from_secs(5), "it did not wait: {took:?}");
     assert!(
         metric(addrs.http, "eddy_request_budget_refusals_total").await >= 1.0,
@@ -334,19 +315,7 @@ async fn stream_frames_without_room_are_refused_and_replayed_by_the_sdk() {
             >= 1.0
     );
     assert!(hog.closed_within(Duration::from_secs(5)).await.is_some());
-    let polled = producer
-        .poll_messages(
-            &stream_support::named("s"),
-            &stream_support::named("t"),
-            Some(0),
-            &Consumer::new(stream_support::id(1)),
-            &PollingStrategy::offset(0),
-            100,
-            false,
-        )
-        .await
-        .unwrap();
-    assert_eq!(polled.messages.len(), 16, "stored exactly once");
+    assert_eq!(stored(&producer).await, 16, "stored exactly once");
 }
 
 /// A logged-in session that declares a large stream frame, sends part of it and stalls holds
@@ -355,9 +324,6 @@ async fn stream_frames_without_room_are_refused_and_replayed_by_the_sdk() {
 /// and the port serves a large send from the published SDK.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_stalled_stream_frame_keeps_its_room_only_until_the_frame_deadline() {
-    use eddy_wire::stream::Operation;
-    use iggy::prelude::*;
-    use stream_support::raw::Raw;
     let eddy = stream_support::server_with(&[
         "--max-inflight-request-bytes",
         &(8 * MIB).to_string(),
@@ -367,14 +333,8 @@ async fn a_stalled_stream_frame_keeps_its_room_only_until_the_frame_deadline() {
         "1000",
     ]);
     let addrs = eddy.addrs();
-    let admin = stream_support::root(addrs.stream).await;
-    stream_support::stream_and_topic(&admin, "s", "t", 1).await;
-
     // The whole budget declared, a quarter of it sent, then nothing (the socket stays open).
-    let mut hog = Raw::logged_in(addrs.stream, "iggy", "iggy").await;
-    let header = hog.header(Operation::NonReplicated, 101, &vec![0u8; 8 * MIB - 256]);
-    hog.write(&header.encode()).await;
-    hog.write(&vec![0u8; 2 * MIB]).await;
+    let mut hog = stalled_stream_frame(addrs.stream, 8 * MIB, 2 * MIB).await;
     let held_from = Instant::now();
     let mut in_flight = 0.0;
     while in_flight == 0.0 && held_from.elapsed() < Duration::from_millis(900) {
@@ -401,6 +361,33 @@ async fn a_stalled_stream_frame_keeps_its_room_only_until_the_frame_deadline() {
 
     // A large send gets in at once, stored exactly once.
     let producer = stream_support::root(addrs.stream).await;
+    let took = send_sixteen(&producer).await;
+    assert!(took < Duration::from_secs(4), "the send waited {took:?}");
+    assert_eq!(stored(&producer).await, 16);
+}
+
+/// Creates stream "s" / topic "t" (one partition) on the server at `stream`, then logs a raw
+/// session in that declares a `frame`-byte stream frame (header included), sends `sent` bytes
+/// of its body and stalls with the socket open.
+async fn stalled_stream_frame(
+    stream: SocketAddr,
+    frame: usize,
+    sent: usize,
+) -> stream_support::raw::Raw {
+    use eddy_wire::stream::Operation;
+    let admin = stream_support::root(stream).await;
+    stream_support::stream_and_topic(&admin, "s", "t", 1).await;
+    let mut hog = stream_support::raw::Raw::logged_in(stream, "iggy", "iggy").await;
+    let header = hog.header(Operation::NonReplicated, 101, &vec![0u8; frame - 256]);
+    hog.write(&header.encode()).await;
+    hog.write(&vec![0u8; sent]).await;
+    hog
+}
+
+/// Sends 16 messages of 64 KiB (one 1 MiB frame) to "s" / "t" partition 0 through the SDK
+/// (its replays included); returns how long until it was stored.
+async fn send_sixteen(producer: &iggy::prelude::IggyClient) -> Duration {
+    use iggy::prelude::*;
     let started = Instant::now();
     producer
         .send_messages(
@@ -411,12 +398,13 @@ async fn a_stalled_stream_frame_keeps_its_room_only_until_the_frame_deadline() {
         )
         .await
         .expect("the send is stored");
-    assert!(
-        started.elapsed() < Duration::from_secs(4),
-        "the send waited {:?}",
-        started.elapsed()
-    );
-    let polled = producer
+    started.elapsed()
+}
+
+/// Messages stored in "s" / "t" partition 0 (up to 100).
+async fn stored(producer: &iggy::prelude::IggyClient) -> usize {
+    use iggy::prelude::*;
+    producer
         .poll_messages(
             &stream_support::named("s"),
             &stream_support::named("t"),
@@ -427,6 +415,7 @@ async fn a_stalled_stream_frame_keeps_its_room_only_until_the_frame_deadline() {
             false,
         )
         .await
-        .unwrap();
-    assert_eq!(polled.messages.len(), 16);
+        .unwrap()
+        .messages
+        .len()
 }
